@@ -1,0 +1,315 @@
+"""Elementwise ops, each decomposed into primitives exactly as DESIGN.md states.
+
+Exactness notes: `where` selects with a Gather (never `c*a + (1-c)*b`, which turns a masked
+-inf into NaN); `maximum` is a MaxReduce over the stacked pair, so NaN propagates as in torch;
+`eq` and `ne` test NaN explicitly since LessThan alone cannot tell NaN from equality.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from luminal.errors import DTypeError
+from luminal.hlir import constants as C
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Op
+
+
+class ElementwiseMixin:
+    # --- arithmetic ------------------------------------------------------------------------
+    def add(self, other):
+        return self._binary_prim(Op.ADD, other)
+
+    def mul(self, other):
+        return self._binary_prim(Op.MUL, other)
+
+    def neg(self):
+        if self.dtype is DType.BOOL:
+            raise DTypeError("neg of a bool tensor; use logical_not")
+        return self.mul(-1)
+
+    def sub(self, other):
+        # x - y = x + (-1 * y)
+        return self.add(self._operand(other, "Sub").neg())
+
+    def reciprocal(self):
+        return self._unary_prim(Op.RECIP)
+
+    def div(self, other, rounding_mode: str | None = None):
+        other = self._operand(other, "Div")
+        if self.dtype.is_float:
+            q = self.mul(other.reciprocal())  # x / y = x * recip(y)
+        elif rounding_mode is None:
+            raise DTypeError(f"true division of {self.dtype} tensors; cast to float first")
+        else:
+            q = None
+        if rounding_mode is None:
+            return q
+        if rounding_mode == "trunc":
+            if q is None:  # integers: (x - fmod(x, y)) / y is exact
+                return self.sub(self.fmod(other)).floordiv_exact(other)
+            return q.trunc()
+        if rounding_mode == "floor":
+            if q is None:
+                r = self.remainder(other)
+                return self.sub(r).floordiv_exact(other)
+            return q.floor()
+        raise ValueError(f"unknown rounding_mode {rounding_mode!r}")
+
+    def floordiv_exact(self, other):
+        """x / y for integers where y divides x exactly (via float64, exact below 2**53)."""
+        xf, yf = self.cast(DType.F64), other.cast(DType.F64)
+        return xf.mul(yf.reciprocal()).round().cast(self.dtype)
+
+    def fmod(self, other):
+        """C fmod: truncated remainder, sign of the dividend."""
+        return self._binary_prim(Op.MOD, other)
+
+    def remainder(self, other):
+        """Python/torch remainder: the sign of the divisor."""
+        other = self._operand(other, "Remainder")
+        r = self.fmod(other)
+        fix = r.ne(0).logical_and(r.lt(0).logical_xor(other.lt(0)))
+        return r.where_(fix.logical_not(), r.add(other))
+
+    def pow(self, exponent):
+        if isinstance(exponent, numbers.Number) and not isinstance(exponent, bool):
+            e = float(exponent)
+            if e.is_integer() and abs(e) <= 16:
+                return self._int_pow(int(e))
+            if e == 0.5:
+                return self.sqrt()
+            if e == -0.5:
+                return self.rsqrt()
+            if not self.dtype.is_float:
+                raise DTypeError(f"pow of a {self.dtype} tensor by {exponent}; cast to float first")
+            base = self.abs().log2().mul(e).exp2()
+            return base.where_(self.ge(0), self._scalar(float("nan")))
+        y = self._operand(exponent, "Pow")
+        if not self.dtype.is_float:
+            raise DTypeError(f"pow with a tensor exponent needs float tensors, got {self.dtype}")
+        mag = self.abs().log2().mul(y).exp2()  # |x|^y
+        nan = self._scalar(float("nan"))
+        # a negative base needs an integer exponent: its parity gives the sign
+        odd = y.fmod(2.0).ne(0)
+        negative_base = mag.neg().where_(odd, mag).where_(y.floor().eq(y), nan)
+        out = negative_base.where_(self.lt(0), mag)
+        return self._scalar(1.0).where_(y.eq(0), out)  # x ** 0 = 1, even for NaN
+
+    def _int_pow(self, n: int):
+        if n == 0:
+            return self.mul(0).add(1) if not self.dtype.is_float else self._scalar(1.0).expand(self.shape)
+        if n < 0:
+            return self._int_pow(-n).reciprocal()
+        result, base = None, self
+        while n:  # square and multiply
+            if n & 1:
+                result = base if result is None else result.mul(base)
+            n >>= 1
+            if n:
+                base = base.mul(base)
+        return result
+
+    def square(self):
+        return self.mul(self)
+
+    # --- transcendental --------------------------------------------------------------------
+    def exp2(self):
+        return self._unary_prim(Op.EXP2)
+
+    def log2(self):
+        return self._unary_prim(Op.LOG2)
+
+    def sin(self):
+        return self._unary_prim(Op.SIN)
+
+    def sqrt(self):
+        return self._unary_prim(Op.SQRT)
+
+    def rsqrt(self):
+        return self.sqrt().reciprocal()
+
+    def exp(self):
+        self._need_float("exp")
+        return self.mul(C.LOG2E).exp2()  # exp(x) = exp2(x * log2 e)
+
+    def log(self):
+        self._need_float("log")
+        return self.log2().mul(C.LN2)  # log(x) = log2(x) * ln 2
+
+    def cos(self):
+        self._need_float("cos")
+        return self.add(C.HALF_PI).sin()  # cos(x) = sin(x + pi/2)
+
+    def sigmoid(self):
+        self._need_float("sigmoid")
+        return self.neg().exp().add(1).reciprocal()  # 1 / (1 + exp(-x))
+
+    def tanh(self):
+        self._need_float("tanh")
+        return self.mul(2).sigmoid().mul(2).add(-1)  # 2 sigmoid(2x) - 1
+
+    def erf(self):
+        """Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7."""
+        self._need_float("erf")
+        a = self.abs()
+        t = a.mul(C.ERF_P).add(1).reciprocal()
+        poly = self._scalar(C.ERF_A[4]).expand(self.shape)
+        for coeff in reversed(C.ERF_A[:4]):
+            poly = poly.mul(t).add(coeff)
+        poly = poly.mul(t)
+        y = poly.mul(a.mul(a).neg().exp()).neg().add(1)
+        return y.mul(self.sign())
+
+    # --- activations -----------------------------------------------------------------------
+    def relu(self):
+        return self.maximum(0)
+
+    def silu(self):
+        self._need_float("silu")
+        return self.mul(self.sigmoid())
+
+    def gelu(self, approximate: str = "none"):
+        self._need_float("gelu")
+        if approximate == "tanh":  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+            inner = self.add(self.mul(self).mul(self).mul(C.GELU_TANH_COEFF)).mul(C.SQRT_2_OVER_PI)
+            return self.mul(0.5).mul(inner.tanh().add(1))
+        if approximate != "none":
+            raise ValueError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+        return self.mul(0.5).mul(self.mul(C.INV_SQRT2).erf().add(1))  # 0.5 x (1 + erf(x/sqrt 2))
+
+    def _need_float(self, name: str):
+        if not self.dtype.is_float:
+            raise DTypeError(f"{name} needs a float tensor, got {self.dtype}; cast it first")
+
+    # --- sign, rounding, clamping ----------------------------------------------------------
+    def abs(self):
+        return self.maximum(self.neg())
+
+    def sign(self):
+        one = self._scalar(1).expand(self.shape)
+        zero = self._scalar(0).expand(self.shape)
+        return one.where_(self.gt(0), zero).sub(one.where_(self.lt(0), zero))  # sign(NaN) = 0, as torch
+
+    def trunc(self):
+        if not self.dtype.is_float:
+            return self
+        return self.sub(self.fmod(1.0))
+
+    def floor(self):
+        if not self.dtype.is_float:
+            return self
+        # x - fmod(x, 1), minus 1 for negative non-integers; exact while |x| < 2**mantissa.
+        r = self.fmod(1.0)
+        f = self.sub(r)
+        f = f.where_(r.ge(0), f.add(-1))
+        return f.where_(self.abs().lt(_mantissa_limit(self.dtype)), self)
+
+    def ceil(self):
+        if not self.dtype.is_float:
+            return self
+        return self.neg().floor().neg()
+
+    def round(self):
+        """Round half to even, like torch.round."""
+        if not self.dtype.is_float:
+            return self
+        f = self.floor()
+        d = self.sub(f)  # exact fractional part in [0, 1)
+        f_odd = f.fmod(2.0).ne(0)
+        up = d.gt(0.5).logical_or(d.eq(0.5).logical_and(f_odd))
+        return f.add(1).where_(up, f)
+
+    def clamp(self, min=None, max=None):  # noqa: A002 - torch's names
+        out = self
+        if min is not None:
+            out = out.maximum(min)
+        if max is not None:
+            out = out.minimum(max)
+        return out
+
+    clip = clamp
+
+    def maximum(self, other):
+        other = self._operand(other, "Maximum")
+        from luminal.builder import functional as F
+        from luminal.builder.tensor import broadcast_shapes
+
+        shape = broadcast_shapes(self.shape, other.shape)
+        return F.stack([self.expand(shape), other.expand(shape)], -1).max(-1)
+
+    def minimum(self, other):
+        other = self._operand(other, "Minimum")
+        if self.dtype is DType.BOOL:
+            return self.logical_and(other)
+        return self.neg().maximum(other.neg()).neg()
+
+    # --- comparisons and logic -------------------------------------------------------------
+    def lt(self, other):
+        return self._binary_prim(Op.LESS_THAN, other)
+
+    def gt(self, other):
+        return self._binary_prim(Op.LESS_THAN, other, reverse=True)
+
+    def le(self, other):
+        other = self._operand(other, "LessEqual")
+        return self.gt(other).logical_not().logical_and(self.notnan()).logical_and(other.notnan())
+
+    def ge(self, other):
+        other = self._operand(other, "GreaterEqual")
+        return self.lt(other).logical_not().logical_and(self.notnan()).logical_and(other.notnan())
+
+    def eq(self, other):
+        other = self._operand(other, "Equal")
+        if self.dtype is DType.BOOL:
+            return self.logical_xor(other).logical_not()
+        differ = self.lt(other).logical_or(self.gt(other))
+        return differ.logical_not().logical_and(self.notnan()).logical_and(other.notnan())
+
+    def ne(self, other):
+        return self.eq(other).logical_not()
+
+    def notnan(self):
+        """x == x, in primitives: true unless NaN (x < inf or -inf < x holds for all others)."""
+        if not self.dtype.is_float:
+            return self.graph.scalar(True, DType.BOOL).expand(self.shape)
+        inf = float("inf")
+        return self.lt(inf).logical_or(self.gt(-inf))
+
+    def isnan(self):
+        return self.notnan().logical_not()
+
+    def isinf(self):
+        return self.abs().eq(float("inf"))
+
+    def _as_bool(self, name):
+        if self.dtype is not DType.BOOL:
+            raise DTypeError(f"{name} needs bool tensors, got {self.dtype}; compare first or cast")
+        return self
+
+    def logical_and(self, other):
+        return self._as_bool("logical_and")._binary_prim(Op.MUL, other)
+
+    def logical_or(self, other):
+        return self._as_bool("logical_or")._binary_prim(Op.ADD, other)
+
+    def logical_not(self):
+        return self._as_bool("logical_not")._binary_prim(Op.LESS_THAN, True)  # x < True
+
+    def logical_xor(self, other):
+        other = self._operand(other, "logical_xor")
+        return self.logical_or(other).logical_and(self.logical_and(other).logical_not())
+
+    def where_(self, cond, other):
+        """`self` where `cond` holds, else `other` (torch's `Tensor.where`)."""
+        from luminal.builder import functional as F
+
+        return F.where(cond, self, other)
+
+    where = where_
+
+
+def _mantissa_limit(dtype: DType) -> float:
+    """Above this magnitude every value of `dtype` is an integer."""
+    bits = {DType.F16: 10, DType.BF16: 7, DType.F32: 23, DType.F64: 52}[dtype]
+    return float(2**bits)

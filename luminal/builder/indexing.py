@@ -1,0 +1,159 @@
+"""Gather, scatter, index_select, advanced indexing, and top-k/sort in primitives."""
+
+from __future__ import annotations
+
+from luminal.errors import DTypeError, ShapeError, UnsupportedError
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Op
+
+
+def _check_index(index, what):
+    if not index.dtype.is_int:
+        raise DTypeError(f"{what}: indices must be int32 or int64, got {index.dtype}")
+
+
+class IndexingMixin:
+    def gather(self, axis: int, index):
+        """torch.gather: out[i][j] = self[index[i][j]][j] for axis 0, and so on."""
+        from luminal.builder.tensor import normalize_axis
+
+        _check_index(index, "gather")
+        a = normalize_axis(axis, self.ndim)
+        if index.ndim != self.ndim:
+            raise ShapeError(f"gather: index has {index.ndim} dims, data has {self.ndim}")
+        data = self
+        for d in range(self.ndim):  # torch allows a smaller index off the axis
+            if d != a and not sym.equal(index.shape[d], self.shape[d]):
+                data = data.slice(d, 0, index.shape[d])
+        return data._new(Op.GATHER, self.dtype, index.shape, (data, index), a)
+
+    take_along_axis = gather
+
+    def index_select(self, axis: int, index):
+        from luminal.builder.tensor import normalize_axis
+
+        _check_index(index, "index_select")
+        if index.ndim != 1:
+            raise ShapeError(f"index_select: index must be 1-D, got shape {index.shape}")
+        a = normalize_axis(axis, self.ndim)
+        n = index.shape[0]
+        shape = self.shape[:a] + (n,) + self.shape[a + 1 :]
+        idx = index.reshape(tuple(n if i == a else 1 for i in range(self.ndim))).expand(shape)
+        return self._new(Op.GATHER, self.dtype, shape, (self, idx), a)
+
+    def scatter(self, axis: int, index, src, reduce: str | None = None):
+        """torch.scatter / scatter_reduce: a copy of self with src written at index along axis."""
+        from luminal.builder.tensor import Tensor, normalize_axis
+
+        _check_index(index, "scatter")
+        a = normalize_axis(axis, self.ndim)
+        if not isinstance(src, Tensor):
+            src = self._scalar(src).expand(index.shape)
+        if src.dtype is not self.dtype:
+            raise DTypeError(f"scatter: src dtype {src.dtype} differs from {self.dtype}")
+        for d in range(self.ndim):
+            if not sym.equal(src.shape[d], index.shape[d]):
+                src = src.slice(d, 0, index.shape[d])
+        if reduce not in (None, "add", "sum", "mul", "prod", "max", "amax", "min", "amin"):
+            raise ShapeError(f"scatter: unknown reduce {reduce!r}")
+        reduce = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}.get(reduce, reduce)
+        return self._new(Op.SCATTER, self.dtype, self.shape, (self, index, src), (a, reduce))
+
+    def normalize_index(self, index, axis: int):
+        """Negative indices count from the end of `axis` (ONNX and torch indexing semantics)."""
+        n = self.graph.scalar(self.shape[axis], index.dtype)
+        return index.add(n).where_(index.lt(0), index)
+
+    def index(self, key):
+        """Advanced indexing with integer tensors on adjacent axes (x[ids], x[:, i, j])."""
+        from luminal.builder.tensor import Tensor, broadcast_shapes
+
+        key = list(key) + [slice(None)] * (self.ndim - len(key))
+        if Ellipsis in key:
+            raise UnsupportedError("advanced indexing with Ellipsis")
+        tensor_pos = [i for i, k in enumerate(key) if isinstance(k, Tensor)]
+        if tensor_pos != list(range(tensor_pos[0], tensor_pos[-1] + 1)):
+            raise UnsupportedError("advanced indexing with non-adjacent index tensors")
+        if any(k.dtype is DType.BOOL for k in (key[i] for i in tensor_pos)):
+            raise UnsupportedError("boolean mask indexing (its result shape depends on the data)")
+        if any(k is None for k in key):
+            raise UnsupportedError("advanced indexing mixed with None")
+        x = self
+        for i, k in enumerate(key):  # plain slices first
+            if isinstance(k, slice) and k != slice(None):
+                x = x.slice(i, k.start, k.stop, k.step or 1)
+            elif not isinstance(k, (slice, Tensor)):
+                raise UnsupportedError(f"advanced indexing mixed with {k!r}")
+        first, last = tensor_pos[0], tensor_pos[-1]
+        idx = [x.normalize_index(key[i], i) for i in tensor_pos]
+        dt = DType.I64
+        idx = [t.cast(dt) for t in idx]
+        shape = broadcast_shapes(*(t.shape for t in idx))
+        linear = None
+        for pos, t in zip(tensor_pos, idx):  # row-major linear index over the indexed axes
+            t = t.expand(shape)
+            linear = t if linear is None else linear.mul(self.graph.scalar(x.shape[pos], dt)).add(t)
+        merged = x.flatten(first, last) if last > first else x
+        flat = linear.flatten() if len(shape) else linear.reshape(1)
+        picked = merged.index_select(first, flat)
+        return picked.reshape(x.shape[:first] + shape + x.shape[last + 1 :])
+
+    def topk(self, k: int, axis: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
+        """(values, int64 indices) of the k largest (smallest) along axis; ties keep order.
+
+        Rank-based, in primitives: rank[i] = #{j: x[j] beats x[i]}; the index at output
+        position r is the i whose rank is r. O(n^2) per row, exact.
+        """
+        from luminal.builder.tensor import normalize_axis
+
+        a = normalize_axis(axis, self.ndim)
+        x = self.transpose(a, -1) if self.ndim else self.reshape(1)
+        n = x.shape[-1]
+        if sym.is_static(n) and isinstance(k, int) and not 0 <= k <= n:
+            raise ShapeError(f"topk: k={k} is out of range for an axis of size {n}")
+        xi, xj = x.unsqueeze(-1), x.unsqueeze(-2)  # [..., i, j]
+        if not largest:
+            xi, xj = (xi.neg(), xj.neg()) if self.dtype is not DType.BOOL else (xi.logical_not(), xj.logical_not())
+        pos = self.graph.iota(n, DType.I64)
+        earlier = pos.reshape(1, n).lt(pos.reshape(n, 1))  # j < i
+        if self.dtype.is_float:  # NaN ranks above everything (torch)
+            ni, nj = xi.isnan(), xj.isnan()
+            gt = xj.gt(xi).logical_or(nj.logical_and(ni.logical_not()))
+            tie = xj.eq(xi).logical_or(nj.logical_and(ni))
+        elif self.dtype is DType.BOOL:
+            gt = xj.logical_and(xi.logical_not())
+            tie = xj.eq(xi)
+        else:
+            gt, tie = xj.gt(xi), xj.eq(xi)
+        beats = gt.logical_or(tie.logical_and(earlier))
+        rank = beats.cast(DType.I64).sum(-1)  # [..., i]
+        r = self.graph.iota(k, DType.I64).reshape(k, 1)
+        chosen = rank.unsqueeze(-2).eq(r)  # [..., r, i]
+        index = pos.reshape(1, n).expand(chosen.shape).where_(chosen, 0).sum(-1)  # [..., r]
+        values = x.gather(-1, index)
+        if self.ndim == 0:
+            return values.reshape(()), index.reshape(())
+        return values.transpose(a, -1), index.transpose(a, -1)
+
+    def sort(self, axis: int = -1, descending: bool = False):
+        from luminal.builder.tensor import normalize_axis
+
+        n = self.shape[normalize_axis(axis, self.ndim)] if self.ndim else 1
+        return self.topk(n, axis, largest=descending)
+
+    def triu(self, diagonal: int = 0):
+        from luminal.builder.functional import triangle
+
+        return triangle(self, diagonal, upper=True)
+
+    def tril(self, diagonal: int = 0):
+        from luminal.builder.functional import triangle
+
+        return triangle(self, diagonal, upper=False)
+
+    def embedding(self, ids):
+        """This tensor as an embedding table (V, D), rows picked by `ids`."""
+        from luminal.builder.functional import embedding
+
+        return embedding(ids, self)

@@ -1,0 +1,48 @@
+"""Matrix products: broadcast-multiply then SumReduce over K (K last, as upstream).
+
+`a[..., M, K] @ b[..., K, N]` is `sum(a[..., M, 1, K] * bT[..., 1, N, K], axis=-1)` with torch's
+batch broadcasting and 1-D promotion rules; the egraph layer recognizes the pattern as MatMul.
+f16/bf16 operands are cast to f32 first, so products and sums accumulate in f32.
+"""
+
+from __future__ import annotations
+
+from luminal.errors import DTypeError, ShapeError
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+
+
+class LinalgMixin:
+    def matmul(self, other):
+        other = self._operand(other, "MatMul")
+        if self.ndim == 0 or other.ndim == 0:
+            raise ShapeError("matmul needs tensors with at least one dim")
+        if self.dtype is DType.BOOL:
+            raise DTypeError("matmul of bool tensors")
+        a = self.unsqueeze(0) if self.ndim == 1 else self
+        b = other.unsqueeze(-1) if other.ndim == 1 else other
+        if not sym.equal(a.shape[-1], b.shape[-2]):
+            raise ShapeError(f"matmul: shapes {self.shape} and {other.shape} disagree on K ({a.shape[-1]} vs {b.shape[-2]})")
+        from luminal.builder.tensor import broadcast_shapes
+
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        acc = self.dtype.accumulator if self.dtype.is_float else self.dtype
+        lhs = a.cast(acc).unsqueeze(-2).expand(batch + (m, n, k))
+        rhs = b.cast(acc).transpose(-1, -2).unsqueeze(-3).expand(batch + (m, n, k))
+        out = lhs.mul(rhs).sum(-1, dtype=acc).cast(self.dtype)
+        if self.ndim == 1:
+            out = out.squeeze(-2)
+        if other.ndim == 1:
+            out = out.squeeze(-1)
+        return out
+
+    def bmm(self, other):
+        if self.ndim != 3 or other.ndim != 3:
+            raise ShapeError(f"bmm needs two 3-D tensors, got {self.shape} and {other.shape}")
+        return self.matmul(other)
+
+    def linear(self, weight, bias=None):
+        """x @ weight.T + bias, as torch.nn.functional.linear."""
+        out = self.matmul(weight.T if weight.ndim == 2 else weight)
+        return out if bias is None else out.add(bias)

@@ -1,0 +1,32 @@
+"""Every error a user can cause derives from `LuminalError` and names the thing at fault."""
+
+
+class LuminalError(Exception):
+    """Base class of every error luminal raises on purpose."""
+
+
+class DTypeError(LuminalError, TypeError):
+    """Operands of an op have mismatched or unsupported dtypes."""
+
+
+class ShapeError(LuminalError, ValueError):
+    """Shapes do not broadcast, do not match an op's contract, or cannot be reshaped."""
+
+
+class UnknownOpError(LuminalError, KeyError):
+    """An op name that is not in luminal's op table."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class UnsupportedError(LuminalError, NotImplementedError):
+    """A well-formed request that luminal does not implement (yet)."""
+
+
+class InputError(LuminalError, ValueError):
+    """A missing, extra, or wrongly shaped/typed input at run time."""
+
+
+class IndexOutOfRange(LuminalError, IndexError):
+    """A Gather/Scatter index outside its axis at run time."""

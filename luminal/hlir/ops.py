@@ -1,0 +1,186 @@
+"""The op vocabulary of the HLIR and its immutable, interned nodes.
+
+One `Op` enum holds every op; named groups (`UNARY`, `BINARY`, `REDUCE`, ...) are what the
+runtime, the egraph encoder and the CUDA renderer dispatch on. A `Node` is `(op, dtype, shape,
+src, arg)`, frozen and hash-consed: building the same node twice returns the same object, so
+common subexpressions are shared for free and nodes can be compared by identity.
+
+Semantics (the NumPy runtime in `luminal/runtime/` is the executable form of this table):
+- EXP2, LOG2, SIN, SQRT, RECIP: float -> same float dtype, IEEE behaviour (recip(0) = inf).
+- ADD, MUL: same dtype in and out; on bool they are logical or / and.
+- MOD: C `fmod` (truncated; the result has the sign of the dividend), ints and floats.
+- LESS_THAN: operands of one dtype, result bool.
+- SUM_REDUCE, MAX_REDUCE (arg = axis): remove that axis; accumulate in the input dtype (the
+  builder casts f16/bf16 to f32 first and back after); MAX_REDUCE propagates NaN, and over an
+  empty axis yields the dtype's lowest value.
+- IOTA (arg = length): 0, 1, ..., n-1 in an integer dtype.
+- GATHER (src = data, index; arg = axis): out[i..] = data[i.. with index[i..] on axis];
+  index has an integer dtype, the rank of data and its shape except on `axis`; indices in
+  [0, n). `take_along_axis` semantics.
+- SCATTER (src = data, index, updates; arg = (axis, reduce)): a copy of data with updates
+  written (reduce=None) or added (reduce="add") at index along axis.
+- CAST (dtype = target): C conversion; float -> int truncates toward zero.
+- CONSTANT (arg = a scalar, a symbolic dim expression, or a `ConstantArray`), INPUT (arg =
+  name): leaves. VIEW (arg = ShapeTracker): a free reinterpretation of a contiguous buffer.
+  CONTIGUOUS: materializes a view that no tracker can express (a reshape of a permuted view).
+Binary ops never promote: the builder (or a frontend) inserts explicit CASTs.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from luminal.errors import UnknownOpError
+from luminal.hlir.dtypes import DType
+from luminal.hlir.symbolic import Dim
+
+
+class Op(enum.Enum):
+    # leaves
+    INPUT = enum.auto()
+    CONSTANT = enum.auto()
+    IOTA = enum.auto()
+    # unary
+    EXP2 = enum.auto()
+    LOG2 = enum.auto()
+    SIN = enum.auto()
+    SQRT = enum.auto()
+    RECIP = enum.auto()
+    CAST = enum.auto()
+    # binary
+    ADD = enum.auto()
+    MUL = enum.auto()
+    MOD = enum.auto()
+    LESS_THAN = enum.auto()
+    # reduce (arg = axis)
+    SUM_REDUCE = enum.auto()
+    MAX_REDUCE = enum.auto()
+    # indexing
+    GATHER = enum.auto()
+    SCATTER = enum.auto()
+    # movement
+    VIEW = enum.auto()
+    CONTIGUOUS = enum.auto()
+
+    @staticmethod
+    def from_name(name: str) -> Op:
+        """The op called `name` ('Exp2', 'EXP2', 'exp2' and 'LessThan' all work)."""
+        key = name.replace("_", "").upper()
+        for op in Op:
+            if op.name.replace("_", "") == key:
+                return op
+        known = ", ".join(op.title for op in Op)
+        raise UnknownOpError(f"unknown op {name!r}; the HLIR ops are: {known}")
+
+    @property
+    def title(self) -> str:
+        """CamelCase name as in DESIGN.md (`LessThan`, `SumReduce`)."""
+        return "".join(part.capitalize() for part in self.name.split("_"))
+
+
+LEAF = frozenset({Op.INPUT, Op.CONSTANT, Op.IOTA})
+UNARY = frozenset({Op.EXP2, Op.LOG2, Op.SIN, Op.SQRT, Op.RECIP})
+BINARY = frozenset({Op.ADD, Op.MUL, Op.MOD, Op.LESS_THAN})
+COMMUTATIVE = frozenset({Op.ADD, Op.MUL})
+REDUCE = frozenset({Op.SUM_REDUCE, Op.MAX_REDUCE})
+INDEXING = frozenset({Op.GATHER, Op.SCATTER})
+MOVEMENT = frozenset({Op.VIEW, Op.CONTIGUOUS})
+ELEMENTWISE = UNARY | BINARY | {Op.CAST}
+
+
+class ConstantArray:
+    """A tensor constant (a weight) held by a CONSTANT node; compared by identity."""
+
+    _ids = itertools.count()
+
+    def __init__(self, array: np.ndarray, name: str | None = None):
+        self.array = np.ascontiguousarray(array).view()  # a view: the caller's array stays writable
+        self.array.flags.writeable = False
+        self.name = name or f"const{next(self._ids)}"
+
+    def __repr__(self) -> str:
+        return f"<{self.name} {self.array.dtype}{list(self.array.shape)}>"
+
+
+def _key(value: Any) -> Any:
+    """An interning key that tells apart what `==` conflates (0.0/-0.0, 1/1.0/True, NaN)."""
+    if isinstance(value, float):
+        return ("f", value.hex())
+    if isinstance(value, (bool, int)):
+        return (type(value).__name__, value)
+    if isinstance(value, tuple):
+        return tuple(_key(v) for v in value)
+    return value
+
+
+_INTERNED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Node:
+    op: Op
+    dtype: DType
+    shape: tuple[Dim, ...]
+    src: tuple[Node, ...] = ()
+    arg: Any = None
+
+    def __new__(cls, op, dtype, shape, src=(), arg=None):
+        key = (op, dtype, shape, tuple(id(s) for s in src), _key(arg))
+        node = _INTERNED.get(key)
+        if node is None:
+            node = object.__new__(cls)
+            object.__setattr__(node, "_key", key)
+            object.__setattr__(node, "_src_ref", src)  # keeps src alive while node lives
+            _INTERNED[key] = node
+        return node
+
+    def __init__(self, op, dtype, shape, src=(), arg=None):
+        if "op" in self.__dict__:
+            return  # an interned node: already initialized
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "shape", tuple(shape))
+        object.__setattr__(self, "src", tuple(src))
+        object.__setattr__(self, "arg", arg)
+
+    def replace(self, **changes) -> Node:
+        fields = {k: getattr(self, k) for k in ("op", "dtype", "shape", "src", "arg")}
+        fields.update(changes)
+        return Node(**fields)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        shape = ", ".join(str(d) for d in self.shape)
+        arg = "" if self.arg is None else f" {self.arg!r}"
+        return f"{self.op.title}:{self.dtype.short}[{shape}]{arg}"
+
+    def __reduce__(self):  # pickling re-interns
+        return (Node, (self.op, self.dtype, self.shape, self.src, self.arg))
+
+
+def toposort(roots) -> list[Node]:
+    """All nodes reachable from `roots`, each after its sources (iterative, deterministic)."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((s, False) for s in reversed(node.src) if id(s) not in seen)
+    return order

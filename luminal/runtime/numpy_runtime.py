@@ -1,0 +1,201 @@
+"""The NumPy reference runtime: one NumPy expression per op. This is the executable spec.
+
+`NumpyRuntime(outputs)` plans once (topological order, the last use of every buffer) and can
+then be called many times with different values of the symbolic dims. Buffers are dropped as
+soon as their last consumer ran; views are NumPy views of their source buffer (no copy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from luminal.errors import IndexOutOfRange, LuminalError, UnsupportedError
+from luminal.hlir import symbolic as sym
+from luminal.hlir.ops import ConstantArray, Node, Op, toposort
+from luminal.hlir.shape import ShapeTracker
+from luminal.runtime.binding import bind_inputs
+
+Impl = Callable[..., np.ndarray]
+IMPLS: dict[Op, Impl] = {}
+
+
+def impl(*ops: Op):
+    def register(fn: Impl) -> Impl:
+        for op in ops:
+            IMPLS[op] = fn
+        return fn
+
+    return register
+
+
+def _shape(node: Node, b) -> tuple[int, ...]:
+    return tuple(sym.evaluate(d, b) for d in node.shape)
+
+
+UNARY_FNS = {Op.EXP2: np.exp2, Op.LOG2: np.log2, Op.SIN: np.sin, Op.SQRT: np.sqrt, Op.RECIP: np.reciprocal}
+BINARY_FNS = {Op.ADD: np.add, Op.MUL: np.multiply, Op.MOD: np.fmod, Op.LESS_THAN: np.less}
+SCATTER_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+@impl(*UNARY_FNS)
+def _unary(node, b, x):
+    return UNARY_FNS[node.op](x).astype(node.dtype.numpy, copy=False)
+
+
+@impl(*BINARY_FNS)
+def _binary(node, b, x, y):
+    if node.op is Op.ADD and node.dtype.numpy == np.bool_:
+        return np.logical_or(x, y)
+    if node.op is Op.MUL and node.dtype.numpy == np.bool_:
+        return np.logical_and(x, y)
+    return BINARY_FNS[node.op](x, y).astype(node.dtype.numpy, copy=False)
+
+
+@impl(Op.CAST)
+def _cast(node, b, x):
+    return x.astype(node.dtype.numpy)
+
+
+@impl(Op.SUM_REDUCE)
+def _sum(node, b, x):
+    return np.sum(x, axis=node.arg, dtype=node.dtype.numpy)
+
+
+@impl(Op.MAX_REDUCE)
+def _max(node, b, x):
+    dt = node.dtype.numpy
+    lowest = False if dt == np.bool_ else (-np.inf if node.dtype.is_float else np.iinfo(dt).min)
+    return np.max(x, axis=node.arg, initial=lowest).astype(dt, copy=False)
+
+
+@impl(Op.IOTA)
+def _iota(node, b):
+    return np.arange(sym.evaluate(node.arg, b), dtype=node.dtype.numpy)
+
+
+@impl(Op.CONSTANT)
+def _constant(node, b):
+    if isinstance(node.arg, ConstantArray):
+        return node.arg.array
+    value = node.arg if isinstance(node.arg, (bool, int, float)) else sym.evaluate(node.arg, b)
+    return np.array(value).astype(node.dtype.numpy)
+
+
+def _check_index(node, data, index, axis):
+    n = data.shape[axis]
+    if index.size and (index.min() < 0 or index.max() >= n):
+        bad = index[(index < 0) | (index >= n)].ravel()[0]
+        raise IndexOutOfRange(f"{node.op.title}: index {bad} is out of range for axis {axis} of size {n}")
+
+
+@impl(Op.GATHER)
+def _gather(node, b, data, index):
+    _check_index(node, data, index, node.arg)
+    return np.take_along_axis(data, index.astype(np.intp, copy=False), axis=node.arg)
+
+
+@impl(Op.SCATTER)
+def _scatter(node, b, data, index, updates):
+    axis, reduce = node.arg
+    _check_index(node, data, index, axis)
+    out = np.array(data, copy=True)
+    index = index.astype(np.intp, copy=False)
+    if reduce is None:
+        np.put_along_axis(out, index, updates, axis=axis)
+    else:
+        grid = list(np.ix_(*[np.arange(n) for n in index.shape]))
+        grid[axis] = index
+        SCATTER_UFUNCS[reduce].at(out, tuple(grid), updates)
+    return out
+
+
+@impl(Op.CONTIGUOUS)
+def _contiguous(node, b, x):
+    return np.ascontiguousarray(x)
+
+
+@impl(Op.VIEW)
+def _view(node, b, x):
+    return read_view(np.ascontiguousarray(x), node.arg, b)
+
+
+def read_view(buf: np.ndarray, st: ShapeTracker, b) -> np.ndarray:
+    """The elements `st` describes, read out of the contiguous buffer `buf` (no copy unless masked)."""
+    shape = [sym.evaluate(d, b) for d in st.shape]
+    strides = [sym.evaluate(s, b) for s in st.strides]
+    offset = sym.evaluate(st.offset, b)
+    if 0 in shape:
+        return np.zeros(shape, buf.dtype)
+    flat = buf.reshape(-1)
+    if st.mask is None:
+        return _strided(flat, offset, shape, strides)
+    box = [(min(max(sym.evaluate(lo, b), 0), n), min(max(sym.evaluate(hi, b), 0), n)) for (lo, hi), n in zip(st.mask, shape)]
+    out = np.zeros(shape, buf.dtype)
+    box_shape = [max(hi - lo, 0) for lo, hi in box]
+    if 0 not in box_shape:
+        start = offset + sum(lo * s for (lo, _), s in zip(box, strides))
+        out[tuple(slice(lo, hi) for lo, hi in box)] = _strided(flat, start, box_shape, strides)
+    return out
+
+
+def _strided(flat: np.ndarray, offset: int, shape, strides) -> np.ndarray:
+    lo = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    hi = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    if lo < 0 or hi >= flat.size:
+        raise LuminalError(f"internal error: view reads [{lo}, {hi}] of a buffer of {flat.size} elements")
+    item = flat.itemsize
+    base = flat[offset:] if offset < flat.size else flat[-1:]
+    return np.lib.stride_tricks.as_strided(
+        base, shape=shape, strides=[s * item for s in strides], writeable=False
+    )
+
+
+class NumpyRuntime:
+    """Executes the graph that computes `outputs` on NumPy arrays."""
+
+    def __init__(self, outputs: list[Node]):
+        self.outputs = list(outputs)
+        self.order = toposort(self.outputs)
+        missing = sorted({n.op.title for n in self.order if n.op not in IMPLS and n.op is not Op.INPUT})
+        if missing:
+            raise UnsupportedError(f"the NumPy runtime has no implementation of op(s) {missing}")
+        self.inputs = [n for n in self.order if n.op is Op.INPUT]
+        position = {id(n): i for i, n in enumerate(self.order)}
+        keep = {id(n) for n in self.outputs}
+        # after step i ran, these buffers are dead
+        self.frees: list[list[int]] = [[] for _ in self.order]
+        last: dict[int, int] = {}
+        for i, node in enumerate(self.order):
+            for s in node.src:
+                last[id(s)] = i
+        for nid, i in last.items():
+            if nid not in keep:
+                self.frees[i].append(nid)
+        self._position = position
+
+    def __call__(self, feeds: dict) -> list[np.ndarray]:
+        arrays, bindings = bind_inputs(self.inputs, feeds)
+        return self.run(arrays, bindings)
+
+    def run(self, arrays: dict[str, np.ndarray], bindings: dict[str, int]) -> list[np.ndarray]:
+        buffers: dict[int, np.ndarray] = {}
+        with np.errstate(all="ignore"):
+            for i, node in enumerate(self.order):
+                if node.op is Op.INPUT:
+                    out = arrays[node.arg]
+                else:
+                    out = IMPLS[node.op](node, bindings, *(buffers[id(s)] for s in node.src))
+                buffers[id(node)] = out
+                for nid in self.frees[i]:
+                    del buffers[nid]
+        results, handed_out = [], set()
+        for node in self.outputs:
+            out = np.asarray(buffers[id(node)])
+            # never hand out a view of a weight, an input or another output
+            if node.op in (Op.INPUT, Op.CONSTANT) or not out.flags.owndata or id(node) in handed_out:
+                out = np.array(out)
+            handed_out.add(id(node))
+            results.append(out)
+        return results
