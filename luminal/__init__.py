@@ -2,6 +2,7 @@
 
 from luminal.builder import Graph, Tensor
 from luminal.builder.functional import arange, chunk, concat, full, split, stack, where
+from luminal.compiler import CompiledGraph, Report, compile_graph, stats
 from luminal.errors import (
     DTypeError,
     IndexOutOfRange,
@@ -16,10 +17,27 @@ from luminal.hlir.dtypes import bf16, bool_, f16, f32, f64, int32, int64
 
 cat = concat
 
+
+def __getattr__(name):
+    """Entry points that pull in heavy frontends (torch, onnx) only when first used."""
+    if name == "onnx":
+        import importlib
+
+        return importlib.import_module("luminal.onnx")
+    if name in ("compile", "backend", "CompiledModel"):
+        from luminal.frontends import torch as torch_frontend
+
+        return getattr(torch_frontend, name)
+    if name == "load":
+        from luminal.saving import load
+
+        return load
+    raise AttributeError(f"module 'luminal' has no attribute {name!r}")
+
 __version__ = "0.1.0"
 
 __all__ = [
-    "DType", "DTypeError", "Graph", "IndexOutOfRange", "InputError", "LuminalError", "Op",
+    "CompiledGraph", "DType", "DTypeError", "Report", "compile_graph", "stats", "Graph", "IndexOutOfRange", "InputError", "LuminalError", "Op",
     "ShapeError", "Tensor", "UnknownOpError", "UnsupportedError", "arange", "bf16", "bool_",
     "cat", "chunk", "concat", "f16", "f32", "f64", "full", "int32", "int64", "split", "stack",
     "where",

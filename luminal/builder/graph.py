@@ -117,6 +117,12 @@ class Graph:
         return self._runtime({k: v for k, v in feeds.items() if k not in self._unused_inputs})
 
     # --- inspection ------------------------------------------------------------------------
+    def compile(self, *, device: str = "cpu", optimize: bool | None = None):
+        """Optimize (egglog) and bind to a runtime: see `luminal.compiler.compile_graph`."""
+        from luminal.compiler import compile_graph
+
+        return compile_graph(self, device=device, optimize=optimize)
+
     def op_counts(self) -> dict[str, int]:
         """How many nodes of each op the outputs depend on (views included)."""
         return dict(collections.Counter(n.op.title for n in self.nodes()).most_common())

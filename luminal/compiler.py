@@ -1,0 +1,178 @@
+"""The compile pipeline shared by every frontend: named passes from an HLIR graph to a runtime.
+
+    frontend (torch / onnx / builder)  ->  optimize (luminal.egraph)  ->  runtime for `device`
+
+`compile_graph(graph)` returns a `CompiledGraph`: callable with NumPy arrays, with a `report()`
+of what each pass did and how long it took. Frontends wrap it (mapping their own inputs and
+output structures); `luminal.stats()` counts compilations and the calls each one served.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from luminal.errors import InputError, LuminalError
+from luminal.hlir.ops import Node, Op, toposort
+
+DEVICES = ("cpu", "cuda", "cuda-emulator")
+
+
+@dataclass
+class Report:
+    """What the compiler did: time per phase, op counts before and after, rewrites fired."""
+
+    name: str = "graph"
+    phases: dict[str, float] = field(default_factory=dict)  # phase -> seconds
+    ops_before: dict[str, int] = field(default_factory=dict)
+    ops_after: dict[str, int] = field(default_factory=dict)
+    rules_fired: dict[str, int] = field(default_factory=dict)
+    egraph_size: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"luminal compile report: {self.name}"]
+        total = sum(self.phases.values())
+        lines.append(f"  phases (total {total * 1e3:.1f} ms):")
+        lines += [f"    {k:<12} {v * 1e3:9.1f} ms" for k, v in self.phases.items()]
+        kinds = sorted(set(self.ops_before) | set(self.ops_after), key=lambda k: -self.ops_before.get(k, 0))
+        lines.append(f"  ops: {sum(self.ops_before.values())} before, {sum(self.ops_after.values())} after")
+        lines.append(f"    {'op':<18} {'before':>7} {'after':>7}")
+        lines += [f"    {k:<18} {self.ops_before.get(k, 0):>7} {self.ops_after.get(k, 0):>7}" for k in kinds]
+        if self.egraph_size is not None:
+            lines.append(f"  e-graph size: {self.egraph_size} e-nodes")
+        if self.rules_fired:
+            lines.append("  rules fired:")
+            lines += [f"    {k:<40} {v:>6}" for k, v in sorted(self.rules_fired.items(), key=lambda kv: -kv[1])]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731 - IPython
+
+
+def op_counts(outputs: list[Node]) -> dict[str, int]:
+    return dict(collections.Counter(n.op.title for n in toposort(outputs)).most_common())
+
+
+class _Stats:
+    """Process-wide counters behind `luminal.stats()`."""
+
+    def __init__(self):
+        self.compiled: list[CompiledGraph] = []
+
+    def snapshot(self) -> dict:
+        return {
+            "graphs_compiled": len(self.compiled),
+            "calls": [g.calls for g in self.compiled],
+            "graphs": [{"name": g.name, "calls": g.calls} for g in self.compiled],
+        }
+
+
+STATS = _Stats()
+
+
+def stats() -> dict:
+    """How many graphs luminal compiled in this process and how many calls each served."""
+    return STATS.snapshot()
+
+
+class CompiledGraph:
+    """An optimized graph bound to a runtime. Call it with {input name: array} or positionally."""
+
+    def __init__(self, inputs: list[Node], outputs: list[Node], output_names: list[str], runtime, report: Report):
+        self.inputs = inputs
+        self.outputs = outputs
+        self.output_names = output_names
+        self.runtime = runtime
+        self._report = report
+        self.name = report.name
+        self.calls = 0
+
+    @property
+    def input_names(self) -> list[str]:
+        return [n.arg for n in self.inputs]
+
+    def __call__(self, *args, **kwargs) -> list[np.ndarray]:
+        if args and isinstance(args[0], dict) and len(args) == 1:
+            feeds = dict(args[0], **kwargs)
+        else:
+            if len(args) > len(self.inputs):
+                raise InputError(f"{len(args)} positional inputs given, the graph takes {len(self.inputs)}: {self.input_names}")
+            feeds = dict(zip(self.input_names, args), **kwargs)
+        self.calls += 1
+        return self.runtime(feeds)
+
+    def report(self) -> Report:
+        return self._report
+
+    def cuda_source(self) -> str:
+        from luminal import kernels
+
+        render = getattr(kernels, "render_graph", None)
+        if render is None:
+            raise LuminalError("the CUDA renderer is not available in this build")
+        return render(self.outputs)
+
+
+def make_runtime(outputs: list[Node], device: str):
+    if device == "cpu":
+        from luminal.runtime import NumpyRuntime
+
+        return NumpyRuntime(outputs)
+    if device not in DEVICES:
+        raise LuminalError(f"unknown device {device!r}; choose one of {DEVICES}")
+    from luminal import kernels
+
+    factory = getattr(kernels, "make_runtime", None)
+    if factory is None:
+        raise LuminalError(f"device {device!r} is not available in this build")
+    return factory(outputs, device)
+
+
+def optimize_enabled(optimize: bool | None) -> bool:
+    if optimize is not None:
+        return optimize
+    return os.environ.get("LUMINAL_OPTIMIZE", "1") != "0"
+
+
+def compile_outputs(
+    inputs: list[Node], outputs: list[Node], output_names: list[str] | None = None, *,
+    device: str = "cpu", optimize: bool | None = None, name: str = "graph", report: Report | None = None,
+) -> CompiledGraph:
+    """Run the passes on `outputs` (HLIR nodes) and bind the result to a runtime."""
+    report = report or Report(name=name)
+    report.ops_before = op_counts(outputs)
+    optimized = list(outputs)
+    if optimize_enabled(optimize):
+        t0 = time.perf_counter()
+        try:
+            from luminal import egraph
+        except ImportError:
+            egraph = None
+        if egraph is not None and hasattr(egraph, "optimize"):
+            optimized = egraph.optimize(optimized, report)
+        else:
+            report.notes.append("rewriting skipped: luminal.egraph is not available")
+        report.phases.setdefault("optimize", time.perf_counter() - t0)
+    report.ops_after = op_counts(optimized)
+    t0 = time.perf_counter()
+    runtime = make_runtime(optimized, device)
+    report.phases["runtime"] = time.perf_counter() - t0
+    used = {id(n) for n in toposort(optimized) if n.op is Op.INPUT}
+    kept_inputs = [n for n in inputs if id(n) in used]
+    compiled = CompiledGraph(kept_inputs, optimized, output_names or [f"out{i}" for i in range(len(outputs))], runtime, report)
+    STATS.compiled.append(compiled)
+    return compiled
+
+
+def compile_graph(graph, *, device: str = "cpu", optimize: bool | None = None) -> CompiledGraph:
+    """Compile a builder `Graph`."""
+    if not graph.outputs:
+        raise LuminalError("the graph has no outputs; call g.output(tensor) first")
+    names = [n for n, _ in graph.outputs]
+    return compile_outputs(list(graph.inputs.values()), graph.output_nodes, names, device=device,
+                           optimize=optimize, name=graph.name)
