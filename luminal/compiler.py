@@ -109,6 +109,12 @@ class CompiledGraph:
     def report(self) -> Report:
         return self._report
 
+    def save(self, path, meta: dict | None = None):
+        """Write this compiled graph to a `.lum` file; `luminal.load(path)` reads it back."""
+        from luminal.saving import save_compiled
+
+        return save_compiled(self, path, meta)
+
     def cuda_source(self) -> str:
         from luminal import kernels
 
