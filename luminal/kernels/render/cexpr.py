@@ -1,0 +1,95 @@
+"""Symbolic dims and constants as C expressions.
+
+Dims are ints or sympy expressions over nonnegative symbols; in a kernel every symbol is a
+`long long` argument named `d_<name>`. Division only appears as floor/ceiling of a quotient of
+nonnegative terms, which C integer division computes exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import sympy
+
+from luminal.errors import UnsupportedError
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+
+
+def c_dim(d, ll: bool = True) -> str:
+    """A dim (int or sympy) as C integer arithmetic."""
+    suffix = "LL" if ll else ""
+    if isinstance(d, int):
+        return f"{d}{suffix}" if d >= 0 else f"({d}{suffix})"
+    return _c(sympy.sympify(d), suffix)
+
+
+def _c(e, suffix: str) -> str:
+    if e.is_Integer:
+        v = int(e)
+        return f"{v}{suffix}" if v >= 0 else f"({v}{suffix})"
+    if e.is_Symbol:
+        return f"d_{e.name}"
+    if e.is_Add:
+        return "(" + " + ".join(_c(a, suffix) for a in e.args) + ")"
+    if e.is_Mul:
+        num, den = sympy.fraction(e)
+        if den != 1:
+            raise UnsupportedError(f"dim expression {e} is not an integer")
+        return "(" + " * ".join(_c(a, suffix) for a in e.args) + ")"
+    if e.is_Pow and e.exp.is_Integer and int(e.exp) > 0:
+        return "(" + " * ".join([_c(e.base, suffix)] * int(e.exp)) + ")"
+    if isinstance(e, (sympy.floor, sympy.ceiling)):
+        num, den = sympy.fraction(sympy.together(e.args[0]))
+        n, m = _c(num, suffix), _c(den, suffix)
+        return f"({n} / {m})" if isinstance(e, sympy.floor) else f"(({n} + {m} - 1) / {m})"
+    if isinstance(e, sympy.Mod):
+        return f"({_c(e.args[0], suffix)} % {_c(e.args[1], suffix)})"
+    if isinstance(e, (sympy.Min, sympy.Max)):
+        fn = "lum_min" if isinstance(e, sympy.Min) else "lum_max"
+        out = _c(e.args[0], suffix)
+        for a in e.args[1:]:
+            out = f"{fn}({out}, {_c(a, suffix)})"
+        return out
+    raise UnsupportedError(f"cannot render dim expression {e} as C")
+
+
+def dims_symbols(*dim_lists) -> list[str]:
+    """Names of the symbols the given dims use, sorted (the order of the kernel arguments)."""
+    names: set[str] = set()
+    for dims in dim_lists:
+        for d in dims:
+            names |= {s.name for s in sym.free_symbols(d)}
+    return sorted(names)
+
+
+def c_literal(value, dtype: DType) -> str:
+    """A scalar constant in the compute type of `dtype` (float for f16/bf16), exact."""
+    if dtype is DType.BOOL:
+        return "true" if value else "false"
+    if hasattr(value, "free_symbols") and not isinstance(value, (int, float)):
+        return f"(({compute_type(dtype)}){c_dim(value)})"
+    if dtype.is_int:
+        v = int(value)
+        return f"{v}LL" if dtype is DType.I64 else str(v)
+    if dtype is DType.F64:
+        v = float(value)
+        if math.isnan(v):
+            return "__longlong_as_double(0x7ff8000000000000LL)"
+        if math.isinf(v):
+            return "__longlong_as_double(0x7ff0000000000000LL)" if v > 0 else "__longlong_as_double(0xfff0000000000000LL)"
+        return v.hex()
+    v = float(np.asarray(value).astype(dtype.numpy).astype(np.float32))  # the value the dtype holds
+    if math.isnan(v):
+        return "__int_as_float(0x7fc00000)"
+    if math.isinf(v):
+        return "__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)"
+    return float(np.float32(v)).hex() + "f"
+
+
+def compute_type(dtype: DType) -> str:
+    """The C type values of `dtype` are computed in (f16/bf16 compute in float)."""
+    if dtype in (DType.F16, DType.BF16):
+        return "float"
+    return dtype.ctype

@@ -1,0 +1,266 @@
+"""Kernel generators, one per op kind. Each returns the launches that compute one HLIR node.
+
+- elementwise (unary, binary, cast, iota, contiguous copies): one thread per output element;
+- reductions: one warp per output element, lanes stride over the axis, then warp shuffles;
+- gather: one thread per output element; an out-of-range index sets the error flag;
+- scatter: a copy of the data, then one thread per update (atomics when reducing).
+Sources are read through their views (strides, offset, padding mask) and symbolic dims are
+`long long d_<name>` kernel arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from luminal.errors import UnsupportedError
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import BINARY, UNARY, Node, Op
+from luminal.hlir.shape import contiguous_strides
+from luminal.kernels.render.cexpr import c_dim, compute_type, dims_symbols
+from luminal.kernels.render.cstyle import cast_value, code_for_op, is_inline_scalar, read, store_value, unravel, view_of
+
+THREADS = 256
+WARPS_PER_BLOCK = 4
+
+
+@dataclass
+class KernelSpec:
+    """One launch: `name(out, inputs..., [err], dims...)` over `grid` blocks of `block` threads."""
+
+    name: str
+    source: str
+    output: Node
+    inputs: list[Node]  # buffer nodes, in argument order
+    symbols: list[str]
+    grid: object  # a dim: number of blocks
+    block: int
+    uses_error_flag: bool = False
+    dtypes: set = field(default_factory=set)
+
+
+def _buffer_sources(node: Node) -> list[Node]:
+    """Distinct buffer nodes `node` reads (views resolved, inline scalars skipped)."""
+    out: list[Node] = []
+    for s in node.src:
+        base, _ = view_of(s)
+        if not is_inline_scalar(base) and all(base is not b for b in out):
+            out.append(base)
+    return out
+
+
+def _signature(name: str, out: Node, inputs: list[Node], symbols: list[str], err: bool) -> str:
+    params = [f"{out.dtype.ctype}* __restrict__ out"]
+    params += [f"const {b.dtype.ctype}* __restrict__ in{k}" for k, b in enumerate(inputs)]
+    if err:
+        params.append("int* __restrict__ err")
+    params += [f"long long d_{s}" for s in symbols]
+    return f'extern "C" __global__ void {name}({", ".join(params)})'
+
+
+def _pointer(src: Node, inputs: list[Node]) -> str | None:
+    base, _ = view_of(src)
+    for k, b in enumerate(inputs):
+        if b is base:
+            return f"in{k}"
+    return None
+
+
+def _symbols(node: Node, extra=()) -> list[str]:
+    dims = [node.shape, *extra]
+    for s in node.src:
+        _, st = view_of(s)
+        dims += [st.shape, st.strides, (st.offset,)]
+        if st.mask:
+            dims += [tuple(x for lo_hi in st.mask for x in lo_hi)]
+        base, _ = view_of(s)
+        if is_inline_scalar(base) and hasattr(base.arg, "free_symbols") and not isinstance(base.arg, (int, float)):
+            dims += [(base.arg,)]
+    if node.op is Op.IOTA:
+        dims += [(node.arg,)]
+    return dims_symbols(*dims)
+
+
+def _dtypes(node: Node) -> set:
+    return {node.dtype} | {view_of(s)[0].dtype for s in node.src}
+
+
+def _elementwise_value(node: Node, idx: list[str], inputs) -> str:
+    t = compute_type(node.dtype)
+    if node.op is Op.IOTA:
+        return f"(({t}){idx[0]})"
+    if node.op is Op.CONTIGUOUS:
+        return read(node.src[0], idx, _pointer(node.src[0], inputs))
+    if node.op is Op.CAST:
+        src = node.src[0]
+        return cast_value(src.dtype, node.dtype, read(src, idx, _pointer(src, inputs)))
+    if node.op in UNARY:
+        return code_for_op[node.op](t, read(node.src[0], idx, _pointer(node.src[0], inputs)))
+    if node.op in BINARY:
+        a, b = (read(s, idx, _pointer(s, inputs)) for s in node.src)
+        operand_t = compute_type(node.src[0].dtype)
+        return code_for_op[node.op](operand_t, a, b)
+    raise UnsupportedError(f"no CUDA kernel for op {node.op.title}")
+
+
+def elementwise(node: Node, name: str) -> list[KernelSpec]:
+    inputs = _buffer_sources(node)
+    symbols = _symbols(node)
+    numel = sym.product(node.shape)
+    idx, lines = unravel("idx", node.shape)
+    value = _elementwise_value(node, idx, inputs)
+    body = "\n    ".join(lines)
+    src = f"""{_signature(name, node, inputs, symbols, False)} {{
+  long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= {c_dim(numel)}) return;
+  {{
+    {body}
+    out[idx] = {store_value(node.dtype, value)};
+  }}
+}}
+"""
+    return [KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, dtypes=_dtypes(node))]
+
+
+_SHFL_TYPES = {"float", "double", "int", "long long"}
+
+
+def reduce(node: Node, name: str) -> list[KernelSpec]:
+    """A warp per output element: strided partial sums/maxes, then a shuffle tree."""
+    (src,) = node.src
+    axis = node.arg
+    inputs = _buffer_sources(node)
+    symbols = _symbols(node, extra=[src.shape])
+    t = compute_type(node.dtype)
+    acc_t = t if t in _SHFL_TYPES else "int"  # bool max reduces as int
+    n_out = sym.product(node.shape)
+    k = src.shape[axis]
+    out_idx, lines = unravel("row", node.shape, "o")
+    full = out_idx[:axis] + ["r"] + out_idx[axis:]
+    value = read(src, full, _pointer(src, inputs))
+    if node.op is Op.SUM_REDUCE:
+        init, combine = f"({acc_t})0", "acc + v"
+    else:
+        lowest = {"float": "-__int_as_float(0x7f800000)", "double": "-__longlong_as_double(0x7ff0000000000000LL)",
+                  "int": "(-2147483647 - 1)", "long long": "(-9223372036854775807LL - 1)"}[acc_t]
+        init, combine = lowest, "lum_max_nan(acc, v)"
+    body = "\n    ".join(lines)
+    src_code = f"""{_signature(name, node, inputs, symbols, False)} {{
+  long long row = (long long)blockIdx.x * {WARPS_PER_BLOCK} + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= {c_dim(n_out)}) return;  // warp-uniform: whole warps leave together
+  {body}
+  {acc_t} acc = {init};
+  for (long long r = lane; r < {c_dim(k)}; r += 32) {{
+    {acc_t} v = ({acc_t})({value});
+    acc = {combine};
+  }}
+  for (int offset = 16; offset > 0; offset >>= 1) {{
+    {acc_t} v = __shfl_down_sync(0xffffffffu, acc, offset);
+    acc = {combine};
+  }}
+  if (lane == 0) out[row] = {store_value(node.dtype, "acc")};
+}}
+"""
+    grid = sym.ceildiv(n_out, WARPS_PER_BLOCK)
+    return [KernelSpec(name, src_code, node, inputs, symbols, grid, 32 * WARPS_PER_BLOCK, dtypes=_dtypes(node))]
+
+
+def gather(node: Node, name: str) -> list[KernelSpec]:
+    data, index = node.src
+    axis = node.arg
+    inputs = _buffer_sources(node)
+    symbols = _symbols(node, extra=[data.shape])
+    numel = sym.product(node.shape)
+    idx, lines = unravel("idx", node.shape)
+    where = read(index, idx, _pointer(index, inputs))
+    picked = idx[:axis] + ["g"] + idx[axis + 1 :]
+    value = read(data, picked, _pointer(data, inputs))
+    zero = "false" if node.dtype is DType.BOOL else f"({compute_type(node.dtype)})0"
+    body = "\n    ".join(lines)
+    src = f"""{_signature(name, node, inputs, symbols, True)} {{
+  long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= {c_dim(numel)}) return;
+  {{
+    {body}
+    long long g = (long long)({where});
+    if (g < 0 || g >= {c_dim(data.shape[axis])}) {{ atomicExch(err, 1); out[idx] = {store_value(node.dtype, zero)}; return; }}
+    out[idx] = {store_value(node.dtype, value)};
+  }}
+}}
+"""
+    return [KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, True, _dtypes(node))]
+
+
+_ATOMIC = {
+    ("add", "float"): "atomicAdd(&out[a], v)",
+    ("add", "double"): "atomicAdd(&out[a], v)",
+    ("add", "int"): "atomicAdd(&out[a], v)",
+    ("add", "long long"): "atomicAdd((unsigned long long*)&out[a], (unsigned long long)v)",
+    ("max", "int"): "atomicMax(&out[a], v)",
+    ("min", "int"): "atomicMin(&out[a], v)",
+    ("max", "long long"): "atomicMax(&out[a], v)",
+    ("min", "long long"): "atomicMin(&out[a], v)",
+}
+
+
+def scatter(node: Node, name: str) -> list[KernelSpec]:
+    """Copy `data` into the output, then write (or atomically combine) each update."""
+    data, index, updates = node.src
+    axis, reduce_kind = node.arg
+    copy_node = Node(Op.CONTIGUOUS, node.dtype, node.shape, (data,))
+    copy = elementwise(copy_node, f"{name}_copy")[0]
+    copy.output = node
+    inputs: list[Node] = []
+    for s in (index, updates):  # the scatter launch reads only these two
+        base, _ = view_of(s)
+        if not is_inline_scalar(base) and all(base is not b for b in inputs):
+            inputs.append(base)
+    symbols = _symbols(node, extra=[index.shape])
+    numel = sym.product(index.shape)
+    idx, lines = unravel("idx", index.shape)
+    where = read(index, idx, _pointer(index, inputs))
+    value = read(updates, idx, _pointer(updates, inputs))
+    strides = contiguous_strides(node.shape)
+    address = " + ".join([f"{i} * {c_dim(s)}" for k, (i, s) in enumerate(zip(idx, strides)) if k != axis] + [f"g * {c_dim(strides[axis])}"])
+    t = node.dtype.ctype
+    if reduce_kind is None:
+        write = f"out[a] = {store_value(node.dtype, 'v')};"
+    elif (reduce_kind, t) in _ATOMIC:
+        write = _ATOMIC[(reduce_kind, t)] + ";"
+    else:
+        raise UnsupportedError(f"scatter with reduce={reduce_kind!r} on {node.dtype} has no CUDA kernel")
+    body = "\n    ".join(lines)
+    v_t = compute_type(node.dtype) if reduce_kind is None else t
+    src = f"""{_signature(name, node, inputs, symbols, True)} {{
+  long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= {c_dim(numel)}) return;
+  {{
+    {body}
+    long long g = (long long)({where});
+    if (g < 0 || g >= {c_dim(node.shape[axis])}) {{ atomicExch(err, 1); return; }}
+    long long a = {address};
+    {v_t} v = ({v_t})({value});
+    {write}
+  }}
+}}
+"""
+    spec = KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, True, _dtypes(node))
+    return [copy, spec]
+
+
+GENERATORS = {
+    **{op: elementwise for op in UNARY | BINARY | {Op.CAST, Op.IOTA, Op.CONTIGUOUS}},
+    Op.SUM_REDUCE: reduce,
+    Op.MAX_REDUCE: reduce,
+    Op.GATHER: gather,
+    Op.SCATTER: scatter,
+}
+
+
+def render_node(node: Node, name: str) -> list[KernelSpec]:
+    """The launches that compute `node` into its own contiguous buffer."""
+    gen = GENERATORS.get(node.op)
+    if gen is None:
+        raise UnsupportedError(f"no CUDA kernel for op {node.op.title}")
+    return gen(node, name)

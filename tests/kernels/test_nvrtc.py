@@ -1,0 +1,70 @@
+"""NVRTC compiles every sample kernel for the GPUs luminal targets, on a machine with no GPU."""
+
+import pytest
+
+from luminal.kernels.emulator import find_kernels
+from luminal.kernels.nvrtc import (
+    CompileError,
+    NVRTCCompiler,
+    compile_cuda,
+    nvrtc_available,
+    parse_ptxas_log,
+)
+
+pytestmark = pytest.mark.skipif(
+    not nvrtc_available(),
+    reason="NVRTC cannot be loaded: pip install cuda-bindings 'nvidia-cuda-nvrtc==13.0.*' nvidia-cuda-runtime")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_every_sample_kernel_compiles_without_spills(sample_source, arch):
+    result = compile_cuda(sample_source, arch)
+    assert result.binary[:4] == b"\x7fELF"  # a cubin
+    assert set(result.kernels) == set(find_kernels(sample_source))
+    for name, res in result.kernels.items():
+        assert res.registers > 0, name
+        assert (res.spill_stores, res.spill_loads, res.stack) == (0, 0, 0), f"{name} spills: {res}"
+    assert result.kernels["matmul_tiled16"].shared_mem == 2 * 16 * 16 * 4 + 16 * 4
+    assert result.kernels["row_sum_tree"].barriers == 1
+
+
+def test_compute_arch_gives_ptx(sample_source):
+    result = compile_cuda(sample_source, "compute_90")
+    text = result.binary.decode()
+    assert ".target sm_90" in text and ".entry softmax_online" in text
+    assert result.kernels == {}  # no ptxas ran
+
+
+def test_compile_error_carries_log_and_numbered_source():
+    source = 'extern "C" __global__ void broken(float* x) {\n    x[0] = undefined_name;\n}\n'
+    with pytest.raises(CompileError) as info:
+        compile_cuda(source, "sm_90")
+    message = str(info.value)
+    assert 'kernel.cu(2): error: identifier "undefined_name" is undefined' in message
+    assert "\n   2 |     x[0] = undefined_name;\n" in message
+    assert info.value.log and info.value.arch == "sm_90"
+
+
+def test_cache_hits_in_memory_then_on_disk(tmp_path):
+    source = 'extern "C" __global__ void scale(float* x, float a) { x[threadIdx.x] *= a; }\n'
+    compiler = NVRTCCompiler(tmp_path)
+    first = compiler.compile(source, "sm_90")
+    assert compiler.compile(source, "sm_90") is first
+    assert (compiler.compiles, compiler.memory_hits) == (1, 1)
+    fresh = NVRTCCompiler(tmp_path)  # another process, as far as the cache can tell
+    again = fresh.compile(source, "sm_90")
+    assert (fresh.compiles, fresh.disk_hits) == (0, 1)
+    assert again.binary == first.binary and again.kernels == first.kernels
+    fresh.compile(source, "sm_90", ("-lineinfo",))  # other options, other entry
+    fresh.compile(source, "sm_80")
+    assert fresh.compiles == 2
+
+
+def test_ptxas_log_parser():
+    log = ("ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+           "ptxas info    : Function properties for k\n"
+           "ptxas         .     8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+           "ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem, 376 bytes cmem[0]\n")
+    (res,) = parse_ptxas_log(log).values()
+    assert (res.registers, res.spill_stores, res.spill_loads, res.stack, res.shared_mem, res.barriers) == (
+        255, 4, 4, 8, 1024, 1)
