@@ -260,7 +260,9 @@ GENERATORS = {
 
 def render_node(node: Node, name: str) -> list[KernelSpec]:
     """The launches that compute `node` into its own contiguous buffer."""
-    gen = GENERATORS.get(node.op)
+    from luminal.kernels.render.fused import GENERATORS as FUSED_GENERATORS
+
+    gen = GENERATORS.get(node.op) or FUSED_GENERATORS.get(node.op)
     if gen is None:
         raise UnsupportedError(f"no CUDA kernel for op {node.op.title}")
     return gen(node, name)

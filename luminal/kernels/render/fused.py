@@ -1,0 +1,266 @@
+"""Kernels for the fused ops the egraph layer produces (group FUSED of luminal.hlir.ops).
+
+- Exp, Sigmoid, FusedElementwise: one thread per element, the whole expression in registers,
+  each input read once, one store.
+- Softmax: one block per row; an online (max, sum) per thread, merged across the block with
+  warp shuffles; then one pass writes exp(x - max) / sum.
+- KahanSum: a warp per output; each lane sums with Neumaier compensation, partials merged
+  with a compensated two-sum through the shuffles.
+- MatMul: 32x32 output tiles of 256 threads (2x2 outputs each), K in steps of 16 through
+  shared memory, f32 accumulation (f16/bf16 widen on load); a GEMV form (a warp per output)
+  when M is 1, as in decode.
+"""
+
+from __future__ import annotations
+
+from luminal.errors import UnsupportedError
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Op
+from luminal.hlir.shape import contiguous_strides
+from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type
+from luminal.kernels.render.cstyle import cast_value, code_for_op, read, store_value, unravel
+from luminal.kernels.render.kernels import (
+    THREADS,
+    WARPS_PER_BLOCK,
+    KernelSpec,
+    _buffer_sources,
+    _dtypes,
+    _pointer,
+    _signature,
+    _symbols,
+)
+
+_F = {"float": "f", "double": ""}
+EXTRA_UNARY = {
+    Op.EXP: lambda t, x: f"exp{_F[t]}({x})",
+    Op.SIGMOID: lambda t, x: f"(({t})1 / (({t})1 + exp{_F[t]}(-({x}))))",
+}
+
+
+def _expression(expr, node, idx, inputs) -> str:
+    """C for a FusedElementwise expression tuple (see luminal/hlir/ops.py)."""
+    kind, dtype = expr[0], expr[1]
+    if kind == "in":
+        src = node.src[expr[2]]
+        return read(src, idx, _pointer(src, inputs))
+    if kind == "const":
+        return c_literal(expr[2], dtype)
+    if kind == "CAST":
+        return cast_value(expr[2][1], dtype, _expression(expr[2], node, idx, inputs))
+    op = Op[kind]
+    args = [_expression(c, node, idx, inputs) for c in expr[2:]]
+    t = compute_type(expr[2][1]) if len(expr) > 2 else compute_type(dtype)
+    if op in EXTRA_UNARY:
+        return EXTRA_UNARY[op](t, args[0])
+    if op in code_for_op:
+        return code_for_op[op](t, *args)
+    raise UnsupportedError(f"FusedElementwise: no C for {kind}")
+
+
+def fused_elementwise(node, name) -> list[KernelSpec]:
+    inputs = _buffer_sources(node)
+    symbols = _symbols(node)
+    numel = sym.product(node.shape)
+    idx, lines = unravel("idx", node.shape)
+    if node.op is Op.FUSED_ELEMENTWISE:
+        value = _expression(node.arg, node, idx, inputs)
+    else:  # Exp / Sigmoid
+        src = node.src[0]
+        value = EXTRA_UNARY[node.op](compute_type(node.dtype), read(src, idx, _pointer(src, inputs)))
+    body = "\n    ".join(lines)
+    code = f"""{_signature(name, node, inputs, symbols, False)} {{
+  long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= {c_dim(numel)}) return;
+  {{
+    {body}
+    out[idx] = {store_value(node.dtype, value)};
+  }}
+}}
+"""
+    return [KernelSpec(name, code, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, dtypes=_dtypes(node))]
+
+
+def _row_setup(node, axis):
+    """Index names of a row (all dims but `axis`) from the row number `row`."""
+    row_shape = node.src[0].shape[:axis] + node.src[0].shape[axis + 1 :]
+    names, lines = unravel("row", row_shape, "o")
+    return row_shape, names, lines
+
+
+SOFTMAX_THREADS = 128
+
+
+def softmax(node, name) -> list[KernelSpec]:
+    (src,) = node.src
+    axis = node.arg
+    if node.dtype not in (DType.F32, DType.F16, DType.BF16, DType.F64):
+        raise UnsupportedError(f"Softmax on {node.dtype}")
+    inputs = _buffer_sources(node)
+    symbols = _symbols(node)
+    t = compute_type(node.dtype)
+    e = _F[t]
+    row_shape, o, lines = _row_setup(node, axis)
+    full = o[:axis] + ["j"] + o[axis:]
+    x = read(src, full, _pointer(src, inputs))
+    strides = contiguous_strides(node.shape)
+    out_addr = " + ".join(f"{i} * {c_dim(s)}" for i, s in zip(full, strides))
+    n = c_dim(src.shape[axis])
+    ninf = "-__int_as_float(0x7f800000)" if t == "float" else "-__longlong_as_double(0x7ff0000000000000LL)"
+    body = "\n  ".join(lines)
+    code = f"""{_signature(name, node, inputs, symbols, False)} {{
+  __shared__ {t} s_max[{SOFTMAX_THREADS // 32}];
+  __shared__ {t} s_sum[{SOFTMAX_THREADS // 32}];
+  long long row = blockIdx.x;
+  {body}
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  {t} m = {ninf}, s = 0;  // online softmax: running max and the sum scaled to it
+  for (long long j = threadIdx.x; j < {n}; j += blockDim.x) {{
+    {t} v = {x};
+    {t} m2 = v > m ? v : m;
+    s = (m == m2 ? s : s * exp{e}(m - m2)) + (v == {ninf} ? ({t})0 : exp{e}(v - m2));
+    m = m2;
+  }}
+  for (int off = 16; off > 0; off >>= 1) {{  // merge (m, s) pairs across the warp
+    {t} m_o = __shfl_down_sync(0xffffffffu, m, off), s_o = __shfl_down_sync(0xffffffffu, s, off);
+    {t} m2 = m_o > m ? m_o : m;
+    s = (m == {ninf} ? ({t})0 : s * exp{e}(m - m2)) + (m_o == {ninf} ? ({t})0 : s_o * exp{e}(m_o - m2));
+    m = m2;
+  }}
+  if (lane == 0) {{ s_max[warp] = m; s_sum[warp] = s; }}
+  __syncthreads();
+  m = s_max[0]; s = s_sum[0];
+  for (int w = 1; w < {SOFTMAX_THREADS // 32}; ++w) {{
+    {t} m2 = s_max[w] > m ? s_max[w] : m;
+    s = (m == {ninf} ? ({t})0 : s * exp{e}(m - m2)) + (s_max[w] == {ninf} ? ({t})0 : s_sum[w] * exp{e}(s_max[w] - m2));
+    m = m2;
+  }}
+  {t} inv = ({t})1 / s;  // a row of -inf gives 0 * inf = NaN, as the decomposition does
+  for (long long j = threadIdx.x; j < {n}; j += blockDim.x) {{
+    out[{out_addr}] = {store_value(node.dtype, f"exp{e}(({x}) - m) * inv")};
+  }}
+}}
+"""
+    return [KernelSpec(name, code, node, inputs, symbols, sym.product(row_shape), SOFTMAX_THREADS, dtypes=_dtypes(node))]
+
+
+def kahan_sum(node, name) -> list[KernelSpec]:
+    (src,) = node.src
+    axis = node.arg
+    if not node.dtype.is_float:
+        from luminal.kernels.render.kernels import reduce
+
+        return reduce(node.replace(op=Op.SUM_REDUCE), name)  # integers sum exactly
+    inputs = _buffer_sources(node)
+    symbols = _symbols(node, extra=[src.shape])
+    t = compute_type(node.dtype)
+    e = _F[t]
+    n_out = sym.product(node.shape)
+    o, lines = unravel("row", node.shape, "o")
+    full = o[:axis] + ["r"] + o[axis:]
+    x = read(src, full, _pointer(src, inputs))
+    body = "\n  ".join(lines)
+    code = f"""{_signature(name, node, inputs, symbols, False)} {{
+  long long row = (long long)blockIdx.x * {WARPS_PER_BLOCK} + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (row >= {c_dim(n_out)}) return;  // warp-uniform
+  {body}
+  {t} s = 0, c = 0;  // Neumaier: c collects the low-order bits s + v loses
+  for (long long r = lane; r < {c_dim(src.shape[axis])}; r += 32) {{
+    {t} v = {x};
+    {t} u = s + v;
+    c += fabs{e}(s) >= fabs{e}(v) ? (s - u) + v : (v - u) + s;
+    s = u;
+  }}
+  for (int off = 16; off > 0; off >>= 1) {{  // compensated merge of the lanes' (s, c)
+    {t} s_o = __shfl_down_sync(0xffffffffu, s, off), c_o = __shfl_down_sync(0xffffffffu, c, off);
+    {t} u = s + s_o;
+    c += c_o + (fabs{e}(s) >= fabs{e}(s_o) ? (s - u) + s_o : (s_o - u) + s);
+    s = u;
+  }}
+  if (lane == 0) out[row] = {store_value(node.dtype, "s + c")};
+}}
+"""
+    return [KernelSpec(name, code, node, inputs, symbols, sym.ceildiv(n_out, WARPS_PER_BLOCK), 32 * WARPS_PER_BLOCK,
+                       dtypes=_dtypes(node))]
+
+
+TILE, KTILE = 32, 16
+
+
+def matmul(node, name) -> list[KernelSpec]:
+    a, b = node.src
+    inputs = _buffer_sources(node)
+    symbols = _symbols(node)
+    t = "double" if node.dtype is DType.F64 else ("long long" if node.dtype is DType.I64 else
+                                                  "int" if node.dtype is DType.I32 else "float")
+    batch = node.shape[:-2]
+    m, n, k = node.shape[-2], node.shape[-1], a.shape[-1]
+    bnames, blines = unravel("bz", batch, "z")
+    strides = contiguous_strides(node.shape)
+    out_base = " + ".join([f"{i} * {c_dim(s)}" for i, s in zip(bnames, strides)] + ["0LL"])
+    a_at = lambda r, c: read(a, bnames + [r, c], _pointer(a, inputs))  # noqa: E731
+    b_at = lambda r, c: read(b, bnames + [r, c], _pointer(b, inputs))  # noqa: E731
+    bl = "\n  ".join(blines)
+    n_batch = sym.product(batch)
+    if sym.is_static(m) and m == 1:  # GEMV: a warp per output column
+        code = f"""{_signature(name, node, inputs, symbols, False)} {{
+  long long w = (long long)blockIdx.x * {WARPS_PER_BLOCK} + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (w >= {c_dim(sym.norm(n_batch * n))}) return;  // warp-uniform
+  long long col = w % {c_dim(n)}, bz = w / {c_dim(n)};
+  {bl}
+  long long row = 0;
+  {t} acc = 0;
+  for (long long kk = lane; kk < {c_dim(k)}; kk += 32) acc += ({t})({a_at("row", "kk")}) * ({t})({b_at("kk", "col")});
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
+  if (lane == 0) out[{out_base} + col] = {store_value(node.dtype, "acc")};
+}}
+"""
+        grid = sym.ceildiv(sym.norm(n_batch * n), WARPS_PER_BLOCK)
+        return [KernelSpec(name, code, node, inputs, symbols, grid, 32 * WARPS_PER_BLOCK, dtypes=_dtypes(node))]
+    tiles_n, tiles_m = sym.ceildiv(n, TILE), sym.ceildiv(m, TILE)
+    code = f"""{_signature(name, node, inputs, symbols, False)} {{
+  __shared__ {t} As[{KTILE}][{TILE + 1}];  // +1: no bank conflicts on the transposed reads
+  __shared__ {t} Bs[{KTILE}][{TILE + 1}];
+  long long tile = blockIdx.x;
+  long long tn = tile % {c_dim(tiles_n)}; tile /= {c_dim(tiles_n)};
+  long long tm = tile % {c_dim(tiles_m)}; long long bz = tile / {c_dim(tiles_m)};
+  {bl}
+  int tx = threadIdx.x % 16, ty = threadIdx.x / 16;  // each thread: rows ty, ty+16; cols tx, tx+16
+  {t} acc[2][2] = {{{{0, 0}}, {{0, 0}}}};
+  for (long long k0 = 0; k0 < {c_dim(k)}; k0 += {KTILE}) {{
+    for (int l = threadIdx.x; l < {KTILE * TILE}; l += 256) {{  // stage A[32 x 16] and B[16 x 32]
+      int kk = l % {KTILE}, rr = l / {KTILE};
+      long long ar = tm * {TILE} + rr, ak = k0 + kk;
+      As[kk][rr] = (ar < {c_dim(m)} && ak < {c_dim(k)}) ? ({t})({a_at("ar", "ak")}) : ({t})0;
+      int cc = l % {TILE}, kb = l / {TILE};
+      long long bk = k0 + kb, bc = tn * {TILE} + cc;
+      Bs[kb][cc] = (bk < {c_dim(k)} && bc < {c_dim(n)}) ? ({t})({b_at("bk", "bc")}) : ({t})0;
+    }}
+    __syncthreads();
+    for (int kk = 0; kk < {KTILE}; ++kk) {{
+      {t} a0 = As[kk][ty], a1 = As[kk][ty + 16], b0 = Bs[kk][tx], b1 = Bs[kk][tx + 16];
+      acc[0][0] += a0 * b0; acc[0][1] += a0 * b1; acc[1][0] += a1 * b0; acc[1][1] += a1 * b1;
+    }}
+    __syncthreads();
+  }}
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) {{
+      long long r = tm * {TILE} + ty + 16 * i, c = tn * {TILE} + tx + 16 * j;
+      if (r < {c_dim(m)} && c < {c_dim(n)}) out[{out_base} + r * {c_dim(n)} + c] = {store_value(node.dtype, "acc[i][j]")};
+    }}
+}}
+"""
+    grid = sym.norm(n_batch * tiles_m * tiles_n)
+    return [KernelSpec(name, code, node, inputs, symbols, grid, 256, dtypes=_dtypes(node))]
+
+
+GENERATORS = {
+    Op.EXP: fused_elementwise,
+    Op.SIGMOID: fused_elementwise,
+    Op.FUSED_ELEMENTWISE: fused_elementwise,
+    Op.SOFTMAX: softmax,
+    Op.KAHAN_SUM: kahan_sum,
+    Op.MAT_MUL: matmul,
+}
