@@ -24,6 +24,19 @@ Semantics (the NumPy runtime in `luminal/runtime/` is the executable form of thi
   name): leaves. VIEW (arg = ShapeTracker): a free reinterpretation of a contiguous buffer.
   CONTIGUOUS: materializes a view that no tracker can express (a reshape of a permuted view).
 Binary ops never promote: the builder (or a frontend) inserts explicit CASTs.
+
+Fused ops (group `FUSED`) appear only after `luminal.egraph` rewrote a graph; each equals, in
+exact arithmetic, a primitive decomposition (`luminal/egraph/reference.py`), and may round less:
+- EXP: e**x (replaces exp2(x * LOG2E)). SIGMOID: 1 / (1 + e**-x). Same dtype and shape as x.
+- SOFTMAX (arg = axis): exp(x - max) / sum(exp(x - max)) along axis, computed stably.
+- KAHAN_SUM (arg = axis): SUM_REDUCE with a compensated (or wider) accumulator; same dtype.
+- MAT_MUL (src = a[..., M, K], b[..., K, N], equal batch dims): out[..., m, n] =
+  sum_k a[..., m, k] * b[..., k, n], in the dtype of a and b.
+- FUSED_ELEMENTWISE (src = inputs of the output's shape, arg = expression): one elementwise
+  kernel. The expression is a nested tuple, every level `(kind, dtype, ...)`: ("in", dt, i)
+  reads input i; ("const", dt, value) is a scalar; ("CAST", dt, child) converts; (name, dt,
+  *children) applies the UNARY/BINARY op, EXP or SIGMOID called `Op[name]`. Float intermediates
+  may be kept wider than dt (one rounding at the end); comparisons and fmod see dt values.
 """
 
 from __future__ import annotations
@@ -67,6 +80,13 @@ class Op(enum.Enum):
     # movement
     VIEW = enum.auto()
     CONTIGUOUS = enum.auto()
+    # fused: produced by luminal.egraph rewrites, never by the builder
+    EXP = enum.auto()
+    SIGMOID = enum.auto()
+    SOFTMAX = enum.auto()
+    KAHAN_SUM = enum.auto()
+    MAT_MUL = enum.auto()
+    FUSED_ELEMENTWISE = enum.auto()
 
     @staticmethod
     def from_name(name: str) -> Op:
@@ -92,6 +112,7 @@ REDUCE = frozenset({Op.SUM_REDUCE, Op.MAX_REDUCE})
 INDEXING = frozenset({Op.GATHER, Op.SCATTER})
 MOVEMENT = frozenset({Op.VIEW, Op.CONTIGUOUS})
 ELEMENTWISE = UNARY | BINARY | {Op.CAST}
+FUSED = frozenset({Op.EXP, Op.SIGMOID, Op.SOFTMAX, Op.KAHAN_SUM, Op.MAT_MUL, Op.FUSED_ELEMENTWISE})
 
 
 class ConstantArray:
