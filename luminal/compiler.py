@@ -112,6 +112,27 @@ class CompiledGraph:
     def report(self) -> Report:
         return self._report
 
+    def __repr__(self) -> str:
+        return f"<CompiledGraph {self.name!r}: {len(self.inputs)} inputs, {len(self.outputs)} outputs, {self.calls} calls>"
+
+    def _display_view(self):
+        from luminal.builder.display import outputs_view
+
+        return outputs_view(self.name, self.output_names, self.outputs)
+
+    def _repr_svg_(self):
+        """The optimized graph (fused ops and all) through graphviz, when `dot` is installed."""
+        from luminal.builder.display import graph_svg
+
+        return graph_svg(self._display_view())
+
+    def _repr_html_(self):
+        import html
+
+        from luminal.builder.display import graph_html
+
+        return f"<pre>{html.escape(str(self._report))}</pre>" + graph_html(self._display_view())
+
     def save(self, path, meta: dict | None = None):
         """Write this compiled graph to a `.lum` file; `luminal.load(path)` reads it back."""
         from luminal.saving import save_compiled
@@ -153,9 +174,12 @@ def compile_outputs(
     device: str = "cpu", optimize: bool | None = None, name: str = "graph", report: Report | None = None,
 ) -> CompiledGraph:
     """Run the passes on `outputs` (HLIR nodes) and bind the result to a runtime."""
+    from luminal.debug import Progress, emit
+
     report = report or Report(name=name)
     report.ops_before = op_counts(outputs)
     optimized = list(outputs)
+    progress = Progress(name, 2)
     if optimize_enabled(optimize):
         t0 = time.perf_counter()
         try:
@@ -166,17 +190,22 @@ def compile_outputs(
             optimized = egraph.optimize(optimized, report)
         else:
             report.notes.append("rewriting skipped: luminal.egraph is not available")
-        report.phases.setdefault("optimize", time.perf_counter() - t0)
+        if "saturate" not in report.phases:  # luminal.egraph reports its own sub-phases
+            report.phases.setdefault("optimize", time.perf_counter() - t0)
+    progress.step("optimize")
     report.ops_after = op_counts(optimized)
     t0 = time.perf_counter()
     runtime = make_runtime(optimized, device)
-    report.phases["runtime"] = time.perf_counter() - t0
+    report.phases["plan" if device == "cpu" else "codegen"] = time.perf_counter() - t0
+    progress.step("runtime")
+    progress.close()
     used = {id(n) for n in toposort(optimized) if n.op is Op.INPUT}
     kept_inputs = [n for n in inputs if id(n) in used]
     unused = tuple(n.arg for n in inputs if id(n) not in used)
     names = output_names or [f"out{i}" for i in range(len(outputs))]
     compiled = CompiledGraph(kept_inputs, optimized, names, runtime, report, unused)
     STATS.compiled.append(compiled)
+    emit(compiled)
     return compiled
 
 

@@ -25,6 +25,29 @@ def _label(node) -> str:
     return f"{node.op.title}{detail} {node.dtype.short}{shape}"
 
 
+class _View:
+    """What the display functions need of a graph: a name, (name, node) outputs, its nodes."""
+
+    def __init__(self, name, outputs):
+        from luminal.hlir.ops import toposort
+
+        self.name, self.outputs = name, list(outputs)
+        self._nodes = toposort([n for _, n in self.outputs])
+
+    def nodes(self):
+        return self._nodes
+
+    def op_counts(self):
+        import collections
+
+        return dict(collections.Counter(n.op.title for n in self._nodes).most_common())
+
+
+def outputs_view(name: str, names, nodes) -> _View:
+    """Display any list of output nodes (e.g. an optimized graph) like a builder Graph."""
+    return _View(name, zip(names, nodes))
+
+
 def _numbered(graph):
     nodes = graph.nodes()
     return nodes, {id(n): i for i, n in enumerate(nodes)}
