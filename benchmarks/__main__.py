@@ -1,0 +1,132 @@
+"""`python -m benchmarks`: run every CPU benchmark, write results, update the README table.
+
+    python -m benchmarks                 # everything (under 10 minutes on 2 cores)
+    python -m benchmarks --quick         # tiny models only, no inductor (a smoke run)
+Writes benchmarks/results/cpu.json, cpu.md and cpu.png (the plot needs matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.cpu import bench_model, compile_scaling
+from benchmarks.models import example_inputs, make
+
+RESULTS = Path(__file__).parent / "results"
+README = Path(__file__).parent.parent / "README.md"
+FULL = ["llama-tiny", "llama-small", "qwen3-tiny", "qwen3-small", "bert-tiny", "bert-small", "minilm"]
+QUICK = ["llama-tiny", "bert-tiny"]
+
+
+def environment() -> dict:
+    import numpy
+
+    import luminal
+
+    try:
+        import egglog
+        egglog_version = getattr(egglog, "__version__", "?")
+    except ImportError:
+        egglog_version = None
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpu_count": torch.get_num_threads(),
+            "platform": platform.platform(), "torch": torch.__version__, "numpy": numpy.__version__,
+            "luminal": luminal.__version__, "egglog": egglog_version, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def table(rows: list[dict]) -> str:
+    def f(row, key, fmt="{:.2f}"):
+        return fmt.format(row[key]) if key in row else "–"
+
+    lines = ["| model | tokens | eager ms | luminal ms (×eager) | inductor ms (×eager) | onnxruntime ms (×eager) | luminal compile s | inductor compile s | luminal max err |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['tokens']} | {f(r, 'eager_ms')} | {f(r, 'luminal_ms')} ({f(r, 'luminal_vs_eager')}) | "
+            f"{f(r, 'inductor_ms')} ({f(r, 'inductor_vs_eager')}) | {f(r, 'onnxruntime_ms')} ({f(r, 'onnxruntime_vs_eager')}) | "
+            f"{f(r, 'luminal_compile_s')} | {f(r, 'inductor_compile_s')} | {f(r, 'luminal_max_err', '{:.1e}')} |")
+    return "\n".join(lines)
+
+
+def scaling_table(rows: list[dict]) -> str:
+    phases = sorted({k for r in rows for k in r["phases_s"]})
+    lines = ["| layers | luminal.compile s | torch.compile(backend='luminal') first call s | " + " | ".join(phases) + " |",
+             "|---" * (3 + len(phases)) + "|"]
+    for r in rows:
+        cells = " | ".join(f"{r['phases_s'].get(p, 0):.3f}" for p in phases)
+        lines.append(f"| {r['layers']} | {r['luminal_compile_s']:.2f} | {r['torch_compile_luminal_first_call_s']:.2f} | {cells} |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    keys = [("eager_ms", "PyTorch eager"), ("luminal_ms", "luminal (NumPy)"), ("inductor_ms", "inductor"),
+            ("onnxruntime_ms", "onnxruntime")]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.2
+    for i, (key, label) in enumerate(keys):
+        ax.bar([j + i * width for j in range(len(rows))], [r.get(key, 0) for r in rows], width, label=label)
+    ax.set_xticks([j + 1.5 * width for j in range(len(rows))], [r["model"] for r in rows], rotation=20)
+    ax.set_ylabel("median latency (ms), lower is better")
+    ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def update_readme(markdown: str) -> None:
+    start, end = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
+    text = README.read_text()
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        README.write_text(head + start + "\n" + markdown + "\n" + end + tail)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    parser.add_argument("--quick", action="store_true", help="tiny models only, no inductor or ONNX")
+    parser.add_argument("--no-readme", action="store_true")
+    opts = parser.parse_args(argv)
+    RESULTS.mkdir(exist_ok=True)
+    started = time.perf_counter()
+    env = environment()
+    print(f"luminal benchmarks on {env['platform']} ({env['cpu_count']} threads), torch {env['torch']}", flush=True)
+    rows = []
+    for name in QUICK if opts.quick else FULL:
+        print(f"- {name}", flush=True)
+        rows.append(bench_model(name, make(name), example_inputs(name), inductor=not opts.quick, onnx=not opts.quick))
+        print("  " + ", ".join(f"{k}={v:.3g}" for k, v in rows[-1].items() if isinstance(v, float)), flush=True)
+    print("- compile-time scaling (Llama, hidden 64)", flush=True)
+    scaling = compile_scaling((1, 2, 4) if opts.quick else (1, 2, 4, 8, 16, 32))
+    elapsed = time.perf_counter() - started
+    result = {"environment": env, "latency": rows, "compile_scaling": scaling, "elapsed_s": elapsed}
+    (RESULTS / "cpu.json").write_text(json.dumps(result, indent=1))
+    markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} threads, torch {env['torch']}, "
+                f"numpy {env['numpy']}, egglog {env['egglog']} (`python -m benchmarks`, {elapsed:.0f} s). "
+                "Batch 1; medians.\n\n" + table(rows) + "\n\nCompile time over depth:\n\n" + scaling_table(scaling))
+    (RESULTS / "cpu.md").write_text(markdown + "\n")
+    if plot(rows, RESULTS / "cpu.png"):
+        markdown += "\n\n![latency](benchmarks/results/cpu.png)"
+    if not opts.no_readme and not opts.quick:
+        update_readme(markdown)
+    print(markdown)
+    print(f"wrote {RESULTS}/cpu.json, cpu.md{', cpu.png' if (RESULTS / 'cpu.png').exists() else ''} in {elapsed:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""CPU latency and compile time, side by side in one process, same inputs and weights.
+
+For each model: PyTorch eager, torch.compile (inductor), onnxruntime on the same model exported
+to ONNX, and luminal (NumPy runtime) through `luminal.compile`. Medians, ratios to eager.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def median_latency(fn, budget_s: float = 1.5, min_runs: int = 5, max_runs: int = 30) -> float:
+    fn()  # warm-up
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_runs or (time.perf_counter() - start < budget_s and len(times) < max_runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _first(out):
+    if isinstance(out, (tuple, list)):
+        return out[0]
+    for key in ("logits", "last_hidden_state"):
+        v = getattr(out, key, None)
+        if v is not None:
+            return v
+    return out
+
+
+def _err(a, b) -> float:
+    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+
+
+def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool = True) -> dict:
+    """A forward pass without KV cache (prefill-shaped), batch 1."""
+    import luminal
+
+    row: dict = {"model": name, "tokens": int(args[0].shape[-1])}
+    if hasattr(model.config, "use_cache"):
+        model.config.use_cache = False
+    with torch.no_grad():
+        ref = _first(model(*args)).numpy()
+        row["eager_ms"] = median_latency(lambda: model(*args)) * 1e3
+
+        t0 = time.perf_counter()
+        compiled = luminal.compile(model, args)
+        row["luminal_compile_s"] = time.perf_counter() - t0
+        row["luminal_phases_s"] = {k: round(v, 4) for k, v in compiled.report().phases.items()}
+        row["luminal_max_err"] = _err(_first(compiled(*args)), ref)
+        row["luminal_ms"] = median_latency(lambda: compiled(*args)) * 1e3
+
+        if inductor:
+            torch._dynamo.reset()
+            fast = torch.compile(copy.deepcopy(model))
+            t0 = time.perf_counter()
+            fast(*args)
+            row["inductor_compile_s"] = time.perf_counter() - t0
+            row["inductor_ms"] = median_latency(lambda: fast(*args)) * 1e3
+    if onnx:
+        try:
+            row.update(_onnxruntime(model, args, ref))
+        except Exception as exc:  # recorded, not hidden: the table says why the column is empty
+            row["onnxruntime_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            traceback.print_exc()
+    for k in ("luminal", "inductor", "onnxruntime"):
+        if f"{k}_ms" in row:
+            row[f"{k}_vs_eager"] = row[f"{k}_ms"] / row["eager_ms"]
+    return row
+
+
+def _onnxruntime(model, args, ref) -> dict:
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.onnx"
+        with torch.no_grad():
+            torch.onnx.export(model, args, str(path), dynamo=True, input_names=["input_ids"], optimize=True)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = torch.get_num_threads()
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        feed = {sess.get_inputs()[0].name: args[0].numpy()}
+        out = sess.run(None, feed)[0]
+        return {"onnxruntime_ms": median_latency(lambda: sess.run(None, feed)) * 1e3,
+                "onnxruntime_max_err": _err(out, ref)}
+
+
+def compile_scaling(layer_counts=(1, 2, 4, 8, 16, 32), tokens: int = 16) -> list[dict]:
+    """luminal compile time per phase over depth (Llama, hidden 64), both entry points."""
+    import luminal
+    from benchmarks.models import example_inputs, make
+
+    rows = []
+    for n in layer_counts:
+        model = make("llama-tiny", layers=n)
+        model.config.use_cache = False
+        args = example_inputs("llama-tiny", tokens)
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            compiled = luminal.compile(model, args)
+            total = time.perf_counter() - t0
+            phases = compiled.report().phases
+            torch._dynamo.reset()
+            fast = torch.compile(model, backend="luminal")
+            t0 = time.perf_counter()
+            fast(*args)
+            dynamo_first_call = time.perf_counter() - t0
+        rows.append({"layers": n, "luminal_compile_s": total, "phases_s": {k: round(v, 4) for k, v in phases.items()},
+                     "torch_compile_luminal_first_call_s": dynamo_first_call})
+        print(f"  {n:2d} layers: luminal.compile {total:6.2f} s, torch.compile(backend='luminal') first call "
+              f"{dynamo_first_call:6.2f} s, phases {rows[-1]['phases_s']}", flush=True)
+    return rows
