@@ -32,7 +32,7 @@ config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_
                      num_attention_heads=4, num_key_value_heads=2, use_cache=False)
 model = LlamaForCausalLM(config).eval()
 ids = torch.randint(0, 256, (1, 12))
-cm = luminal_model = lm.compile(model, (ids,))
+cm = lm.compile(model, (ids,))
 with torch.no_grad():
     expected = model(ids).logits
 out = cm(ids)  # the same structure as the model returns
