@@ -11,6 +11,7 @@ import numpy as np
 
 from luminal.errors import IndexOutOfRange, LuminalError
 from luminal.hlir import symbolic as sym
+from luminal.kernels.arena import plan_arena
 from luminal.kernels.plan import KernelPlan
 from luminal.runtime.binding import bind_inputs
 
@@ -67,6 +68,9 @@ class CupyLauncher:
 
 
 class KernelRuntime:
+    """Runs a kernel plan. Intermediates live in one arena laid out by liveness (per binding of
+    the symbolic dims, cached); outputs get buffers of their own; weights are uploaded once."""
+
     def __init__(self, outputs, device: str, schedule: int | None = None):
         self.plan = KernelPlan.build(outputs)
         self.device = device
@@ -76,6 +80,23 @@ class KernelRuntime:
             self.launcher = EmulatorLauncher(self.plan.source, schedule)
         self.inputs = self.plan.inputs
         self.weights = {id(w): self.launcher.upload(w.arg.array) for w in self.plan.weights}  # once
+        keep = {id(n) for n in self.plan.outputs}
+        self.intermediates, first = [], {}
+        for i, k in enumerate(self.plan.launches):
+            if id(k.output) not in keep and id(k.output) not in first:
+                first[id(k.output)] = i
+                self.intermediates.append(k.output)
+        self.intervals = [(first[id(n)], self.plan.last_use.get(id(n), first[id(n)])) for n in self.intermediates]
+        self.layouts: dict[tuple, tuple] = {}  # binding -> (layout, shapes)
+        self.arena = None
+
+    def _layout(self, bindings):
+        key = tuple(sorted(bindings.items()))
+        if key not in self.layouts:
+            shapes = [tuple(sym.evaluate(d, bindings) for d in n.shape) for n in self.intermediates]
+            sizes = [int(np.prod(s, dtype=np.int64)) * n.dtype.itemsize for s, n in zip(shapes, self.intermediates)]
+            self.layouts[key] = (plan_arena(sizes, self.intervals), shapes)
+        return self.layouts[key]
 
     def __call__(self, feeds: dict) -> list[np.ndarray]:
         arrays, bindings = bind_inputs(self.inputs, feeds)
@@ -86,11 +107,17 @@ class KernelRuntime:
         buffers = dict(self.weights)
         for n in self.inputs:
             buffers[id(n)] = self.launcher.upload(arrays[n.arg])
+        layout, shapes = self._layout(bindings)
+        if self.arena is None or self.arena.size < layout.total:
+            self.arena = self.launcher.empty((max(layout.total, 1),), np.uint8)
+        for n, offset, shape in zip(self.intermediates, layout.offsets, shapes):
+            nbytes = int(np.prod(shape, dtype=np.int64)) * n.dtype.itemsize
+            buffers[id(n)] = self.arena[offset : offset + nbytes].view(n.dtype.numpy).reshape(shape)
         err = xp.zeros(1, np.int32)
         keep = {id(n) for n in self.plan.outputs}
         for i, k in enumerate(self.plan.launches):
             out = buffers.get(id(k.output))
-            if out is None:
+            if out is None:  # a graph output: a buffer of its own, handed to the caller
                 shape = tuple(sym.evaluate(d, bindings) for d in k.output.shape)
                 out = buffers[id(k.output)] = self.launcher.empty(shape, k.output.dtype.numpy)
             grid = sym.evaluate(k.grid, bindings)

@@ -20,17 +20,18 @@
 // Not emulated: concurrency between blocks (a block spinning on a flag set by another block hangs),
 // the memory model, FMA contraction and GPU ulp of math functions, textures, cooperative groups,
 // tensor cores, inline PTX. One launch at a time per loaded library (the state is a global).
+//
+// Every build compiles this header, so it stays lean: no <random>, <string> or <algorithm>
+// (error messages are formatted with snprintf), which halves the fixed cost of a build.
 #pragma once
-#include <algorithm>
 #include <cmath>
+#include <cstdarg>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <math.h>  // float overloads (expf, fmaxf, ...) in the global namespace, as in CUDA
-#include <random>
-#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -70,24 +71,6 @@ struct dim3 {
 };
 typedef dim3 uint3;
 inline dim3 make_uint3(unsigned x, unsigned y, unsigned z) { return dim3(x, y, z); }
-// CUDA's vector types, with its alignment (float4 loads are 16-byte aligned, float2 8-byte)
-#define CUEMU_VEC2(T, N, A) struct __attribute__((aligned(A))) N { T x, y; }; \
-  inline N make_##N(T x, T y) { return N{x, y}; }
-#define CUEMU_VEC3(T, N) struct N { T x, y, z; }; inline N make_##N(T x, T y, T z) { return N{x, y, z}; }
-#define CUEMU_VEC4(T, N, A) struct __attribute__((aligned(A))) N { T x, y, z, w; }; \
-  inline N make_##N(T x, T y, T z, T w) { return N{x, y, z, w}; }
-CUEMU_VEC2(signed char, char2, 2) CUEMU_VEC4(signed char, char4, 4)
-CUEMU_VEC2(unsigned char, uchar2, 2) CUEMU_VEC4(unsigned char, uchar4, 4)
-CUEMU_VEC2(short, short2, 4) CUEMU_VEC4(short, short4, 8)
-CUEMU_VEC2(unsigned short, ushort2, 4) CUEMU_VEC4(unsigned short, ushort4, 8)
-CUEMU_VEC2(int, int2, 8) CUEMU_VEC3(int, int3) CUEMU_VEC4(int, int4, 16)
-CUEMU_VEC2(unsigned, uint2, 8) CUEMU_VEC4(unsigned, uint4, 16)
-CUEMU_VEC2(long long, longlong2, 16) CUEMU_VEC2(unsigned long long, ulonglong2, 16)
-CUEMU_VEC2(float, float2, 8) CUEMU_VEC3(float, float3) CUEMU_VEC4(float, float4, 16)
-CUEMU_VEC2(double, double2, 16)
-#undef CUEMU_VEC2
-#undef CUEMU_VEC3
-#undef CUEMU_VEC4
 
 namespace cuemu {
 
@@ -130,29 +113,27 @@ struct Ctx {
   void* body_arg = nullptr;
   int schedule_override = -1;  // set by cuemu_set_schedule(); -1: read CUEMU_SCHEDULE per launch
   int schedule = 0;
-  std::mt19937 rng;
-  std::string error;
+  uint64_t rng = 0;    // splitmix64 state of the shuffled schedule
+  char error[1024] = "";  // the first error of the current launch; empty: none
   unsigned long long switches = 0;
 };
 
 inline Ctx g_ctx;  // hidden visibility + -fno-gnu-unique: every loaded library has its own
 inline Ctx& ctx() { return g_ctx; }
 
-inline std::string block_str() {
-  const dim3& b = ctx().blockIdx;
-  return "block (" + std::to_string(b.x) + "," + std::to_string(b.y) + "," + std::to_string(b.z) + ")";
+inline bool failed() { return ctx().error[0] != 0; }
+
+// Keeps the first error of a launch; later ones are usually consequences of it.
+__attribute__((format(printf, 1, 2))) inline void record_error(const char* format, ...) {
+  Ctx& c = ctx();
+  if (c.error[0]) return;
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(c.error, sizeof c.error, format, args);
+  va_end(args);
 }
-inline std::string thread_str(const Fiber& f) {
-  return "thread (" + std::to_string(f.tid.x) + "," + std::to_string(f.tid.y) + "," + std::to_string(f.tid.z) + ")";
-}
-inline std::string hex(unsigned v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%08x", v);
-  return buf;
-}
-inline void record_error(const std::string& msg) {
-  if (ctx().error.empty()) ctx().error = msg;
-}
+#define CUEMU_BLOCK_FMT "block (%u,%u,%u)"
+#define CUEMU_BLOCK_ARGS ::cuemu::ctx().blockIdx.x, ::cuemu::ctx().blockIdx.y, ::cuemu::ctx().blockIdx.z
 
 // ------------------------------------------------------------------ context switching ---
 #if CUEMU_FAST_SWITCH
@@ -238,8 +219,9 @@ inline void run_fiber(Fiber& f) {  // called on the scheduler's stack
 
 // A fiber that detects an error records it and parks for good; the scheduler abandons the block
 // (the next launch re-initialises every fiber, so abandoned stacks are harmless).
-[[noreturn]] inline void fiber_fail(const std::string& msg) {
-  record_error(msg + " in " + block_str() + ", " + thread_str(*ctx().cur));
+[[noreturn]] inline void fiber_fail(const char* what) {
+  const Fiber& f = *ctx().cur;
+  record_error("%s in " CUEMU_BLOCK_FMT ", thread (%u,%u,%u)", what, CUEMU_BLOCK_ARGS, f.tid.x, f.tid.y, f.tid.z);
   ctx().cur->state = State::DONE;
   to_scheduler();
   __builtin_trap();
@@ -285,9 +267,12 @@ inline void syncthreads(int line) {
 
 inline void warp_sync(unsigned mask, WarpOp op) {
   Fiber& f = *ctx().cur;
-  if (!(mask >> (f.linear & 31u) & 1u))
-    fiber_fail("warp-level operation with mask " + hex(mask) + ", which does not name the calling lane " +
-               std::to_string(f.linear & 31u));
+  if (!(mask >> (f.linear & 31u) & 1u)) {
+    char what[96];
+    std::snprintf(what, sizeof what, "warp-level operation with mask 0x%08x, which does not name the calling lane %u",
+                  mask, f.linear & 31u);
+    fiber_fail(what);
+  }
   f.warp_mask = mask;
   f.warp_op = op;
   f.state = State::AT_WARP_SYNC;
@@ -300,7 +285,7 @@ inline int release_warp_syncs() {
   Ctx& c = ctx();
   int released = 0;
   for (unsigned lo = 0; lo < c.nthreads; lo += 32) {
-    const unsigned hi = std::min(c.nthreads, lo + 32);
+    const unsigned hi = c.nthreads < lo + 32 ? c.nthreads : lo + 32;
     unsigned ready = 0;
     for (unsigned i = lo; i < hi; ++i) {
       const Fiber& f = c.fibers[i];
@@ -310,15 +295,14 @@ inline int release_warp_syncs() {
         if (!(f.warp_mask >> l & 1u)) continue;
         const Fiber& g = c.fibers[lo + l];
         if (g.state == State::DONE) {
-          record_error("warp-level sync/shuffle/vote in " + block_str() + ", warp " + std::to_string(lo / 32) +
-                       ": its mask names lane " + std::to_string(l) +
-                       ", which exited without joining (undefined behaviour on the GPU)");
+          record_error("warp-level sync/shuffle/vote in " CUEMU_BLOCK_FMT ", warp %u: its mask names lane %u, "
+                       "which exited without joining (undefined behaviour on the GPU)", CUEMU_BLOCK_ARGS, lo / 32, l);
           return -1;
         }
         if (g.state != State::AT_WARP_SYNC) all_here = false;
         else if (g.warp_op != f.warp_op) {
-          record_error("lanes of warp " + std::to_string(lo / 32) + " in " + block_str() +
-                       " meet at different warp-level operations (shuffle/vote/__syncwarp) under one mask");
+          record_error("lanes of warp %u in " CUEMU_BLOCK_FMT " meet at different warp-level operations "
+                       "(shuffle/vote/__syncwarp) under one mask", lo / 32, CUEMU_BLOCK_ARGS);
           return -1;
         }
       }
@@ -330,6 +314,13 @@ inline int release_warp_syncs() {
   return released;
 }
 
+inline uint64_t next_random() {  // splitmix64
+  uint64_t z = (ctx().rng += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 // Runs one block to completion. Returns false (with ctx().error set) on a bug or deadlock.
 inline bool run_block() {
   Ctx& c = ctx();
@@ -337,11 +328,12 @@ inline bool run_block() {
   c.order.resize(n);
   for (unsigned i = 0; i < n; ++i) c.order[i] = c.schedule == 1 ? n - 1 - i : i;
   for (;;) {
-    if (c.schedule == 2) std::shuffle(c.order.begin(), c.order.end(), c.rng);
+    if (c.schedule == 2)  // Fisher-Yates, a new order every round
+      for (unsigned i = n - 1; i > 0; --i) std::swap(c.order[i], c.order[next_random() % (i + 1)]);
     for (unsigned i : c.order)
       if (c.fibers[i].state == State::READY) {
         run_fiber(c.fibers[i]);
-        if (!c.error.empty()) return false;
+        if (failed()) return false;
       }
     unsigned done = 0, at_barrier = 0;
     for (unsigned i = 0; i < n; ++i) {
@@ -354,24 +346,22 @@ inline bool run_block() {
     if (released > 0) continue;
     if (at_barrier && at_barrier + done == n) {
       if (done) {
-        record_error("__syncthreads() reached by " + std::to_string(at_barrier) + " of " + std::to_string(n) +
-                     " threads of " + block_str() + "; " + std::to_string(done) +
-                     " had exited (barrier in divergent code)");
+        record_error("__syncthreads() reached by %u of %u threads of " CUEMU_BLOCK_FMT
+                     "; %u had exited (barrier in divergent code)", at_barrier, n, CUEMU_BLOCK_ARGS, done);
         return false;
       }
       for (unsigned i = 1; i < n; ++i)
         if (c.fibers[i].barrier_line != c.fibers[0].barrier_line) {
-          record_error("threads of " + block_str() + " wait at different __syncthreads() (line " +
-                       std::to_string(c.fibers[0].barrier_line) + " vs line " +
-                       std::to_string(c.fibers[i].barrier_line) + "): barrier in divergent code");
+          record_error("threads of " CUEMU_BLOCK_FMT " wait at different __syncthreads() (line %d vs line %d): "
+                       "barrier in divergent code", CUEMU_BLOCK_ARGS, c.fibers[0].barrier_line,
+                       c.fibers[i].barrier_line);
           return false;
         }
       for (unsigned i = 0; i < n; ++i) c.fibers[i].state = State::READY;
       continue;
     }
-    record_error("deadlock in " + block_str() + ": " + std::to_string(at_barrier) + " threads wait at __syncthreads(), " +
-                 std::to_string(n - done - at_barrier) + " at a warp-level sync whose lanes never all arrive, " +
-                 std::to_string(done) + " exited");
+    record_error("deadlock in " CUEMU_BLOCK_FMT ": %u threads wait at __syncthreads(), %u at a warp-level sync "
+                 "whose lanes never all arrive, %u exited", CUEMU_BLOCK_ARGS, at_barrier, n - done - at_barrier, done);
     return false;
   }
 }
@@ -415,7 +405,10 @@ inline bool allocate_fibers(unsigned n) {
 inline int launch_blocks(const SharedSection (&shared)[2], dim3 grid, dim3 block, size_t dyn_smem) {
   Ctx& c = ctx();
   c.nthreads = block.x * block.y * block.z;
-  if (!allocate_fibers(c.nthreads)) { c.error = "mmap of fiber stacks failed"; return 1; }
+  if (!allocate_fibers(c.nthreads)) {
+    record_error("mmap of fiber stacks failed");
+    return 1;
+  }
   c.warp_slots.assign((c.nthreads + 31) / 32 * 32, 0);
   if (dyn_smem > c.dyn_smem_size) {
     std::free(c.dyn_smem);
@@ -447,21 +440,19 @@ template <class... A>
 inline int launch(void (*kernel)(A...), SharedSection own, SharedSection common, dim3 grid, dim3 block,
                   size_t dyn_smem, void** args) {
   Ctx& c = ctx();
-  c.error.clear();
+  c.error[0] = 0;
   const unsigned long long nthreads = (unsigned long long)block.x * block.y * block.z;
   if (!nthreads || nthreads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64)
-    c.error = "invalid block (" + std::to_string(block.x) + "," + std::to_string(block.y) + "," +
-              std::to_string(block.z) + "): at most 1024 threads, blockDim.z <= 64";
+    record_error("invalid block (%u,%u,%u): at most 1024 threads, blockDim.z <= 64", block.x, block.y, block.z);
   else if (!grid.x || !grid.y || !grid.z || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
-    c.error = "invalid grid (" + std::to_string(grid.x) + "," + std::to_string(grid.y) + "," +
-              std::to_string(grid.z) + ")";
+    record_error("invalid grid (%u,%u,%u)", grid.x, grid.y, grid.z);
   else if (own.size() + common.size() + dyn_smem > kMaxSharedBytes)
-    c.error = "shared memory " + std::to_string(own.size() + common.size()) + " static + " +
-              std::to_string(dyn_smem) + " dynamic bytes exceeds " + std::to_string(kMaxSharedBytes);
-  if (!c.error.empty()) return 1;
+    record_error("shared memory %zu static + %zu dynamic bytes exceeds %zu", own.size() + common.size(), dyn_smem,
+                 kMaxSharedBytes);
+  if (failed()) return 1;
   const char* env = std::getenv("CUEMU_SCHEDULE");
   c.schedule = c.schedule_override >= 0 ? c.schedule_override : env ? std::atoi(env) : 0;
-  c.rng.seed(12345);  // the shuffled schedule is the same on every run
+  c.rng = 12345;  // the shuffled schedule is the same on every run
   Launch<A...> l{kernel, args};
   c.body = &trampoline<A...>;
   c.body_arg = &l;
@@ -614,6 +605,6 @@ inline unsigned atomicDec(unsigned* p, unsigned v) { unsigned old = *p; *p = (ol
 
 extern "C" __attribute__((weak, visibility("hidden"))) char __start_cuemu_smem[], __stop_cuemu_smem[];
 // not inline: an unused inline function would not be emitted, hence not exported
-extern "C" __attribute__((visibility("default"))) const char* cuemu_last_error() { return ::cuemu::ctx().error.c_str(); }
+extern "C" __attribute__((visibility("default"))) const char* cuemu_last_error() { return ::cuemu::ctx().error; }
 extern "C" __attribute__((visibility("default"))) unsigned long long cuemu_switches() { return ::cuemu::ctx().switches; }
 extern "C" __attribute__((visibility("default"))) void cuemu_set_schedule(int s) { ::cuemu::ctx().schedule_override = s; }

@@ -1,4 +1,5 @@
-// cuemu_math.h -- CUDA's device math and integer intrinsics on the CPU. Included by cuda_emu.h.
+// cuemu_math.h -- CUDA's vector types, device math and integer intrinsics on the CPU. Included by
+// cuda_emu.h.
 //
 // The fast-math intrinsics (__expf, __logf, ...) are approximate on the GPU; here they are the libm
 // functions, so compare emulator results with a tolerance, never bitwise against a GPU.
@@ -6,6 +7,25 @@
 #include <bit>
 #include <climits>
 #include <limits>
+
+// CUDA's vector types, with its alignment (float4 loads are 16-byte aligned, float2 8-byte)
+#define CUEMU_VEC2(T, N, A) struct __attribute__((aligned(A))) N { T x, y; }; \
+  inline N make_##N(T x, T y) { return N{x, y}; }
+#define CUEMU_VEC3(T, N) struct N { T x, y, z; }; inline N make_##N(T x, T y, T z) { return N{x, y, z}; }
+#define CUEMU_VEC4(T, N, A) struct __attribute__((aligned(A))) N { T x, y, z, w; }; \
+  inline N make_##N(T x, T y, T z, T w) { return N{x, y, z, w}; }
+CUEMU_VEC2(signed char, char2, 2) CUEMU_VEC4(signed char, char4, 4)
+CUEMU_VEC2(unsigned char, uchar2, 2) CUEMU_VEC4(unsigned char, uchar4, 4)
+CUEMU_VEC2(short, short2, 4) CUEMU_VEC4(short, short4, 8)
+CUEMU_VEC2(unsigned short, ushort2, 4) CUEMU_VEC4(unsigned short, ushort4, 8)
+CUEMU_VEC2(int, int2, 8) CUEMU_VEC3(int, int3) CUEMU_VEC4(int, int4, 16)
+CUEMU_VEC2(unsigned, uint2, 8) CUEMU_VEC4(unsigned, uint4, 16)
+CUEMU_VEC2(long long, longlong2, 16) CUEMU_VEC2(unsigned long long, ulonglong2, 16)
+CUEMU_VEC2(float, float2, 8) CUEMU_VEC3(float, float3) CUEMU_VEC4(float, float4, 16)
+CUEMU_VEC2(double, double2, 16)
+#undef CUEMU_VEC2
+#undef CUEMU_VEC3
+#undef CUEMU_VEC4
 
 inline float __expf(float x) { return expf(x); }
 inline float __exp10f(float x) { return exp10f(x); }
