@@ -24,7 +24,7 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module("luminal.onnx")
-    if name in ("compile", "backend", "CompiledModel"):
+    if name in ("compile", "backend", "CompiledModel", "compile_forward"):
         from luminal.frontends import torch as torch_frontend
 
         return getattr(torch_frontend, name)
