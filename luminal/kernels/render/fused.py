@@ -21,7 +21,6 @@ from luminal.hlir.shape import contiguous_strides
 from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type
 from luminal.kernels.render.cstyle import cast_value, code_for_op, read, store_value, unravel
 from luminal.kernels.render.kernels import (
-    THREADS,
     WARPS_PER_BLOCK,
     KernelSpec,
     _buffer_sources,
@@ -29,6 +28,7 @@ from luminal.kernels.render.kernels import (
     _pointer,
     _signature,
     _symbols,
+    pointwise,
 )
 
 _F = {"float": "f", "double": ""}
@@ -59,26 +59,13 @@ def _expression(expr, node, idx, inputs) -> str:
 
 
 def fused_elementwise(node, name) -> list[KernelSpec]:
-    inputs = _buffer_sources(node)
-    symbols = _symbols(node)
-    numel = sym.product(node.shape)
-    idx, lines = unravel("idx", node.shape)
-    if node.op is Op.FUSED_ELEMENTWISE:
-        value = _expression(node.arg, node, idx, inputs)
-    else:  # Exp / Sigmoid
-        src = node.src[0]
-        value = EXTRA_UNARY[node.op](compute_type(node.dtype), read(src, idx, _pointer(src, inputs)))
-    body = "\n    ".join(lines)
-    code = f"""{_signature(name, node, inputs, symbols, False)} {{
-  long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= {c_dim(numel)}) return;
-  {{
-    {body}
-    out[idx] = {store_value(node.dtype, value)};
-  }}
-}}
-"""
-    return [KernelSpec(name, code, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, dtypes=_dtypes(node))]
+    def value_of(idx, inputs):
+        if node.op is Op.FUSED_ELEMENTWISE:
+            return _expression(node.arg, node, idx, inputs)
+        src = node.src[0]  # Exp / Sigmoid
+        return EXTRA_UNARY[node.op](compute_type(node.dtype), read(src, idx, _pointer(src, inputs)))
+
+    return pointwise(node, name, value_of)
 
 
 def _row_setup(node, axis):

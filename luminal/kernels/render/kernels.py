@@ -103,12 +103,13 @@ def _elementwise_value(node: Node, idx: list[str], inputs) -> str:
     raise UnsupportedError(f"no CUDA kernel for op {node.op.title}")
 
 
-def elementwise(node: Node, name: str) -> list[KernelSpec]:
+def pointwise(node: Node, name: str, value_of) -> list[KernelSpec]:
+    """One thread per output element: `value_of(index names, input buffers)` gives its C value."""
     inputs = _buffer_sources(node)
     symbols = _symbols(node)
     numel = sym.product(node.shape)
     idx, lines = unravel("idx", node.shape)
-    value = _elementwise_value(node, idx, inputs)
+    value = value_of(idx, inputs)
     body = "\n    ".join(lines)
     src = f"""{_signature(name, node, inputs, symbols, False)} {{
   long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -120,6 +121,10 @@ def elementwise(node: Node, name: str) -> list[KernelSpec]:
 }}
 """
     return [KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, dtypes=_dtypes(node))]
+
+
+def elementwise(node: Node, name: str) -> list[KernelSpec]:
+    return pointwise(node, name, lambda idx, inputs: _elementwise_value(node, idx, inputs))
 
 
 _SHFL_TYPES = {"float", "double", "int", "long long"}
