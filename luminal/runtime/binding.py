@@ -34,8 +34,11 @@ def _torch_int16():
     return torch.int16
 
 
-def bind_inputs(inputs: list[Node], feeds: dict) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Validate `feeds` (name -> array) against `inputs`; return the arrays and dim bindings."""
+def bind_inputs(inputs: list[Node], feeds: dict, convert: bool = True) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Validate `feeds` (name -> array) against `inputs`; return the arrays and dim bindings.
+
+    `convert=False`: the values are taken as they are (anything with `shape`, `ndim`, `dtype`,
+    e.g. device arrays the GPU runtime must not copy to the host)."""
     names = [n.arg for n in inputs]
     missing = [n for n in names if n not in feeds]
     if missing:
@@ -48,7 +51,7 @@ def bind_inputs(inputs: list[Node], feeds: dict) -> tuple[dict[str, np.ndarray],
     deferred = []
     for node in inputs:
         name = node.arg
-        arr = as_array(feeds[name], name)
+        arr = as_array(feeds[name], name) if convert else feeds[name]
         if arr.dtype != node.dtype.numpy:
             raise InputError(
                 f"input {name!r} has dtype {arr.dtype}, expected {node.dtype.numpy} "
@@ -75,7 +78,7 @@ def bind_inputs(inputs: list[Node], feeds: dict) -> tuple[dict[str, np.ndarray],
                     )
             else:
                 deferred.append((name, axis, dim, actual, arr.shape, node.shape))
-        arrays[name] = np.ascontiguousarray(arr)
+        arrays[name] = np.ascontiguousarray(arr).reshape(arr.shape) if convert else arr  # ascontiguousarray makes 0-d 1-d
     for name, axis, dim, actual, got, want in deferred:
         unbound = [s for s in sym.free_symbols(dim) if s.name not in bindings]
         if len(unbound) == 1:  # solve e.g. 2*n = 6 for n

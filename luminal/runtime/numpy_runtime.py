@@ -113,7 +113,7 @@ def _scatter(node, b, data, index, updates):
 
 @impl(Op.CONTIGUOUS)
 def _contiguous(node, b, x):
-    return np.ascontiguousarray(x)
+    return np.ascontiguousarray(x).reshape(x.shape)  # ascontiguousarray makes 0-d 1-d
 
 
 @impl(Op.VIEW)

@@ -1,0 +1,1 @@
+"""Frontends: PyTorch (torch.compile backend, torch.export) and ONNX models -> HLIR graphs."""

@@ -1,0 +1,28 @@
+"""The ONNX frontend: `compile(model)` lowers an ONNX model to the HLIR and compiles it.
+
+    model = luminal.onnx.compile("model.onnx")       # a path, bytes or onnx.ModelProto
+    (logits,) = model(input_ids)                      # or model({"input_ids": ids})
+
+Layout: `loader` (reading, checking, upgrading to opset >= 13), `importer` (the graph walk,
+compile-time evaluation of known and symbolic values), `shape_eval` (shape arithmetic over
+symbolic dims), `registry` (the versioned op table), one module per op family (`ops_math`,
+`ops_tensor`, `ops_nn`, `ops_resize`, `ops_attention`, `ops_misc`), `model` (`compile` and the
+callable `OnnxModel`) and `backend` (`onnx.backend.base.Backend` for onnx's BackendTest).
+"""
+
+from luminal.frontends.onnx import ops_attention, ops_math, ops_misc, ops_nn, ops_resize, ops_tensor  # noqa: F401 - registers ops
+from luminal.frontends.onnx.backend import Backend, BackendRep
+from luminal.frontends.onnx.errors import (
+    InvalidModelError,
+    OnnxError,
+    OnnxImportError,
+    OnnxInputError,
+    UnsupportedOpsError,
+)
+from luminal.frontends.onnx.model import IOInfo, OnnxModel, compile
+from luminal.frontends.onnx.registry import onnx_op, supported_ops
+
+__all__ = [
+    "Backend", "BackendRep", "IOInfo", "InvalidModelError", "OnnxError", "OnnxImportError", "OnnxInputError",
+    "OnnxModel", "UnsupportedOpsError", "compile", "onnx_op", "supported_ops",
+]

@@ -1,0 +1,422 @@
+"""Walking an ONNX graph into an HLIR graph.
+
+Every ONNX value name maps to a `Value`: a luminal `Tensor`, a value `Known` at compile time,
+or a sequence (a Python list of Values). Initializers, `Constant`s and everything computed
+from them only are known; `Shape` of a tensor is known too, as an `object` array whose
+entries are ints or sympy dims ("seq", "seq + 1"). Nodes whose inputs are all known are
+evaluated here: concretely by running the op's HLIR on the NumPy runtime (so folding uses the
+very same semantics), symbolically by `shape_eval` for the shape arithmetic of exported
+models (Shape -> Gather -> Concat -> Reshape). Consumers that need a value at compile time
+(Reshape's shape, Slice's starts, ...) receive it; one that depends on run-time data is an
+`OnnxImportError` naming the node.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import onnx
+import sympy
+from onnx import numpy_helper
+
+from luminal.builder import Graph, Tensor
+from luminal.builder import functional as F
+from luminal.errors import LuminalError
+from luminal.frontends.onnx import registry
+from luminal.frontends.onnx.errors import NeedsValue, OnnxError, OnnxImportError, UnsupportedOpsError
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Op
+from luminal.runtime import NumpyRuntime
+
+TP = onnx.TensorProto
+# ONNX element types -> HLIR dtypes. Narrow integers widen (to i32 / i64) inside the graph and
+# are cast back at the boundary; their wrap-around on overflow is not modeled.
+DTYPES = {
+    TP.FLOAT: DType.F32, TP.DOUBLE: DType.F64, TP.FLOAT16: DType.F16, TP.BFLOAT16: DType.BF16,
+    TP.INT32: DType.I32, TP.INT64: DType.I64, TP.BOOL: DType.BOOL,
+    TP.INT8: DType.I32, TP.INT16: DType.I32, TP.UINT8: DType.I32, TP.UINT16: DType.I32,
+    TP.UINT32: DType.I64, TP.UINT64: DType.I64,
+}
+FOLD_LIMIT = 1 << 20  # fold nodes whose known inputs and outputs stay below this many elements
+NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
+def hlir_dtype(elem_type: int, what: str = "") -> DType:
+    if elem_type not in DTYPES:
+        name = TP.DataType.Name(elem_type) if elem_type in TP.DataType.values() else str(elem_type)
+        raise OnnxImportError(f"{what}ONNX element type {name} is not supported (luminal has f32 f64 f16 bf16 i32 i64 bool)")
+    return DTYPES[elem_type]
+
+
+class Known:
+    """A value known at compile time: a NumPy array (dtype `object` if it holds symbolic dims)."""
+
+    __slots__ = ("array", "dtype")
+
+    def __init__(self, array, dtype: DType | None = None):
+        array = np.asarray(array)
+        if dtype is None:
+            dtype = DType.I64 if array.dtype == object else DType.of(array.dtype)
+        if array.dtype != object:
+            array = array.astype(dtype.numpy, copy=False)
+        self.array, self.dtype = array, dtype
+
+    @property
+    def symbolic(self) -> bool:
+        return self.array.dtype == object
+
+    def __repr__(self) -> str:
+        return f"Known({self.array!r}, {self.dtype})"
+
+
+class Seq:
+    """An ONNX sequence returned by an op: a list of values (kept apart from multiple outputs)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items):
+        self.items = list(items)
+
+
+class Value:
+    __slots__ = ("tensor", "known", "seq")
+
+    def __init__(self, tensor=None, known=None, seq=None):
+        self.tensor, self.known, self.seq = tensor, known, seq
+
+
+def materialize(g: Graph, known: Known) -> Tensor:
+    arr = known.array
+    if not known.symbolic:
+        if arr.ndim == 0:
+            return g.scalar(arr.item(), known.dtype)
+        return g.constant(arr, known.dtype)
+    items = [g.scalar(sym.norm(v) if not isinstance(v, (int, np.integer)) else int(v), known.dtype) for v in arr.reshape(-1)]
+    if arr.ndim == 0:
+        return items[0]
+    if not items:
+        return g.constant(np.zeros(arr.shape, known.dtype.numpy))
+    return F.stack(items, 0).reshape(arr.shape)
+
+
+class NodeContext:
+    """What an op function may ask about the node it lowers."""
+
+    def __init__(self, importer: Importer, node: onnx.NodeProto, opset: int):
+        self.importer, self.node, self.opset = importer, node, opset
+        self.g = importer.g
+        self.n_outputs = len(node.output)
+        self.outputs_wanted = [bool(n) for n in node.output]
+
+    @property
+    def name(self) -> str:
+        return self.node.name or f"<{self.node.op_type} #{self.importer.node_index}>"
+
+    def fail(self, msg: str):
+        raise OnnxImportError(f"{self.node.op_type} node {self.name!r}: {msg}")
+
+    def dtype(self, elem_type: int) -> DType:
+        return hlir_dtype(elem_type, f"{self.node.op_type} node {self.name!r}: ")
+
+    def scalar(self, value, like: Tensor) -> Tensor:
+        return self.g.scalar(value, like.dtype)
+
+    def known(self, i: int):
+        """The compile-time value of input `i` (a NumPy array), or None if it is not known."""
+        if i >= len(self.node.input) or not self.node.input[i]:
+            return None
+        v = self.importer.values[self.node.input[i]]
+        return None if v.known is None else v.known.array
+
+    def input_shape(self, i: int):
+        v = self.importer.values[self.node.input[i]]
+        return v.tensor.shape if v.tensor is not None else v.known.array.shape
+
+    def subgraph(self, graph: onnx.GraphProto, feeds: dict[str, Value]) -> list[Value]:
+        return self.importer.run_subgraph(graph, feeds)
+
+
+def attr_value(attr: onnx.AttributeProto):
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode("utf-8") for v in value]
+    return value
+
+
+_SANE = re.compile(r"[^0-9A-Za-z_]")
+
+
+def dim_symbol_name(name: str) -> str:
+    clean = _SANE.sub("_", name)
+    return clean if clean and not clean[0].isdigit() else f"d_{clean}"
+
+
+def positive_dim(name: str):
+    """The symbol of a dynamic dim: a positive integer, so that min(1, seq) folds to 1 and the
+    shape arithmetic of exported models stays simple. A call that binds one to 0 is compiled
+    with static shapes instead (see OnnxModel)."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+class Importer:
+    def __init__(self, proto: onnx.ModelProto, name: str = "onnx", specialize: dict | None = None,
+                 shapes: dict | None = None):
+        self.proto = proto
+        self.specialize = specialize or {}  # graph inputs whose values are compiled in
+        self.shapes = shapes or {}  # graph inputs whose shapes are compiled in (static)
+        self.g = Graph(name)
+        self.opsets = {("" if imp.domain == "ai.onnx" else imp.domain): imp.version for imp in proto.opset_import}
+        self.values: dict[str, Value] = {}
+        self.node_index = 0
+        self.inputs: list[tuple[str, int, tuple]] = []  # (name, onnx elem type, shape spec)
+        self.functions = {(f.domain, f.name): f for f in proto.functions}
+        self.assumptions: list[tuple] = []  # (a, b): dims with a <= b, checked at every call
+
+    def assume(self, a, b) -> None:
+        if (a, b) not in self.assumptions:
+            self.assumptions.append((a, b))
+
+    # --- the graph -------------------------------------------------------------------------
+    def check_supported(self, graph: onnx.GraphProto) -> None:
+        missing = []
+        for node in _all_nodes(graph):
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            if (domain, node.op_type) in self.functions:
+                continue
+            opset = self.opsets.get(domain, 0)
+            if registry.lookup(node.op_type, domain, opset) is None:
+                missing.append((node.op_type, domain, node.name or "<unnamed>", opset))
+        if missing:
+            raise UnsupportedOpsError(missing)
+
+    def import_graph(self) -> tuple[list, list[tuple[str, Value, int]]]:
+        graph = self.proto.graph
+        self.check_supported(graph)
+        for init in graph.initializer:
+            arr = numpy_helper.to_array(init)
+            self.values[init.name] = Value(known=Known(arr, hlir_dtype(init.data_type, f"initializer {init.name!r}: ")))
+        for init in graph.sparse_initializer:
+            raise OnnxImportError(f"sparse initializer {init.values.name!r} is not supported")
+        for vi in graph.input:
+            if vi.name in self.values:
+                continue  # an initializer listed as an input (IR < 4): a constant here
+            tt = vi.type.tensor_type
+            if not vi.type.HasField("tensor_type"):
+                raise OnnxImportError(f"input {vi.name!r}: only tensor inputs are supported")
+            if not tt.HasField("shape"):
+                raise OnnxImportError(f"input {vi.name!r} has no declared rank; luminal needs the rank of every input")
+            dims = []
+            for axis, d in enumerate(tt.shape.dim):
+                if d.HasField("dim_value"):
+                    dims.append(int(d.dim_value))
+                elif d.dim_param:
+                    dims.append(dim_symbol_name(d.dim_param))
+                else:  # an unnamed dynamic dim
+                    dims.append(dim_symbol_name(f"{vi.name}_dim{axis}"))
+            dtype = hlir_dtype(tt.elem_type, f"input {vi.name!r}: ")
+            self.inputs.append((vi.name, tt.elem_type, tuple(dims)))
+            if vi.name in self.shapes:
+                dims = list(self.shapes[vi.name])
+            dims = [positive_dim(d) if isinstance(d, str) else d for d in dims]
+            if vi.name in self.specialize:
+                self.values[vi.name] = Value(known=Known(self.specialize[vi.name], dtype))
+            else:
+                self.values[vi.name] = Value(tensor=self.g.input(vi.name, tuple(dims), dtype))
+        self.run_nodes(graph.node)
+        outputs = []
+        for vi in graph.output:
+            if vi.name not in self.values:
+                raise OnnxImportError(f"graph output {vi.name!r} is not produced by any node")
+            outputs.append((vi.name, self.values[vi.name], vi.type.tensor_type.elem_type))
+        return self.inputs, outputs
+
+    def run_nodes(self, nodes) -> None:
+        for node in nodes:
+            self.node_index += 1
+            try:
+                self.run_node(node)
+            except OnnxError:
+                raise
+            except RecursionError:
+                raise OnnxImportError(f"{node.op_type} node {node.name or self.node_index!r}: graph too deep") from None
+            except LuminalError as exc:
+                raise OnnxImportError(f"{node.op_type} node {node.name or self.node_index!r}: {exc}") from exc
+            except Exception as exc:  # noqa: BLE001 - a malformed node must not crash the import
+                raise OnnxImportError(
+                    f"{node.op_type} node {node.name or self.node_index!r} cannot be lowered: {type(exc).__name__}: {exc}"
+                ) from exc
+
+    def run_subgraph(self, graph: onnx.GraphProto, feeds: dict[str, Value]) -> list[Value]:
+        """Import a subgraph (If/Loop body) in a scope seeing the outer values; its outputs."""
+        saved = dict(self.values)
+        try:
+            self.values.update(feeds)
+            for init in graph.initializer:
+                self.values[init.name] = Value(known=Known(numpy_helper.to_array(init), hlir_dtype(init.data_type)))
+            self.run_nodes(graph.node)
+            return [self.values[o.name] for o in graph.output]
+        finally:
+            self.values = saved
+
+    # --- one node --------------------------------------------------------------------------
+    def run_node(self, node: onnx.NodeProto) -> None:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        if (domain, node.op_type) in self.functions:
+            return self.run_function(node, self.functions[(domain, node.op_type)])
+        opset = self.opsets.get(domain, 0)
+        impl = registry.lookup(node.op_type, domain, opset)
+        c = NodeContext(self, node, opset)
+        attrs = {a.name: attr_value(a) for a in node.attribute}
+        ins = []
+        for name in node.input:
+            if not name:
+                ins.append(None)
+            elif name not in self.values:
+                c.fail(f"input {name!r} is not defined before this node")
+            else:
+                ins.append(self.values[name])
+        outs = None
+        present = [v for v in ins if v is not None]
+        all_known = node.op_type not in NO_FOLD and all(v.known is not None for v in present)
+        if all_known and any(v.known.symbolic for v in present):
+            from luminal.frontends.onnx.shape_eval import evaluate
+
+            outs = evaluate(c, [None if v is None else v.known for v in ins], attrs)
+        if outs is None:
+            args = []
+            for i, v in enumerate(ins):
+                if i in impl.known or (impl.variadic and -1 in impl.known):
+                    if v is not None and v.known is None:
+                        raise NeedsValue(
+                            f"{node.op_type} node {c.name!r}: input {i} ({node.input[i]!r}) must be known at compile "
+                            "time, but it depends on run-time data", node.input[i])
+                    args.append(None if v is None else v.known.array)
+                elif v is None:
+                    args.append(None)
+                elif v.seq is not None:
+                    args.append(v.seq)
+                else:
+                    args.append(self.tensor(v))
+            result = impl.fn(c, *args, **attrs)
+            outs = list(result) if isinstance(result, (list, tuple)) else [result]
+            if all_known and present and not any(v.known.symbolic for v in present):
+                outs = self.fold(outs, present)
+        for name, out in zip(node.output, outs):
+            if not name:
+                continue
+            if out is None:
+                c.fail(f"output {name!r} is not produced")
+            self.values[name] = self.wrap(out)
+
+    def run_function(self, node: onnx.NodeProto, fn: onnx.FunctionProto) -> None:
+        """A model-local function: inline its body with inputs, outputs and attributes bound."""
+        feeds = {formal: self.values[actual] for formal, actual in zip(fn.input, node.input) if actual}
+        attrs = {a.name: a for a in node.attribute}
+        body = []
+        for n in fn.node:
+            n2 = onnx.NodeProto()
+            n2.CopyFrom(n)
+            del n2.attribute[:]
+            for a in n.attribute:
+                if a.ref_attr_name:
+                    if a.ref_attr_name in attrs:
+                        a2 = onnx.AttributeProto()
+                        a2.CopyFrom(attrs[a.ref_attr_name])
+                        a2.name = a.name
+                        n2.attribute.append(a2)
+                else:
+                    n2.attribute.append(a)
+            body.append(n2)
+        saved_opsets = dict(self.opsets)
+        self.opsets.update({imp.domain: imp.version for imp in fn.opset_import})
+        saved = dict(self.values)
+        try:
+            self.values.update(feeds)
+            self.run_nodes(body)
+            outs = [self.values[o] for o in fn.output]
+        finally:
+            self.values, self.opsets = saved, saved_opsets
+        for name, v in zip(node.output, outs):
+            if name:
+                self.values[name] = v
+
+    def wrap(self, out) -> Value:
+        if isinstance(out, Value):
+            return out
+        if isinstance(out, Known):
+            return Value(known=out)
+        if isinstance(out, Tensor):
+            return Value(tensor=out)
+        if isinstance(out, Seq):
+            return Value(seq=[self.wrap(o) for o in out.items])
+        raise OnnxImportError(f"internal: an op returned {type(out).__name__}")
+
+    def tensor(self, v: Value) -> Tensor:
+        if v.tensor is None:
+            if v.known is None:
+                raise OnnxImportError("a sequence was given where a tensor is expected")
+            v.tensor = materialize(self.g, v.known)
+        return v.tensor
+
+    def fold(self, outs: list, ins: list[Value]) -> list:
+        """Evaluate the outputs of a node whose inputs are all known (and small) now."""
+        if sum(v.known.array.size for v in ins) > FOLD_LIMIT:
+            return outs
+        tensors = [o for o in outs if isinstance(o, Tensor)]
+        if not tensors or any(not all(sym.is_static(d) for d in t.shape) for t in tensors):
+            return outs
+        if sum(int(np.prod(t.shape)) for t in tensors) > FOLD_LIMIT:
+            return outs
+        if any(n.op is Op.INPUT for t in tensors for n in _nodes(t)):
+            return outs
+        arrays = NumpyRuntime([t.node for t in tensors])({})
+        it = iter(arrays)
+        return [Known(next(it), o.dtype) if isinstance(o, Tensor) else o for o in outs]
+
+
+def graph_input_deps(graph: onnx.GraphProto, value_name: str) -> tuple[set[str], set[str]]:
+    """The graph inputs whose values, and those whose shapes only (through Shape / Size), the
+    value `value_name` is computed from."""
+    producer = {o: n for n in graph.node for o in n.output}
+    inputs = {vi.name for vi in graph.input} - {i.name for i in graph.initializer}
+    values: set[str] = set()
+    shapes: set[str] = set()
+    seen, stack = set(), [(value_name, False)]
+    while stack:
+        name, shape_only = stack.pop()
+        if (name, shape_only) in seen or not name:
+            continue
+        seen.add((name, shape_only))
+        if name in inputs:
+            (shapes if shape_only else values).add(name)
+        elif name in producer:
+            node = producer[name]
+            through_shape = shape_only or node.op_type in ("Shape", "Size")
+            stack.extend((i, through_shape) for i in node.input)
+            for attr in node.attribute:  # outer-scope names used by subgraphs
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    stack.extend((i, through_shape) for n in attr.g.node for i in n.input)
+    return values, shapes - values
+
+
+def _nodes(t: Tensor):
+    from luminal.hlir.ops import toposort
+
+    return toposort([t.node])
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from _all_nodes(sub)

@@ -1,0 +1,252 @@
+"""`compile()` and the compiled model: NumPy in, NumPy out, symbolic dims bound per call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from luminal.compiler import compile_outputs
+from luminal.errors import InputError, LuminalError
+from luminal.frontends.onnx import loader
+from luminal.frontends.onnx.errors import NeedsValue, OnnxError, OnnxImportError, OnnxInputError
+from luminal.frontends.onnx.importer import Importer, dim_symbol_name, graph_input_deps
+from luminal.hlir import symbolic as sym
+
+
+@dataclass(frozen=True)
+class IOInfo:
+    """An input or output of the model: name, NumPy dtype, shape (str for a symbolic dim)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple
+
+    def __str__(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape)
+        return f"{self.name}: {self.dtype}[{dims}]"
+
+
+def _np_dtype(elem_type: int) -> np.dtype | None:
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError):
+        return None  # undeclared: whatever the graph computes
+
+
+class OnnxModel:
+    """A compiled ONNX model. `model(x, y)`, `model({"x": x})` or `model(x=x)` -> list of arrays.
+
+    When a node needs a graph input's *value* at compile time (a Reshape whose target shape is
+    an input, say), the model is specialized on those inputs: it compiles once per distinct
+    value of them, at the first call that brings it, and caches the result.
+    """
+
+    def __init__(self, proto, inputs: list[IOInfo], outputs: list[IOInfo], notes: list[str], *,
+                 device: str, optimize, compiled=None, value_inputs=(), shape_inputs=()):
+        self.proto = proto
+        self.inputs = inputs
+        self.outputs = outputs
+        self.notes = notes
+        self.device, self.optimize = device, optimize
+        self.value_inputs = tuple(value_inputs)  # inputs compiled in by value
+        self.shape_inputs = tuple(shape_inputs)  # inputs whose shapes are compiled in (static dims)
+        self.compiled = compiled
+        self._cache: dict = {}
+
+    @property
+    def input_names(self) -> list[str]:
+        return [i.name for i in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.outputs]
+
+    def report(self):
+        if self.compiled is None:
+            raise OnnxInputError(f"this model compiles per value of {list(self.value_inputs)} and per shape of "
+                                 f"{list(self.shape_inputs)}; call it first")
+        return self.compiled.report()
+
+    def __repr__(self) -> str:
+        ins = ", ".join(map(str, self.inputs))
+        outs = ", ".join(map(str, self.outputs))
+        return f"<luminal.onnx model ({ins}) -> ({outs})>"
+
+    def _feeds(self, args, kwargs) -> dict:
+        if len(args) == 1 and isinstance(args[0], dict):
+            feeds = dict(args[0], **kwargs)
+        else:
+            if len(args) > len(self.inputs):
+                raise OnnxInputError(f"{len(args)} positional inputs given, the model takes {len(self.inputs)}: {self.input_names}")
+            feeds = dict(zip(self.input_names, args))
+            dup = [k for k in kwargs if k in feeds]
+            if dup:
+                raise OnnxInputError(f"input(s) {dup} given both positionally and by name")
+            feeds.update(kwargs)
+        unknown = [k for k in feeds if k not in self.input_names]
+        if unknown:
+            raise OnnxInputError(f"unknown input name(s) {unknown}; the model's inputs are {self.input_names}")
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            raise OnnxInputError(f"missing input(s) {missing}; the model's inputs are {self.input_names}")
+        arrays = {}
+        for info in self.inputs:
+            arr = np.asarray(feeds[info.name])
+            if info.dtype is not None and arr.dtype != info.dtype:
+                raise OnnxInputError(f"input {info.name!r} has dtype {arr.dtype}, the model declares {info.dtype}")
+            if arr.ndim != len(info.shape):
+                raise OnnxInputError(
+                    f"input {info.name!r} has shape {arr.shape} ({arr.ndim} dims), the model declares {_fmt(info.shape)}"
+                )
+            for axis, (want, got) in enumerate(zip(info.shape, arr.shape)):
+                if isinstance(want, int) and want != got:
+                    raise OnnxInputError(
+                        f"input {info.name!r} has shape {arr.shape}, the model declares {_fmt(info.shape)} (dim {axis} must be {want})"
+                    )
+            arrays[info.name] = arr
+        return arrays
+
+    def __call__(self, *args, **kwargs) -> list[np.ndarray]:
+        arrays = self._feeds(args, kwargs)
+        compiled = self.compiled
+        zero_dim = any(not isinstance(d, int) and n == 0 for i in self.inputs for d, n in zip(i.shape, arrays[i.name].shape))
+        if self.value_inputs or self.shape_inputs or zero_dim:
+            # a dynamic dim of size 0 breaks the symbols' assumption (>= 1): compile this call's shapes statically
+            shape_names = self.input_names if zero_dim else self.shape_inputs
+            key = self._key(arrays, shape_names)
+            compiled = self._cache.get(key)
+            if compiled is None:
+                compiled = self._build_retrying(arrays, zero_dim)
+                self._cache[self._key(arrays, self.input_names if zero_dim else self.shape_inputs)] = compiled
+            self.compiled = compiled
+        self._check_assumptions(compiled, arrays)
+        feeds = {}
+        for node in compiled.inputs:
+            arr = arrays[node.arg]
+            feeds[node.arg] = arr if arr.dtype == node.dtype.numpy else arr.astype(node.dtype.numpy)
+        try:
+            results = compiled(feeds)
+        except InputError as exc:
+            raise OnnxInputError(str(exc)) from None
+        except LuminalError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - report, never crash
+            raise OnnxError(f"running the model failed: {type(exc).__name__}: {exc}") from exc
+        return [r.astype(o.dtype, copy=False) if o.dtype is not None and r.dtype != o.dtype else r
+                for r, o in zip(results, self.outputs)]
+
+    run = __call__
+
+    def _check_assumptions(self, compiled, arrays):
+        if not getattr(compiled, "assumptions", None):
+            return
+        bindings = {}
+        for info in self.inputs:
+            for d, n in zip(info.shape, arrays[info.name].shape):
+                if isinstance(d, str) and d.isidentifier():
+                    bindings[d] = n
+        for a, b in compiled.assumptions:
+            try:
+                va, vb = sym.evaluate(a, bindings), sym.evaluate(b, bindings)
+            except LuminalError:
+                continue
+            if va > vb:
+                raise OnnxInputError(
+                    f"input shapes {({k: v for k, v in bindings.items()})} break what the model needs: {a} <= {b} "
+                    f"(here {va} > {vb}), e.g. a sequence longer than a table the model slices"
+                )
+
+    def _key(self, arrays, shape_names) -> tuple:
+        values = tuple((n, arrays[n].dtype.str, arrays[n].shape, arrays[n].tobytes()) for n in self.value_inputs)
+        return values, tuple((n, arrays[n].shape) for n in shape_names)
+
+    def _build_retrying(self, arrays, all_static: bool):
+        """Compile for this call's values of `value_inputs` and shapes of `shape_inputs`; a node
+        that needs yet another input's value or shape adds it to the sets and retries."""
+        while True:
+            shape_names = self.input_names if all_static else self.shape_inputs
+            try:
+                compiled, *_ = _build(self.proto, {n: arrays[n] for n in self.value_inputs}, self.device,
+                                      self.optimize, {n: arrays[n].shape for n in shape_names})
+                return compiled
+            except NeedsValue as exc:
+                values, shapes = graph_input_deps(self.proto.graph, exc.value_name)
+                values, shapes = values - set(self.value_inputs), shapes - set(shape_names)
+                if not values and not shapes:
+                    raise
+                self.value_inputs = tuple(sorted(set(self.value_inputs) | values))
+                self.shape_inputs = tuple(sorted(set(self.shape_inputs) | shapes))
+
+
+def _fmt(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def _declared_shape(vi) -> tuple:
+    """The declared shape, dynamic dims named as the importer names their symbols."""
+    dims = vi.type.tensor_type.shape.dim
+    return tuple(
+        d.dim_value if d.HasField("dim_value") else dim_symbol_name(d.dim_param or f"{vi.name}_dim{axis}")
+        for axis, d in enumerate(dims)
+    )
+
+
+def _build(proto, specialize, device, optimize, shapes=None):
+    """Import and compile `proto` with the inputs in `specialize` compiled in by value."""
+    name = proto.graph.name or "onnx"
+    importer = Importer(proto, name, specialize, shapes)
+    inputs, outputs = importer.import_graph()
+    out_tensors = []
+    for out_name, value, _ in outputs:
+        if value.seq is not None:
+            raise OnnxImportError(f"graph output {out_name!r} is a sequence; luminal returns tensors only")
+        out_tensors.append(importer.tensor(value))
+    hlir_inputs = [importer.g.inputs[n] for n, _, _ in inputs if n in importer.g.inputs]
+    compiled = compile_outputs(
+        hlir_inputs, [t.node for t in out_tensors], [o for o, _, _ in outputs], device=device, optimize=optimize, name=name,
+    )
+    compiled.assumptions = list(importer.assumptions)
+    return compiled, inputs, outputs, out_tensors
+
+
+def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: bool = True) -> OnnxModel:  # noqa: A001
+    """Compile an ONNX model (a path, bytes or `onnx.ModelProto`) for `device`."""
+    proto, _ = loader.load_model(model, check=check)
+    proto, note = loader.upgrade(proto)
+    notes = [note] if note else []
+    graph = proto.graph
+    for vi in list(graph.input) + list(graph.output):
+        kind = vi.type.WhichOneof("value")
+        if kind not in (None, "tensor_type"):
+            raise OnnxImportError(f"graph {'output' if vi in graph.output else 'input'} {vi.name!r} is a {kind}; "
+                                  "luminal takes and returns tensors only")
+    inits = {i.name for i in graph.initializer}
+    declared = [vi for vi in graph.input if vi.name not in inits]
+    value_inputs: set[str] = set()
+    shape_inputs: set[str] = set()
+    try:
+        compiled, inputs, outputs, out_tensors = _build(proto, {}, device, optimize)
+    except NeedsValue as exc:
+        value_inputs, shape_inputs = graph_input_deps(graph, exc.value_name)
+        if not value_inputs and not shape_inputs:
+            raise
+        compiled = None
+    if compiled is not None:
+        compiled.report().notes.extend(notes)
+        in_infos = [
+            IOInfo(n, _np_dtype(t), tuple(d if isinstance(d, int) else str(sym.parse(d)) for d in shape))
+            for n, t, shape in inputs
+        ]
+        out_infos = []
+        for (out_name, _, elem), t in zip(outputs, out_tensors):
+            dtype = _np_dtype(elem) if elem else t.dtype.numpy
+            out_infos.append(IOInfo(out_name, dtype, tuple(d if sym.is_static(d) else str(d) for d in t.shape)))
+    else:
+        in_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in declared]
+        out_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in graph.output]
+        notes.append(f"compiled per value of input(s) {sorted(value_inputs)} and per shape of {sorted(shape_inputs)}: "
+                     "nodes need them at compile time")
+    return OnnxModel(proto, in_infos, out_infos, notes, device=device, optimize=optimize, compiled=compiled,
+                     value_inputs=sorted(value_inputs), shape_inputs=sorted(shape_inputs))

@@ -1,0 +1,120 @@
+"""Sequences (Python lists of values at compile time) and control flow (If, Loop).
+
+Sequence positions, If conditions and Loop trip counts must be known at compile time (a model
+whose graph inputs decide them is compiled per value of those inputs); Loop is unrolled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from luminal.builder import functional as F
+from luminal.frontends.onnx.importer import Known, Seq, Value
+from luminal.frontends.onnx.ops_tensor import split_sizes
+from luminal.frontends.onnx.registry import onnx_op
+
+MAX_UNROLL = 4096
+
+
+def _pos(c, seq, pos, insert=False):
+    n = len(seq)
+    p = int(np.asarray(pos).reshape(-1)[0])
+    p = p + n if p < 0 else p
+    if not 0 <= p <= (n if insert else n - 1):
+        c.fail(f"sequence position {int(np.asarray(pos).reshape(-1)[0])} is out of range for a sequence of {n}")
+    return p
+
+
+def _tensor(c, v):
+    return c.importer.tensor(v) if isinstance(v, Value) else v
+
+
+@onnx_op("SequenceEmpty")
+def sequence_empty(c, dtype=None):
+    return Seq([])
+
+
+@onnx_op("SequenceConstruct", variadic=True)
+def sequence_construct(c, *xs):
+    return Seq(xs)
+
+
+@onnx_op("SequenceInsert", known=(2,))
+def sequence_insert(c, seq, x, pos=None):
+    p = len(seq) if pos is None else _pos(c, seq, pos, insert=True)
+    return Seq(seq[:p] + [x] + seq[p:])
+
+
+@onnx_op("SequenceErase", known=(1,))
+def sequence_erase(c, seq, pos=None):
+    p = len(seq) - 1 if pos is None else _pos(c, seq, pos)
+    return Seq(seq[:p] + seq[p + 1:])
+
+
+@onnx_op("SequenceAt", known=(1,))
+def sequence_at(c, seq, pos):
+    return seq[_pos(c, seq, pos)]
+
+
+@onnx_op("SequenceLength")
+def sequence_length(c, seq):
+    return Known(np.array(len(seq), np.int64))
+
+
+@onnx_op("ConcatFromSequence")
+def concat_from_sequence(c, seq, axis, new_axis=0):
+    xs = [_tensor(c, v) for v in seq]
+    return F.stack(xs, axis) if new_axis else F.concat(xs, axis)
+
+
+@onnx_op("SplitToSequence", known=(1,))
+def split_to_sequence(c, x, split=None, axis=0, keepdims=1):
+    a = axis % x.ndim
+    n = x.shape[a]
+    if split is None:
+        parts = F.split(x, 1, a)
+        return Seq([p.squeeze(a) for p in parts] if not keepdims else parts)
+    sizes = [int(v) for v in np.asarray(split).reshape(-1)]
+    if np.asarray(split).ndim == 0:
+        size = sizes[0]
+        sizes = [min(size, n - i) for i in range(0, n, size)]
+    return Seq(split_sizes(x, a, sizes))
+
+
+@onnx_op("If", known=(0,))
+def if_(c, cond, then_branch, else_branch):
+    branch = then_branch if bool(np.asarray(cond).reshape(-1)[0]) else else_branch
+    return c.subgraph(branch, {})
+
+
+@onnx_op("Loop", known=(0, 1), variadic=True)
+def loop(c, trip, cond, *carried, body):
+    n = MAX_UNROLL + 1 if trip is None else int(np.asarray(trip).reshape(-1)[0])
+    go = True if cond is None else bool(np.asarray(cond).reshape(-1)[0])
+    if n > MAX_UNROLL:
+        c.fail(f"Loop with {n if trip is not None else 'no'} trip count: luminal unrolls at most {MAX_UNROLL} iterations")
+    names = [i.name for i in body.input]
+    state = [c.importer.wrap(v) for v in carried]
+    scans: list[list] = []
+    it = 0
+    while go and it < n:
+        feeds = {names[0]: Value(known=Known(np.array(it, np.int64))),
+                 names[1]: Value(known=Known(np.array(go, np.bool_)))}
+        feeds.update(zip(names[2:], state))
+        outs = c.subgraph(body, feeds)
+        cond_v = outs[0]
+        if cond_v.known is None:
+            c.fail("the Loop condition depends on run-time data")
+        go = bool(np.asarray(cond_v.known.array).reshape(-1)[0])
+        state = outs[1:1 + len(carried)]
+        scans.append(outs[1 + len(carried):])
+        it += 1
+    results = list(state)
+    n_scan = len(body.output) - 1 - len(carried)
+    for j in range(n_scan):
+        parts = [_tensor(c, s[j]) for s in scans]
+        if not parts:
+            c.fail("a Loop that runs zero iterations has scan outputs of unknown shape")
+        results.append(F.stack(parts, 0))
+    return results
+
