@@ -133,11 +133,14 @@ class CompiledGraph:
 
         return f"<pre>{html.escape(str(self._report))}</pre>" + graph_html(self._display_view())
 
-    def save(self, path, meta: dict | None = None):
-        """Write this compiled graph to a `.lum` file; `luminal.load(path)` reads it back."""
+    def save(self, path, meta: dict | None = None, weights: str = "embed", weight_specs: dict | None = None,
+             archs: tuple[str, ...] = ()):
+        """Write this compiled graph to a `.lum` file; `luminal.load(path)` reads it back.
+        `weights="seeded"` stores weight specs instead of bytes; `archs=("sm_90",)` adds cubins
+        (see `luminal.saving`)."""
         from luminal.saving import save_compiled
 
-        return save_compiled(self, path, meta)
+        return save_compiled(self, path, meta, weights, weight_specs, archs)
 
     def cuda_source(self) -> str:
         from luminal import kernels

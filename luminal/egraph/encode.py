@@ -1,0 +1,154 @@
+"""HLIR part -> egglog commands (built from binding objects, never from program text).
+
+`encode(part)` returns the commands that insert every node of the part as
+`(union (N i) <term>)` plus the facts about the shape trackers its views use, and the tables
+(`Encoding`) that extraction needs to turn e-nodes back into HLIR nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from luminal.egraph import compat as eg
+from luminal.egraph.schema import BINARY, UNARY
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import ConstantArray, Node, Op
+from luminal.hlir.shape import ShapeTracker, contiguous_strides
+
+_UNARY_NAME = {getattr(Op, v): k for k, v in UNARY.items()}
+_BINARY_NAME = {getattr(Op, v): k for k, v in BINARY.items()}
+_FUSED_UNARY = {Op.EXP: "Exp", Op.SIGMOID: "Sigmoid"}
+_FUSED_AXIS = {Op.SOFTMAX: "Softmax", Op.KAHAN_SUM: "KahanSum"}
+DTYPES = {d.short: d for d in DType}
+
+
+@dataclass
+class Encoding:
+    nodes: list[Node]
+    slots: list[Node]
+    trackers: list[ShapeTracker] = field(default_factory=list)
+    opaque: list[Node] = field(default_factory=list)  # Opaque* index -> the original node
+    commands: list = field(default_factory=list)
+    _tracker_ids: dict = field(default_factory=dict)
+
+    def tracker(self, st: ShapeTracker) -> int:
+        tid = self._tracker_ids.get(st)
+        if tid is None:
+            tid = self._tracker_ids[st] = len(self.trackers)
+            self.trackers.append(st)
+        return tid
+
+
+def splat_value(node: Node) -> float | None:
+    """The value of a scalar float constant that rules may match on, else None.
+
+    NaN and -0.0 stay opaque: egglog's f64 compares them equal to other floats (all NaNs,
+    +0.0), and merging -0.0 with +0.0 would change recip(-0.0) = -inf into +inf.
+    """
+    if node.op is not Op.CONSTANT or node.shape != () or not node.dtype.is_float:
+        return None
+    v = node.arg
+    if isinstance(v, ConstantArray) or not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    v = float(v)
+    if math.isnan(v) or (v == 0.0 and math.copysign(1.0, v) < 0):
+        return None
+    return v
+
+
+def is_bcast(st: ShapeTracker) -> bool:
+    """Every element reads element 0 of the source: a broadcast of one value."""
+    return st.mask is None and sym.equal(st.offset, 0) and all(sym.equal(s, 0) for s in st.strides)
+
+
+def representable(v: float, dtype: DType) -> bool:
+    if dtype is DType.F64 or math.isinf(v):
+        return True
+    with np.errstate(over="ignore"):
+        return float(np.array(v).astype(dtype.numpy)) == v
+
+
+def encode(nodes: list[Node], slots: list[Node]) -> Encoding:
+    enc = Encoding(nodes, slots)
+    index = {id(n): i for i, n in enumerate(nodes)}
+    slot_index = {id(n): i for i, n in enumerate(slots)}
+    reprs: set[tuple[float, str]] = set()
+
+    def ref(n: Node):
+        i = index.get(id(n))
+        return eg.call("N", eg.i64(i)) if i is not None else eg.call("Leaf", eg.i64(slot_index[id(n)]))
+
+    def splat(v: float, dt: DType, st: ShapeTracker):
+        if representable(v, dt):
+            reprs.add((v, dt.short))
+        return eg.call("Splat", eg.f64(v), eg.string(dt.short), eg.i64(enc.tracker(st)))
+
+    for i, n in enumerate(nodes):
+        op, src = n.op, n.src
+        if (v := splat_value(n)) is not None:
+            term = splat(v, n.dtype, ShapeTracker.contiguous(()))
+        elif op is Op.VIEW and (v := splat_value(src[0])) is not None and is_bcast(n.arg):
+            term = splat(v, n.dtype, n.arg)
+        elif op is Op.VIEW:
+            term = eg.call("View", ref(src[0]), eg.i64(enc.tracker(n.arg)))
+        elif op is Op.CAST:
+            term = eg.call("Cast", ref(src[0]), eg.string(src[0].dtype.short), eg.string(n.dtype.short))
+        elif op in _UNARY_NAME:
+            term = eg.call(_UNARY_NAME[op], ref(src[0]))
+        elif op in _BINARY_NAME:
+            term = eg.call(_BINARY_NAME[op], ref(src[0]), ref(src[1]))
+        elif op is Op.SUM_REDUCE:
+            term = eg.call("SumReduce", ref(src[0]), eg.i64(n.arg), eg.string(n.dtype.short))
+        elif op is Op.MAX_REDUCE:
+            term = eg.call("MaxReduce", ref(src[0]), eg.i64(n.arg))
+        elif op in _FUSED_UNARY:
+            term = eg.call(_FUSED_UNARY[op], ref(src[0]))
+        elif op in _FUSED_AXIS:
+            term = eg.call(_FUSED_AXIS[op], ref(src[0]), eg.i64(n.arg))
+        elif op is Op.MAT_MUL:
+            term = eg.call("MatMul", ref(src[0]), ref(src[1]))
+        else:  # ops no rule looks into: remembered by index, operands still e-classes
+            enc.opaque.append(n)
+            term = eg.call(f"Opaque{len(src)}", eg.i64(len(enc.opaque) - 1), *(ref(s) for s in src))
+        enc.commands.append(eg.union(eg.call("N", eg.i64(i)), term))
+    enc.commands += [eg.fact(eg.call("Repr", eg.f64(v), eg.string(d))) for v, d in sorted(reprs)]
+    enc.commands += tracker_facts(enc)
+    return enc
+
+
+def tracker_facts(enc: Encoding) -> list:
+    """Relations over the trackers in use: what the fusion rules need to know about strides."""
+    cmds = []
+    for tid, st in enumerate(list(enc.trackers)):
+        if is_bcast(st):
+            cmds.append(eg.fact(eg.call("Bcast", eg.i64(tid))))
+        if st.mask is not None or not sym.equal(st.offset, 0):
+            continue
+        r = st.ndim
+        for a in range(r):
+            if sym.equal(st.shape[a], 1) and st.is_contiguous():
+                cmds.append(eg.fact(eg.call("KeepDim", eg.i64(tid), eg.i64(a))))
+            if _expands_only(st, a):
+                cmds.append(eg.fact(eg.call("ExpandDim", eg.i64(tid), eg.i64(a))))
+        if r >= 3 and sym.equal(st.strides[r - 2], 0):  # a[..., M, (N), K]: constant along N
+            la = ShapeTracker(st.shape[: r - 2] + st.shape[r - 1 :], st.strides[: r - 2] + st.strides[r - 1 :], st.offset)
+            cmds.append(eg.set_value("MatA", [eg.i64(tid), eg.i64(r - 1)], eg.i64(enc.tracker(la))))
+        if r >= 3 and sym.equal(st.strides[r - 3], 0):  # bT[..., (M), N, K]: constant along M
+            shape = st.shape[: r - 3] + (st.shape[r - 1], st.shape[r - 2])
+            strides = st.strides[: r - 3] + (st.strides[r - 1], st.strides[r - 2])
+            lb = ShapeTracker(shape, strides, st.offset)
+            cmds.append(eg.set_value("MatB", [eg.i64(tid), eg.i64(r - 1)], eg.i64(enc.tracker(lb))))
+    return cmds
+
+
+def _expands_only(st: ShapeTracker, a: int) -> bool:
+    """`st` reads a contiguous buffer of st.shape with dim a set to 1, stretched along a."""
+    if not sym.equal(st.strides[a], 0):
+        return False
+    want = contiguous_strides(st.shape[:a] + (1,) + st.shape[a + 1 :])
+    return all(i == a or sym.equal(d, 1) or sym.equal(s, w)
+               for i, (d, s, w) in enumerate(zip(st.shape, st.strides, want)))

@@ -1,0 +1,99 @@
+"""Elementwise regions: chains of elementwise ops become one FusedElementwise kernel.
+
+This runs on the extracted graph rather than as egglog rules: where a region ends is a
+scheduling choice (which values to materialize), not an identity between terms, and rules
+that grow regions would put every way of cutting a chain into the e-graph. The choice here is
+the usual one (tinygrad, XLA): an elementwise op joins its consumer's region when the
+consumer is elementwise too and is its only user; scalar constants are inlined into the
+expression. A region is kept when it holds at least two ops (one kernel instead of several).
+"""
+
+from __future__ import annotations
+
+import collections
+
+from luminal.egraph.encode import is_bcast
+from luminal.hlir.ops import ELEMENTWISE, Node, Op, toposort
+
+FUSABLE = ELEMENTWISE | {Op.EXP, Op.SIGMOID}
+MAX_REGION_OPS = 64  # bounds the expression (and the kernel) size
+
+
+def _scalar_const(n: Node):
+    """The (value, dtype) of a scalar constant, read directly or through a broadcast view."""
+    if n.op is Op.VIEW and is_bcast(n.arg):
+        n = n.src[0]
+    if n.op is Op.CONSTANT and n.shape == () and isinstance(n.arg, (bool, int, float)):
+        return n.arg, n.dtype
+    return None
+
+
+def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
+    """The graph with elementwise regions fused, and how many regions were formed."""
+    order = toposort(outputs)
+    users = collections.Counter(id(s) for n in order for s in n.src)
+    users.update(id(n) for n in outputs)
+    absorbed: set[int] = set()  # nodes that live inside their consumer's region
+
+    def joins(child: Node) -> bool:
+        return child.op in FUSABLE and users[id(child)] == 1 and _scalar_const(child) is None
+
+    for n in reversed(order):  # consumers first: a region grows from its root downwards
+        if n.op in FUSABLE and id(n) not in absorbed:
+            stack, count = [n], 1
+            while stack:
+                for s in stack.pop().src:
+                    if joins(s) and count < MAX_REGION_OPS:
+                        absorbed.add(id(s))
+                        stack.append(s)
+                        count += 1
+    new: dict[int, Node] = {}
+    regions = 0
+    for n in order:
+        if id(n) in absorbed:
+            continue
+        if n.op in FUSABLE and any(id(s) in absorbed for s in n.src):
+            inputs: list[Node] = []
+            expr = _expression(n, absorbed, inputs)
+            src = tuple(new[id(s)] for s in inputs)
+            new[id(n)] = Node(Op.FUSED_ELEMENTWISE, n.dtype, n.shape, src, expr)
+            regions += 1
+        else:
+            new[id(n)] = n if not n.src else n.replace(src=tuple(new[id(s)] for s in n.src))
+    return [new[id(n)] for n in outputs], regions
+
+
+def _expression(root: Node, absorbed: set[int], inputs: list[Node]) -> tuple:
+    """The region rooted at `root` as a nested tuple over input slots (plain data):
+    ("in", dtype, slot), ("const", dtype, value), ("CAST", dtype, child), (op name, dtype, *children)."""
+    slot: dict[int, int] = {}
+
+    def walk(n: Node, is_root: bool) -> tuple:
+        const = None if is_root else _scalar_const(n)
+        if const is not None:
+            return ("const", const[1], const[0])
+        if not is_root and id(n) not in absorbed:
+            if id(n) not in slot:
+                slot[id(n)] = len(inputs)
+                inputs.append(n)
+            return ("in", n.dtype, slot[id(n)])
+        kids = tuple(walk(s, False) for s in n.src)
+        return ("CAST" if n.op is Op.CAST else n.op.name, n.dtype) + kids
+
+    return walk(root, True)
+
+
+def region_op_counts(outputs: list[Node]) -> dict[str, int]:
+    """How many of each op the FusedElementwise regions hold (they hide from op counts)."""
+    counts: collections.Counter = collections.Counter()
+
+    def walk(expr):
+        if expr[0] not in ("in", "const"):
+            counts[Op[expr[0]].title] += 1
+            for child in expr[2:]:
+                walk(child)
+
+    for n in toposort(outputs):
+        if n.op is Op.FUSED_ELEMENTWISE:
+            walk(n.arg)
+    return dict(counts.most_common())
