@@ -51,11 +51,25 @@ def _kahan_sum(node, b, x):
     return np.sum(x, axis=node.arg, dtype=acc).astype(node.dtype.numpy, copy=False)
 
 
+def _drop_broadcast_batch(x: np.ndarray) -> np.ndarray:
+    """A matmul operand whose batch dims are all broadcast (stride 0, e.g. a weight expanded
+    over the batch) as the plain matrix: np.matmul then broadcasts it itself and calls BLAS,
+    instead of its slow strided loop over a stride-0 batch."""
+    if x.ndim > 2 and all(s == 0 or n == 1 for s, n in zip(x.strides[:-2], x.shape[:-2])):
+        return x[(0,) * (x.ndim - 2)]
+    return x
+
+
 @impl(Op.MAT_MUL)
 def _matmul(node, b, x, y):
+    x, y = _drop_broadcast_batch(x), _drop_broadcast_batch(y)
     if node.dtype.is_float:
         x, y = _wide(x), _wide(y)
-    return np.matmul(x, y).astype(node.dtype.numpy, copy=False)
+    out = np.matmul(x, y)
+    shape = _shape(node, b)
+    if out.shape != shape:  # both operands were broadcast over the batch
+        out = np.broadcast_to(out, shape)
+    return out.astype(node.dtype.numpy)
 
 
 # --- FusedElementwise: an expression over input slots, evaluated in one pass ---------------
