@@ -6,12 +6,26 @@ A `.lum` file is a zip archive:
     weights.safetensors  every tensor constant, by name (bf16 stored as its uint16 bits)
     kernels.cu           the generated CUDA C, when the renderer is available
 Loading needs NumPy, sympy, ml_dtypes and safetensors (and CuPy for device="cuda").
+
+`save(path, weights="seeded")` stores no weight bytes: each constant becomes a spec (shape,
+dtype, seed, mean, std) in meta.json, and loading regenerates it deterministically (NumPy's
+PCG64, the same bits on every machine) as uniform noise of that mean and std. For benchmarking
+models too big to ship (a 1B-parameter Llama is 4 GB of f32): the graph and kernels are exact,
+the weights are random but reproducible. Seeded are the float constants of at least `SEED_MIN`
+elements (smaller ones, such as rope frequencies, are stored exactly), or exactly the constants
+`weight_specs={name: {"mean": m, "std": s}}` names, with those statistics (the arrays are then
+never read, so placeholders such as lazily allocated `np.zeros` do).
+
+Version 2 added seeded weights; version 1 files still load.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import weakref
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +37,10 @@ from luminal.hlir.ops import ConstantArray, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
 
 FORMAT = "luminal-compiled"
-VERSION = 1
+VERSION = 2
+READABLE = (1, 2)
+WEIGHT_MODES = ("embed", "seeded")
+SEED_MIN = 4096  # elements: smaller float constants are stored exactly even with weights="seeded"
 
 
 class SaveFormatError(LuminalError):
@@ -136,11 +153,66 @@ def _weights_bytes(weights: dict[str, np.ndarray]) -> tuple[bytes, dict[str, str
     return (save(stored) if stored else b""), dtypes
 
 
-def save_compiled(compiled, path, meta: dict | None = None) -> Path:
-    """Write `compiled` (a CompiledGraph) to `path` (conventionally `*.lum`)."""
+def weight_spec(name: str, array: np.ndarray, stats: dict | None = None, seed: int = 0) -> dict:
+    """What `weights="seeded"` stores for one constant: shape, dtype, seed, mean and std."""
+    if stats is None:
+        values = np.asarray(array, np.float64) if array.dtype.kind in "fc" or array.dtype == DType.BF16.numpy else None
+        if values is None:
+            raise LuminalError(f"weight {name!r} ({array.dtype}) cannot be seeded: only float constants can")
+        stats = {"mean": float(values.mean()) if values.size else 0.0, "std": float(values.std()) if values.size else 0.0}
+    return {"shape": list(array.shape), "dtype": DType.of(array.dtype).short, "seed": (zlib.crc32(name.encode()) + seed) % 2**32,
+            "mean": float(stats["mean"]), "std": float(stats["std"])}
+
+
+_SEEDED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # spec -> array, while someone holds it
+
+
+def seeded_weight(spec: dict) -> np.ndarray:
+    """The array a seeded weight spec stands for: uniform noise with the spec's mean and std.
+    Models loaded side by side (a prefill and a decode graph) share one array per spec."""
+    key = json.dumps(spec, sort_keys=True)
+    cached = _SEEDED.get(key)
+    if cached is not None:
+        return cached
+    array = _generate(spec)
+    array.flags.writeable = False
+    _SEEDED[key] = array
+    return array
+
+
+def _generate(spec: dict) -> np.ndarray:
+    rng = np.random.default_rng(spec["seed"])
+    shape = tuple(spec["shape"])
+    half_width = np.float32(spec["std"] * np.sqrt(3.0))  # the std of U(-a, a) is a / sqrt(3)
+    values = rng.random(shape, dtype=np.float32)
+    values *= 2 * half_width
+    values += np.float32(spec["mean"]) - half_width
+    return values.astype(DType.of(spec["dtype"]).numpy, copy=False)
+
+
+def save_compiled(compiled, path, meta: dict | None = None, weights: str = "embed",
+                  weight_specs: dict | None = None, archs: tuple[str, ...] = ()) -> Path:
+    """Write `compiled` (a CompiledGraph) to `path` (conventionally `*.lum`).
+
+    `weights`: "embed" (safetensors) or "seeded" (specs only; see the module docstring).
+    `archs`: e.g. ("sm_90",): also store the kernels as cubins built here with NVRTC, so that
+    `load(device="cuda")` on such a GPU compiles nothing."""
+    if weights not in WEIGHT_MODES:
+        raise LuminalError(f"weights={weights!r}: choose one of {WEIGHT_MODES}")
     path = Path(path)
-    graph, weights = encode_graph(compiled.outputs)
-    blob, weight_dtypes = _weights_bytes(weights)
+    graph, arrays = encode_graph(compiled.outputs)
+    specs = {}
+    if weights == "seeded":
+        if weight_specs is not None:
+            unknown = sorted(set(weight_specs) - set(arrays))
+            if unknown:
+                raise LuminalError(f"weight_specs names constants the graph does not have: {unknown[:5]}")
+            seeded = set(weight_specs)
+        else:  # big float constants; small ones (rope frequencies, masks, ...) stay exact
+            seeded = {n for n, a in arrays.items() if a.size >= SEED_MIN and (a.dtype.kind == "f" or a.dtype == DType.BF16.numpy)}
+        specs = {n: weight_spec(n, arrays[n], (weight_specs or {}).get(n)) for n in sorted(seeded)}
+        arrays = {n: a for n, a in arrays.items() if n not in specs}
+    blob, weight_dtypes = _weights_bytes(arrays)
     header = {
         "format": FORMAT,
         "version": VERSION,
@@ -148,18 +220,29 @@ def save_compiled(compiled, path, meta: dict | None = None) -> Path:
         "inputs": [{"name": n.arg, "dtype": n.dtype.short, "shape": [str(d) for d in n.shape]} for n in compiled.inputs],
         "output_names": list(compiled.output_names),
         "weight_dtypes": weight_dtypes,
+        "weight_specs": specs,
         "frontend": meta or {},
     }
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+    try:
+        source = compiled.cuda_source()
+    except LuminalError:
+        source = None
+    cubins = {}
+    if source:
+        header["kernels_sha1"] = hashlib.sha1(source.encode()).hexdigest()
+        if archs:
+            from luminal.kernels.nvrtc import compile_cuda
+
+            cubins = {arch: compile_cuda(source, arch).binary for arch in archs}
+    header["cubins"] = sorted(cubins)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
         zf.writestr("meta.json", json.dumps(header, indent=1))
         zf.writestr("graph.json", json.dumps(graph))
-        zf.writestr("weights.safetensors", blob)
-        try:
-            source = compiled.cuda_source()
-        except LuminalError:
-            source = None
+        zf.writestr("weights.safetensors", blob, compress_type=zipfile.ZIP_STORED)
         if source:
             zf.writestr("kernels.cu", source)
+        for arch, binary in cubins.items():
+            zf.writestr(f"kernels.{arch}.cubin", binary)
     return path
 
 
@@ -173,9 +256,10 @@ def read_archive(path) -> tuple[dict, list[Node], dict[str, Node]]:
             meta = json.loads(zf.read("meta.json"))
             if meta.get("format") != FORMAT:
                 raise SaveFormatError(f"{path} is not a luminal compiled model (format {meta.get('format')!r})")
-            if meta.get("version") != VERSION:
+            if meta.get("version") not in READABLE:
                 raise SaveFormatError(
-                    f"{path} was written in format version {meta.get('version')}; this luminal reads version {VERSION}"
+                    f"{path} was written in format version {meta.get('version')}; this luminal reads version "
+                    f"{VERSION} (and older: {', '.join(map(str, READABLE[:-1]))})"
                 )
             graph = json.loads(zf.read("graph.json"))
             blob = zf.read("weights.safetensors")
@@ -196,6 +280,11 @@ def read_archive(path) -> tuple[dict, list[Node], dict[str, Node]]:
         for name, arr in raw.items():
             stored_as = meta.get("weight_dtypes", {}).get(name)
             weights[name] = arr.view(DType.BF16.numpy) if stored_as == DType.BF16.short else arr
+    for name, spec in meta.get("weight_specs", {}).items():
+        try:
+            weights[name] = seeded_weight(spec)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SaveFormatError(f"{path}: the seeded weight spec of {name!r} is malformed: {exc}") from None
     outputs = decode_graph(graph, weights)
     inputs = {n.arg: n for n in toposort(outputs) if n.op is Op.INPUT}
     return meta, outputs, inputs
@@ -208,6 +297,44 @@ def load(path, device: str = "cpu"):
     meta, outputs, by_name = read_archive(path)
     inputs = [by_name[i["name"]] for i in meta["inputs"] if i["name"] in by_name]
     report = Report(name=meta.get("name", "graph"), notes=[f"loaded from {path}"])
-    compiled = CompiledGraph(inputs, outputs, meta["output_names"], make_runtime(outputs, device), report)
+    if device == "cuda" and meta.get("cubins"):
+        from luminal.kernels.plan import KernelPlan
+        from luminal.kernels.runtime import KernelRuntime
+
+        plan = KernelPlan.build(outputs)
+        same = meta.get("kernels_sha1") == hashlib.sha1(plan.source.encode()).hexdigest()
+        with zipfile.ZipFile(path) as zf:  # cubins of exactly this source only
+            binaries = {a: zf.read(f"kernels.{a}.cubin") for a in meta["cubins"]} if same else None
+        runtime = KernelRuntime(outputs, device, plan=plan, binaries=binaries)
+    else:
+        runtime = make_runtime(outputs, device)
+    plan = getattr(runtime, "plan", None)
+    if plan is not None and meta.get("kernels_sha1") and meta["kernels_sha1"] != hashlib.sha1(plan.source.encode()).hexdigest():
+        report.notes.append("the CUDA source rendered here differs from the saved kernels.cu (another luminal version)")
+    compiled = CompiledGraph(inputs, outputs, meta["output_names"], runtime, report)
     compiled.frontend_meta = meta.get("frontend", {})
+    compiled.weight_mode = "seeded" if meta.get("weight_specs") else "embed"
     return compiled
+
+
+def user_outputs(compiled, results: list) -> list:
+    """The user outputs of a loaded `CompiledModel` (torch frontend), flat, from `compiled`'s results."""
+    meta = getattr(compiled, "frontend_meta", {}) or {}
+    if meta.get("frontend") != "torch.export":
+        return list(results)
+    by_name = dict(zip(compiled.output_names, results))
+    flat = []
+    for kind, value in meta["user_outputs"]:
+        flat.append(value if kind == "value" else by_name[value] if kind == "tensor" else int(by_name[value]))
+    return flat
+
+
+def structured_outputs(compiled, results: list):
+    """The user outputs in the model's own structure (a `CausalLMOutputWithPast`, a tuple, ...)
+    as torch tensors; needs torch (and the output's container type importable)."""
+    import torch
+    from torch.utils._pytree import tree_unflatten, treespec_loads
+
+    spec = (getattr(compiled, "frontend_meta", {}) or {}).get("out_spec")
+    flat = [torch.from_numpy(np.array(r)) if isinstance(r, np.ndarray) else r for r in user_outputs(compiled, results)]
+    return flat if spec is None else tree_unflatten(flat, treespec_loads(spec))

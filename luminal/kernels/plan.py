@@ -2,10 +2,16 @@
 
 Device-independent: the same plan drives the CPU emulator (CI) and CuPy (a GPU). Graph outputs
 that are views, inputs or constants get a copy kernel, so every output owns a buffer.
+
+Kernels with the same body (the same op on the same shapes in every layer of a transformer) are
+emitted once and launched many times: a kernel is named by its op and a hash of its body, which
+keeps the source NVRTC and g++ compile proportional to distinct layers, not depth.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass
 
 from luminal.hlir.ops import ConstantArray, Node, Op, toposort
@@ -31,19 +37,30 @@ class KernelPlan:
             final.append(n)
         order = toposort(final)
         launches: list[KernelSpec] = []
+        bodies: dict[str, str] = {}  # kernel name -> source, each distinct body once
         for node in order:
             if node.op in (Op.INPUT, Op.VIEW) or node.op is Op.CONSTANT:
                 continue
-            launches += render_node(node, f"k{len(launches)}_{node.op.title.lower()}")
+            for k in render_node(node, f"k{len(launches)}_{node.op.title.lower()}"):
+                launches.append(_dedup(k, node, bodies))
         inputs = [n for n in order if n.op is Op.INPUT]
         weights = [n for n in order if n.op is Op.CONSTANT and isinstance(n.arg, ConstantArray)]
         dtypes = set().union(*(k.dtypes for k in launches)) if launches else set()
-        source = prelude(dtypes) + "\n" + "\n".join(k.source for k in launches)
+        source = prelude(dtypes) + "\n" + "\n".join(bodies.values())
         last_use: dict[int, int] = {}
         for i, k in enumerate(launches):
             for b in k.inputs:
                 last_use[id(b)] = i
         return KernelPlan(final, launches, inputs, weights, source, last_use)
+
+
+def _dedup(k: KernelSpec, node: Node, bodies: dict[str, str]) -> KernelSpec:
+    """`k` renamed to `<op>_<hash of its body>`; its source is recorded once in `bodies`."""
+    template = k.source.replace(f" {k.name}(", " @KERNEL@(")
+    name = f"{node.op.title.lower()}_{hashlib.sha1(template.encode()).hexdigest()[:12]}"
+    source = template.replace(" @KERNEL@(", f" {name}(")
+    bodies.setdefault(name, source)
+    return dataclasses.replace(k, name=name, source=source)
 
 
 def graph_source(outputs: list[Node]) -> str:

@@ -86,5 +86,5 @@ def test_bad_files_get_clear_errors(tmp_path):
                 meta["version"] = 99
                 data = json.dumps(meta)
             dst.writestr(item, data)
-    with pytest.raises(SaveFormatError, match="format version 99; this luminal reads version 1"):
+    with pytest.raises(SaveFormatError, match="format version 99; this luminal reads version 2"):
         lm.load(future)

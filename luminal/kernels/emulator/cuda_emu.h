@@ -402,6 +402,14 @@ inline bool allocate_fibers(unsigned n) {
   return true;
 }
 
+inline void release_fibers() {
+  Ctx& c = ctx();
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (Fiber& f : c.fibers)
+    if (f.stack) munmap(f.stack - page, c.stack_size + page);
+  c.fibers.clear();
+}
+
 inline int launch_blocks(const SharedSection (&shared)[2], dim3 grid, dim3 block, size_t dyn_smem) {
   Ctx& c = ctx();
   c.nthreads = block.x * block.y * block.z;
@@ -608,3 +616,5 @@ extern "C" __attribute__((weak, visibility("hidden"))) char __start_cuemu_smem[]
 extern "C" __attribute__((visibility("default"))) const char* cuemu_last_error() { return ::cuemu::ctx().error; }
 extern "C" __attribute__((visibility("default"))) unsigned long long cuemu_switches() { return ::cuemu::ctx().switches; }
 extern "C" __attribute__((visibility("default"))) void cuemu_set_schedule(int s) { ::cuemu::ctx().schedule_override = s; }
+// unmap the fiber stacks (two memory maps per thread, kept between launches); the next launch maps them again
+extern "C" __attribute__((visibility("default"))) void cuemu_release_fibers() { ::cuemu::release_fibers(); }

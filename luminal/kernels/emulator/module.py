@@ -99,6 +99,13 @@ class EmulatedModule:
             self.kernels[name] = KernelInfo(name, params, static_smem())
             self._launchers[name] = launcher
 
+    def release(self) -> None:
+        """Unmap this library's fiber stacks (two memory maps per CUDA thread, kept for the next
+        launch): a process that loads hundreds of libraries would otherwise exhaust
+        vm.max_map_count. The next launch maps them again."""
+        with self._lock:
+            self._lib.cuemu_release_fibers()
+
     @property
     def switches(self) -> int:
         """Fiber switches so far (a cost measure for the emulator itself)."""

@@ -49,6 +49,8 @@ def cast_value(src: DType, dst: DType, expr: str) -> str:
     """Convert a value in `src`'s compute type to `dst`'s compute type (C semantics)."""
     if dst is DType.BOOL:
         return f"({expr} != 0)"
+    if dst in (DType.F16, DType.BF16):  # computed in float, but the value must be rounded to dst
+        return load_value(dst, store_value(dst, f"((float)({expr}))"))
     return f"(({compute_type(dst)})({expr}))"
 
 

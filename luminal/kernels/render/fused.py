@@ -65,7 +65,17 @@ def fused_elementwise(node, name) -> list[KernelSpec]:
         src = node.src[0]  # Exp / Sigmoid
         return EXTRA_UNARY[node.op](compute_type(node.dtype), read(src, idx, _pointer(src, inputs)))
 
-    return pointwise(node, name, value_of)
+    specs = pointwise(node, name, value_of)
+    if node.op is Op.FUSED_ELEMENTWISE:  # casts inside the region need their dtype's header too
+        for k in specs:
+            k.dtypes |= _expression_dtypes(node.arg)
+    return specs
+
+
+def _expression_dtypes(expr) -> set:
+    if expr[0] in ("in", "const"):
+        return {expr[1]}
+    return {expr[1]}.union(*(_expression_dtypes(c) for c in expr[2:]))
 
 
 def _row_setup(node, axis):

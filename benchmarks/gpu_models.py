@@ -1,0 +1,287 @@
+"""The models `benchmarks/gpu_check.py` runs, and `--prepare`, which compiles and saves them.
+
+Two kinds:
+- checked models: the torch zoo (`tests/torch/zoo.py`) and tiny Llama, Qwen3, GPT-2, BERT and
+  MiniLM, compiled by `luminal.compile` and saved with their weights (they are small); next to
+  each `.lum`, an `.npz` holds its inputs and the NumPy runtime's outputs (the reference).
+- timed models: a Llama-shaped model built with the luminal builder (`llama_graph`), a prefill
+  graph and a decode-step graph (one token against a KV cache given as inputs), in f32 and bf16,
+  saved with `weights="seeded"` (no weight bytes travel: 1B parameters are regenerated from seeds
+  on the GPU machine). `torch_llama` is the same model in PyTorch for eager and inductor.
+
+Only `--prepare` (run on a CPU machine with torch, transformers and egglog) needs more than
+NumPy: loading and running the saved models needs numpy, sympy, ml_dtypes, safetensors (+ CuPy).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+MODELS = Path(__file__).parent / "gpu_models"
+BIG = dict(hidden=2048, heads=16, layers=16, ffn=5632, vocab=32000, prefill=512, ctx=512)  # TinyLlama-like, 1.0 B params
+TINY = dict(hidden=64, heads=4, layers=2, ffn=128, vocab=256, prefill=8, ctx=8)  # the same graphs, emulator-sized
+DTYPES = ("f32", "bf16")
+ARCHS = ("sm_90",)  # the H200's: its kernels are built here, so the GPU machine runs NVRTC for nothing else
+
+
+# --- the Llama-shaped benchmark model, luminal builder -----------------------------------------
+def weight_shapes(cfg) -> dict[str, tuple]:
+    h, f = cfg["hidden"], cfg["ffn"]
+    shapes = {"embed": (cfg["vocab"], h), "norm": (h,), "lm_head": (cfg["vocab"], h)}
+    for i in range(cfg["layers"]):
+        shapes.update({f"{i}.wq": (h, h), f"{i}.wk": (h, h), f"{i}.wv": (h, h), f"{i}.wo": (h, h),
+                       f"{i}.gate": (f, h), f"{i}.up": (f, h), f"{i}.down": (h, f), f"{i}.norm1": (h,), f"{i}.norm2": (h,)})
+    return shapes
+
+
+def weight_stats(cfg) -> dict[str, dict]:
+    """Mean and std of each weight (what seeded weights reproduce): norms near 1, linears 1/sqrt(fan_in)."""
+    return {n: {"mean": 1.0, "std": 0.1} if len(s) == 1 else {"mean": 0.0, "std": 1.0 if n == "embed" else 1 / np.sqrt(s[1])}
+            for n, s in weight_shapes(cfg).items()}
+
+
+def build_llama(cfg, dtype: str, mode: str, weights: dict | None = None):
+    """The luminal graph of the prefill (`ids` (1, seq) -> logits) or decode step (`ids` (1, 1) and
+    `k{i}`, `v{i}` (1, heads, ctx, head_dim) -> logits, and the new token's k and v per layer).
+    Without `weights`, weights are lazily allocated zeros (placeholders for seeded saving)."""
+    import luminal as lm
+
+    dt = {"f32": lm.f32, "bf16": lm.bf16}[dtype]
+    h, nh, layers = cfg["hidden"], cfg["heads"], cfg["layers"]
+    hd = h // nh
+    if weights is None:
+        weights = {n: np.zeros(s, dt.numpy) for n, s in weight_shapes(cfg).items()}  # calloc: untouched pages
+    g = lm.Graph(f"llama{layers}-{mode}-{dtype}")
+    c = {k: g.constant(v, name=k) for k, v in weights.items()}
+    inv = (1.0 / (10000.0 ** (np.arange(0, hd, 2) / hd))).astype(np.float32)
+    if mode == "prefill":
+        ids = g.input("ids", (1, "seq"), lm.int64)
+        seq = ids.shape[1]
+        pos = g.iota(seq, lm.int32).cast(lm.f32)
+    else:
+        ids = g.input("ids", (1, 1), lm.int64)
+        past = [(g.input(f"k{i}", (1, nh, "ctx", hd), dt), g.input(f"v{i}", (1, nh, "ctx", hd), dt)) for i in range(layers)]
+        seq = 1
+        pos = (g.iota(1, lm.int32) + g.scalar(past[0][0].shape[2], lm.int32)).cast(lm.f32)
+    freqs = pos.reshape(seq, 1) * g.constant(inv, name="inv_freq").reshape(1, hd // 2)
+    cos, sin = freqs.cos().cast(dt), freqs.sin().cast(dt)
+
+    def rope(t):  # (1, heads, s, hd), rotate-half form
+        t1, t2 = t[..., : hd // 2], t[..., hd // 2:]
+        return lm.concat([t1 * cos - t2 * sin, t2 * cos + t1 * sin], -1)
+
+    def heads_of(t):
+        return t.reshape(1, seq, nh, hd).permute(0, 2, 1, 3)
+
+    x = c["embed"].index_select(0, ids.flatten()).reshape(1, seq, h)
+    outs = []
+    for i in range(layers):
+        y = x.rms_norm(c[f"{i}.norm1"], eps=1e-6)
+        q, k, v = (heads_of(y.linear(c[f"{i}.{n}"])) for n in ("wq", "wk", "wv"))
+        q, k = rope(q), rope(k)
+        scale = 1.0 / np.sqrt(hd)
+        if mode == "prefill":
+            causal = g.ones((seq, seq), lm.bool_).tril()
+            scores = q.matmul(k.transpose(-1, -2)) * scale
+            attn = lm.where(causal, scores, float("-inf")).softmax(-1).matmul(v)
+        else:  # scores against the cache and the new token, without copying the cache
+            pk, pv = past[i]
+            scores = lm.concat([q.matmul(pk.transpose(-1, -2)), q.matmul(k.transpose(-1, -2))], -1) * scale
+            p = scores.softmax(-1)
+            ctx = pk.shape[2]
+            attn = p[..., :ctx].matmul(pv) + p[..., ctx:].matmul(v)
+            outs += [(k, f"k{i}_new"), (v, f"v{i}_new")]
+        x = x + attn.permute(0, 2, 1, 3).reshape(1, seq, h).linear(c[f"{i}.wo"])
+        y = x.rms_norm(c[f"{i}.norm2"], eps=1e-6)
+        x = x + (y.linear(c[f"{i}.gate"]).silu() * y.linear(c[f"{i}.up"])).linear(c[f"{i}.down"])
+    g.output(x.rms_norm(c["norm"], eps=1e-6).linear(c["lm_head"]), "logits")
+    for t, name in outs:
+        g.output(t, name)
+    return g
+
+
+def torch_llama(cfg, weights: dict, mode: str):
+    """The same model as a torch.nn.Module over `weights` (torch tensors, already on their device)."""
+    import torch
+    import torch.nn.functional as F
+
+    h, nh, layers = cfg["hidden"], cfg["heads"], cfg["layers"]
+    hd = h // nh
+
+    class Llama(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            for k, v in weights.items():
+                self.register_buffer(k.replace(".", "_"), v)
+            self.inv = torch.from_numpy((1.0 / (10000.0 ** (np.arange(0, hd, 2) / hd))).astype(np.float32)).to(
+                next(iter(weights.values())).device)
+
+        def w(self, name):
+            return getattr(self, name.replace(".", "_"))
+
+        def forward(self, ids, *past):
+            seq = ids.shape[1]
+            dt = self.w("embed").dtype
+            start = past[0].shape[2] if past else 0
+            pos = torch.arange(start, start + seq, device=ids.device, dtype=torch.float32)
+            freqs = pos[:, None] * self.inv[None, :]
+            cos, sin = freqs.cos().to(dt), freqs.sin().to(dt)
+
+            def rope(t):
+                t1, t2 = t[..., : hd // 2], t[..., hd // 2:]
+                return torch.cat([t1 * cos - t2 * sin, t2 * cos + t1 * sin], -1)
+
+            def heads_of(t):
+                return t.reshape(1, seq, nh, hd).permute(0, 2, 1, 3)
+
+            x = F.embedding(ids, self.w("embed"))
+            news = []
+            for i in range(layers):
+                y = F.rms_norm(x, (h,), self.w(f"{i}.norm1"), eps=1e-6)
+                q, k, v = (heads_of(F.linear(y, self.w(f"{i}.{n}"))) for n in ("wq", "wk", "wv"))
+                q, k = rope(q), rope(k)
+                if past:
+                    pk, pv = past[2 * i], past[2 * i + 1]
+                    attn = F.scaled_dot_product_attention(q, torch.cat([pk, k], 2), torch.cat([pv, v], 2))
+                    news += [k, v]
+                else:
+                    attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                x = x + F.linear(attn.permute(0, 2, 1, 3).reshape(1, seq, h), self.w(f"{i}.wo"))
+                y = F.rms_norm(x, (h,), self.w(f"{i}.norm2"), eps=1e-6)
+                x = x + F.linear(F.silu(F.linear(y, self.w(f"{i}.gate"))) * F.linear(y, self.w(f"{i}.up")), self.w(f"{i}.down"))
+            return (F.linear(F.rms_norm(x, (h,), self.w("norm"), eps=1e-6), self.w("lm_head")), *news)
+
+    return Llama().eval()
+
+
+# --- the checked models --------------------------------------------------------------------------
+def hf_models() -> dict:
+    """Tiny Hugging Face models from configs (random weights), and MiniLM with its real weights."""
+    import torch
+    import transformers as tf
+
+    def tiny(make):
+        torch.manual_seed(0)
+        return make().eval()
+
+    common = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  max_position_embeddings=64)
+    models = {
+        "llama": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=2, use_cache=False, **common)),
+        "qwen3": lambda: tf.Qwen3ForCausalLM(tf.Qwen3Config(num_key_value_heads=2, head_dim=16, use_cache=False, **common)),
+        "gpt2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=64,
+                                                         use_cache=False)),
+        "bert": lambda: tf.BertModel(tf.BertConfig(**common)),
+    }
+    out = {name: (lambda m=make: tiny(m)) for name, make in models.items()}
+    try:
+        from benchmarks.models import load_minilm
+
+        load_minilm()  # the package is present
+        out["minilm"] = load_minilm
+    except (ImportError, FileNotFoundError):
+        pass
+    return out
+
+
+def _zoo():
+    sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "torch"))
+    import zoo
+
+    return zoo
+
+
+def _numpy(t):
+    from luminal.frontends.torch.fx_import import to_numpy
+
+    return to_numpy(t)
+
+
+def save_checked(name: str, cm, inputs, weights: str = "embed") -> dict:
+    """Save `cm` and its NumPy-runtime reference (computed from the saved file) next to it."""
+    import luminal
+
+    path = cm.save(MODELS / f"{name}.lum", weights=weights, archs=ARCHS)
+    loaded = luminal.load(path, device="cpu")  # the reference comes from the file, seeded weights and all
+    from torch.utils._pytree import tree_leaves
+
+    flat = tree_leaves(list(inputs))
+    feeds = {n: _numpy(v) for n, v in zip(cm._user_inputs, flat) if n in loaded.input_names}  # by placeholder name
+    missing = [n for n in loaded.input_names if n not in feeds]
+    if missing:
+        raise ValueError(f"graph inputs {missing} are not user inputs (symbolic-size carriers)")
+    expected = loaded(feeds)
+    np.savez(MODELS / f"{name}.npz", **{f"in:{k}": v for k, v in feeds.items()},
+             **{f"out:{k}": v for k, v in zip(loaded.output_names, expected)})
+    return {"name": name, "kind": "checked", "file": path.name, "weights": weights}
+
+
+def prepare(zoo_limit: int | None = None, only: list[str] | None = None) -> list[dict]:
+    """Compile and save every model (CPU machine, egglog), or redo just the Hugging Face models
+    named in `only` (the others and the manifest's other entries are kept)."""
+    import torch
+
+    import luminal
+
+    MODELS.mkdir(exist_ok=True)
+    if only is None:
+        for old in MODELS.glob("*"):
+            old.unlink()
+    entries = []
+    t0 = time.perf_counter()
+    failed = []
+    for name, make in hf_models().items():
+        if only is not None and name not in only:
+            continue
+        model = make()
+        vocab = 30000 if name == "minilm" else 256
+        ids = torch.randint(0, vocab, (1, 12), generator=torch.Generator().manual_seed(1))
+        try:
+            try:
+                with torch.no_grad():  # the sequence length stays symbolic (up to the position table)
+                    cm = luminal.compile(model, (ids,), dynamic={"input_ids": {1: torch.export.Dim("seq", max=64)}})
+            except luminal.LuminalError as exc:  # e.g. BERT's pooler: fall back to the example's shapes
+                print(f"  {name}: static shapes ({type(exc).__name__}: {str(exc)[:120]})", flush=True)
+                with torch.no_grad():
+                    cm = luminal.compile(model, (ids,))
+            entries.append(save_checked(name, cm, (ids,), weights="seeded" if name == "minilm" else "embed"))
+        except Exception as exc:
+            failed.append(f"{name}: {type(exc).__name__}: {exc}"[:300])
+        print(f"  {name}: {time.perf_counter() - t0:.0f} s", flush=True)
+    if only is not None:
+        manifest = json.loads((MODELS / "manifest.json").read_text())
+        manifest["models"] = [e for e in manifest["models"] if e["name"] not in only] + entries
+        manifest["not_saved"] = [f for f in manifest["not_saved"] if f.split(":")[0] not in only] + failed
+        (MODELS / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        return entries
+    zoo = _zoo()
+    cases = zoo.CASES[:zoo_limit] if zoo_limit else zoo.CASES
+    for name, make_model, make_inputs in cases:
+        inputs = zoo.case_inputs(name, make_inputs)
+        try:
+            with torch.no_grad():
+                cm = luminal.compile(make_model(), [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            entries.append(save_checked(f"zoo_{name}", cm, inputs))
+        except Exception as exc:  # a zoo case the export path cannot save: listed, not fatal
+            failed.append(f"{name}: {type(exc).__name__}: {exc}"[:200])
+    print(f"  zoo and hf: {len(failed)} not saved, {time.perf_counter() - t0:.0f} s", flush=True)
+    for size, cfg in (("tiny", TINY), ("big", BIG)):
+        for dtype in DTYPES:
+            for mode in ("prefill", "decode"):
+                name = f"bench_{size}_{dtype}_{mode}"
+                g = build_llama(cfg, dtype, mode)
+                compiled = g.compile()
+                compiled.save(MODELS / f"{name}.lum", {"bench": {"size": size, "dtype": dtype, "mode": mode, **cfg}},
+                              weights="seeded", weight_specs=weight_stats(cfg), archs=ARCHS if size == "big" else ())
+                entries.append({"name": name, "kind": "timed", "file": f"{name}.lum", "size": size, "dtype": dtype,
+                                "mode": mode, "config": cfg})
+        print(f"  bench {size}: {time.perf_counter() - t0:.0f} s", flush=True)
+    manifest = {"models": entries, "not_saved": failed, "prepared": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "torch": torch.__version__, "luminal": luminal.__version__}
+    (MODELS / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return entries
