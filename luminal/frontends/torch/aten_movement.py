@@ -1,0 +1,146 @@
+"""Movement ATen ops: free views (view, permute, expand, slice, ...), cat, split, pad.
+
+Ops whose result is a reshape of their input take the result shape torch reports (`cx.shape`),
+which already resolves -1 and spells symbolic dims the way the rest of the graph does.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from luminal.builder import functional as F
+from luminal.frontends.torch.aten_ops import aten, cast_to
+from luminal.hlir import symbolic as sym
+
+
+@aten("view.default", "_unsafe_view.default", "reshape.default", "view_copy.default", "squeeze.dim",
+      "squeeze.dims", "squeeze.default", "unsqueeze.default", "flatten.using_ints", "unflatten.int",
+      "squeeze_copy.dims", "squeeze_copy.dim", "unsqueeze_copy.default", "view.dtype_unused")
+def reshape(cx, x, *args, **kwargs):
+    return x.reshape(cx.shape)
+
+
+@aten("permute.default", "permute_copy.default")
+def permute(cx, x, dims):
+    return x.permute([d % max(x.ndim, 1) for d in dims])
+
+
+@aten("transpose.int", "transpose_copy.int")
+def transpose(cx, x, a, b):
+    return x.transpose(a, b) if x.ndim > 1 else x
+
+
+@aten("t.default", "t_copy.default", "numpy_T.default")
+def t(cx, x):
+    return x.T
+
+
+@aten("expand.default", "expand_copy.default", "broadcast_to.default")
+def expand(cx, x, size, implicit=False):
+    return x.expand(cx.shape)
+
+
+@aten("expand_as.default")
+def expand_as(cx, x, other):
+    return x.expand(other.shape)
+
+
+@aten("slice.Tensor", "slice_copy.Tensor")
+def slice_(cx, x, dim=0, start=None, end=None, step=1):
+    return x.slice(dim, start, end, step)
+
+
+@aten("narrow.default")
+def narrow(cx, x, dim, start, length):
+    return x.narrow(dim, start, length)
+
+
+@aten("select.int", "select_copy.int")
+def select(cx, x, dim, index):
+    dim = dim % x.ndim
+    if isinstance(index, int) and index < 0:
+        index = sym.norm(x.shape[dim] + index)
+    one = cx.conform(x.slice(dim, index, sym.norm(index + 1)), x.shape[:dim] + (1,) + x.shape[dim + 1 :])
+    return one.reshape(cx.shape)
+
+
+@aten("cat.default", "concat.default")
+def cat(cx, tensors, dim=0):
+    return F.concat([t.cast(cx.dtype) for t in tensors], dim)
+
+
+@aten("stack.default")
+def stack(cx, tensors, dim=0):
+    return F.stack([t.cast(cx.dtype) for t in tensors], dim)
+
+
+@aten("split_with_sizes.default", "split_with_sizes_copy.default", "split.sizes")
+def split_with_sizes(cx, x, sizes, dim=0):
+    return F.split(x, list(sizes), dim)
+
+
+@aten("split.Tensor", "split_copy.Tensor")
+def split(cx, x, size, dim=0):
+    return F.split(x, [shape_dim(v, dim) for v in cx.val], dim)
+
+
+def shape_dim(val, dim):
+    from luminal.frontends.torch.fx_import import to_dim
+
+    return to_dim(val.shape[dim])
+
+
+@aten("unbind.int", "unbind_copy.int")
+def unbind(cx, x, dim=0):
+    dim = dim % x.ndim
+    return [x.slice(dim, i, i + 1).squeeze(dim) for i in range(x.shape[dim])]
+
+
+@aten("flip.default")
+def flip(cx, x, dims):
+    for d in dims:
+        x = x.slice(d, None, None, -1)
+    return x
+
+
+@aten("roll.default")
+def roll(cx, x, shifts, dims=()):
+    if not dims:
+        return roll(cx, x.flatten(), shifts, [0]).reshape(x.shape)
+    for s, d in zip(shifts, dims):
+        n = x.shape[d]
+        s = s % n
+        if s:
+            x = F.concat([x.slice(d, n - s, n), x.slice(d, 0, n - s)], d)
+    return x
+
+
+@aten("constant_pad_nd.default")
+def constant_pad_nd(cx, x, pad, value=0):
+    pairs = [(0, 0)] * x.ndim
+    for i in range(len(pad) // 2):  # pad lists the last dim first
+        pairs[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    return x.pad(pairs, cast_to(x.dtype, value))
+
+
+@aten("repeat.default")
+def repeat(cx, x, repeats):
+    x = x.reshape((1,) * (len(repeats) - x.ndim) + x.shape)
+    inter = tuple(d for s in x.shape for d in (1, s))
+    big = tuple(d for r, s in zip(repeats, x.shape) for d in (r, s))
+    return x.reshape(inter).expand(big).reshape(cx.shape)
+
+
+@aten("tril.default")
+def tril(cx, x, diagonal=0):
+    return x.tril(diagonal)
+
+
+@aten("triu.default")
+def triu(cx, x, diagonal=0):
+    return x.triu(diagonal)
+
+
+@aten(operator.getitem)
+def getitem(cx, seq, i):
+    return seq[i]

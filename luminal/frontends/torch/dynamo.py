@@ -1,0 +1,111 @@
+"""The torch.compile backend: `torch.compile(model, backend="luminal", options={...})`.
+
+Options: `device` ("cpu", "cuda", "cuda-emulator"), `strict` (raise `UnsupportedError` naming
+every unsupported op; default: warn and run that graph eagerly), `optimize` (egglog on/off).
+
+Dynamo's graph is lowered to core ATen by `aot_autograd` with the core-ATen decompositions —
+the same op set `torch.export(...).run_decompositions()` produces — so one ATen table serves
+both entry points, and functionalization removes in-place ops. Dynamo's graph module is not
+touched. Parameters and buffers (lifted into graph inputs by Dynamo) become luminal constants
+on the first call, sharing memory with the model; later calls only check they are still the
+same tensors. Dynamo itself rebuilds pytree outputs (logits plus a KV cache).
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from luminal.errors import LuminalError, UnsupportedError
+from luminal.frontends.torch.fx_import import FxImporter
+
+OPTIONS = {"device": "cpu", "strict": False, "optimize": None}
+_ids = itertools.count()
+EAGER_FALLBACKS: list[str] = []  # names of graphs that ran eagerly, with why
+
+
+def _is_weight(node, value) -> bool:
+    if isinstance(value, torch.nn.Parameter):
+        return True
+    arg = node.meta.get("grapharg")
+    name = arg.source.name if arg is not None and getattr(arg, "source", None) is not None else ""
+    name = name() if callable(name) else name
+    return isinstance(value, torch.Tensor) and ("_parameters[" in name or "_buffers[" in name)
+
+
+class LuminalFunction:
+    """The compiled forward of one graph, built on its first call (when the weights are at hand)."""
+
+    _boxed_call = True  # aot_autograd's calling convention: one list of arguments
+
+    def __init__(self, gm, weight_ids: set[int], name: str, opts: dict):
+        self.gm, self.weight_ids, self.name, self.opts = gm, weight_ids, name, opts
+        self.imported = None
+        self.weights: dict[int, torch.Tensor] = {}
+        self.eager = None
+
+    def _build(self, args):
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        self.weights = {i: a for i, a in enumerate(args) if id(a) in self.weight_ids}
+        constants = {placeholders[i].name: a for i, a in self.weights.items()}
+        self.weight_ptrs = {i: a.data_ptr() for i, a in self.weights.items()}
+        imported = FxImporter(self.gm, self.name).build(constants)
+        self.imported = imported.compile(device=self.opts["device"], optimize=self.opts["optimize"], name=self.name)
+
+    def __call__(self, args):
+        if self.eager is not None:
+            return self.eager(args)
+        if self.imported is None or any(
+            args[i] is not w or w.data_ptr() != self.weight_ptrs[i] for i, w in self.weights.items()
+        ):
+            try:
+                self._build(args)
+            except LuminalError as exc:  # unsupported, or a frontend bug: never a wrong answer
+                if self.opts["strict"]:
+                    raise
+                warnings.warn(f"luminal: running graph {self.name} eagerly: {exc}", stacklevel=2)
+                EAGER_FALLBACKS.append(f"{self.name}: {exc}")
+                self.eager = make_boxed_func(self.gm.forward)
+                return self.eager(args)
+        values = list(args)
+        args.clear()  # boxed calling convention: let aot_autograd free its inputs early
+        return self.imported(values)
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
+    """A Dynamo backend; `options` as `torch.compile(..., options={...})` passes them."""
+    opts = dict(OPTIONS)
+    opts.update(options or {})
+    opts.update(kwargs)
+    unknown = set(opts) - set(OPTIONS)
+    if unknown:
+        raise LuminalError(f"unknown luminal backend option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    weight_ids = {id(v) for n, v in zip(placeholders, example_inputs) if _is_weight(n, v)}
+    name = f"dynamo_{next(_ids)}"
+
+    def fw_compiler(agm: torch.fx.GraphModule, _fake_inputs):
+        bad = FxImporter(agm, name).unsupported()
+        if bad:
+            ops = sorted({op for _, op in bad})
+            where = ", ".join(f"{n} ({op})" for n, op in bad)
+            msg = f"luminal does not support {len(ops)} ATen op(s): {', '.join(ops)}; at nodes: {where}"
+            if opts["strict"]:
+                raise UnsupportedError(msg)
+            warnings.warn(f"luminal: running graph {name} eagerly: {msg}", stacklevel=2)
+            EAGER_FALLBACKS.append(f"{name}: {msg}")
+            return make_boxed_func(agm.forward)
+        return LuminalFunction(agm, weight_ids, name, opts)
+
+    def bw_compiler(agm, _fake_inputs):  # training: luminal runs the forward, eager the backward
+        return make_boxed_func(agm.forward)
+
+    from torch._decomp import core_aten_decompositions
+
+    compiler = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                            decompositions=core_aten_decompositions())
+    return compiler(gm, example_inputs)

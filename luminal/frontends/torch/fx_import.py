@@ -1,0 +1,346 @@
+"""FX graphs of ATen ops (from aot_autograd or torch.export) -> HLIR, and running the result.
+
+`FxImporter(gm).build(...)` walks the graph once. Every node's `meta['val']` (the fake tensor,
+or SymInt, that torch computed while tracing) is the authority on dtypes and shapes:
+- tensor results are cast to the reported dtype (this is where torch's type promotion lands;
+  the op functions cast their operands to the computation dtype, see `aten_ops`);
+- shapes are checked against the reported ones; a symbolic dim luminal spells differently
+  (`Max(0, s0 - 1)` for torch's `s0 - 1`) is relabelled after checking both agree on the
+  traced sizes;
+- SymInt-valued nodes (`sym_size`, `operator.mul` on sizes, ...) take their value straight
+  from the reported expression, translated to luminal's symbolic dims.
+
+Dims are luminal symbols named after torch's (`s0`, `s77`). They are bound at call time from
+the input shapes; a symbol that only a SymInt placeholder carries gets a zero-cost "carrier"
+input of that length, so the runtime can bind it like any other.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+import numpy as np
+import sympy
+import torch
+
+from luminal.builder import Graph, Tensor
+from luminal.compiler import compile_outputs
+from luminal.errors import ShapeError, UnsupportedError
+from luminal.frontends.torch.aten_ops import TORCH_OF, Ctx, ldtype, op_key, op_name, promote, table
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Node, Op
+from luminal.hlir.shape import ShapeTracker
+
+SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+NO_OPS = {"_assert_tensor_metadata.default", "_assert_scalar.default", "sym_constrain_range_for_size.default",
+          "sym_constrain_range.default", "_assert_async.msg", "_assert_async.default", "_functional_assert_async.msg"}
+
+
+# --- symbolic dims -----------------------------------------------------------------------
+def _nary(f):
+    return lambda *a: functools.reduce(f, a)
+
+
+_SYM_FUNCS = {
+    "FloorDiv": sym.floordiv, "CeilDiv": sym.ceildiv, "CleanDiv": sym.floordiv, "IntTrueDiv": lambda a, b: sympy.sympify(a) / b,
+    "Mod": sym.mod, "PythonMod": sym.mod, "Max": _nary(sym.dmax), "Min": _nary(sym.dmin),
+    "ModularIndexing": lambda x, d, m: sym.mod(sym.floordiv(x, d), m), "Identity": lambda x: x,
+    "TruncToInt": lambda x: sym.norm(sympy.floor(x)) if x >= 0 else sym.norm(sympy.ceiling(x)),
+    "FloorToInt": lambda x: sym.norm(sympy.floor(x)), "CeilToInt": lambda x: sym.norm(sympy.ceiling(x)),
+    "ToFloat": lambda x: x, "floor": lambda x: sym.norm(sympy.floor(x)), "ceiling": lambda x: sym.norm(sympy.ceiling(x)),
+}
+
+
+@functools.lru_cache(maxsize=4096)
+def translate(expr):
+    """A torch shape-env sympy expression as a luminal dim (int or sympy over luminal symbols)."""
+    if isinstance(expr, (int, float)):
+        return expr
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        if expr.name.startswith("u"):
+            raise UnsupportedError(f"data-dependent size {expr.name} (from .item(), nonzero(), ...)")
+        return sym.symbol(expr.name)
+    if expr.is_Number:
+        return float(expr)
+    if expr in (sympy.true, sympy.false):
+        return bool(expr)
+    args = [translate(a) for a in expr.args]
+    if isinstance(expr, sympy.Add):
+        return sym.norm(sum(args[1:], args[0]))
+    if isinstance(expr, sympy.Mul):
+        return sym.norm(functools.reduce(operator.mul, args))
+    if isinstance(expr, sympy.Pow):
+        return sym.norm(sympy.sympify(args[0]) ** args[1])
+    fn = _SYM_FUNCS.get(type(expr).__name__)
+    if fn is None:
+        raise UnsupportedError(f"symbolic expression {expr} ({type(expr).__name__}) is not supported")
+    out = fn(*args)
+    return out if isinstance(out, float) else sym.norm(out)
+
+
+def to_dim(v):
+    """An int, SymInt (or SymFloat/SymBool) as a luminal dim / Python value."""
+    if isinstance(v, SYM_TYPES):
+        node = v.node
+        if isinstance(v, torch.SymBool):
+            const = node.maybe_as_bool() if hasattr(node, "maybe_as_bool") else None
+            if const is not None:
+                return bool(const)
+        out = translate(node.expr)
+        return float(out) if isinstance(v, torch.SymFloat) and isinstance(out, int) else out
+    return v
+
+
+def shape_of(t) -> tuple:
+    return tuple(to_dim(d) for d in t.shape)
+
+
+def hints_of(vals) -> dict[str, int]:
+    """The traced value of every symbol, read off the shape env of any SymInt among `vals`."""
+    for v in vals:
+        for d in getattr(v, "shape", ()) if isinstance(v, torch.Tensor) else (v,):
+            if isinstance(d, torch.SymInt):
+                env = d.node.shape_env
+                known = getattr(env, "backed_var_to_val", None) or env.var_to_val
+                return {str(k): int(x) for k, x in known.items() if str(k).startswith("s")}
+    return {}
+
+
+# --- the importer ------------------------------------------------------------------------
+class FxImporter:
+    """One FX graph of ATen ops -> one luminal Graph."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str = "graph"):
+        self.gm = gm
+        self.name = name
+
+    def unsupported(self) -> list[tuple[str, str]]:
+        """(node name, op) of every node luminal cannot import."""
+        ops = table()
+        bad = []
+        for node in self.gm.graph.nodes:
+            if node.op != "call_function" or _is_sym_node(node):
+                continue
+            key = op_key(node.target)
+            if key not in ops and key not in NO_OPS:
+                bad.append((node.name, op_name(node.target)))
+        return bad
+
+    def check(self):
+        bad = self.unsupported()
+        if bad:
+            ops = sorted({op for _, op in bad})
+            where = ", ".join(f"{n} ({op})" for n, op in bad)
+            raise UnsupportedError(f"luminal does not support {len(ops)} ATen op(s): {', '.join(ops)}; at nodes: {where}")
+
+    def build(self, constants: dict[str, torch.Tensor] | None = None, values: dict | None = None) -> Imported:
+        """Import the graph. Placeholders named in `constants` become weights (no copy), in
+        `values` Python values baked in; the others become luminal inputs of the same name."""
+        constants, values = constants or {}, values or {}
+        self.check()
+        g = Graph(self.name)
+        env: dict = {}
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        vals = [n.meta.get("val") for n in placeholders]
+        self.hints = hints_of(vals)
+        bound: set[str] = set()
+        feeds: list = []  # per placeholder: ("tensor", input name) | ("dim", carrier name) | None
+        for node, val in zip(placeholders, vals):
+            if node.name in constants:
+                env[node] = _constant(g, constants[node.name], node.name)
+                feeds.append(None)
+            elif node.name in values:
+                env[node] = values[node.name]
+                feeds.append(None)
+            elif isinstance(val, torch.Tensor):
+                shape = shape_of(val)
+                env[node] = g.input(node.name, shape, ldtype(val.dtype))
+                bound |= {s.name for d in shape if isinstance(d, sympy.Symbol) for s in [d]}
+                feeds.append(("tensor", node.name))
+            elif isinstance(val, SYM_TYPES) or isinstance(val, (int, float, bool)):
+                env[node] = to_dim(val)
+                feeds.append(("dim", node.name))
+            elif val is None and node.name not in values:
+                env[node] = None
+                feeds.append(None)
+            else:
+                raise UnsupportedError(f"placeholder {node.name} of type {type(val).__name__}")
+        carriers = {}
+        for i, (node, f) in enumerate(zip(placeholders, feeds)):  # dims only a SymInt carries
+            if f and f[0] == "dim":
+                d = env[node]
+                if isinstance(d, sympy.Symbol) and d.name not in bound:
+                    carriers[node.name] = g.input(f"_dim_{node.name}", (d,), DType.BOOL)
+                    bound.add(d.name)
+                    feeds[i] = ("dim", f"_dim_{node.name}")
+                else:
+                    feeds[i] = None
+        out_node = None
+        for node in self.gm.graph.nodes:
+            if node.op == "call_function":
+                env[node] = self._call(g, node, env)
+            elif node.op == "get_attr":
+                env[node] = _constant(g, _fetch_attr(self.gm, node.target), node.name)
+            elif node.op == "output":
+                out_node = node
+        outputs = torch.fx.node.map_arg(out_node.args[0], lambda n: env[n])
+        return Imported(g, placeholders, feeds, outputs, list(carriers.values()))
+
+    def _call(self, g: Graph, node, env):
+        val = node.meta.get("val")
+        if _is_sym_node(node):
+            return to_dim(val)
+        key = op_key(node.target)
+        if key in NO_OPS:
+            return None
+        args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+        first = val[0] if isinstance(val, (tuple, list)) and val and isinstance(val[0], torch.Tensor) else val
+        is_t = isinstance(first, torch.Tensor)
+        cx = Ctx(g, node, ldtype(first.dtype) if is_t else None, shape_of(first) if is_t else None, val, self.hints)
+        try:
+            out = table()[key](cx, *args, **kwargs)
+            return self._fix(g, node, out, val)
+        except (UnsupportedError, ShapeError) as exc:
+            raise type(exc)(f"{node.name} ({op_name(node.target)}): {exc}") from exc
+
+    def _fix(self, g, node, out, val):
+        """Cast to the dtype torch reports and reconcile the shape (see the module docstring)."""
+        if isinstance(val, (tuple, list)) and isinstance(out, (tuple, list)):
+            return type(out)(self._fix(g, node, o, v) for o, v in zip(out, val))
+        if not isinstance(val, torch.Tensor):
+            return out
+        want_dtype, want = ldtype(val.dtype), shape_of(val)
+        if not isinstance(out, Tensor):  # a Python scalar where torch has a tensor
+            out = g.scalar(out, promote(out)).expand(want)
+        return conform(out.cast(want_dtype), want, self.hints)
+
+
+def conform(t: Tensor, want: tuple, hints: dict) -> Tensor:
+    """`t` with torch's spelling of its shape. luminal's own symbolic dims can be more general
+    (`Max(0, s0 - 1)` where torch knows `s0 >= 1`): those are relabelled once both agree on
+    the traced sizes; torch's range constraints (checked at call time) make that sound."""
+    if len(t.shape) == len(want) and all(sym.equal(a, b) for a, b in zip(t.shape, want)):
+        return t
+    if len(t.shape) == len(want) and not all(sym.is_static(d) for d in t.shape) and all(
+        sym.evaluate(a, hints) == sym.evaluate(b, hints) for a, b in zip(t.shape, want)
+    ):
+        return relabel(t, want)
+    raise ShapeError(f"internal: luminal computed shape {t.shape}, torch reports {want}")
+
+
+def relabel(t: Tensor, shape) -> Tensor:
+    """The same elements under torch's spelling of the (equal) symbolic dims."""
+    if t.node.op is Op.VIEW:
+        st = t.node.arg
+        st = ShapeTracker(tuple(shape), st.strides, st.offset, st.mask)
+        return Tensor(t.graph, Node(Op.VIEW, t.dtype, tuple(shape), t.node.src, st))
+    return Tensor(t.graph, Node(Op.VIEW, t.dtype, tuple(shape), (t.node,), ShapeTracker.contiguous(shape)))
+
+
+def _is_sym_node(node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, SYM_TYPES) or (
+        isinstance(val, (int, float, bool)) and not isinstance(node.target, torch._ops.OpOverload)
+    )
+
+
+def _fetch_attr(gm, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _constant(g: Graph, t, name: str):
+    if not isinstance(t, torch.Tensor):
+        return t
+    t = t.detach()
+    if t.dtype not in TORCH_OF.values():
+        t = t.to(TORCH_OF[ldtype(t.dtype)])
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return g.constant(t, name=name)  # a NumPy view of the tensor's memory: no copy
+
+
+# --- the imported graph, compiled and called ---------------------------------------------
+class Imported:
+    """A built luminal graph plus how to feed it from FX placeholders and read its outputs."""
+
+    def __init__(self, g: Graph, placeholders, feeds, outputs, carriers):
+        self.g, self.placeholders, self.feeds, self.outputs, self.carriers = g, placeholders, feeds, outputs, carriers
+        flat, self.spec = torch.utils._pytree.tree_flatten(outputs)
+        self.flat_kinds = []
+        nodes, names = [], []
+        for i, v in enumerate(flat):
+            if isinstance(v, Tensor):
+                self.flat_kinds.append(("tensor", len(nodes)))
+                nodes.append(v.node)
+                names.append(f"out{i}")
+            elif isinstance(v, sympy.Basic):
+                self.flat_kinds.append(("tensor_dim", len(nodes)))
+                nodes.append(g.scalar(v, DType.I64).node)
+                names.append(f"out{i}")
+            else:
+                self.flat_kinds.append(("value", v))
+        for c in carriers:  # an output, so the runtime keeps the input that binds the symbol
+            nodes.append(c.node)
+            names.append(c.node.arg)
+        self.out_nodes, self.out_names = nodes, names
+        for node, name in zip(nodes, names):  # so `g` displays and runs like a builder graph
+            g.output(Tensor(g, node), name)
+
+    def compile(self, *, device: str = "cpu", optimize: bool | None = None, name: str = "graph"):
+        inputs = list(self.g.inputs.values())
+        self.device = device
+        self.compiled = compile_outputs(inputs, self.out_nodes, self.out_names, device=device,
+                                        optimize=optimize, name=name)
+        self.used = set(self.compiled.input_names)
+        return self
+
+    def __call__(self, args) -> list:
+        """Run on the flat placeholder values `args` (torch tensors, ints); flat outputs."""
+        feeds = {}
+        for f, a in zip(self.feeds, args):
+            if f is None or f[1] not in self.used:
+                continue
+            if f[0] == "tensor":  # the kernel runtimes take torch tensors (DLPack, zero-copy)
+                feeds[f[1]] = to_numpy(a) if self.device == "cpu" else a.detach()
+            else:
+                feeds[f[1]] = np.empty(int(a), np.bool_)
+        results = self.compiled(feeds) if self.out_nodes else []
+        flat = []
+        for kind, v in self.flat_kinds:
+            if kind == "tensor":
+                r = results[v]
+                flat.append(r if isinstance(r, torch.Tensor) else from_numpy(np.asarray(r)))
+            elif kind == "tensor_dim":
+                flat.append(int(results[v]))
+            else:
+                flat.append(v)
+        return flat
+
+
+def to_numpy(t) -> np.ndarray:
+    if not isinstance(t, torch.Tensor):
+        return np.asarray(t)
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(DType.BF16.numpy)
+    if t.dtype not in TORCH_OF.values():
+        t = t.to(TORCH_OF[ldtype(t.dtype)])
+    return t.numpy()
+
+
+def from_numpy(a: np.ndarray) -> torch.Tensor:
+    if a.dtype == DType.BF16.numpy:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    if not a.flags.writeable:
+        a = np.array(a)
+    return torch.from_numpy(a)

