@@ -73,18 +73,43 @@ def test_graph_breaks_each_graph_compiled():
     assert_same(got, want)
 
 
-def test_generate_with_kv_cache_matches_eager():
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3", "gpt2", "mixtral"])
+def test_generate_with_kv_cache_matches_eager(family):
     """compile_forward + greedy generate: every step on luminal, at most 3 graphs (prefill,
     first decode step, then one decode graph with a symbolic cache length)."""
-    ids = example("llama")["input_ids"]
+    ids = example(family)["input_ids"]
     with torch.no_grad():
-        want = make("llama").generate(ids, max_new_tokens=20, do_sample=False, use_cache=True)
-        model = compile_forward(make("llama"), strict=True)
+        want = make(family).generate(ids, max_new_tokens=20, do_sample=False, use_cache=True)
+        model = compile_forward(make(family), strict=True)
         torch._dynamo.reset()
         before = luminal.stats()["graphs_compiled"]
         got = model.generate(ids, max_new_tokens=20, do_sample=False, use_cache=True)
     stats = luminal.stats()
     graphs = stats["graphs"][before:]
+    print(f"{family}: {len(graphs)} luminal graphs served {[g['calls'] for g in graphs]} calls")
     assert torch.equal(got, want)
-    assert 1 <= len(graphs) <= 3, graphs
+    # Gemma3's tiny config has a sliding window of 16 that the cache crosses at step 9: HF code
+    # branches on the cache length against the window, so Dynamo guards on it and each of the
+    # two regimes gets its own prefill / first-step / dynamic-step graphs
+    regimes = 2 if family == "gemma3" else 1
+    assert 1 <= len(graphs) <= 3 * regimes, graphs
     assert sum(g["calls"] for g in graphs) == 20  # one luminal call per generated token
+
+
+def test_batched_generate_with_left_padding_matches_eager():
+    """Two prompts of different lengths, left-padded, with an attention mask."""
+    g = torch.Generator().manual_seed(3)
+    long, short = torch.randint(3, 200, (1, 9), generator=g), torch.randint(3, 200, (1, 5), generator=g)
+    pad = torch.zeros(1, 4, dtype=torch.long)
+    ids = torch.cat([long, torch.cat([pad, short], 1)])
+    mask = torch.cat([torch.ones(1, 9, dtype=torch.long), torch.cat([pad, torch.ones(1, 5, dtype=torch.long)], 1)])
+    kw = dict(attention_mask=mask, max_new_tokens=20, do_sample=False, use_cache=True, pad_token_id=0)
+    with torch.no_grad():
+        want = make("llama").generate(ids, **kw)
+        model = compile_forward(make("llama"), strict=True)
+        torch._dynamo.reset()
+        before = luminal.stats()["graphs_compiled"]
+        got = model.generate(ids, **kw)
+    graphs = luminal.stats()["graphs"][before:]
+    assert torch.equal(got, want)
+    assert sum(g["calls"] for g in graphs) == 20 and len(graphs) <= 3, graphs
