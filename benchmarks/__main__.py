@@ -26,11 +26,11 @@ QUICK = ["llama-tiny", "bert-tiny"]
 
 
 def environment() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
     import numpy
 
     import luminal
-
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         egglog_version = version("egglog")
