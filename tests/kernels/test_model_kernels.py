@@ -56,3 +56,39 @@ def test_tiny_model_on_the_emulator_two_schedules(name):
         np.testing.assert_array_equal(a, b)  # a race would show up as a difference
         # f32: the kernels sum in another order than NumPy (and flush denormals)
         np.testing.assert_allclose(a.astype(np.float64), w.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+def _renamed_inputs(outputs, prefix):
+    """The same graph with every input renamed `prefix + name`, so many models share one plan."""
+    from luminal.hlir.ops import Node, Op, toposort
+
+    new = {}
+    for n in toposort(outputs):
+        if n.op is Op.INPUT:
+            new[id(n)] = Node(Op.INPUT, n.dtype, n.shape, (), prefix + n.arg)
+        else:
+            new[id(n)] = n.replace(src=tuple(new[id(s)] for s in n.src))
+    return [new[id(n)] for n in outputs]
+
+
+def test_zoo_on_the_emulator_two_schedules():
+    """Every zoo model in one kernel plan (one g++ build), run under two thread schedules."""
+    outputs, feeds, wants = [], {}, []
+    for i, path in enumerate(p for p in _checked_models() if p.stem.startswith("zoo_")):
+        _, outs, _ = read_archive(path)
+        data = np.load(path.with_suffix(".npz"))
+        outputs += _renamed_inputs(outs, f"m{i}_")
+        feeds.update({f"m{i}_{k[3:]}": data[k] for k in data.files if k.startswith("in:")})
+        wants += [(path.stem, data[k]) for k in data.files if k.startswith("out:")]
+    forward = KernelRuntime(outputs, "cuda-emulator", schedule=0)
+    used = {n.arg for n in forward.inputs}
+    feeds = {k: v for k, v in feeds.items() if k in used}
+    got_f = forward(feeds)
+    got_r = KernelRuntime(outputs, "cuda-emulator", schedule=1)(feeds)
+    assert len(got_f) == len(wants) >= 60
+    for (name, want), a, b in zip(wants, got_f, got_r):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+        if want.dtype.kind in "biu":
+            np.testing.assert_array_equal(a, want, err_msg=name)
+        else:
+            np.testing.assert_allclose(a.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-5, err_msg=name)
