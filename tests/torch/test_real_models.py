@@ -8,21 +8,8 @@ from hf_models import example, make
 from torch_helpers import assert_same, max_abs_error
 
 import luminal
+from luminal.demo import SentenceEmbedder  # the demo's MiniLM wrapper: mean pooling + normalize
 from luminal.frontends.torch import compile_forward, dynamo
-
-
-class SentenceEmbedder(torch.nn.Module):
-    """sentence-transformers' all-MiniLM-L6-v2: BERT, mean pooling over the mask, L2 normalize."""
-
-    def __init__(self, bert):
-        super().__init__()
-        self.bert = bert
-
-    def forward(self, input_ids, attention_mask):
-        h = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        mask = attention_mask.unsqueeze(-1).to(h.dtype)
-        mean = (h * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(mean, p=2, dim=1)
 
 
 @pytest.fixture(scope="module")
