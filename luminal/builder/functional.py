@@ -105,6 +105,11 @@ def split(t, split_size_or_sections, axis: int = 0):
         sizes = list(split_size_or_sections)
         if not sym.equal(sym.norm(sum(sizes)), n):
             raise ShapeError(f"split sizes {sizes} do not add up to axis size {n}")
+    return split_sizes(t, axis, sizes)
+
+
+def split_sizes(t, axis: int, sizes):
+    """Consecutive slices of the given (possibly symbolic) sizes along `axis`."""
     outs, start = [], 0
     for size in sizes:
         stop = sym.norm(start + size)

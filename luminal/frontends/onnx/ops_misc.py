@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from luminal.builder import functional as F
+from luminal.builder.functional import split_sizes
 from luminal.frontends.onnx.importer import Known, Seq, Value
-from luminal.frontends.onnx.ops_tensor import split_sizes
 from luminal.frontends.onnx.registry import onnx_op
 
 MAX_UNROLL = 4096

@@ -245,17 +245,7 @@ def split(c, x, split=None, axis=0, num_outputs=None):
         else:
             size = -(-n // k)
             sizes = [min(size, max(n - i * size, 0)) for i in range(k)]
-    return split_sizes(x, a, sizes)
-
-
-def split_sizes(x, a, sizes):
-    """Consecutive slices of the given sizes along axis a (their sum is the axis, at run time)."""
-    outs, start = [], 0
-    for size in sizes:
-        stop = sym.norm(start + size)
-        outs.append(x.slice(a, start, stop))
-        start = stop
-    return outs
+    return F.split_sizes(x, a, sizes)
 
 
 @onnx_op("Split", since=1)

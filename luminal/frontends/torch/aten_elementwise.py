@@ -20,20 +20,24 @@ def _lhs(cx: Ctx, a, b=None):
 
 
 # --- arithmetic --------------------------------------------------------------------------
+def _times_alpha(cx, b, alpha):
+    """`alpha * b` of add/sub (b a tensor or a Python scalar), in the computation dtype."""
+    if alpha == 1:
+        return b
+    scale = fit_scalar(alpha, cx.dtype)
+    return b.mul(scale) if isinstance(b, Tensor) else b * scale
+
+
 @aten("add.Tensor", "add.Scalar")
 def add(cx, a, b, alpha=1):
     a, b = _lhs(cx, a, b)
-    if alpha != 1:
-        b = b * fit_scalar(alpha, cx.dtype) if not isinstance(b, Tensor) else b.mul(fit_scalar(alpha, cx.dtype))
-    return a.add(b)
+    return a.add(_times_alpha(cx, b, alpha))
 
 
 @aten("sub.Tensor", "sub.Scalar")
 def sub(cx, a, b, alpha=1):
     a, b = _lhs(cx, a, b)
-    if alpha != 1:
-        b = b * fit_scalar(alpha, cx.dtype) if not isinstance(b, Tensor) else b.mul(fit_scalar(alpha, cx.dtype))
-    return a.sub(b)
+    return a.sub(_times_alpha(cx, b, alpha))
 
 
 @aten("rsub.Scalar", "rsub.Tensor")
