@@ -1,12 +1,15 @@
 """The torch.compile backend: `torch.compile(model, backend="luminal", options={...})`.
 
 Options: `device` ("cpu", "cuda", "cuda-emulator"), `strict` (raise `UnsupportedError` naming
-every unsupported op; default: warn and run that graph eagerly), `optimize` (egglog on/off).
+every unsupported op; default: warn and run that graph eagerly), `optimize` (egglog on/off),
+`lowering` ("auto": per-call decomposition where exact, else aot_autograd; "aot_autograd").
 
-Dynamo's graph is lowered to core ATen by `aot_autograd` with the core-ATen decompositions —
-the same op set `torch.export(...).run_decompositions()` produces — so one ATen table serves
-both entry points, and functionalization removes in-place ops. Dynamo's graph module is not
-touched. Parameters and buffers (lifted into graph inputs by Dynamo) become luminal constants
+Dynamo's graph is lowered to core ATen — the op set `torch.export(...).run_decompositions()`
+produces, so one ATen table serves both entry points. For inference on static shapes without
+mutation, `decompose.decompose_graph` does it one distinct call at a time (repeated layers
+are traced once); otherwise `aot_autograd` with the core-ATen decompositions does (its
+functionalization removes in-place ops; it also serves training). Dynamo's graph module is
+not touched. Parameters and buffers (lifted into graph inputs by Dynamo) become luminal constants
 on the first call, sharing memory with the model; later calls only check they are still the
 same tensors. Dynamo itself rebuilds pytree outputs (logits plus a KV cache).
 """
@@ -14,6 +17,7 @@ same tensors. Dynamo itself rebuilds pytree outputs (logits plus a KV cache).
 from __future__ import annotations
 
 import itertools
+import time
 import warnings
 
 import torch
@@ -21,9 +25,11 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from luminal.errors import LuminalError, UnsupportedError
+from luminal.frontends.torch.decompose import decompose_graph
 from luminal.frontends.torch.fx_import import FxImporter
 
-OPTIONS = {"device": "cpu", "strict": False, "optimize": None}
+OPTIONS = {"device": "cpu", "strict": False, "optimize": None, "lowering": "auto"}
+LOWERINGS = ("auto", "aot_autograd")
 _ids = itertools.count()
 EAGER_FALLBACKS: list[str] = []  # names of graphs that ran eagerly, with why
 
@@ -42,8 +48,9 @@ class LuminalFunction:
 
     _boxed_call = True  # aot_autograd's calling convention: one list of arguments
 
-    def __init__(self, gm, weight_ids: set[int], name: str, opts: dict):
+    def __init__(self, gm, weight_ids: set[int], name: str, opts: dict, lowering: tuple[float, str]):
         self.gm, self.weight_ids, self.name, self.opts = gm, weight_ids, name, opts
+        self.lowering = lowering  # (seconds, how) of Dynamo's graph -> core ATen
         self.imported = None
         self.weights: dict[int, torch.Tensor] = {}
         self.eager = None
@@ -54,7 +61,9 @@ class LuminalFunction:
         constants = {placeholders[i].name: a for i, a in self.weights.items()}
         self.weight_ptrs = {i: a.data_ptr() for i, a in self.weights.items()}
         imported = FxImporter(self.gm, self.name).build(constants)
-        self.imported = imported.compile(device=self.opts["device"], optimize=self.opts["optimize"], name=self.name)
+        seconds, how = self.lowering
+        self.imported = imported.compile(device=self.opts["device"], optimize=self.opts["optimize"], name=self.name,
+                                         phases={"lower": seconds}, notes=[f"lowered to core ATen by {how}"])
 
     def __call__(self, args):
         if self.eager is not None:
@@ -84,11 +93,15 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
     unknown = set(opts) - set(OPTIONS)
     if unknown:
         raise LuminalError(f"unknown luminal backend option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
+    if opts["lowering"] not in LOWERINGS:
+        raise LuminalError(f"luminal backend option lowering={opts['lowering']!r}; expected one of {LOWERINGS}")
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     weight_ids = {id(v) for n, v in zip(placeholders, example_inputs) if _is_weight(n, v)}
     name = f"dynamo_{next(_ids)}"
+    start = time.perf_counter()
 
-    def fw_compiler(agm: torch.fx.GraphModule, _fake_inputs):
+    def fw_compiler(agm: torch.fx.GraphModule, _fake_inputs, how: str = "aot_autograd"):
+        lowering = (time.perf_counter() - start, how)
         bad = FxImporter(agm, name).unsupported()
         if bad:
             ops = sorted({op for _, op in bad})
@@ -99,10 +112,15 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
             warnings.warn(f"luminal: running graph {name} eagerly: {msg}", stacklevel=2)
             EAGER_FALLBACKS.append(f"{name}: {msg}")
             return make_boxed_func(agm.forward)
-        return LuminalFunction(agm, weight_ids, name, opts)
+        return LuminalFunction(agm, weight_ids, name, opts, lowering)
 
     def bw_compiler(agm, _fake_inputs):  # training: luminal runs the forward, eager the backward
         return make_boxed_func(agm.forward)
+
+    aten = decompose_graph(gm, example_inputs) if opts["lowering"] == "auto" else None
+    if aten is not None:  # the fast path: Dynamo calls the result directly, unboxed
+        boxed = fw_compiler(aten, None, aten.meta["luminal_lowering"])
+        return lambda *args: boxed(list(args))
 
     from torch._decomp import core_aten_decompositions
 

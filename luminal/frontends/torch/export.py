@@ -11,12 +11,14 @@ model (no copy). Inputs the model mutates are written back after each call, buff
 from __future__ import annotations
 
 import inspect
+import time
 
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
 from luminal.errors import InputError, UnsupportedError
+from luminal.frontends.torch.decompose import decompose_graph
 from luminal.frontends.torch.fx_import import FxImporter
 
 
@@ -88,17 +90,22 @@ class CompiledModel:
         example_args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
         example_kwargs = dict(example_kwargs or {})
         self.device = device
+        phases = {}
+        start = time.perf_counter()
         if isinstance(model, torch.export.ExportedProgram):  # already exported: decompose only
             self.name = name or "exported_program"
-            ep = model.run_decompositions()
+            ep = model
         else:
             self.name = name or type(model).__name__
             spec = dynamic_shapes_spec(model, example_args, example_kwargs, dynamic)
             with torch.no_grad():
                 ep = torch.export.export(model, example_args, example_kwargs, dynamic_shapes=spec)
-                ep = ep.run_decompositions()
+            phases["export"] = time.perf_counter() - start
+        start = time.perf_counter()
+        ep, gm, how = self._decompose(ep)
+        phases["lower"] = time.perf_counter() - start
         self.exported = ep
-        self.graph_module = ep.graph_module
+        self.graph_module = gm
         sig = ep.graph_signature
         state = {**ep.state_dict, **ep.constants}
         mutated_buffers = {s.target for s in sig.output_specs if s.kind is OutputKind.BUFFER_MUTATION}
@@ -115,14 +122,32 @@ class CompiledModel:
                 raise UnsupportedError(f"torch.export input of kind {s.kind.name} ({s.arg.name})")
         self._user_inputs = user
         self._ranges = _dim_ranges(ep, user)
-        importer = FxImporter(ep.graph_module, self.name)
-        self._imported = importer.build(constants).compile(device=device, optimize=optimize, name=self.name)
-        self._placeholder_names = [n.name for n in self._imported.placeholders]
+        # the lowered graph has the program's placeholders in order, though FX may have renamed
+        # some (`input` -> `input_1`): the signature's names are translated at this boundary
+        names = [n.name for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+        rename = dict(zip(names, (n.name for n in gm.graph.nodes if n.op == "placeholder")))
+        importer = FxImporter(gm, self.name)
+        self._imported = importer.build({rename[k]: v for k, v in constants.items()}).compile(device=device, optimize=optimize, name=self.name,
+                                                           phases=phases, notes=[f"lowered to core ATen by {how}"])
+        self._placeholder_names = names
         self._outputs = list(sig.output_specs)
         self._in_spec, self._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
         self._kw_order = self._in_spec.child(1).context if self._in_spec.num_children == 2 else None
         self.graph = self._imported.g
         self.compiled = self._imported.compiled
+
+    @staticmethod
+    def _decompose(ep):
+        """The program as a core-ATen graph: decomposed one distinct call at a time where that
+        is exact (no mutation, static shapes: see `decompose`), else `run_decompositions()`.
+        The placeholders and outputs keep their names and order, so the signature holds."""
+        mutates = any(s.kind is not OutputKind.USER_OUTPUT for s in ep.graph_signature.output_specs)
+        with torch.no_grad():
+            gm = None if mutates else decompose_graph(ep.graph_module)
+        if gm is not None:
+            return ep, gm, gm.meta["luminal_lowering"]
+        ep = ep.run_decompositions()
+        return ep, ep.graph_module, "run_decompositions"
 
     def __call__(self, *args, **kwargs):
         if self._kw_order is not None:

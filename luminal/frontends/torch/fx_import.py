@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import functools
 import operator
+import time
 
 import numpy as np
 import sympy
 import torch
 
 from luminal.builder import Graph, Tensor
-from luminal.compiler import compile_outputs
+from luminal.compiler import Report, compile_outputs
 from luminal.errors import ShapeError, UnsupportedError
 from luminal.frontends.torch.aten_ops import TORCH_OF, Ctx, ldtype, op_key, op_name, promote, table
 from luminal.hlir import symbolic as sym
@@ -140,6 +141,7 @@ class FxImporter:
     def build(self, constants: dict[str, torch.Tensor] | None = None, values: dict | None = None) -> Imported:
         """Import the graph. Placeholders named in `constants` become weights (no copy), in
         `values` Python values baked in; the others become luminal inputs of the same name."""
+        start = time.perf_counter()
         constants, values = constants or {}, values or {}
         self.check()
         g = Graph(self.name)
@@ -188,7 +190,9 @@ class FxImporter:
             elif node.op == "output":
                 out_node = node
         outputs = torch.fx.node.map_arg(out_node.args[0], lambda n: env[n])
-        return Imported(g, placeholders, feeds, outputs, list(carriers.values()))
+        imported = Imported(g, placeholders, feeds, outputs, list(carriers.values()))
+        imported.import_s = time.perf_counter() - start
+        return imported
 
     def _call(self, g: Graph, node, env):
         val = node.meta.get("val")
@@ -294,11 +298,14 @@ class Imported:
         for node, name in zip(nodes, names):  # so `g` displays and runs like a builder graph
             g.output(Tensor(g, node), name)
 
-    def compile(self, *, device: str = "cpu", optimize: bool | None = None, name: str = "graph"):
+    def compile(self, *, device: str = "cpu", optimize: bool | None = None, name: str = "graph",
+                phases: dict[str, float] | None = None, notes: list[str] | None = None):
+        """Compile the graph; `phases` and `notes` of the frontend's own steps lead the report."""
         inputs = list(self.g.inputs.values())
         self.device = device
+        report = Report(name=name, phases={**(phases or {}), "import": self.import_s}, notes=list(notes or []))
         self.compiled = compile_outputs(inputs, self.out_nodes, self.out_names, device=device,
-                                        optimize=optimize, name=name)
+                                        optimize=optimize, name=name, report=report)
         self.used = set(self.compiled.input_names)
         return self
 
