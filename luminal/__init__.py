@@ -14,6 +14,7 @@ from luminal.errors import (
 )
 from luminal.hlir import DType, Op
 from luminal.hlir.dtypes import bf16, bool_, f16, f32, f64, int32, int64
+from luminal.runtime.fused_ops import get_precision, set_precision
 
 cat = concat
 
@@ -40,5 +41,5 @@ __all__ = [
     "CompiledGraph", "DType", "DTypeError", "Report", "compile_graph", "stats", "Graph", "IndexOutOfRange", "InputError", "LuminalError", "Op",
     "ShapeError", "Tensor", "UnknownOpError", "UnsupportedError", "arange", "bf16", "bool_",
     "cat", "chunk", "concat", "f16", "f32", "f64", "full", "int32", "int64", "split", "stack",
-    "where",
+    "where", "get_precision", "set_precision",
 ]

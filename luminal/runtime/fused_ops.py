@@ -7,19 +7,31 @@ allowed to round *less*: that is the point of the rewrites (DESIGN.md, soundness
 Precision choice: f32/f16/bf16 inputs are computed in float64 and rounded once at the end.
 For KahanSum this replaces the compensated loop of the CUDA kernel: a float64 accumulator over
 f32 values is at least as accurate as Kahan summation in f32 and is one vectorized NumPy call.
-MatMul goes through `np.matmul` (BLAS) in float64 for the same reason; for the small models
-the NumPy runtime serves this costs less than the per-op Python overhead it removes.
+`set_precision("float32")` trades that for speed where float64 costs most: MatMul becomes an
+f32 BLAS GEMM (as in PyTorch and the CUDA kernel; float64 GEMMs plus widening every weight at
+every call cost over twice as much) and exponentials (Exp, Sigmoid, Softmax, inside fused
+regions too) are NumPy's SIMD float32 exp (float64 exp has no SIMD loop on AVX2 machines and
+is about 15x slower). Measured on Llama-shaped models: "float64" is about 3x closer to a
+float64 reference than PyTorch's f32; "float32" about as close as PyTorch (the f32 GEMM's
+accumulation error dominates), closer at some seeds and not at others.
 """
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
+from luminal.errors import LuminalError
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Op
-from luminal.runtime.numpy_runtime import _shape, impl
+from luminal.runtime.numpy_runtime import _shape, compact, impl
 
 _F64 = np.dtype(np.float64)
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    return x if x.dtype == np.float32 else x.astype(np.float32)
 
 
 def _wide(x: np.ndarray) -> np.ndarray:
@@ -27,22 +39,74 @@ def _wide(x: np.ndarray) -> np.ndarray:
     return x.astype(_F64, copy=False) if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x
 
 
+PRECISIONS = ("float64", "float32")
+_precision = ["float64"]
+
+
+def set_precision(precision: str) -> None:
+    """The NumPy runtime's working precision for f32/f16/bf16 MatMuls and exponentials,
+    process-wide (as `torch.set_float32_matmul_precision`), from the next call on: "float64"
+    (default: computed in float64, rounded once; more precise than PyTorch's f32) or
+    "float32" (f32 GEMMs and exps: about PyTorch's precision, about twice as fast)."""
+    if precision not in PRECISIONS:
+        raise LuminalError(f"precision {precision!r}: expected one of {PRECISIONS}")
+    _precision[0] = precision
+
+
+def get_precision() -> str:
+    return _precision[0]
+
+
+def _exp_into(v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """e**v for a float64 `v`, in float32 arithmetic under set_precision("float32")."""
+    if _precision[0] == "float64" or not isinstance(v, np.ndarray):
+        return np.exp(v, out=out)
+    narrow = np.exp(v.astype(np.float32))
+    if out is None:
+        return narrow.astype(_F64)
+    out[...] = narrow
+    return out
+
+
+def _sigmoid_into(v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    t = np.negative(v, out=out)
+    _exp_into(t, out=t)
+    t += 1.0
+    return np.reciprocal(t, out=t)
+
+
 @impl(Op.EXP)
 def _exp(node, b, x):
-    return np.exp(_wide(x)).astype(node.dtype.numpy, copy=False)
+    return _exp_into(_wide(x)).astype(node.dtype.numpy, copy=False)
 
 
 @impl(Op.SIGMOID)
 def _sigmoid(node, b, x):
-    return (1.0 / (1.0 + np.exp(-_wide(x)))).astype(node.dtype.numpy, copy=False)
+    return _sigmoid_into(_wide(x)).astype(node.dtype.numpy, copy=False)
 
 
 @impl(Op.SOFTMAX)
 def _softmax(node, b, x):
-    # the same formula as the decomposition (so -inf rows give NaN as torch does), in float64
-    x = _wide(x)
-    e = np.exp(x - np.max(x, axis=node.arg, keepdims=True))
-    return (e / np.sum(e, axis=node.arg, keepdims=True)).astype(node.dtype.numpy, copy=False)
+    out = np.empty(x.shape, node.dtype.numpy)
+
+    def piece(at):
+        out[at] = _softmax_wide(x[at] if at else x, node.arg)
+
+    in_pieces(piece, chunks(x.shape, keep=node.arg % max(x.ndim, 1)))
+    return out
+
+
+def _softmax_wide(x: np.ndarray, axis: int) -> np.ndarray:
+    # the same formula as the decomposition (so -inf rows give NaN as torch does), in float64;
+    # in place on the widened copy (the fresh array when x was narrower)
+    if _precision[0] == "float32" and x.dtype == np.float32:  # f32 exps, a float64 sum
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True, dtype=_F64)
+    w = _wide(x)
+    e = np.subtract(w, np.max(w, axis=axis, keepdims=True), out=w if w is not x else None)
+    np.exp(e, out=e)
+    e /= np.sum(e, axis=axis, keepdims=True)
+    return e
 
 
 @impl(Op.KAHAN_SUM)
@@ -63,18 +127,19 @@ def _drop_broadcast_batch(x: np.ndarray) -> np.ndarray:
 @impl(Op.MAT_MUL)
 def _matmul(node, b, x, y):
     x, y = _drop_broadcast_batch(x), _drop_broadcast_batch(y)
-    if node.dtype.is_float:
-        x, y = _wide(x), _wide(y)
+    if node.dtype.is_float and node.dtype.numpy != _F64:
+        if _precision[0] == "float64":
+            x, y = _wide(x), _wide(y)
+        else:
+            x, y = _f32(x), _f32(y)
     out = np.matmul(x, y)
     shape = _shape(node, b)
     if out.shape != shape:  # both operands were broadcast over the batch
-        out = np.broadcast_to(out, shape)
-    return out.astype(node.dtype.numpy)
+        return np.broadcast_to(out, shape).astype(node.dtype.numpy)
+    return out.astype(node.dtype.numpy, copy=False)
 
 
 # --- FusedElementwise: an expression over input slots, evaluated in one pass ---------------
-UNARY_FNS = {"EXP2": np.exp2, "LOG2": np.log2, "SIN": np.sin, "SQRT": np.sqrt, "RECIP": np.reciprocal,
-             "EXP": np.exp, "SIGMOID": lambda v: 1.0 / (1.0 + np.exp(-v))}
 BINARY_FNS = {"ADD": np.add, "MUL": np.multiply, "MOD": np.fmod, "LESS_THAN": np.less}
 # decisions (comparisons, fmod, casts to integers) see values rounded to their declared dtype,
 # so a wider intermediate never flips a comparison the unfused graph would make
@@ -86,32 +151,99 @@ def _rounded(value: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 def evaluate(expr: tuple, inputs: list[np.ndarray]) -> np.ndarray:
-    """The value of a FusedElementwise expression; floats kept in float64 between ops."""
+    """The value of a FusedElementwise expression; floats kept in float64 between ops.
+
+    Broadcast inputs are read compacted (`compact`) and widened once each; every op then
+    writes into a temporary this evaluation made, when one of its operands is such a temporary
+    of the result's shape and dtype: the same values as fresh arrays, with far fewer passes
+    over memory and allocations."""
+    wide: dict[int, np.ndarray] = {}
+    return _eval(expr, inputs, wide)[0]
+
+
+def _eval(expr: tuple, inputs: list[np.ndarray], wide: dict) -> tuple[np.ndarray, bool]:
+    """(value, owned): owned values are temporaries nothing else refers to (ufuncs return
+    NumPy scalars for 0-d operands: those are never written into)."""
     kind, dtype = expr[0], expr[1]
     if kind == "in":
-        return _wide(inputs[expr[2]])
+        i = expr[2]
+        if i not in wide:
+            wide[i] = _wide(compact(inputs[i]))
+        return wide[i], False
     if kind == "const":
-        return np.asarray(expr[2], dtype=_F64 if dtype.is_float else dtype.numpy)
+        return np.asarray(expr[2], dtype=_F64 if dtype.is_float else dtype.numpy), False
     if kind == "CAST":
-        child = evaluate(expr[2], inputs)
+        child = _eval(expr[2], inputs, wide)[0]
         if not dtype.is_float:
             child = _rounded(child, expr[2][1])
-        return _wide(child.astype(dtype.numpy))
-    args = [evaluate(c, inputs) for c in expr[2:]]
+        return _wide(child.astype(dtype.numpy)), True
+    args = [_eval(c, inputs, wide) for c in expr[2:]]
     if kind in _DECIDING:
-        args = [_rounded(a, c[1]) for a, c in zip(args, expr[2:])]
+        args = [(r, r is not v or own) for (v, own), c in zip(args, expr[2:]) for r in [_rounded(v, c[1])]]
     if kind in UNARY_FNS:
-        return UNARY_FNS[kind](args[0])
+        v, own = args[0]
+        return UNARY_FNS[kind](v, v if own and isinstance(v, np.ndarray) and v.dtype == _F64 else None), True
+    (a, own_a), (c, own_c) = args
     if dtype is DType.BOOL and kind in ("ADD", "MUL"):
-        return (np.logical_or if kind == "ADD" else np.logical_and)(args[0], args[1])
-    out = BINARY_FNS[kind](args[0], args[1])
-    return out if kind == "LESS_THAN" else _wide(out)
+        fn = np.logical_or if kind == "ADD" else np.logical_and
+    else:
+        fn = BINARY_FNS[kind]
+    if kind == "LESS_THAN":
+        return fn(a, c), True
+    # the output dtype of the op: float64 for floats (both operands are), else the operands'
+    want = _F64 if a.dtype == _F64 or dtype.is_float else np.result_type(a, c)
+    out = None
+    shape = np.broadcast_shapes(a.shape, c.shape)
+    for v, own in ((a, own_a), (c, own_c)):
+        if own and isinstance(v, np.ndarray) and v.shape == shape and v.dtype == want:
+            out = v
+            break
+    return _wide(fn(a, c, out=out)), True
+
+
+UNARY_FNS = {"EXP2": np.exp2, "LOG2": np.log2, "SIN": np.sin, "SQRT": np.sqrt, "RECIP": np.reciprocal,
+             "EXP": _exp_into, "SIGMOID": _sigmoid_into}
 
 
 @impl(Op.FUSED_ELEMENTWISE)
 def _fused_elementwise(node, b, *inputs):
-    out = np.asarray(evaluate(node.arg, list(inputs))).astype(node.dtype.numpy, copy=False)
     shape = _shape(node, b)
-    if out.shape != shape:  # a sub-expression of constants only: broadcast to the node's shape
-        out = np.broadcast_to(out, shape).copy()
+    out = np.empty(shape, node.dtype.numpy)
+
+    def piece(at):
+        out[at] = evaluate(node.arg, [x[at] for x in inputs] if at else list(inputs))  # rounds once
+
+    in_pieces(piece, chunks(shape))
     return out
+
+
+# Elements per piece of a large elementwise op: its float64 temporaries then stay in the L2
+# cache and are reused by the allocator, instead of fresh pages per temporary of the whole array.
+CHUNK = 1 << 16
+
+
+def in_pieces(fn, pieces) -> None:
+    """fn(at) for every piece (they write disjoint parts of one output). Sequential: running
+    the pieces on a thread pool (NumPy's ufunc loops release the GIL) was measured slower on
+    the 2-core machine for the transformer-sized ops."""
+    for at in pieces:
+        fn(at)
+
+
+def chunks(shape: tuple[int, ...], keep: int | None = None):
+    """Index tuples that split an array of `shape` into pieces of about CHUNK elements (the
+    empty tuple, the whole array, when it is small), never splitting axis `keep` (a softmax's)."""
+    inner, split = 1, None
+    for axis in reversed(range(len(shape))):
+        if axis != keep and inner * shape[axis] > CHUNK:
+            split = axis
+            break
+        inner *= shape[axis]
+    if split is None:
+        yield ()
+        return
+    step = max(1, CHUNK // inner)
+    outer = [[slice(None)] if a == keep else [slice(i, i + 1) for i in range(n)] for a, n in enumerate(shape[:split])]
+    for at in itertools.product(*outer):
+        for lo in range(0, shape[split], step):
+            yield (*at, slice(lo, lo + step))
