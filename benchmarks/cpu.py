@@ -1,7 +1,9 @@
 """CPU latency and compile time, side by side in one process, same inputs and weights.
 
 For each model: PyTorch eager, torch.compile (inductor), onnxruntime on the same model exported
-to ONNX, and luminal (NumPy runtime) through `luminal.compile`. Medians, ratios to eager.
+to ONNX, and luminal (NumPy runtime) through `luminal.compile`, at its default precision and
+with `luminal.set_precision("float32")` (f32 GEMMs and exps). Medians (eager and
+luminal measured in alternating rounds), ratios to eager.
 """
 
 from __future__ import annotations
@@ -28,6 +30,24 @@ def median_latency(fn, budget_s: float = 1.5, min_runs: int = 5, max_runs: int =
     return statistics.median(times)
 
 
+def interleaved_medians(fns: dict, rounds: int = 3, budget_s: float = 0.6) -> dict:
+    """Median latency of each function, measured in alternating rounds, so that a change in the
+    machine's load during the run falls on all of them alike."""
+    times: dict = {k: [] for k in fns}
+    for fn in fns.values():
+        fn()  # warm-up
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            start = time.perf_counter()
+            while len(times[k]) < 2 or time.perf_counter() - start < budget_s:
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
+                if time.perf_counter() - start > budget_s:
+                    break
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def _first(out):
     if isinstance(out, (tuple, list)):
         return out[0]
@@ -51,14 +71,23 @@ def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool
         model.config.use_cache = False
     with torch.no_grad():
         ref = _first(model(*args)).numpy()
-        row["eager_ms"] = median_latency(lambda: model(*args)) * 1e3
-
         t0 = time.perf_counter()
         compiled = luminal.compile(model, args)
         row["luminal_compile_s"] = time.perf_counter() - t0
         row["luminal_phases_s"] = {k: round(v, 4) for k, v in compiled.report().phases.items()}
         row["luminal_max_err"] = _err(_first(compiled(*args)), ref)
-        row["luminal_ms"] = median_latency(lambda: compiled(*args)) * 1e3
+
+        def luminal_f32():
+            luminal.set_precision("float32")
+            try:
+                return compiled(*args)
+            finally:
+                luminal.set_precision("float64")
+
+        row["luminal_f32_max_err"] = _err(_first(luminal_f32()), ref)
+        medians = interleaved_medians({"eager": lambda: model(*args), "luminal": lambda: compiled(*args),
+                                       "luminal_f32": luminal_f32})
+        row.update({f"{k}_ms": v * 1e3 for k, v in medians.items()})
 
         if inductor:
             torch._dynamo.reset()
@@ -73,7 +102,7 @@ def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool
         except Exception as exc:  # recorded, not hidden: the table says why the column is empty
             row["onnxruntime_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             traceback.print_exc()
-    for k in ("luminal", "inductor", "onnxruntime"):
+    for k in ("luminal", "luminal_f32", "inductor", "onnxruntime"):
         if f"{k}_ms" in row:
             row[f"{k}_vs_eager"] = row[f"{k}_ms"] / row["eager_ms"]
     return row
@@ -110,13 +139,17 @@ def compile_scaling(layer_counts=(1, 2, 4, 8, 16, 32), tokens: int = 16) -> list
             compiled = luminal.compile(model, args)
             total = time.perf_counter() - t0
             phases = compiled.report().phases
-            torch._dynamo.reset()
-            fast = torch.compile(model, backend="luminal")
-            t0 = time.perf_counter()
-            fast(*args)
-            dynamo_first_call = time.perf_counter() - t0
+            first_call = {}
+            for backend in ("luminal", "eager"):  # "eager": Dynamo's own tracing, for reference
+                torch._dynamo.reset()
+                fast = torch.compile(model, backend=backend)
+                t0 = time.perf_counter()
+                fast(*args)
+                first_call[backend] = time.perf_counter() - t0
         rows.append({"layers": n, "luminal_compile_s": total, "phases_s": {k: round(v, 4) for k, v in phases.items()},
-                     "torch_compile_luminal_first_call_s": dynamo_first_call})
-        print(f"  {n:2d} layers: luminal.compile {total:6.2f} s, torch.compile(backend='luminal') first call "
-              f"{dynamo_first_call:6.2f} s, phases {rows[-1]['phases_s']}", flush=True)
+                     "torch_compile_luminal_first_call_s": first_call["luminal"],
+                     "torch_compile_eager_first_call_s": first_call["eager"]})
+        print(f"  {n:2d} layers: luminal.compile {total:6.2f} s, torch.compile first call: backend='luminal' "
+              f"{first_call['luminal']:6.2f} s, backend='eager' {first_call['eager']:6.2f} s, "
+              f"phases {rows[-1]['phases_s']}", flush=True)
     return rows
