@@ -7,13 +7,14 @@ allowed to round *less*: that is the point of the rewrites (DESIGN.md, soundness
 Precision choice: f32/f16/bf16 inputs are computed in float64 and rounded once at the end.
 For KahanSum this replaces the compensated loop of the CUDA kernel: a float64 accumulator over
 f32 values is at least as accurate as Kahan summation in f32 and is one vectorized NumPy call.
-`set_precision("float32")` trades that for speed where float64 costs most: MatMul becomes an
-f32 BLAS GEMM (as in PyTorch and the CUDA kernel; float64 GEMMs plus widening every weight at
-every call cost over twice as much) and exponentials (Exp, Sigmoid, Softmax, inside fused
-regions too) are NumPy's SIMD float32 exp (float64 exp has no SIMD loop on AVX2 machines and
-is about 15x slower). Measured on Llama-shaped models: "float64" is about 3x closer to a
-float64 reference than PyTorch's f32; "float32" about as close as PyTorch (the f32 GEMM's
-accumulation error dominates), closer at some seeds and not at others.
+`set_precision("float32")` trades that for speed: fused ops on f32/f16/bf16 then compute in
+float32, each step rounding as PyTorch's eager ops do (sums still accumulate in float64, which
+costs little): MatMul is an f32 BLAS GEMM (a float64 GEMM plus widening every weight at every
+call costs over twice as much), and exponentials use NumPy's SIMD float32 exp (float64 exp
+has no SIMD loop on AVX2 machines and is about 15x slower). Measured on Llama-shaped models:
+"float64" is about 3x closer to a float64 reference than PyTorch's f32; "float32" about as
+close as PyTorch (the f32 GEMMs' accumulation error dominates), closer at some seeds, not at
+others. float64 graphs compute in float64 either way.
 """
 
 from __future__ import annotations
@@ -27,16 +28,24 @@ from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Op
 from luminal.runtime.numpy_runtime import _shape, compact, impl
 
-_F64 = np.dtype(np.float64)
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
-def _f32(x: np.ndarray) -> np.ndarray:
-    return x if x.dtype == np.float32 else x.astype(np.float32)
+def _size(dt) -> int:
+    return np.dtype(dt).itemsize
 
 
-def _wide(x: np.ndarray) -> np.ndarray:
-    """Float arrays as float64 (no copy if they already are); other dtypes unchanged."""
-    return x.astype(_F64, copy=False) if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x
+def _work() -> np.dtype:
+    """The dtype f32/f16/bf16 values are computed in: float64, or float32 under
+    set_precision("float32"). float64 values always stay float64."""
+    return _F64 if _precision[0] == "float64" else _F32
+
+
+def _lift(x: np.ndarray, work: np.dtype) -> np.ndarray:
+    """Float arrays narrower than `work` as `work` (no copy if already); others unchanged."""
+    if (x.dtype.kind == "f" or x.dtype.name == "bfloat16") and x.dtype.itemsize < work.itemsize:
+        return x.astype(work)
+    return x
 
 
 PRECISIONS = ("float64", "float32")
@@ -44,10 +53,11 @@ _precision = ["float64"]
 
 
 def set_precision(precision: str) -> None:
-    """The NumPy runtime's working precision for f32/f16/bf16 MatMuls and exponentials,
-    process-wide (as `torch.set_float32_matmul_precision`), from the next call on: "float64"
-    (default: computed in float64, rounded once; more precise than PyTorch's f32) or
-    "float32" (f32 GEMMs and exps: about PyTorch's precision, about twice as fast)."""
+    """The NumPy runtime's working precision for fused ops on f32/f16/bf16 (MatMul, Softmax,
+    Exp, Sigmoid, FusedElementwise), process-wide (as `torch.set_float32_matmul_precision`),
+    from the next call on: "float64" (default: computed in float64, rounded once; more precise
+    than PyTorch's f32) or "float32" (f32 GEMMs and elementwise math: about PyTorch's
+    precision, about twice as fast)."""
     if precision not in PRECISIONS:
         raise LuminalError(f"precision {precision!r}: expected one of {PRECISIONS}")
     _precision[0] = precision
@@ -57,32 +67,21 @@ def get_precision() -> str:
     return _precision[0]
 
 
-def _exp_into(v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """e**v for a float64 `v`, in float32 arithmetic under set_precision("float32")."""
-    if _precision[0] == "float64" or not isinstance(v, np.ndarray):
-        return np.exp(v, out=out)
-    narrow = np.exp(v.astype(np.float32))
-    if out is None:
-        return narrow.astype(_F64)
-    out[...] = narrow
-    return out
-
-
 def _sigmoid_into(v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     t = np.negative(v, out=out)
-    _exp_into(t, out=t)
+    np.exp(t, out=t)
     t += 1.0
     return np.reciprocal(t, out=t)
 
 
 @impl(Op.EXP)
 def _exp(node, b, x):
-    return _exp_into(_wide(x)).astype(node.dtype.numpy, copy=False)
+    return np.exp(_lift(x, _work())).astype(node.dtype.numpy, copy=False)
 
 
 @impl(Op.SIGMOID)
 def _sigmoid(node, b, x):
-    return _sigmoid_into(_wide(x)).astype(node.dtype.numpy, copy=False)
+    return _sigmoid_into(_lift(x, _work())).astype(node.dtype.numpy, copy=False)
 
 
 @impl(Op.SOFTMAX)
@@ -97,15 +96,12 @@ def _softmax(node, b, x):
 
 
 def _softmax_wide(x: np.ndarray, axis: int) -> np.ndarray:
-    # the same formula as the decomposition (so -inf rows give NaN as torch does), in float64;
-    # in place on the widened copy (the fresh array when x was narrower)
-    if _precision[0] == "float32" and x.dtype == np.float32:  # f32 exps, a float64 sum
-        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-        return e / np.sum(e, axis=axis, keepdims=True, dtype=_F64)
-    w = _wide(x)
+    # the same formula as the decomposition (so -inf rows give NaN as torch does), in the
+    # working precision with a float64 sum; in place on the lifted copy, or on a fresh array
+    w = _lift(x, _work())
     e = np.subtract(w, np.max(w, axis=axis, keepdims=True), out=w if w is not x else None)
     np.exp(e, out=e)
-    e /= np.sum(e, axis=axis, keepdims=True)
+    e /= np.sum(e, axis=axis, keepdims=True, dtype=_F64)
     return e
 
 
@@ -129,9 +125,9 @@ def _matmul(node, b, x, y):
     x, y = _drop_broadcast_batch(x), _drop_broadcast_batch(y)
     if node.dtype.is_float and node.dtype.numpy != _F64:
         if _precision[0] == "float64":
-            x, y = _wide(x), _wide(y)
+            x, y = _lift(x, _F64), _lift(y, _F64)
         else:
-            x, y = _f32(x), _f32(y)
+            x, y = _lift(x, _F32), _lift(y, _F32)
     out = np.matmul(x, y)
     shape = _shape(node, b)
     if out.shape != shape:  # both operands were broadcast over the batch
@@ -158,31 +154,32 @@ def evaluate(expr: tuple, inputs: list[np.ndarray]) -> np.ndarray:
     of the result's shape and dtype: the same values as fresh arrays, with far fewer passes
     over memory and allocations."""
     wide: dict[int, np.ndarray] = {}
-    return _eval(expr, inputs, wide)[0]
+    return _eval(expr, inputs, wide, _work())[0]
 
 
-def _eval(expr: tuple, inputs: list[np.ndarray], wide: dict) -> tuple[np.ndarray, bool]:
+def _eval(expr: tuple, inputs: list[np.ndarray], wide: dict, work: np.dtype) -> tuple[np.ndarray, bool]:
     """(value, owned): owned values are temporaries nothing else refers to (ufuncs return
-    NumPy scalars for 0-d operands: those are never written into)."""
+    NumPy scalars for 0-d operands: those are never written into). Floats are computed in
+    `work` (float64 values stay float64)."""
     kind, dtype = expr[0], expr[1]
     if kind == "in":
         i = expr[2]
         if i not in wide:
-            wide[i] = _wide(compact(inputs[i]))
+            wide[i] = _lift(compact(inputs[i]), work)
         return wide[i], False
     if kind == "const":
-        return np.asarray(expr[2], dtype=_F64 if dtype.is_float else dtype.numpy), False
+        return np.asarray(expr[2], dtype=max(work, dtype.numpy, key=_size) if dtype.is_float else dtype.numpy), False
     if kind == "CAST":
-        child = _eval(expr[2], inputs, wide)[0]
+        child = _eval(expr[2], inputs, wide, work)[0]
         if not dtype.is_float:
             child = _rounded(child, expr[2][1])
-        return _wide(child.astype(dtype.numpy)), True
-    args = [_eval(c, inputs, wide) for c in expr[2:]]
+        return _lift(child.astype(dtype.numpy), work), True
+    args = [_eval(c, inputs, wide, work) for c in expr[2:]]
     if kind in _DECIDING:
         args = [(r, r is not v or own) for (v, own), c in zip(args, expr[2:]) for r in [_rounded(v, c[1])]]
     if kind in UNARY_FNS:
         v, own = args[0]
-        return UNARY_FNS[kind](v, v if own and isinstance(v, np.ndarray) and v.dtype == _F64 else None), True
+        return UNARY_FNS[kind](v, v if own and isinstance(v, np.ndarray) and v.dtype.kind == "f" else None), True
     (a, own_a), (c, own_c) = args
     if dtype is DType.BOOL and kind in ("ADD", "MUL"):
         fn = np.logical_or if kind == "ADD" else np.logical_and
@@ -190,19 +187,19 @@ def _eval(expr: tuple, inputs: list[np.ndarray], wide: dict) -> tuple[np.ndarray
         fn = BINARY_FNS[kind]
     if kind == "LESS_THAN":
         return fn(a, c), True
-    # the output dtype of the op: float64 for floats (both operands are), else the operands'
-    want = _F64 if a.dtype == _F64 or dtype.is_float else np.result_type(a, c)
+    # the output dtype of the op: the operands' (floats are all lifted to at least `work`)
+    want = np.result_type(a, c)
     out = None
     shape = np.broadcast_shapes(a.shape, c.shape)
     for v, own in ((a, own_a), (c, own_c)):
         if own and isinstance(v, np.ndarray) and v.shape == shape and v.dtype == want:
             out = v
             break
-    return _wide(fn(a, c, out=out)), True
+    return _lift(fn(a, c, out=out), work), True
 
 
 UNARY_FNS = {"EXP2": np.exp2, "LOG2": np.log2, "SIN": np.sin, "SQRT": np.sqrt, "RECIP": np.reciprocal,
-             "EXP": _exp_into, "SIGMOID": _sigmoid_into}
+             "EXP": np.exp, "SIGMOID": _sigmoid_into}
 
 
 @impl(Op.FUSED_ELEMENTWISE)

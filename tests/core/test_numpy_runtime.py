@@ -87,3 +87,20 @@ def test_exponentials_at_each_precision(precision):
             np.testing.assert_array_less(np.abs(g_ - w), 0.5 * np.spacing(np.abs(w).astype(np.float32)) + 1e-30)
         else:  # f32 exps of f32-rounded arguments, as PyTorch's
             np.testing.assert_allclose(g_, w, rtol=1e-5, atol=0)
+
+
+def test_float64_graphs_stay_float64_at_float32_precision():
+    x = np.linspace(-5, 5, 1001)
+    g = lm.Graph()
+    xi = g.input("x", (1001,), lm.f64)
+    g.output(xi.silu(), "silu")
+    g.output(xi.matmul(xi.reshape(1001, 1)), "dot")
+    compiled = g.compile()
+    lm.set_precision("float32")
+    try:
+        silu, dot = compiled(x=x)
+    finally:
+        lm.set_precision("float64")
+    assert silu.dtype == dot.dtype == np.float64
+    np.testing.assert_allclose(silu, x / (1 + np.exp(-x)), rtol=1e-14)
+    np.testing.assert_allclose(dot, [x @ x], rtol=1e-14)
