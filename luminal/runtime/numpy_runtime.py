@@ -113,10 +113,18 @@ def _gather(node, b, data, index):
     flat = index.reshape(outer, index.shape[axis], inner).astype(np.intp)
     if inner != 1:
         flat *= inner
-        flat += np.arange(inner, dtype=np.intp)
+        flat += _positions(inner, 1)
     if outer != 1:
-        flat += (np.arange(outer, dtype=np.intp) * (n * inner))[:, None, None]
+        flat += _positions(outer, n * inner)[:, None, None]
     return np.ascontiguousarray(data).reshape(-1).take(flat).reshape(index.shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _positions(count: int, step: int) -> np.ndarray:
+    """0, step, 2*step, ...: the flat offsets of a gather's rows (the same at every call)."""
+    out = np.arange(count, dtype=np.intp) * step
+    out.flags.writeable = False
+    return out
 
 
 @impl(Op.SCATTER)
