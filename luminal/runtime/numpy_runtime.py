@@ -108,6 +108,9 @@ def _gather(node, b, data, index):
     _check_index(node, data, index, axis)
     if index.size == 0 or index.shape[:axis] + index.shape[axis + 1:] != data.shape[:axis] + data.shape[axis + 1:]:
         return np.take_along_axis(data, index.astype(np.intp, copy=False), axis=axis)
+    if data.shape[axis] == 2 and index.shape[axis] == 1:  # `where`: a pick from a stacked pair
+        at = (slice(None),) * axis
+        return np.where(index != 0, data[at + (slice(1, 2),)], data[at + (slice(0, 1),)])
     # as one `take` of flat positions: several times faster than take_along_axis's fancy indexing
     outer, n, inner = math.prod(data.shape[:axis]), data.shape[axis], math.prod(data.shape[axis + 1:])
     flat = index.reshape(outer, index.shape[axis], inner).astype(np.intp)
