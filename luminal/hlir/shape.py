@@ -46,6 +46,11 @@ class ShapeTracker:
         return len(self.shape)
 
     @property
+    def dims(self) -> tuple[Dim, ...]:
+        """Every number the tracker holds: shape, strides, offset and mask bounds."""
+        return (*self.shape, *self.strides, self.offset, *(d for pair in self.mask or () for d in pair))
+
+    @property
     def numel(self) -> Dim:
         return sym.product(self.shape)
 

@@ -87,15 +87,12 @@ def _sigmoid(node, b, x):
 @impl(Op.SOFTMAX)
 def _softmax(node, b, x):
     out = np.empty(x.shape, node.dtype.numpy)
-
-    def piece(at):
-        out[at] = _softmax_wide(x[at] if at else x, node.arg)
-
-    in_pieces(piece, chunks(x.shape, keep=node.arg % max(x.ndim, 1)))
+    for at in chunks(x.shape, keep=node.arg % max(x.ndim, 1)):
+        out[at] = _softmax_rows(x[at] if at else x, node.arg)
     return out
 
 
-def _softmax_wide(x: np.ndarray, axis: int) -> np.ndarray:
+def _softmax_rows(x: np.ndarray, axis: int) -> np.ndarray:
     # the same formula as the decomposition (so -inf rows give NaN as torch does), in the
     # working precision with a float64 sum; in place on the lifted copy, or on a fresh array
     w = _lift(x, _work())
@@ -123,11 +120,9 @@ def _drop_broadcast_batch(x: np.ndarray) -> np.ndarray:
 @impl(Op.MAT_MUL)
 def _matmul(node, b, x, y):
     x, y = _drop_broadcast_batch(x), _drop_broadcast_batch(y)
-    if node.dtype.is_float and node.dtype.numpy != _F64:
-        if _precision[0] == "float64":
-            x, y = _lift(x, _F64), _lift(y, _F64)
-        else:
-            x, y = _lift(x, _F32), _lift(y, _F32)
+    if node.dtype.is_float:
+        work = _work()
+        x, y = _lift(x, work), _lift(y, work)
     out = np.matmul(x, y)
     shape = _shape(node, b)
     if out.shape != shape:  # both operands were broadcast over the batch
@@ -147,9 +142,10 @@ def _rounded(value: np.ndarray, dtype: DType) -> np.ndarray:
 
 
 def evaluate(expr: tuple, inputs: list[np.ndarray]) -> np.ndarray:
-    """The value of a FusedElementwise expression; floats kept in float64 between ops.
+    """The value of a FusedElementwise expression; floats kept in the working precision
+    (`_work`: float64 by default) between ops.
 
-    Broadcast inputs are read compacted (`compact`) and widened once each; every op then
+    Broadcast inputs are read compacted (`compact`) and lifted once each; every op then
     writes into a temporary this evaluation made, when one of its operands is such a temporary
     of the result's shape and dtype: the same values as fresh arrays, with far fewer passes
     over memory and allocations."""
@@ -206,25 +202,14 @@ UNARY_FNS = {"EXP2": np.exp2, "LOG2": np.log2, "SIN": np.sin, "SQRT": np.sqrt, "
 def _fused_elementwise(node, b, *inputs):
     shape = _shape(node, b)
     out = np.empty(shape, node.dtype.numpy)
-
-    def piece(at):
+    for at in chunks(shape):  # sequential: a thread pool over the pieces measured slower on 2 cores
         out[at] = evaluate(node.arg, [x[at] for x in inputs] if at else list(inputs))  # rounds once
-
-    in_pieces(piece, chunks(shape))
     return out
 
 
 # Elements per piece of a large elementwise op: its float64 temporaries then stay in the L2
 # cache and are reused by the allocator, instead of fresh pages per temporary of the whole array.
 CHUNK = 1 << 16
-
-
-def in_pieces(fn, pieces) -> None:
-    """fn(at) for every piece (they write disjoint parts of one output). Sequential: running
-    the pieces on a thread pool (NumPy's ufunc loops release the GIL) was measured slower on
-    the 2-core machine for the transformer-sized ops."""
-    for at in pieces:
-        fn(at)
 
 
 def chunks(shape: tuple[int, ...], keep: int | None = None):

@@ -207,8 +207,7 @@ def _evaluate_view(st: ShapeTracker, b) -> tuple:
 def _view_plan(st: ShapeTracker) -> tuple | None:
     """`_evaluate_view` once per tracker without symbols (views are the most frequent op, and
     evaluating their dims was most of their cost); None for a symbolic tracker."""
-    dims = [*st.shape, *st.strides, st.offset, *(d for pair in st.mask or () for d in pair)]
-    return _evaluate_view(st, {}) if all(sym.is_static(d) for d in dims) else None
+    return _evaluate_view(st, {}) if all(sym.is_static(d) for d in st.dims) else None
 
 
 def _strided(flat: np.ndarray, offset: int, shape, strides) -> np.ndarray:
@@ -319,7 +318,7 @@ def _binds_no_symbol(node: Node) -> bool:
     """Whether the node's value cannot depend on the binding of symbolic dims."""
     arg = node.arg
     if isinstance(arg, ShapeTracker):
-        dims = [*arg.shape, *arg.strides, arg.offset, *(d for pair in arg.mask or () for d in pair)]
+        dims = arg.dims
     else:
         dims = list(node.shape) + ([arg] if node.op in (Op.CONSTANT, Op.IOTA) and not isinstance(arg, ConstantArray) else [])
     return all(not isinstance(d, sympy.Basic) for d in dims)

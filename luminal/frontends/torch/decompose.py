@@ -34,7 +34,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from luminal.frontends.torch.aten_ops import op_key, table
-from luminal.frontends.torch.fx_import import NO_OPS
+from luminal.frontends.torch.fx_import import NO_OPS, fetch_attr
 
 # calls recorded for their side effects only (logging, shape asserts): none changes what the
 # graph computes, and the FX importer drops the asserts anyway
@@ -93,7 +93,7 @@ class _Decomposer:
                 if node.op in ("call_function", "call_method"):
                     env[node] = self._call(node, env)
                 elif node.op == "get_attr":
-                    env[node] = self._get_attr(_fetch_attr(self.gm, node.target))
+                    env[node] = self._get_attr(fetch_attr(self.gm, node.target))
                 elif node.op == "output":
                     self.graph.output(torch.fx.node.map_arg(node.args[0], lambda n: env[n]))
                 elif node.op != "placeholder":
@@ -182,7 +182,7 @@ class _Decomposer:
             if n.op == "placeholder":
                 mapping[n] = next(inputs)
             elif n.op == "get_attr":
-                mapping[n] = self._get_attr(_fetch_attr(template, n.target))
+                mapping[n] = self._get_attr(fetch_attr(template, n.target))
             elif n.op == "output":
                 result = torch.fx.node.map_arg(n.args[0], lambda m: mapping[m])
             else:
@@ -223,9 +223,3 @@ def _signature(a, env, leaves):
     if isinstance(a, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
         return (type(a).__name__, str(a))
     raise _Fallback(f"argument of type {type(a).__name__}")
-
-
-def _fetch_attr(module, target: str):
-    for part in target.split("."):
-        module = getattr(module, part)
-    return module

@@ -186,7 +186,7 @@ class FxImporter:
             if node.op == "call_function":
                 env[node] = self._call(g, node, env)
             elif node.op == "get_attr":
-                env[node] = _constant(g, _fetch_attr(self.gm, node.target), node.name)
+                env[node] = _constant(g, fetch_attr(self.gm, node.target), node.name)
             elif node.op == "output":
                 out_node = node
         outputs = torch.fx.node.map_arg(out_node.args[0], lambda n: env[n])
@@ -253,7 +253,7 @@ def _is_sym_node(node) -> bool:
     )
 
 
-def _fetch_attr(gm, target: str):
+def fetch_attr(gm, target: str):
     obj = gm
     for part in target.split("."):
         obj = getattr(obj, part)
