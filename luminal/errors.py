@@ -30,3 +30,7 @@ class InputError(LuminalError, ValueError):
 
 class IndexOutOfRange(LuminalError, IndexError):
     """A Gather/Scatter index outside its axis at run time."""
+
+
+class DivisionByZero(LuminalError, ZeroDivisionError):
+    """An integer division or remainder by zero at run time (torch raises too; floats give inf/NaN)."""

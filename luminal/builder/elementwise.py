@@ -50,16 +50,31 @@ class ElementwiseMixin:
                 return self.sub(self.fmod(other)).floordiv_exact(other)
             return q.trunc()
         if rounding_mode == "floor":
-            if q is None:
-                r = self.remainder(other)
-                return self.sub(r).floordiv_exact(other)
-            return q.floor()
+            if q is None:  # the truncated quotient (x - fmod(x, y) cannot overflow), less one if x/y < 0 is inexact
+                r = self.fmod(other)
+                quotient = self.sub(r).floordiv_exact(other)
+                fix = r.ne(0).logical_and(r.lt(0).logical_xor(other.lt(0)))
+                return quotient.add(-1).where_(fix, quotient)
+            return self._floor_div_float(other, q)
         raise ValueError(f"unknown rounding_mode {rounding_mode!r}")
 
+    def _floor_div_float(self, other, q):
+        """torch's div_floor_floating: (x - fmod(x, y)) / y is near an integer, so the
+        rounding of x * recip(y) cannot move it across one (1.0 // 0.1 == 9, not 10)."""
+        mod = self.fmod(other)
+        div = self.sub(mod).mul(other.reciprocal())
+        fix = mod.ne(0).logical_and(other.lt(0).logical_xor(mod.lt(0)))
+        div = div.add(-1).where_(fix, div).round()
+        div = div.where_(div.ne(0), q.mul(0))  # a zero quotient takes the sign of x / y
+        return div.where_(other.ne(0), q)  # y == 0: the IEEE quotient (inf, -inf, NaN)
+
     def floordiv_exact(self, other):
-        """x / y for integers where y divides x exactly (via float64, exact below 2**53)."""
-        xf, yf = self.cast(DType.F64), other.cast(DType.F64)
-        return xf.mul(yf.reciprocal()).round().cast(self.dtype)
+        """x / y for integers where y divides x exactly: a float64 quotient, then one exact
+        correction (the residual x - q*y is small, so its float64 quotient is exact)."""
+        inv = other.cast(DType.F64).reciprocal()
+        q = self.cast(DType.F64).mul(inv).round().cast(self.dtype)
+        residual = self.sub(q.mul(other))  # wraps to the true (small) value in int64
+        return q.add(residual.cast(DType.F64).mul(inv).round().cast(self.dtype))
 
     def fmod(self, other):
         """C fmod: truncated remainder, sign of the dividend."""
@@ -194,7 +209,13 @@ class ElementwiseMixin:
     def trunc(self):
         if not self.dtype.is_float:
             return self
-        return self.sub(self.fmod(1.0))
+        out = self.sub(self.fmod(1.0)).where_(self.abs().lt(_mantissa_limit(self.dtype)), self)  # ±inf stay
+        return out._signed_zero(self)
+
+    def _signed_zero(self, x):
+        """`self` (x rounded to an integer) with a zero result carrying x's sign, as torch's
+        trunc/floor/round give -0.0 for x in (-1, 0) or -0.0; x * 0 is that zero."""
+        return self.where_(self.ne(0), x.mul(0))
 
     def floor(self):
         if not self.dtype.is_float:
@@ -203,7 +224,7 @@ class ElementwiseMixin:
         r = self.fmod(1.0)
         f = self.sub(r)
         f = f.where_(r.ge(0), f.add(-1))
-        return f.where_(self.abs().lt(_mantissa_limit(self.dtype)), self)
+        return f.where_(self.abs().lt(_mantissa_limit(self.dtype)), self)._signed_zero(self)
 
     def ceil(self):
         if not self.dtype.is_float:
@@ -218,7 +239,7 @@ class ElementwiseMixin:
         d = self.sub(f)  # exact fractional part in [0, 1)
         f_odd = f.fmod(2.0).ne(0)
         up = d.gt(0.5).logical_or(d.eq(0.5).logical_and(f_odd))
-        return f.add(1).where_(up, f)
+        return f.add(1).where_(up, f)._signed_zero(self)
 
     def clamp(self, min=None, max=None):  # noqa: A002 - torch's names
         out = self
@@ -242,7 +263,14 @@ class ElementwiseMixin:
         other = self._operand(other, "Minimum")
         if self.dtype is DType.BOOL:
             return self.logical_and(other)
-        return self.neg().maximum(other.neg()).neg()
+        return self.order_flip().maximum(other.order_flip()).order_flip()
+
+    def order_flip(self):
+        """An order-reversing involution, exact on every value: -x for floats, not x for bools,
+        ~x = -1 - x for integers (-x would overflow at the lowest value)."""
+        if self.dtype is DType.BOOL:
+            return self.logical_not()
+        return self.neg() if self.dtype.is_float else self.neg().add(-1)
 
     # --- comparisons and logic -------------------------------------------------------------
     def lt(self, other):

@@ -114,12 +114,13 @@ class IndexingMixin:
             raise ShapeError(f"topk: k={k} is out of range for an axis of size {n}")
         xi, xj = x.unsqueeze(-1), x.unsqueeze(-2)  # [..., i, j]
         if not largest:
-            xi, xj = (xi.neg(), xj.neg()) if self.dtype is not DType.BOOL else (xi.logical_not(), xj.logical_not())
+            xi, xj = xi.order_flip(), xj.order_flip()
         pos = self.graph.iota(n, DType.I64)
         earlier = pos.reshape(1, n).lt(pos.reshape(n, 1))  # j < i
-        if self.dtype.is_float:  # NaN ranks above everything (torch)
+        if self.dtype.is_float:  # NaN counts as the largest value (torch): first if largest, else last
             ni, nj = xi.isnan(), xj.isnan()
-            gt = xj.gt(xi).logical_or(nj.logical_and(ni.logical_not()))
+            first_nan, other = (nj, ni) if largest else (ni, nj)
+            gt = xj.gt(xi).logical_or(first_nan.logical_and(other.logical_not()))
             tie = xj.eq(xi).logical_or(nj.logical_and(ni))
         elif self.dtype is DType.BOOL:
             gt = xj.logical_and(xi.logical_not())
@@ -137,10 +138,14 @@ class IndexingMixin:
         return values.transpose(a, -1), index.transpose(a, -1)
 
     def sort(self, axis: int = -1, descending: bool = False):
+        """(values, int64 indices), stable; NaN sorts as the largest value, as in torch."""
         from luminal.builder.tensor import normalize_axis
 
         n = self.shape[normalize_axis(axis, self.ndim)] if self.ndim else 1
         return self.topk(n, axis, largest=descending)
+
+    def argsort(self, axis: int = -1, descending: bool = False):
+        return self.sort(axis, descending)[1]
 
     def triu(self, diagonal: int = 0):
         from luminal.builder.functional import triangle

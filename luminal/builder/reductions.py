@@ -21,7 +21,7 @@ def _axes(t, axis) -> list[int]:
     out = sorted({normalize_axis(a, t.ndim) for a in axes})
     if len(out) != len(axes):
         raise ShapeError(f"repeated axis in {axis}")
-    return out
+    return out if t.ndim else []  # a 0-d tensor reduces over dim 0 or -1 to itself (torch)
 
 
 class ReductionMixin:
@@ -31,6 +31,8 @@ class ReductionMixin:
         for a in reversed(axes):  # highest axis first keeps the lower axes' numbers valid
             shape = out.shape[:a] + out.shape[a + 1 :]
             out = out._new(op, out.dtype, shape, (out,), a)
+        if not axes and op is Op.SUM_REDUCE and out.dtype.is_float:
+            out = out.add(0.0)  # a 0-d sum: torch's starts from +0, so -0.0 sums to 0.0
         if keepdim:
             out = out.reshape(tuple(1 if i in axes else d for i, d in enumerate(self.shape)))
         return out
@@ -57,9 +59,7 @@ class ReductionMixin:
         return self._reduce_prim(Op.MAX_REDUCE, axis, keepdim)
 
     def min(self, axis=None, keepdim: bool = False):
-        if self.dtype is DType.BOOL:
-            return self.logical_not().max(axis, keepdim).logical_not()
-        return self.neg().max(axis, keepdim).neg()
+        return self.order_flip().max(axis, keepdim).order_flip()
 
     amax, amin = max, min
 
@@ -107,19 +107,26 @@ class ReductionMixin:
         from luminal.builder.tensor import normalize_axis
 
         a = normalize_axis(axis, self.ndim)
-        n = self.shape[a]
+        n = self.shape[a] if self.ndim else 1
+        if sym.is_static(n) and n == 0:
+            raise ShapeError(f"argmax/argmin over axis {a}: the axis is empty (shape {self.shape})")
+        if not self.ndim:
+            return self.graph.scalar(0, DType.I64)
         best = self.max(a, keepdim=True)
         hit = self.eq(best)
         if self.dtype.is_float:
             hit = hit.logical_or(self.isnan())
         pos = self.graph.iota(n, DType.I64).reshape(tuple(n if i == a else 1 for i in range(self.ndim)))
         big = self.graph.scalar(n, DType.I64)
-        first = pos.expand(self.shape).where_(hit, big)
-        return first.min(a, keepdim)
+        first = pos.expand(self.shape).where_(hit, big).min(a, keepdim)
+        if sym.is_static(n):
+            return first
+        # a symbolic axis may be empty at run time, where torch raises: looking the result up
+        # in iota(n) is the identity on [0, n) and raises IndexOutOfRange for an empty axis
+        return self.graph.iota(n, DType.I64).index_select(0, first.flatten()).reshape(first.shape)
 
     def argmin(self, axis=None, keepdim: bool = False):
-        flipped = self.logical_not() if self.dtype is DType.BOOL else self.neg()
-        return flipped.argmax(axis, keepdim)
+        return self.order_flip().argmax(axis, keepdim)
 
     def cumsum(self, axis: int):
         """Inclusive prefix sum: a masked sum over a triangle (exact for integers)."""

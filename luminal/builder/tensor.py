@@ -205,6 +205,10 @@ class Tensor(ElementwiseMixin, ReductionMixin, IndexingMixin, LinalgMixin):
         return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
 
     def squeeze(self, axis=None) -> Tensor:
+        if self.ndim == 0:
+            if axis is not None:
+                [normalize_axis(a, 0) for a in (axis if isinstance(axis, (tuple, list)) else [axis])]
+            return self
         if axis is None:
             axes = [i for i, d in enumerate(self.shape) if sym.equal(d, 1)]
         else:
@@ -310,8 +314,17 @@ class Tensor(ElementwiseMixin, ReductionMixin, IndexingMixin, LinalgMixin):
     def __rtruediv__(self, o):
         return self._operand(o, "Div").div(self)
 
-    def __mod__(self, o):
-        return self.fmod(o)
+    def __mod__(self, o):  # Python and torch: floor mod, the sign of the divisor (fmod() is C's)
+        return self.remainder(o)
+
+    def __rmod__(self, o):
+        return self._operand(o, "Remainder").remainder(self)
+
+    def __floordiv__(self, o):
+        return self.div(o, rounding_mode="floor")
+
+    def __rfloordiv__(self, o):
+        return self._operand(o, "Div").div(self, rounding_mode="floor")
 
     def __neg__(self):
         return self.neg()

@@ -26,7 +26,7 @@ import numpy as np
 from luminal.errors import LuminalError
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Op
-from luminal.runtime.numpy_runtime import _shape, compact, impl
+from luminal.runtime.numpy_runtime import _shape, check_divisor, compact, impl
 
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
@@ -87,6 +87,8 @@ def _sigmoid(node, b, x):
 @impl(Op.SOFTMAX)
 def _softmax(node, b, x):
     out = np.empty(x.shape, node.dtype.numpy)
+    if out.size == 0:  # an empty axis (or batch): torch returns the empty tensor
+        return out
     for at in chunks(x.shape, keep=node.arg % max(x.ndim, 1)):
         out[at] = _softmax_rows(x[at] if at else x, node.arg)
     return out
@@ -187,6 +189,8 @@ def _eval(expr: tuple, inputs: list[np.ndarray], wide: dict, work: np.dtype) -> 
     want = np.result_type(a, c)
     out = None
     shape = np.broadcast_shapes(a.shape, c.shape)
+    if kind == "MOD":
+        check_divisor(Op.MOD, dtype, 0 not in shape, c)
     for v, own in ((a, own_a), (c, own_c)):
         if own and isinstance(v, np.ndarray) and v.shape == shape and v.dtype == want:
             out = v

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import sympy
 
-from luminal.errors import IndexOutOfRange, LuminalError, UnsupportedError
+from luminal.errors import DivisionByZero, IndexOutOfRange, LuminalError, UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import ConstantArray, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
@@ -53,7 +53,14 @@ def _binary(node, b, x, y):
         return np.logical_or(x, y)
     if node.op is Op.MUL and node.dtype.numpy == np.bool_:
         return np.logical_and(x, y)
+    check_divisor(node.op, node.dtype, x.size, y)
     return BINARY_FNS[node.op](x, y).astype(node.dtype.numpy, copy=False)
+
+
+def check_divisor(op: Op, dtype, size: int, y) -> None:
+    """An integer MOD by zero raises DivisionByZero, as torch does (NumPy would give 0)."""
+    if op is Op.MOD and dtype.is_int and size and not compact(np.asarray(y)).all():
+        raise DivisionByZero("integer division or remainder by zero (Mod)")
 
 
 @impl(Op.CAST)

@@ -1,0 +1,198 @@
+"""Builder ops give torch's answer on edge values, or raise a named luminal error where torch raises.
+
+NaN in sort/topk, Python's `%` and `//`, integer division by zero, argmax over an empty axis,
+softmax over an empty axis, integer min at the lowest value, and 0-d tensors.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import luminal as lm
+from luminal.errors import DivisionByZero
+
+NAN, INF = float("nan"), float("inf")
+DEVICES = [pytest.param(None, id="reference"), pytest.param("cpu", id="cpu")]
+
+
+def _run(g, feeds, device):
+    if device is None:
+        return g.run(feeds)
+    return g.compile(device=device)(*feeds.values())
+
+
+def _same(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got, want)
+    np.testing.assert_array_equal(got, want)  # NaN positions equal
+    if got.dtype.kind == "f":  # the sign of zeros and infinities (a NaN's sign bit is not defined)
+        number = ~np.isnan(want)
+        assert np.array_equal(np.signbit(got[number]), np.signbit(want[number])), (got, want)
+
+
+ROW = np.array([3.0, NAN, -1.0, INF, -INF, 0.0, NAN, 2.0, -0.0], np.float32)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_puts_nan_where_torch_does(descending):
+    g = lm.Graph()
+    x = g.input("x", ROW.shape)
+    values, index = x.sort(-1, descending=descending)
+    g.output(values)
+    g.output(index)
+    g.output(x.argsort(-1, descending=descending))
+    tv, ti = torch.sort(torch.from_numpy(ROW), descending=descending, stable=True)
+    lv, li, la = g.run({"x": ROW})
+    _same(lv, tv.numpy())
+    _same(li, ti.numpy())
+    _same(la, ti.numpy())
+
+
+@pytest.mark.parametrize("largest", [False, True])
+def test_topk_with_nan(largest):
+    g = lm.Graph()
+    row = ROW[:-1]  # torch.topk is not stable: no tie between 0.0 and -0.0
+    x = g.input("x", row.shape)
+    for out in x.topk(4, largest=largest):
+        g.output(out)
+    tv, ti = torch.topk(torch.from_numpy(row), 4, largest=largest)
+    lv, li = g.run({"x": row})
+    _same(lv, tv.numpy())
+    _same(li, ti.numpy())
+
+
+def test_integer_order_ops_at_the_lowest_value():
+    lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+    x = np.array([[5, lo, 0, hi, -3]], np.int64)
+    g = lm.Graph()
+    t = g.input("x", x.shape, lm.int64)
+    for out in (t.min(-1), t.argmin(-1), t.sort(-1)[0], t.topk(2, largest=False)[0], t.clamp(max=3), t.minimum(0)):
+        g.output(out)
+    tt = torch.from_numpy(x)
+    want = [tt.min(-1).values, tt.argmin(-1), tt.sort(-1)[0], tt.topk(2, largest=False)[0], tt.clamp(max=3), tt.clamp(max=0)]
+    for got, w in zip(g.run({"x": x}), want):
+        _same(got, w.numpy())
+
+
+FLOATS = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -7.0, 7.0, 0.3, 0.1, INF, -INF, NAN, 5.5], np.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float_mod_and_floordiv_as_torch(device):
+    a, b = np.repeat(FLOATS, FLOATS.size), np.tile(FLOATS, FLOATS.size)
+    g = lm.Graph()
+    x, y = g.input("a", a.shape), g.input("b", b.shape)
+    for out in (x % y, x // y, x.fmod(y), x.remainder(y), x.div(y, rounding_mode="floor"), 1.0 % y):
+        g.output(out)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    want = [ta % tb, ta // tb, torch.fmod(ta, tb), torch.remainder(ta, tb), torch.div(ta, tb, rounding_mode="floor"), 1.0 % tb]
+    for got, w in zip(_run(g, {"a": a, "b": b}, device), want):
+        _same(got, w.numpy())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_integer_mod_and_floordiv_as_torch(device):
+    a = np.array([-7, 7, -7, 7, 0, 5, -1, np.iinfo(np.int64).min], np.int64)
+    b = np.array([2, 2, -2, -2, 3, -3, 5, 7], np.int64)
+    g = lm.Graph()
+    x, y = g.input("a", a.shape, lm.int64), g.input("b", b.shape, lm.int64)
+    for out in (x % y, x // y, x.fmod(y), x % 3, 7 % y, x.div(y, rounding_mode="trunc")):
+        g.output(out)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    want = [ta % tb, ta // tb, torch.fmod(ta, tb), ta % 3, 7 % tb, torch.div(ta, tb, rounding_mode="trunc")]
+    for got, w in zip(_run(g, {"a": a, "b": b}, device), want):
+        _same(got, w.numpy())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", ["%", "//", "fmod", "fmod-fused", "trunc"])
+def test_integer_division_by_zero_raises(device, op):
+    g = lm.Graph()
+    x, y = g.input("a", (3,), lm.int64), g.input("b", (3,), lm.int64)
+    out = {"%": lambda: x % y, "//": lambda: x // y, "fmod": lambda: x.fmod(y),
+           "fmod-fused": lambda: x.fmod(y).mul(2).add(1), "trunc": lambda: x.div(y, rounding_mode="trunc")}[op]()
+    g.output(out)
+    a = np.array([5, -7, 1], np.int64)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        torch.remainder(torch.from_numpy(a), torch.tensor([1, 0, 1]))
+    with pytest.raises(DivisionByZero, match="by zero"):
+        _run(g, {"a": a, "b": np.array([1, 0, 1], np.int64)}, device)
+    _run(g, {"a": a, "b": np.array([1, 2, 3], np.int64)}, device)  # and the next call works
+
+
+def test_argmax_over_an_empty_axis():
+    g = lm.Graph()
+    with pytest.raises(lm.ShapeError, match="empty"):
+        g.input("x", (2, 0)).argmax(1)
+    with pytest.raises(lm.ShapeError, match="empty"):
+        g.input("y", (0,)).argmin()
+    g = lm.Graph()
+    s = g.input("s", (2, "n"))
+    g.output(s.argmax(-1))
+    g.output(s.argmin(1, keepdim=True))
+    x = np.array([[1, 3, 3], [NAN, 0, 5]], np.float32)
+    got = g.run({"s": x})
+    _same(got[0], torch.from_numpy(x).argmax(-1).numpy())
+    _same(got[1], torch.from_numpy(x).argmin(1, keepdim=True).numpy())
+    for run in (lambda f: g.run(f), lambda f: g.compile(device="cpu")(f["s"])):
+        with pytest.raises(lm.IndexOutOfRange):
+            run({"s": np.zeros((2, 0), np.float32)})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_over_an_empty_symbolic_axis(device):
+    g = lm.Graph()
+    x = g.input("x", (2, "n"))
+    g.output(x.softmax(-1))
+    g.output(x.log_softmax(-1))
+    for got in _run(g, {"x": np.zeros((2, 0), np.float32)}, device):
+        assert got.shape == (2, 0) and got.dtype == np.float32
+
+
+# every builder op on a 0-d tensor, against torch
+ZERO_D = {
+    "neg": lambda t: -t, "exp": lambda t: t.exp(), "log": lambda t: t.abs().log(), "sin": lambda t: t.sin(),
+    "cos": lambda t: t.cos(), "tanh": lambda t: t.tanh(), "sigmoid": lambda t: t.sigmoid(), "relu": lambda t: t.relu(),
+    "abs": lambda t: t.abs(), "sign": lambda t: t.sign(), "floor": lambda t: t.floor(), "ceil": lambda t: t.ceil(),
+    "round": lambda t: t.round(), "trunc": lambda t: t.trunc(), "sqrt": lambda t: t.abs().sqrt(),
+    "rsqrt": lambda t: t.abs().rsqrt(), "square": lambda t: t.square(), "pow": lambda t: t.pow(3),
+    "clamp": lambda t: t.clamp(-1, 1), "mod": lambda t: t % 0.75, "floordiv": lambda t: t // 0.75,
+    "fmod": lambda t: t.fmod(0.75), "sum": lambda t: t.sum(), "mean": lambda t: t.mean(), "max": lambda t: t.max(),
+    "min": lambda t: t.min(), "prod": lambda t: t.prod(), "argmax": lambda t: t.argmax(), "argmin": lambda t: t.argmin(),
+    "softmax": lambda t: t.softmax(0), "log_softmax": lambda t: t.log_softmax(0), "logsumexp": lambda t: t.logsumexp(0),
+    "cumsum": lambda t: t.cumsum(0), "sort": lambda t: t.sort(0)[0], "topk": lambda t: t.topk(1, 0)[1],
+    "eq": lambda t: t.eq(1.5), "lt": lambda t: t < 0, "isnan": lambda t: t.isnan(), "reshape": lambda t: t.reshape(1, 1),
+    "unsqueeze": lambda t: t.unsqueeze(0), "expand": lambda t: t.expand(3), "flatten": lambda t: t.flatten(),
+    "erf": lambda t: t.erf(), "gelu": lambda t: t.gelu(), "silu": lambda t: t.silu(),
+}
+TORCH_ZERO_D = {
+    "log": lambda t: t.abs().log(), "sqrt": lambda t: t.abs().sqrt(), "rsqrt": lambda t: t.abs().rsqrt(),
+    "relu": torch.relu, "max": lambda t: t.max(), "min": lambda t: t.min(), "softmax": lambda t: t.softmax(0),
+    "log_softmax": lambda t: t.log_softmax(0), "cumsum": lambda t: t.cumsum(0), "sort": lambda t: t.sort(0)[0],
+    "topk": lambda t: t.topk(1, 0)[1], "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+    "floordiv": lambda t: t // 0.75, "fmod": lambda t: torch.fmod(t, 0.75), "erf": torch.erf,
+}
+
+
+# the sign of a zero result is left open: max/min of 0.0 and -0.0 (torch's depends on the
+# order), and functions decomposed as DESIGN.md says (tanh = 2 sigmoid(2x) - 1, erf's polynomial)
+# and the 0-d cumsum (torch: a no-op, -0.0 stays; ours is a masked sum, 0.0)
+UNSIGNED_ZERO = {"relu", "clamp", "max", "min", "tanh", "erf", "gelu", "silu", "cumsum"}
+
+
+@pytest.mark.parametrize("value", [1.5, -0.0, NAN, -INF])
+@pytest.mark.parametrize("name", sorted(ZERO_D))
+def test_zero_d_tensors(name, value):
+    x = np.array(value, np.float32)
+    g = lm.Graph()
+    g.output(ZERO_D[name](g.input("x", ())))
+    (got,) = g.run({"x": x})
+    want = TORCH_ZERO_D.get(name, ZERO_D[name])(torch.from_numpy(x)).numpy()
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if name in ("erf", "gelu"):  # erf is a polynomial approximation (|error| <= 1.5e-7)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if got.dtype.kind == "f" and name not in UNSIGNED_ZERO:
+        number = ~np.isnan(want)
+        assert np.array_equal(np.signbit(got)[number], np.signbit(want)[number]), (got, want)
