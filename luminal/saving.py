@@ -33,7 +33,7 @@ import numpy as np
 from luminal.errors import LuminalError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import ConstantArray, Node, Op, toposort
+from luminal.hlir.ops import POINTWISE, ConstantArray, Expr, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
 
 FORMAT = "luminal-compiled"
@@ -66,6 +66,9 @@ def encode_arg(value, weights: dict[str, np.ndarray]):
     if isinstance(value, ConstantArray):
         weights[value.name] = value.array
         return {"weight": value.name}
+    if isinstance(value, Expr):  # a FusedElementwise expression: [op, dtype, operands, arg]
+        return {"expr": [value.op.title, value.dtype.short, [encode_arg(e, weights) for e in value.src],
+                         encode_arg(value.arg, weights)]}
     if isinstance(value, ShapeTracker):
         return {"view": {
             "shape": [str(d) for d in value.shape],
@@ -93,7 +96,8 @@ def decode_arg(value, weights):
     if tag == "dtype":
         return DType.of(v)
     if tag == "t":
-        return tuple(decode_arg(x, weights) for x in v)
+        items = tuple(decode_arg(x, weights) for x in v)
+        return _legacy_expr(items) if items[1:2] and isinstance(items[1], DType) else items
     if tag == "weight":
         if v not in weights:
             raise SaveFormatError(f"weight {v!r} is missing from weights.safetensors")
@@ -104,7 +108,27 @@ def decode_arg(value, weights):
         return ShapeTracker(dims(v["shape"]), dims(v["strides"]), _dim(v["offset"]), mask)
     if tag == "dim":
         return _dim(v)
+    if tag == "expr":
+        op, dtype, src, arg = v
+        if op not in _EXPR_OPS:
+            raise SaveFormatError(f"unknown op {op!r} in a FusedElementwise expression")
+        return Expr(_EXPR_OPS[op], DType.of(dtype), tuple(decode_arg(e, weights) for e in src), decode_arg(arg, weights))
     raise SaveFormatError(f"unknown argument tag {tag!r} in graph.json")
+
+
+_EXPR_OPS = {op.title: op for op in POINTWISE | {Op.INPUT, Op.CONSTANT}}
+
+
+def _legacy_expr(items: tuple) -> Expr:
+    """A FusedElementwise expression as files before `Expr` wrote it (operands already decoded):
+    ("in", dtype, slot), ("const", dtype, value), (op name, dtype, *operands)."""
+    kind, dtype, *rest = items
+    if kind in ("in", "const"):
+        return Expr(Op.INPUT if kind == "in" else Op.CONSTANT, dtype, (), rest[0])
+    op = Op.__members__.get(kind)
+    if op not in POINTWISE or not all(isinstance(e, Expr) for e in rest):
+        raise SaveFormatError(f"malformed FusedElementwise expression {items!r}")
+    return Expr(op, dtype, tuple(rest))
 
 
 def _dim(text: str):

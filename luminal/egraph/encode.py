@@ -13,16 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from luminal.egraph import compat as eg
-from luminal.egraph.schema import BINARY, UNARY
+from luminal.egraph.schema import CONSTRUCTORS
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import ConstantArray, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
 
-_UNARY_NAME = {getattr(Op, v): k for k, v in UNARY.items()}
-_BINARY_NAME = {getattr(Op, v): k for k, v in BINARY.items()}
-_FUSED_UNARY = {Op.EXP: "Exp", Op.SIGMOID: "Sigmoid"}
-_FUSED_AXIS = {Op.SOFTMAX: "Softmax", Op.KAHAN_SUM: "KahanSum"}
 DTYPES = {d.short: d for d in DType}
 
 
@@ -93,24 +89,8 @@ def encode(nodes: list[Node], slots: list[Node]) -> Encoding:
             term = splat(v, n.dtype, ShapeTracker.contiguous(()))
         elif op is Op.VIEW and (v := splat_value(src[0])) is not None and is_bcast(n.arg):
             term = splat(v, n.dtype, n.arg)
-        elif op is Op.VIEW:
-            term = eg.call("View", ref(src[0]), eg.i64(enc.tracker(n.arg)))
-        elif op is Op.CAST:
-            term = eg.call("Cast", ref(src[0]), eg.string(src[0].dtype.short), eg.string(n.dtype.short))
-        elif op in _UNARY_NAME:
-            term = eg.call(_UNARY_NAME[op], ref(src[0]))
-        elif op in _BINARY_NAME:
-            term = eg.call(_BINARY_NAME[op], ref(src[0]), ref(src[1]))
-        elif op is Op.SUM_REDUCE:
-            term = eg.call("SumReduce", ref(src[0]), eg.i64(n.arg), eg.string(n.dtype.short))
-        elif op is Op.MAX_REDUCE:
-            term = eg.call("MaxReduce", ref(src[0]), eg.i64(n.arg))
-        elif op in _FUSED_UNARY:
-            term = eg.call(_FUSED_UNARY[op], ref(src[0]))
-        elif op in _FUSED_AXIS:
-            term = eg.call(_FUSED_AXIS[op], ref(src[0]), eg.i64(n.arg))
-        elif op is Op.MAT_MUL:
-            term = eg.call("MatMul", ref(src[0]), ref(src[1]))
+        elif op in CONSTRUCTORS:
+            term = eg.call(op.title, *(ref(s) for s in src), *(_literal(k, n, enc) for k in CONSTRUCTORS[op][1]))
         else:  # ops no rule looks into: remembered by index, operands still e-classes
             enc.opaque.append(n)
             term = eg.call(f"Opaque{len(src)}", eg.i64(len(enc.opaque) - 1), *(ref(s) for s in src))
@@ -118,6 +98,15 @@ def encode(nodes: list[Node], slots: list[Node]) -> Encoding:
     enc.commands += [eg.fact(eg.call("Repr", eg.f64(v), eg.string(d))) for v, d in sorted(reprs)]
     enc.commands += tracker_facts(enc)
     return enc
+
+
+def _literal(field: str, n: Node, enc: Encoding):
+    """One literal of `n`'s constructor (the fields of `schema.LITERALS`)."""
+    if field == "axis":
+        return eg.i64(n.arg)
+    if field == "tracker":
+        return eg.i64(enc.tracker(n.arg))
+    return eg.string((n.src[0] if field == "src_dtype" else n).dtype.short)
 
 
 def tracker_facts(enc: Encoding) -> list:

@@ -9,7 +9,9 @@ Dijkstra: e-classes are settled in order of increasing cost, so it is O(E log E)
 
 Views, constants and slots are free (a view is index math in its consumer, which pays for the
 elements it reads). Ties are broken by `PREFERENCE` (fused before primitive), then by e-node
-order in the frozen e-graph, which is deterministic for a given input.
+order in the frozen e-graph, which is deterministic for a given input. An e-node is known by
+its `Op` (`schema.OPS`), or by name for the constructors that are no op (`Leaf`, `Splat`,
+`Opaque<n>`).
 """
 
 from __future__ import annotations
@@ -18,20 +20,18 @@ import heapq
 import math
 
 from luminal.egraph import compat as eg
-from luminal.egraph.encode import DTYPES, Encoding
-from luminal.egraph.schema import BINARY, UNARY
+from luminal.egraph.encode import DTYPES, Encoding, is_bcast
+from luminal.egraph.schema import CONSTRUCTORS, OPS
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Node, Op
-from luminal.hlir.shape import ShapeTracker
+from luminal.hlir.ops import FUSED, REDUCE, Node, Op
 
 LAUNCH = 4096.0  # a kernel launch costs about as much as moving 4 KiB
 FLOPS_PER_BYTE = 8.0
 NOMINAL_DIM = 128  # symbolic dims count as this many elements when costing
 ITEMSIZE = 4.0
-FREE = {"Leaf", "Splat", "View"}
-PREFERENCE = {"KahanSum": -1.0, "MatMul": -1.0, "Softmax": -1.0, "Exp": -1.0, "Sigmoid": -1.0}
-SKIP = {"N"}  # naming constructor: never extracted
+FREE = {"Leaf", "Splat", Op.VIEW}
+PREFERENCE = {op: -1.0 for op in FUSED}  # on a tie, the fused op
 
 
 class Extraction:
@@ -39,7 +39,7 @@ class Extraction:
 
     def __init__(self, egraph, enc: Encoding):
         self.enc = enc
-        self.enodes: list[tuple[str, list, list, object]] = []  # (name, child classes, literals, class)
+        self.enodes: list[tuple[Op | str, list, list, object]] = []  # (op, child classes, literals, class)
         self.of_node: dict[int, object] = {}  # HLIR node index -> e-class
         for name, (sorts, out_sort, rows) in sorted(eg.frozen_rows(egraph).items()):
             if out_sort != "Expr":
@@ -50,7 +50,7 @@ class Extraction:
                     continue
                 kids = [v for v, s in zip(inputs, sorts) if s == "Expr"]
                 lits = [eg.literal(egraph, s, v) for v, s in zip(inputs, sorts) if s != "Expr"]
-                self.enodes.append((name, kids, lits, out))
+                self.enodes.append((OPS.get(name, name), kids, lits, out))
         self.size = len(self.enodes)
         self.numel = self._numels()
         self.best: dict = {}
@@ -64,7 +64,7 @@ class Extraction:
             if i in self.of_node:
                 numel[self.of_node[i]] = _count(n.shape)
         for name, _, lits, cls in self.enodes:
-            if name in ("View", "Splat"):
+            if name in (Op.VIEW, "Splat"):
                 shape = self.enc.trackers[lits[-1]].shape
                 self.view_shape.setdefault(cls, shape)
                 numel.setdefault(cls, _count(shape))
@@ -74,16 +74,16 @@ class Extraction:
                     numel[cls] = max(numel[k] for k in kids)
         return numel
 
-    def own_cost(self, name: str, kids: list, lits: list, cls) -> float:
+    def own_cost(self, name: Op | str, kids: list, lits: list, cls) -> float:
         if name in FREE:
             return 0.0
         out = self.numel.get(cls, 1.0)
         inputs = sum(self.numel.get(k, 1.0) for k in kids)
         flops = inputs
-        if name == "MatMul":
+        if name is Op.MAT_MUL:
             k_dim = self._last_dim(kids[0])
             flops = 2.0 * out * k_dim
-        elif name in ("Softmax", "Sigmoid", "Exp"):
+        elif name in (Op.SOFTMAX, Op.SIGMOID, Op.EXP):
             flops = 4.0 * out
         return LAUNCH + ITEMSIZE * (inputs + out) + flops / FLOPS_PER_BYTE + PREFERENCE.get(name, 0.0)
 
@@ -164,34 +164,23 @@ class Extraction:
             if st.ndim == 0 and st.is_contiguous():
                 return const
             return emit(Op.VIEW, dtype, st.shape, (const,), st)
-        if name.startswith("Opaque"):
+        if isinstance(name, str):  # Opaque<n>
             n = enc.opaque[lits[0]]
             return emit(n.op, n.dtype, n.shape, src, n.arg)
         dtype, shape = meta(src[0])
-        if name == "View":
-            st = enc.trackers[lits[0]]
+        fields = dict(zip(CONSTRUCTORS[name][1], lits))
+        if name is Op.VIEW:
+            st = enc.trackers[fields["tracker"]]
             if st.is_contiguous() and st.ndim == len(shape) and all(sym.equal(a, b) for a, b in zip(st.shape, shape)):
                 return src[0]  # a view that changes nothing
             return emit(Op.VIEW, dtype, st.shape, src, st)
-        if name == "Cast":
-            return emit(Op.CAST, DTYPES[lits[1]], shape, src, None)
-        if name in UNARY:
-            return emit(getattr(Op, UNARY[name]), dtype, shape, src, None)
-        if name in BINARY:
-            op = getattr(Op, BINARY[name])
-            return emit(op, DType.BOOL if op is Op.LESS_THAN else dtype, shape, src, None)
-        if name in ("SumReduce", "MaxReduce", "KahanSum"):
-            axis = lits[0]
-            op = {"SumReduce": Op.SUM_REDUCE, "MaxReduce": Op.MAX_REDUCE, "KahanSum": Op.KAHAN_SUM}[name]
-            return emit(op, dtype, shape[:axis] + shape[axis + 1 :], src, axis)
-        if name in ("Exp", "Sigmoid"):
-            return emit(Op.EXP if name == "Exp" else Op.SIGMOID, dtype, shape, src, None)
-        if name == "Softmax":
-            return emit(Op.SOFTMAX, dtype, shape, src, lits[0])
-        if name == "MatMul":
-            b_shape = meta(src[1])[1]
-            return emit(Op.MAT_MUL, dtype, shape[:-1] + b_shape[-1:], src, None)
-        raise AssertionError(f"no HLIR for e-node {name}")
+        dtype = DType.BOOL if name is Op.LESS_THAN else DTYPES[fields["dtype"]] if "dtype" in fields else dtype
+        axis = fields.get("axis")
+        if name in REDUCE or name is Op.KAHAN_SUM:
+            shape = shape[:axis] + shape[axis + 1 :]
+        elif name is Op.MAT_MUL:
+            shape = shape[:-1] + meta(src[1])[1][-1:]
+        return emit(name, dtype, shape, src, axis)
 
 
 def instantiate(entries: list[tuple], outputs: list, slots: list[Node]) -> list[Node]:
@@ -201,16 +190,12 @@ def instantiate(entries: list[tuple], outputs: list, slots: list[Node]) -> list[
         nodes = tuple(slots[i] if kind == "s" else built[i] for kind, i in src)
         if op is Op.VIEW and nodes[0].op is Op.VIEW:  # a view of a view
             inner = nodes[0]
-            if inner.src[0].op is Op.CONSTANT and inner.src[0].shape == () and _all_zero(arg):
+            if inner.src[0].op is Op.CONSTANT and inner.src[0].shape == () and is_bcast(arg):
                 nodes = (inner.src[0],)  # a broadcast scalar: read it directly
             else:  # views compose only at build time: materialize the inner one
                 nodes = (Node(Op.CONTIGUOUS, inner.dtype, inner.shape, (inner,)),)
         built.append(Node(op, dtype, shape, nodes, arg))
     return [slots[i] if kind == "s" else built[i] for kind, i in outputs]
-
-
-def _all_zero(st: ShapeTracker) -> bool:
-    return st.mask is None and sym.equal(st.offset, 0) and all(sym.equal(s, 0) for s in st.strides)
 
 
 def _count(shape) -> float:

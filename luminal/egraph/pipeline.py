@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import collections
 import gc
-import os
 import threading
 import time
 from dataclasses import dataclass
 
 from luminal.egraph import compat as eg
-from luminal.egraph import rules_algebra, rules_fusion, rules_numerics
+from luminal.egraph import contained, rules_algebra, rules_fusion, rules_numerics
 from luminal.egraph.encode import encode
 from luminal.egraph.extract import Extraction, instantiate
 from luminal.egraph.partition import Part, partition
@@ -131,14 +130,8 @@ def _template(part: Part, times: dict[str, float]) -> tuple[Template, bool]:
     if cached is not None:
         _CACHE.move_to_end(part.signature)
         return cached, True
-    try:
-        template = optimize_part(part, times)
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as exc:  # noqa: BLE001 - egglog panics are BaseExceptions
-        if os.environ.get("LUMINAL_EGRAPH_STRICT") == "1":
-            raise
-        template = identity_template(part, f"egglog failed on a part, kept unoptimized: {type(exc).__name__}: {exc}")
+    template = contained(lambda: optimize_part(part, times), lambda exc: identity_template(
+        part, f"egglog failed on a part, kept unoptimized: {type(exc).__name__}: {exc}"))
     _CACHE[part.signature] = template
     if len(_CACHE) > CACHE_SIZE:
         _CACHE.popitem(last=False)

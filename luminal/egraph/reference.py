@@ -1,7 +1,7 @@
 """Reference definitions of the fused ops in primitives: what each fused op means.
 
-Each function builds, with the tensor builder, the primitive decomposition that the fusion
-rules replace (the builder's own spelling, so the rules' left-hand sides are exactly these).
+Each entry of `DEFINITIONS` builds, with the tensor builder, the primitive decomposition that
+the fusion rules replace (the builder's own spelling: the rules' left-hand sides are these).
 Tests check every fused op's NumPy (and CUDA) implementation against them; `decompose` turns
 a graph with fused ops back into primitives (for a backend that lacks a fused op, say).
 """
@@ -11,16 +11,7 @@ from __future__ import annotations
 from luminal.builder.graph import Graph
 from luminal.builder.tensor import Tensor
 from luminal.hlir import constants as C
-from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import FUSED, Node, Op, toposort
-
-
-def exp(x: Tensor) -> Tensor:
-    return x.mul(C.LOG2E).exp2()  # exp(x) = exp2(x * log2 e)
-
-
-def sigmoid(x: Tensor) -> Tensor:
-    return x.mul(-1.0).exp().add(1.0).reciprocal()  # 1 / (1 + exp(-x))
+from luminal.hlir.ops import FUSED, Expr, Node, Op, toposort
 
 
 def softmax(x: Tensor, axis: int) -> Tensor:
@@ -28,49 +19,29 @@ def softmax(x: Tensor, axis: int) -> Tensor:
     return e.mul(e.sum(axis, keepdim=True).reciprocal())
 
 
-def kahan_sum(x: Tensor, axis: int) -> Tensor:
-    return x._reduce_prim(Op.SUM_REDUCE, axis, False)  # the plain sum: Kahan only rounds less
+def fused_elementwise(expr: Expr, inputs: list[Tensor]) -> Tensor:
+    """The expression of a FusedElementwise region, one primitive (or definition) per level."""
+    if expr.op is Op.INPUT:
+        return inputs[expr.arg]
+    if expr.op is Op.CONSTANT:
+        return inputs[0].graph.scalar(expr.arg, expr.dtype).expand(inputs[0].shape)
+    kids = [fused_elementwise(c, inputs) for c in expr.src]
+    if expr.op is Op.CAST:
+        return kids[0].cast(expr.dtype)
+    if expr.op in DEFINITIONS:  # Exp, Sigmoid
+        return DEFINITIONS[expr.op](kids, None)
+    return kids[0]._new(expr.op, expr.dtype, kids[0].shape, tuple(kids))
 
 
-def mat_mul(a: Tensor, b: Tensor) -> Tensor:
-    return a.matmul(b)  # broadcast-multiply a[..., M, 1, K] * bT[..., 1, N, K], sum over K
-
-
-def fused_elementwise(expr: tuple, inputs: list[Tensor]) -> Tensor:
-    """The expression of a FusedElementwise region, one primitive per level."""
-    kind, dtype = expr[0], expr[1]
-    if kind == "in":
-        return inputs[expr[2]]
-    if kind == "const":
-        return inputs[0].graph.scalar(expr[2], dtype).expand(inputs[0].shape)
-    kids = [fused_elementwise(c, inputs) for c in expr[2:]]
-    if kind == "CAST":
-        return kids[0].cast(dtype)
-    op = Op[kind]
-    if op is Op.EXP:
-        return exp(kids[0])
-    if op is Op.SIGMOID:
-        return sigmoid(kids[0])
-    if len(kids) == 1:
-        return kids[0]._new(op, dtype, kids[0].shape, (kids[0],))
-    return kids[0]._new(op, DType.BOOL if op is Op.LESS_THAN else dtype, kids[0].shape, (kids[0], kids[1]))
-
-
-def reference(node: Node, src: list[Tensor]) -> Tensor:
-    """The primitive decomposition of one fused node over operand tensors `src`."""
-    if node.op is Op.EXP:
-        return exp(src[0])
-    if node.op is Op.SIGMOID:
-        return sigmoid(src[0])
-    if node.op is Op.SOFTMAX:
-        return softmax(src[0], node.arg)
-    if node.op is Op.KAHAN_SUM:
-        return kahan_sum(src[0], node.arg)
-    if node.op is Op.MAT_MUL:
-        return mat_mul(src[0], src[1])
-    if node.op is Op.FUSED_ELEMENTWISE:
-        return fused_elementwise(node.arg, src)
-    raise ValueError(f"{node.op.title} is not a fused op")
+# every fused op (group FUSED): its definition over operand tensors and the node's arg
+DEFINITIONS = {
+    Op.EXP: lambda src, arg: src[0].mul(C.LOG2E).exp2(),  # exp(x) = exp2(x * log2 e)
+    Op.SIGMOID: lambda src, arg: src[0].mul(-1.0).exp().add(1.0).reciprocal(),  # 1 / (1 + exp(-x))
+    Op.SOFTMAX: lambda src, arg: softmax(src[0], arg),
+    Op.KAHAN_SUM: lambda src, arg: src[0]._reduce_prim(Op.SUM_REDUCE, arg, False),  # the plain sum: Kahan rounds less
+    Op.MAT_MUL: lambda src, arg: src[0].matmul(src[1]),  # broadcast-multiply a[.., M, 1, K] * bT[.., 1, N, K], sum K
+    Op.FUSED_ELEMENTWISE: lambda src, arg: fused_elementwise(arg, src),
+}
 
 
 def decompose(outputs: list[Node]) -> list[Node]:
@@ -80,7 +51,7 @@ def decompose(outputs: list[Node]) -> list[Node]:
     for n in toposort(outputs):
         src = [new[id(s)] for s in n.src]
         if n.op in FUSED:
-            new[id(n)] = reference(n, [Tensor(g, s) for s in src]).node
+            new[id(n)] = DEFINITIONS[n.op]([Tensor(g, s) for s in src], n.arg).node
         else:
             new[id(n)] = n if not src else n.replace(src=tuple(src))
     return [new[id(n)] for n in outputs]

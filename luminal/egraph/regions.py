@@ -13,9 +13,8 @@ from __future__ import annotations
 import collections
 
 from luminal.egraph.encode import is_bcast
-from luminal.hlir.ops import ELEMENTWISE, Node, Op, toposort
+from luminal.hlir.ops import POINTWISE, Expr, Node, Op, toposort
 
-FUSABLE = ELEMENTWISE | {Op.EXP, Op.SIGMOID}
 MAX_REGION_OPS = 64  # bounds the expression (and the kernel) size
 
 
@@ -36,10 +35,10 @@ def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
     absorbed: set[int] = set()  # nodes that live inside their consumer's region
 
     def joins(child: Node) -> bool:
-        return child.op in FUSABLE and users[id(child)] == 1 and _scalar_const(child) is None
+        return child.op in POINTWISE and users[id(child)] == 1 and _scalar_const(child) is None
 
     for n in reversed(order):  # consumers first: a region grows from its root downwards
-        if n.op in FUSABLE and id(n) not in absorbed:
+        if n.op in POINTWISE and id(n) not in absorbed:
             stack, count = [n], 1
             while stack:
                 for s in stack.pop().src:
@@ -52,7 +51,7 @@ def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
     for n in order:
         if id(n) in absorbed:
             continue
-        if n.op in FUSABLE and any(id(s) in absorbed for s in n.src):
+        if n.op in POINTWISE and any(id(s) in absorbed for s in n.src):
             inputs: list[Node] = []
             expr = _expression(n, absorbed, inputs)
             src = tuple(new[id(s)] for s in inputs)
@@ -63,22 +62,20 @@ def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
     return [new[id(n)] for n in outputs], regions
 
 
-def _expression(root: Node, absorbed: set[int], inputs: list[Node]) -> tuple:
-    """The region rooted at `root` as a nested tuple over input slots (plain data):
-    ("in", dtype, slot), ("const", dtype, value), ("CAST", dtype, child), (op name, dtype, *children)."""
+def _expression(root: Node, absorbed: set[int], inputs: list[Node]) -> Expr:
+    """The region rooted at `root` as an `Expr` over input slots (scalar constants inlined)."""
     slot: dict[int, int] = {}
 
-    def walk(n: Node, is_root: bool) -> tuple:
+    def walk(n: Node, is_root: bool) -> Expr:
         const = None if is_root else _scalar_const(n)
         if const is not None:
-            return ("const", const[1], const[0])
+            return Expr(Op.CONSTANT, const[1], (), const[0])
         if not is_root and id(n) not in absorbed:
             if id(n) not in slot:
                 slot[id(n)] = len(inputs)
                 inputs.append(n)
-            return ("in", n.dtype, slot[id(n)])
-        kids = tuple(walk(s, False) for s in n.src)
-        return ("CAST" if n.op is Op.CAST else n.op.name, n.dtype) + kids
+            return Expr(Op.INPUT, n.dtype, (), slot[id(n)])
+        return Expr(n.op, n.dtype, tuple(walk(s, False) for s in n.src))
 
     return walk(root, True)
 
@@ -87,11 +84,11 @@ def region_op_counts(outputs: list[Node]) -> dict[str, int]:
     """How many of each op the FusedElementwise regions hold (they hide from op counts)."""
     counts: collections.Counter = collections.Counter()
 
-    def walk(expr):
-        if expr[0] not in ("in", "const"):
-            counts[Op[expr[0]].title] += 1
-            for child in expr[2:]:
-                walk(child)
+    def walk(e: Expr) -> None:  # every use counts, as in the unfused graph
+        if e.op in POINTWISE:
+            counts[e.op.title] += 1
+            for s in e.src:
+                walk(s)
 
     for n in toposort(outputs):
         if n.op is Op.FUSED_ELEMENTWISE:

@@ -11,15 +11,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DECLARATIONS = """
+from luminal.hlir.ops import BINARY, REDUCE, UNARY, Op
+
+# the e-class operands, then the literals (and their sorts), of each op's constructor; the
+# constructor is named `op.title`. Every other op is an `Opaque<n>` (OPAQUE).
+LITERALS = {"axis": "i64", "dtype": "String", "src_dtype": "String", "tracker": "i64"}
+CONSTRUCTORS: dict[Op, tuple[int, tuple[str, ...]]] = {
+    **{op: (1, ()) for op in UNARY | {Op.EXP, Op.SIGMOID}},
+    **{op: (2, ()) for op in BINARY | {Op.MAT_MUL}},
+    **{op: (1, ("axis",)) for op in REDUCE | {Op.SOFTMAX, Op.KAHAN_SUM}},
+    Op.SUM_REDUCE: (1, ("axis", "dtype")),
+    Op.CAST: (1, ("src_dtype", "dtype")),
+    Op.VIEW: (1, ("tracker",)),
+}
+OPAQUE = frozenset(Op) - CONSTRUCTORS.keys()  # leaves, indexing, copies, FusedElementwise
+OPS = {op.title: op for op in CONSTRUCTORS}  # constructor name -> op
+
+
+def _signature(op: Op) -> str:
+    arity, lits = CONSTRUCTORS[op]
+    return " ".join([op.title] + ["Expr"] * arity + [LITERALS[k] for k in lits])
+
+
+DECLARATIONS = f"""
 (datatype Expr
   (N i64) (Leaf i64) (Splat f64 String i64)
   (Opaque0 i64) (Opaque1 i64 Expr) (Opaque2 i64 Expr Expr) (Opaque3 i64 Expr Expr Expr)
-  (View Expr i64) (Cast Expr String String)
-  (Exp2 Expr) (Log2 Expr) (Sin Expr) (Sqrt Expr) (Recip Expr)
-  (Add Expr Expr) (Mul Expr Expr) (Mod Expr Expr) (LessThan Expr Expr)
-  (SumReduce Expr i64 String) (MaxReduce Expr i64)
-  (Exp Expr) (Sigmoid Expr) (Softmax Expr i64) (KahanSum Expr i64) (MatMul Expr Expr))
+  {" ".join(f"({_signature(op)})" for op in Op if op in CONSTRUCTORS)})
 (relation Bcast (i64))
 (relation KeepDim (i64 i64))
 (relation ExpandDim (i64 i64))
@@ -32,10 +50,6 @@ DECLARATIONS = """
 # exact round trips: every value of the first dtype is a value of the second
 WIDENS = [("f16", "f32"), ("bf16", "f32"), ("f16", "f64"), ("bf16", "f64"), ("f32", "f64"), ("i32", "i64"),
           ("bool", "i32"), ("bool", "i64"), ("bool", "f16"), ("bool", "bf16"), ("bool", "f32"), ("bool", "f64")]
-
-# constructors that hold an e-class per argument position (None: a literal of that sort)
-UNARY = {"Exp2": "EXP2", "Log2": "LOG2", "Sin": "SIN", "Sqrt": "SQRT", "Recip": "RECIP"}
-BINARY = {"Add": "ADD", "Mul": "MUL", "Mod": "MOD", "LessThan": "LESS_THAN"}
 
 
 @dataclass(frozen=True)

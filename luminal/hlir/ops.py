@@ -32,11 +32,11 @@ exact arithmetic, a primitive decomposition (`luminal/egraph/reference.py`), and
 - KAHAN_SUM (arg = axis): SUM_REDUCE with a compensated (or wider) accumulator; same dtype.
 - MAT_MUL (src = a[..., M, K], b[..., K, N], equal batch dims): out[..., m, n] =
   sum_k a[..., m, k] * b[..., k, n], in the dtype of a and b.
-- FUSED_ELEMENTWISE (src = inputs of the output's shape, arg = expression): one elementwise
-  kernel. The expression is a nested tuple, every level `(kind, dtype, ...)`: ("in", dt, i)
-  reads input i; ("const", dt, value) is a scalar; ("CAST", dt, child) converts; (name, dt,
-  *children) applies the UNARY/BINARY op, EXP or SIGMOID called `Op[name]`. Float intermediates
-  may be kept wider than dt (one rounding at the end); comparisons and fmod see dt values.
+- FUSED_ELEMENTWISE (src = inputs of the output's shape, arg = an `Expr`): one elementwise
+  kernel. The expression is a small immutable DAG of `Expr(op, dtype, src, arg)` whose ops are
+  the POINTWISE group (a CAST converts to its dtype) over two leaves: `Expr(INPUT, dt, arg=i)`
+  reads input i, `Expr(CONSTANT, dt, arg=value)` is a scalar. Float intermediates may be kept
+  wider than dt (one rounding at the end); comparisons and fmod see dt values.
 """
 
 from __future__ import annotations
@@ -112,6 +112,7 @@ REDUCE = frozenset({Op.SUM_REDUCE, Op.MAX_REDUCE})
 INDEXING = frozenset({Op.GATHER, Op.SCATTER})
 MOVEMENT = frozenset({Op.VIEW, Op.CONTIGUOUS})
 ELEMENTWISE = UNARY | BINARY | {Op.CAST}
+POINTWISE = ELEMENTWISE | {Op.EXP, Op.SIGMOID}  # what a FusedElementwise expression may apply
 FUSED = frozenset({Op.EXP, Op.SIGMOID, Op.SOFTMAX, Op.KAHAN_SUM, Op.MAT_MUL, Op.FUSED_ELEMENTWISE})
 
 
@@ -186,6 +187,43 @@ class Node:
 
     def __reduce__(self):  # pickling re-interns
         return (Node, (self.op, self.dtype, self.shape, self.src, self.arg))
+
+
+@dataclass(frozen=True, eq=False)
+class Expr:
+    """One level of a FusedElementwise expression (see the module docstring); compared and
+    hashed by value, with `_key`'s distinctions (0.0 is not -0.0, 1 is not 1.0)."""
+
+    op: Op
+    dtype: DType
+    src: tuple[Expr, ...] = ()
+    arg: Any = None  # INPUT: the input slot; CONSTANT: the scalar
+
+    def __post_init__(self):
+        object.__setattr__(self, "_key", (self.op, self.dtype, _key(self.arg), tuple(s._key for s in self.src)))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Expr) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def toposort(self) -> list[Expr]:
+        """Every distinct level, each after its operands."""
+        order: dict[Expr, None] = {}
+
+        def walk(e: Expr) -> None:
+            if e not in order:
+                for s in e.src:
+                    walk(s)
+                order[e] = None
+
+        walk(self)
+        return list(order)
+
+    def __repr__(self) -> str:
+        leaf = {Op.INPUT: f"in{self.arg}", Op.CONSTANT: repr(self.arg)}.get(self.op)
+        return leaf or f"{self.op.title}:{self.dtype.short}({', '.join(map(repr, self.src))})"
 
 
 def toposort(roots) -> list[Node]:

@@ -9,12 +9,8 @@ For KahanSum this replaces the compensated loop of the CUDA kernel: a float64 ac
 f32 values is at least as accurate as Kahan summation in f32 and is one vectorized NumPy call.
 `set_precision("float32")` trades that for speed: fused ops on f32/f16/bf16 then compute in
 float32, each step rounding as PyTorch's eager ops do (sums still accumulate in float64, which
-costs little): MatMul is an f32 BLAS GEMM (a float64 GEMM plus widening every weight at every
-call costs over twice as much), and exponentials use NumPy's SIMD float32 exp (float64 exp
-has no SIMD loop on AVX2 machines and is about 15x slower). Measured on Llama-shaped models:
-"float64" is about 3x closer to a float64 reference than PyTorch's f32; "float32" about as
-close as PyTorch (the f32 GEMMs' accumulation error dominates), closer at some seeds, not at
-others. float64 graphs compute in float64 either way.
+costs little): MatMul is an f32 BLAS GEMM, and exponentials use NumPy's SIMD float32 exp.
+float64 graphs compute in float64 either way. Measurements: `benchmarks/results/`.
 """
 
 from __future__ import annotations
@@ -25,8 +21,8 @@ import numpy as np
 
 from luminal.errors import LuminalError
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Op
-from luminal.runtime.numpy_runtime import _shape, check_divisor, compact, impl
+from luminal.hlir.ops import Expr, Op
+from luminal.runtime.numpy_runtime import BINARY_FNS, UNARY_FNS, _shape, check_divisor, compact, impl
 
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
@@ -67,21 +63,9 @@ def get_precision() -> str:
     return _precision[0]
 
 
-def _sigmoid_into(v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    t = np.negative(v, out=out)
-    np.exp(t, out=t)
-    t += 1.0
-    return np.reciprocal(t, out=t)
-
-
-@impl(Op.EXP)
-def _exp(node, b, x):
-    return np.exp(_lift(x, _work())).astype(node.dtype.numpy, copy=False)
-
-
-@impl(Op.SIGMOID)
-def _sigmoid(node, b, x):
-    return _sigmoid_into(_lift(x, _work())).astype(node.dtype.numpy, copy=False)
+@impl(Op.EXP, Op.SIGMOID)
+def _pointwise(node, b, x):
+    return UNARY_FNS[node.op](_lift(x, _work())).astype(node.dtype.numpy, copy=False)
 
 
 @impl(Op.SOFTMAX)
@@ -133,17 +117,16 @@ def _matmul(node, b, x, y):
 
 
 # --- FusedElementwise: an expression over input slots, evaluated in one pass ---------------
-BINARY_FNS = {"ADD": np.add, "MUL": np.multiply, "MOD": np.fmod, "LESS_THAN": np.less}
 # decisions (comparisons, fmod, casts to integers) see values rounded to their declared dtype,
 # so a wider intermediate never flips a comparison the unfused graph would make
-_DECIDING = {"LESS_THAN", "MOD"}
+_DECIDING = {Op.LESS_THAN, Op.MOD}
 
 
 def _rounded(value: np.ndarray, dtype: DType) -> np.ndarray:
     return value.astype(dtype.numpy, copy=False)
 
 
-def evaluate(expr: tuple, inputs: list[np.ndarray]) -> np.ndarray:
+def evaluate(expr: Expr, inputs: list[np.ndarray]) -> np.ndarray:
     """The value of a FusedElementwise expression; floats kept in the working precision
     (`_work`: float64 by default) between ops.
 
@@ -155,51 +138,42 @@ def evaluate(expr: tuple, inputs: list[np.ndarray]) -> np.ndarray:
     return _eval(expr, inputs, wide, _work())[0]
 
 
-def _eval(expr: tuple, inputs: list[np.ndarray], wide: dict, work: np.dtype) -> tuple[np.ndarray, bool]:
+def _eval(e: Expr, inputs: list[np.ndarray], wide: dict, work: np.dtype) -> tuple[np.ndarray, bool]:
     """(value, owned): owned values are temporaries nothing else refers to (ufuncs return
     NumPy scalars for 0-d operands: those are never written into). Floats are computed in
     `work` (float64 values stay float64)."""
-    kind, dtype = expr[0], expr[1]
-    if kind == "in":
-        i = expr[2]
-        if i not in wide:
-            wide[i] = _lift(compact(inputs[i]), work)
-        return wide[i], False
-    if kind == "const":
-        return np.asarray(expr[2], dtype=max(work, dtype.numpy, key=_size) if dtype.is_float else dtype.numpy), False
-    if kind == "CAST":
-        child = _eval(expr[2], inputs, wide, work)[0]
+    op, dtype = e.op, e.dtype
+    if op is Op.INPUT:
+        if e.arg not in wide:
+            wide[e.arg] = _lift(compact(inputs[e.arg]), work)
+        return wide[e.arg], False
+    if op is Op.CONSTANT:
+        return np.asarray(e.arg, dtype=max(work, dtype.numpy, key=_size) if dtype.is_float else dtype.numpy), False
+    if op is Op.CAST:
+        child = _eval(e.src[0], inputs, wide, work)[0]
         if not dtype.is_float:
-            child = _rounded(child, expr[2][1])
+            child = _rounded(child, e.src[0].dtype)
         return _lift(child.astype(dtype.numpy), work), True
-    args = [_eval(c, inputs, wide, work) for c in expr[2:]]
-    if kind in _DECIDING:
-        args = [(r, r is not v or own) for (v, own), c in zip(args, expr[2:]) for r in [_rounded(v, c[1])]]
-    if kind in UNARY_FNS:
+    args = [_eval(c, inputs, wide, work) for c in e.src]
+    if op in _DECIDING:
+        args = [(r, r is not v or own) for (v, own), c in zip(args, e.src) for r in [_rounded(v, c.dtype)]]
+    if op in UNARY_FNS:
         v, own = args[0]
-        return UNARY_FNS[kind](v, v if own and isinstance(v, np.ndarray) and v.dtype.kind == "f" else None), True
+        return UNARY_FNS[op](v, v if own and isinstance(v, np.ndarray) and v.dtype.kind == "f" else None), True
     (a, own_a), (c, own_c) = args
-    if dtype is DType.BOOL and kind in ("ADD", "MUL"):
-        fn = np.logical_or if kind == "ADD" else np.logical_and
-    else:
-        fn = BINARY_FNS[kind]
-    if kind == "LESS_THAN":
+    fn = BINARY_FNS[op]
+    if op is Op.LESS_THAN:
         return fn(a, c), True
     # the output dtype of the op: the operands' (floats are all lifted to at least `work`)
     want = np.result_type(a, c)
     out = None
     shape = np.broadcast_shapes(a.shape, c.shape)
-    if kind == "MOD":
-        check_divisor(Op.MOD, dtype, 0 not in shape, c)
+    check_divisor(op, dtype, 0 not in shape, c)
     for v, own in ((a, own_a), (c, own_c)):
         if own and isinstance(v, np.ndarray) and v.shape == shape and v.dtype == want:
             out = v
             break
     return _lift(fn(a, c, out=out), work), True
-
-
-UNARY_FNS = {"EXP2": np.exp2, "LOG2": np.log2, "SIN": np.sin, "SQRT": np.sqrt, "RECIP": np.reciprocal,
-             "EXP": np.exp, "SIGMOID": _sigmoid_into}
 
 
 @impl(Op.FUSED_ELEMENTWISE)

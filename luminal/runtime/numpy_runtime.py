@@ -16,7 +16,7 @@ import sympy
 
 from luminal.errors import DivisionByZero, IndexOutOfRange, LuminalError, UnsupportedError
 from luminal.hlir import symbolic as sym
-from luminal.hlir.ops import ConstantArray, Node, Op, toposort
+from luminal.hlir.ops import UNARY, ConstantArray, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
 from luminal.runtime.binding import bind_inputs
 
@@ -37,22 +37,30 @@ def _shape(node: Node, b) -> tuple[int, ...]:
     return tuple(sym.evaluate(d, b) for d in node.shape)
 
 
-UNARY_FNS = {Op.EXP2: np.exp2, Op.LOG2: np.log2, Op.SIN: np.sin, Op.SQRT: np.sqrt, Op.RECIP: np.reciprocal}
+def sigmoid(v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """1 / (1 + e**-v), in place on `out` when given; an array for 0-d values too."""
+    t = np.negative(v, out=np.empty_like(v) if out is None else out)
+    np.exp(t, out=t)
+    t += 1.0
+    return np.reciprocal(t, out=t)
+
+
+# the pointwise ops (hlir.ops.POINTWISE but CAST) by Op: the primitives' impls below and the
+# fused Exp, Sigmoid and FusedElementwise (runtime/fused_ops.py) all apply these.
+# On bool, np.add and np.multiply are logical or / and, as the HLIR defines ADD and MUL.
+UNARY_FNS = {Op.EXP2: np.exp2, Op.LOG2: np.log2, Op.SIN: np.sin, Op.SQRT: np.sqrt, Op.RECIP: np.reciprocal,
+             Op.EXP: np.exp, Op.SIGMOID: sigmoid}
 BINARY_FNS = {Op.ADD: np.add, Op.MUL: np.multiply, Op.MOD: np.fmod, Op.LESS_THAN: np.less}
 SCATTER_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-@impl(*UNARY_FNS)
+@impl(*(UNARY_FNS.keys() & UNARY))
 def _unary(node, b, x):
     return UNARY_FNS[node.op](x).astype(node.dtype.numpy, copy=False)
 
 
 @impl(*BINARY_FNS)
 def _binary(node, b, x, y):
-    if node.op is Op.ADD and node.dtype.numpy == np.bool_:
-        return np.logical_or(x, y)
-    if node.op is Op.MUL and node.dtype.numpy == np.bool_:
-        return np.logical_and(x, y)
     check_divisor(node.op, node.dtype, x.size, y)
     return BINARY_FNS[node.op](x, y).astype(node.dtype.numpy, copy=False)
 

@@ -10,7 +10,7 @@ import luminal as lm
 from luminal.egraph import reference
 from luminal.egraph.regions import fuse_regions
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Node, Op
+from luminal.hlir.ops import UNARY, Expr, Node, Op
 from luminal.runtime import NumpyRuntime
 
 SEEDS = range(8)
@@ -104,3 +104,51 @@ def test_fused_elementwise_bool_and_int_ops():
     assert fused.op is Op.FUSED_ELEMENTWISE
     feeds = {"x": np.arange(-2, 3, dtype=np.int32)}
     np.testing.assert_array_equal(run(fused, feeds), run(m.node, feeds))
+
+
+def every_pointwise_op(x: Expr, i: Expr) -> Expr:
+    """One expression applying every op a FusedElementwise may hold, over f32 x (> 0) and i32 i."""
+    f32, i32 = DType.F32, DType.I32
+    c = lambda v, dt=f32: Expr(Op.CONSTANT, dt, (), v)  # noqa: E731
+    terms = [Expr(op, f32, (x,)) for op in sorted(UNARY | {Op.EXP, Op.SIGMOID}, key=lambda o: o.value)]
+    terms += [Expr(Op.MUL, f32, (x, c(0.5))), Expr(Op.MOD, f32, (x, c(0.3))),
+              Expr(Op.CAST, f32, (Expr(Op.LESS_THAN, DType.BOOL, (x, c(0.5))),)),
+              Expr(Op.CAST, f32, (Expr(Op.MOD, i32, (i, c(3, i32))),))]
+    total = terms[0]
+    for t in terms[1:]:
+        total = Expr(Op.ADD, f32, (total, t))
+    return total
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (3, 1)])
+def test_every_fused_op_takes_0d_and_size_1_shapes(shape):
+    """0-d values through Exp, Sigmoid and a region of every pointwise op; Softmax and KahanSum
+    whose rows (or results) are 0-d; MatMuls of size-1 dims."""
+    rng = np.random.default_rng(0)
+    x = Node(Op.INPUT, DType.F32, shape, (), "x")
+    i = Node(Op.INPUT, DType.I32, shape, (), "i")
+    feeds = {"x": (rng.random(shape) + 0.1).astype(np.float32), "i": rng.integers(-5, 5, shape).astype(np.int32)}
+    for op in (Op.EXP, Op.SIGMOID):
+        check(Node(op, DType.F32, shape, (x,)), {"x": feeds["x"]})
+    expr = every_pointwise_op(Expr(Op.INPUT, DType.F32, (), 0), Expr(Op.INPUT, DType.I32, (), 1))
+    check(Node(Op.FUSED_ELEMENTWISE, DType.F32, shape, (x, i), expr), feeds)
+    if shape:
+        check(Node(Op.SOFTMAX, DType.F32, shape, (x,), 0), {"x": feeds["x"]})
+        check(Node(Op.KAHAN_SUM, DType.F32, shape[1:], (x,), 0), {"x": feeds["x"]})
+    a = Node(Op.INPUT, DType.F32, shape + (1, 2), (), "a")
+    b = Node(Op.INPUT, DType.F32, shape + (2, 1), (), "b")
+    check(Node(Op.MAT_MUL, DType.F32, shape + (1, 1), (a, b)), {"a": values(rng, a.shape), "b": values(rng, b.shape)})
+
+
+def test_0d_graph_compiles_and_runs_fused():
+    """The issue's case: a 0-d input to a fused sigmoid (and a region around it)."""
+    g = lm.Graph()
+    x = g.input("x", ())
+    g.output(x.sigmoid())
+    g.output(x.mul(x.sigmoid()).add(1.0).sqrt())
+    v = np.array(0.7, np.float32)
+    compiled = g.compile()
+    assert {"Sigmoid", "FusedElementwise"} <= compiled.report().ops_after.keys()
+    for got, want in zip(compiled({"x": v}), g.run({"x": v})):
+        assert got.shape == () and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -2,12 +2,14 @@
 the primitive reference definitions tests/egraph checks): odd shapes, size-1 dims, broadcast and
 permuted views, long rows (> 4096), f16/bf16 with f32 accumulation, symbolic dims."""
 
+import functools
+
 import ml_dtypes
 import numpy as np
 import pytest
 
 import luminal as lm
-from luminal.hlir.ops import Node, Op
+from luminal.hlir.ops import Expr, Node, Op
 from luminal.kernels.runtime import KernelRuntime
 
 RNG = np.random.default_rng(7)
@@ -52,10 +54,24 @@ def _cases():
         {"a": RNG.integers(-5, 5, (3, 4)), "b": RNG.integers(-5, 5, (4, 2))}, 0)
     add("exp_sigmoid", lambda g, x: _fused(_fused(x, Op.EXP, lm.f32, x.shape, [x]), Op.SIGMOID, lm.f32, x.shape,
                                            [_fused(x, Op.EXP, lm.f32, x.shape, [x])]), {"x": f32(3, 5)})
-    expr = ("ADD", lm.f32, ("MUL", lm.f32, ("in", lm.f32, 0), ("SIGMOID", lm.f32, ("in", lm.f32, 0))),
-            ("CAST", lm.f32, ("LESS_THAN", lm.bool_, ("in", lm.f32, 1), ("const", lm.f32, 0.5))))
+    x0, x1, half = Expr(Op.INPUT, lm.f32, (), 0), Expr(Op.INPUT, lm.f32, (), 1), Expr(Op.CONSTANT, lm.f32, (), 0.5)
+    expr = Expr(Op.ADD, lm.f32, (Expr(Op.MUL, lm.f32, (x0, Expr(Op.SIGMOID, lm.f32, (x0,)))),
+                                 Expr(Op.CAST, lm.f32, (Expr(Op.LESS_THAN, lm.bool_, (x1, half)),))))
     add("fused_silu_plus_mask", lambda g, x, y: _fused(x, Op.FUSED_ELEMENTWISE, lm.f32, (4, 6), [x, y.expand(4, 6)], expr),
         {"x": f32(4, 6), "y": f32(6)})
+    # 0-d values through every fused op (Softmax/KahanSum: 0-d rows and results)
+    for op in (Op.EXP, Op.SIGMOID):
+        add(f"{op.title}_0d", lambda g, x, op=op: _fused(x, op, lm.f32, (), [x]), {"x": f32()})
+    i1 = Expr(Op.INPUT, lm.int32, (), 1)
+    terms = [Expr(op, lm.f32, (x0,)) for op in (Op.EXP2, Op.LOG2, Op.SIN, Op.SQRT, Op.RECIP, Op.EXP, Op.SIGMOID)]
+    terms += [Expr(Op.MOD, lm.f32, (x0, half)), Expr(Op.CAST, lm.f32, (Expr(Op.LESS_THAN, lm.bool_, (x0, half)),)),
+              Expr(Op.CAST, lm.f32, (Expr(Op.MOD, lm.int32, (i1, Expr(Op.CONSTANT, lm.int32, (), 3))),))]
+    every_op = functools.reduce(lambda a, b: Expr(Op.ADD, lm.f32, (a, b)), terms)
+    add("every_pointwise_op_0d", lambda g, x, i: _fused(x, Op.FUSED_ELEMENTWISE, lm.f32, (), [x, i], every_op),
+        {"x": np.abs(f32()) + np.float32(0.1), "i": np.array(-7, np.int32)})
+    add("softmax_1d", lambda g, x: _fused(x, Op.SOFTMAX, lm.f32, (5,), [x], 0), {"x": f32(5)})
+    add("kahan_to_0d", lambda g, x: _fused(x, Op.KAHAN_SUM, lm.f32, (), [x], 0), {"x": f32(7)})
+    add("matmul_1x1x1", lambda g, a, b: _fused(a, Op.MAT_MUL, lm.f32, (1, 1), [a, b]), {"a": f32(1, 1), "b": f32(1, 1)})
     return cases
 
 

@@ -1,10 +1,39 @@
 """The CUDA C renderer: one kernel per HLIR op (or fused region), as tables per op kind.
 
     cexpr.py    symbolic dims and literals as C expressions
-    cstyle.py   the CUDA dialect: types, loads/stores through views, `code_for_op`
-    kernels.py  kernel generators per op kind (elementwise, reduce, gather, scatter)
+    cstyle.py   the CUDA dialect (`code_for_op`, types, reads through views) and what every
+                generator shares (signatures, `KernelSpec`, the pointwise skeleton)
+    kernels.py  generators of the primitive ops (elementwise, reduce, gather, scatter)
+    fused.py    generators of the fused ops (pointwise regions, softmax, Kahan sum, matmul)
+
+`GENERATORS` is the one table from op to generator; `NO_KERNEL` are the ops that launch
+nothing (their consumers read them).
 """
 
-from luminal.kernels.render.kernels import KernelSpec, render_node
+from luminal.errors import UnsupportedError
+from luminal.hlir.ops import BINARY, REDUCE, UNARY, Node, Op
+from luminal.kernels.render import fused, kernels
+from luminal.kernels.render.cstyle import KernelSpec
 
-__all__ = ["KernelSpec", "render_node"]
+GENERATORS = {
+    **{op: kernels.elementwise for op in UNARY | BINARY | {Op.CAST, Op.IOTA, Op.CONTIGUOUS}},
+    **{op: kernels.reduce for op in REDUCE},
+    Op.GATHER: kernels.gather,
+    Op.SCATTER: kernels.scatter,
+    **{op: fused.fused_elementwise for op in (Op.EXP, Op.SIGMOID, Op.FUSED_ELEMENTWISE)},
+    Op.SOFTMAX: fused.softmax,
+    Op.KAHAN_SUM: fused.kahan_sum,
+    Op.MAT_MUL: fused.matmul,
+}
+NO_KERNEL = frozenset({Op.INPUT, Op.CONSTANT, Op.VIEW})  # scalars are inlined, buffers and views read
+
+
+def render_node(node: Node, name: str) -> list[KernelSpec]:
+    """The launches that compute `node` into its own contiguous buffer."""
+    gen = GENERATORS.get(node.op)
+    if gen is None:
+        raise UnsupportedError(f"no CUDA kernel for op {node.op.title}")
+    return gen(node, name)
+
+
+__all__ = ["GENERATORS", "NO_KERNEL", "KernelSpec", "render_node"]

@@ -1,30 +1,36 @@
-"""The CUDA C dialect: storage/compute types, reading a source through its view, op code.
+"""The CUDA C dialect and what every kernel generator shares: storage/compute types, reading a
+source through its view, op code, kernel signatures and the one-thread-per-element skeleton.
 
-`code_for_op` maps each elementwise op to a small function producing C from operand
+`code_for_op` maps each pointwise op to a small function producing C from operand
 expressions, by compute type (tinygrad's `renderer/cstyle.py` is the model). Values are loaded
 in their compute type (f16/bf16 widen to float) and narrowed only when stored.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import ConstantArray, Node, Op
 from luminal.hlir.shape import ShapeTracker
-from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type
+from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type, dims_symbols
 
-_F = {"float": "f", "double": ""}  # libm suffix per compute type
+LIBM = {"float": "f", "double": ""}  # libm suffix per compute type
 
 code_for_op = {
-    Op.EXP2: lambda t, x: f"exp2{_F[t]}({x})",
-    Op.LOG2: lambda t, x: f"log2{_F[t]}({x})",
-    Op.SIN: lambda t, x: f"sin{_F[t]}({x})",
-    Op.SQRT: lambda t, x: f"sqrt{_F[t]}({x})",
+    Op.EXP2: lambda t, x: f"exp2{LIBM[t]}({x})",
+    Op.LOG2: lambda t, x: f"log2{LIBM[t]}({x})",
+    Op.SIN: lambda t, x: f"sin{LIBM[t]}({x})",
+    Op.SQRT: lambda t, x: f"sqrt{LIBM[t]}({x})",
     Op.RECIP: lambda t, x: f"(({t})1 / {x})",
     Op.ADD: lambda t, a, b: f"({a} || {b})" if t == "bool" else f"({a} + {b})",
     Op.MUL: lambda t, a, b: f"({a} && {b})" if t == "bool" else f"({a} * {b})",
     # C fmod for floats; integer % truncates like fmod, and x % 0 is 0 as in NumPy
-    Op.MOD: lambda t, a, b: f"fmod{_F[t]}({a}, {b})" if t in _F else f"lum_imod({a}, {b})",
+    Op.MOD: lambda t, a, b: f"fmod{LIBM[t]}({a}, {b})" if t in LIBM else f"lum_imod({a}, {b})",
     Op.LESS_THAN: lambda t, a, b: f"({a} < {b})",
+    Op.EXP: lambda t, x: f"exp{LIBM[t]}({x})",
+    Op.SIGMOID: lambda t, x: f"(({t})1 / (({t})1 + exp{LIBM[t]}(-({x}))))",
 }
 
 
@@ -118,3 +124,89 @@ def prelude(dtypes: set[DType]) -> str:
     if DType.BF16 in dtypes:
         head += "#include <cuda_bf16.h>\n"
     return head + PRELUDE
+
+
+THREADS = 256
+WARPS_PER_BLOCK = 4
+
+
+@dataclass
+class KernelSpec:
+    """One launch: `name(out, inputs..., [err], dims...)` over `grid` blocks of `block` threads."""
+
+    name: str
+    source: str
+    output: Node
+    inputs: list[Node]  # buffer nodes, in argument order
+    symbols: list[str]
+    grid: object  # a dim: number of blocks
+    block: int
+    uses_error_flag: bool = False
+    dtypes: set = field(default_factory=set)
+
+
+def buffer_sources(node: Node, sources=None) -> list[Node]:
+    """Distinct buffer nodes `node` (or only its `sources`) reads (views resolved, inline scalars
+    skipped)."""
+    out: list[Node] = []
+    for s in node.src if sources is None else sources:
+        base, _ = view_of(s)
+        if not is_inline_scalar(base) and all(base is not b for b in out):
+            out.append(base)
+    return out
+
+
+def signature(name: str, out: Node, inputs: list[Node], symbols: list[str], err: bool) -> str:
+    params = [f"{out.dtype.ctype}* __restrict__ out"]
+    params += [f"const {b.dtype.ctype}* __restrict__ in{k}" for k, b in enumerate(inputs)]
+    if err:
+        params.append("int* __restrict__ err")
+    params += [f"long long d_{s}" for s in symbols]
+    return f'extern "C" __global__ void {name}({", ".join(params)})'
+
+
+def pointer_of(src: Node, inputs: list[Node]) -> str | None:
+    base, _ = view_of(src)
+    for k, b in enumerate(inputs):
+        if b is base:
+            return f"in{k}"
+    return None
+
+
+def symbols_of(node: Node, extra=()) -> list[str]:
+    dims = [node.shape, *extra]
+    for s in node.src:
+        _, st = view_of(s)
+        dims += [st.shape, st.strides, (st.offset,)]
+        if st.mask:
+            dims += [tuple(x for lo_hi in st.mask for x in lo_hi)]
+        base, _ = view_of(s)
+        if is_inline_scalar(base) and hasattr(base.arg, "free_symbols") and not isinstance(base.arg, (int, float)):
+            dims += [(base.arg,)]
+    if node.op is Op.IOTA:
+        dims += [(node.arg,)]
+    return dims_symbols(*dims)
+
+
+def dtypes_of(node: Node) -> set:
+    return {node.dtype} | {view_of(s)[0].dtype for s in node.src}
+
+
+def pointwise(node: Node, name: str, value_of) -> list[KernelSpec]:
+    """One thread per output element: `value_of(index names, input buffers)` gives its C value."""
+    inputs = buffer_sources(node)
+    symbols = symbols_of(node)
+    numel = sym.product(node.shape)
+    idx, lines = unravel("idx", node.shape)
+    value = value_of(idx, inputs)
+    body = "\n    ".join(lines)
+    src = f"""{signature(name, node, inputs, symbols, False)} {{
+  long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= {c_dim(numel)}) return;
+  {{
+    {body}
+    out[idx] = {store_value(node.dtype, value)};
+  }}
+}}
+"""
+    return [KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, dtypes=dtypes_of(node))]

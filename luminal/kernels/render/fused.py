@@ -16,66 +16,52 @@ from __future__ import annotations
 from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Op
+from luminal.hlir.ops import Expr, Op
 from luminal.hlir.shape import contiguous_strides
 from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type
-from luminal.kernels.render.cstyle import cast_value, code_for_op, read, store_value, unravel
-from luminal.kernels.render.kernels import (
+from luminal.kernels.render.cstyle import (
+    LIBM,
     WARPS_PER_BLOCK,
     KernelSpec,
-    _buffer_sources,
-    _dtypes,
-    _pointer,
-    _signature,
-    _symbols,
+    buffer_sources,
+    cast_value,
+    code_for_op,
+    dtypes_of,
+    pointer_of,
     pointwise,
+    read,
+    signature,
+    store_value,
+    symbols_of,
+    unravel,
 )
-
-_F = {"float": "f", "double": ""}
-EXTRA_UNARY = {
-    Op.EXP: lambda t, x: f"exp{_F[t]}({x})",
-    Op.SIGMOID: lambda t, x: f"(({t})1 / (({t})1 + exp{_F[t]}(-({x}))))",
-}
+from luminal.kernels.render.kernels import reduce
 
 
-def _expression(expr, node, idx, inputs) -> str:
-    """C for a FusedElementwise expression tuple (see luminal/hlir/ops.py)."""
-    kind, dtype = expr[0], expr[1]
-    if kind == "in":
-        src = node.src[expr[2]]
-        return read(src, idx, _pointer(src, inputs))
-    if kind == "const":
-        return c_literal(expr[2], dtype)
-    if kind == "CAST":
-        return cast_value(expr[2][1], dtype, _expression(expr[2], node, idx, inputs))
-    op = Op[kind]
-    args = [_expression(c, node, idx, inputs) for c in expr[2:]]
-    t = compute_type(expr[2][1]) if len(expr) > 2 else compute_type(dtype)
-    if op in EXTRA_UNARY:
-        return EXTRA_UNARY[op](t, args[0])
-    if op in code_for_op:
-        return code_for_op[op](t, *args)
-    raise UnsupportedError(f"FusedElementwise: no C for {kind}")
+def _expression(e: Expr, node, idx, inputs) -> str:
+    """C for a FusedElementwise expression (see luminal/hlir/ops.py)."""
+    if e.op is Op.INPUT:
+        src = node.src[e.arg]
+        return read(src, idx, pointer_of(src, inputs))
+    if e.op is Op.CONSTANT:
+        return c_literal(e.arg, e.dtype)
+    args = [_expression(c, node, idx, inputs) for c in e.src]
+    if e.op is Op.CAST:
+        return cast_value(e.src[0].dtype, e.dtype, args[0])
+    if e.op not in code_for_op:
+        raise UnsupportedError(f"FusedElementwise: no C for {e.op.title}")
+    return code_for_op[e.op](compute_type(e.src[0].dtype), *args)
 
 
 def fused_elementwise(node, name) -> list[KernelSpec]:
-    def value_of(idx, inputs):
-        if node.op is Op.FUSED_ELEMENTWISE:
-            return _expression(node.arg, node, idx, inputs)
-        src = node.src[0]  # Exp / Sigmoid
-        return EXTRA_UNARY[node.op](compute_type(node.dtype), read(src, idx, _pointer(src, inputs)))
-
-    specs = pointwise(node, name, value_of)
-    if node.op is Op.FUSED_ELEMENTWISE:  # casts inside the region need their dtype's header too
-        for k in specs:
-            k.dtypes |= _expression_dtypes(node.arg)
+    """Exp, Sigmoid and FusedElementwise: one thread per element, one store."""
+    expr = node.arg
+    if node.op is not Op.FUSED_ELEMENTWISE:  # Exp / Sigmoid: the expression of one op
+        expr = Expr(node.op, node.dtype, (Expr(Op.INPUT, node.src[0].dtype, (), 0),))
+    specs = pointwise(node, name, lambda idx, inputs: _expression(expr, node, idx, inputs))
+    for k in specs:  # casts inside the region need their dtype's header too
+        k.dtypes |= {e.dtype for e in expr.toposort()}
     return specs
-
-
-def _expression_dtypes(expr) -> set:
-    if expr[0] in ("in", "const"):
-        return {expr[1]}
-    return {expr[1]}.union(*(_expression_dtypes(c) for c in expr[2:]))
 
 
 def _row_setup(node, axis):
@@ -93,19 +79,19 @@ def softmax(node, name) -> list[KernelSpec]:
     axis = node.arg
     if node.dtype not in (DType.F32, DType.F16, DType.BF16, DType.F64):
         raise UnsupportedError(f"Softmax on {node.dtype}")
-    inputs = _buffer_sources(node)
-    symbols = _symbols(node)
+    inputs = buffer_sources(node)
+    symbols = symbols_of(node)
     t = compute_type(node.dtype)
-    e = _F[t]
+    e = LIBM[t]
     row_shape, o, lines = _row_setup(node, axis)
     full = o[:axis] + ["j"] + o[axis:]
-    x = read(src, full, _pointer(src, inputs))
+    x = read(src, full, pointer_of(src, inputs))
     strides = contiguous_strides(node.shape)
     out_addr = " + ".join(f"{i} * {c_dim(s)}" for i, s in zip(full, strides))
     n = c_dim(src.shape[axis])
     ninf = "-__int_as_float(0x7f800000)" if t == "float" else "-__longlong_as_double(0x7ff0000000000000LL)"
     body = "\n  ".join(lines)
-    code = f"""{_signature(name, node, inputs, symbols, False)} {{
+    code = f"""{signature(name, node, inputs, symbols, False)} {{
   __shared__ {t} s_max[{SOFTMAX_THREADS // 32}];
   __shared__ {t} s_sum[{SOFTMAX_THREADS // 32}];
   long long row = blockIdx.x;
@@ -138,26 +124,24 @@ def softmax(node, name) -> list[KernelSpec]:
   }}
 }}
 """
-    return [KernelSpec(name, code, node, inputs, symbols, sym.product(row_shape), SOFTMAX_THREADS, dtypes=_dtypes(node))]
+    return [KernelSpec(name, code, node, inputs, symbols, sym.product(row_shape), SOFTMAX_THREADS, dtypes=dtypes_of(node))]
 
 
 def kahan_sum(node, name) -> list[KernelSpec]:
     (src,) = node.src
     axis = node.arg
     if not node.dtype.is_float:
-        from luminal.kernels.render.kernels import reduce
-
         return reduce(node.replace(op=Op.SUM_REDUCE), name)  # integers sum exactly
-    inputs = _buffer_sources(node)
-    symbols = _symbols(node, extra=[src.shape])
+    inputs = buffer_sources(node)
+    symbols = symbols_of(node, extra=[src.shape])
     t = compute_type(node.dtype)
-    e = _F[t]
+    e = LIBM[t]
     n_out = sym.product(node.shape)
     o, lines = unravel("row", node.shape, "o")
     full = o[:axis] + ["r"] + o[axis:]
-    x = read(src, full, _pointer(src, inputs))
+    x = read(src, full, pointer_of(src, inputs))
     body = "\n  ".join(lines)
-    code = f"""{_signature(name, node, inputs, symbols, False)} {{
+    code = f"""{signature(name, node, inputs, symbols, False)} {{
   long long row = (long long)blockIdx.x * {WARPS_PER_BLOCK} + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= {c_dim(n_out)}) return;  // warp-uniform
@@ -179,7 +163,7 @@ def kahan_sum(node, name) -> list[KernelSpec]:
 }}
 """
     return [KernelSpec(name, code, node, inputs, symbols, sym.ceildiv(n_out, WARPS_PER_BLOCK), 32 * WARPS_PER_BLOCK,
-                       dtypes=_dtypes(node))]
+                       dtypes=dtypes_of(node))]
 
 
 TILE, KTILE = 32, 16
@@ -187,8 +171,8 @@ TILE, KTILE = 32, 16
 
 def matmul(node, name) -> list[KernelSpec]:
     a, b = node.src
-    inputs = _buffer_sources(node)
-    symbols = _symbols(node)
+    inputs = buffer_sources(node)
+    symbols = symbols_of(node)
     t = "double" if node.dtype is DType.F64 else ("long long" if node.dtype is DType.I64 else
                                                   "int" if node.dtype is DType.I32 else "float")
     batch = node.shape[:-2]
@@ -196,12 +180,12 @@ def matmul(node, name) -> list[KernelSpec]:
     bnames, blines = unravel("bz", batch, "z")
     strides = contiguous_strides(node.shape)
     out_base = " + ".join([f"{i} * {c_dim(s)}" for i, s in zip(bnames, strides)] + ["0LL"])
-    a_at = lambda r, c: read(a, bnames + [r, c], _pointer(a, inputs))  # noqa: E731
-    b_at = lambda r, c: read(b, bnames + [r, c], _pointer(b, inputs))  # noqa: E731
+    a_at = lambda r, c: read(a, bnames + [r, c], pointer_of(a, inputs))  # noqa: E731
+    b_at = lambda r, c: read(b, bnames + [r, c], pointer_of(b, inputs))  # noqa: E731
     bl = "\n  ".join(blines)
     n_batch = sym.product(batch)
     if sym.is_static(m) and m == 1:  # GEMV: a warp per output column
-        code = f"""{_signature(name, node, inputs, symbols, False)} {{
+        code = f"""{signature(name, node, inputs, symbols, False)} {{
   long long w = (long long)blockIdx.x * {WARPS_PER_BLOCK} + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (w >= {c_dim(sym.norm(n_batch * n))}) return;  // warp-uniform
@@ -215,9 +199,9 @@ def matmul(node, name) -> list[KernelSpec]:
 }}
 """
         grid = sym.ceildiv(sym.norm(n_batch * n), WARPS_PER_BLOCK)
-        return [KernelSpec(name, code, node, inputs, symbols, grid, 32 * WARPS_PER_BLOCK, dtypes=_dtypes(node))]
+        return [KernelSpec(name, code, node, inputs, symbols, grid, 32 * WARPS_PER_BLOCK, dtypes=dtypes_of(node))]
     tiles_n, tiles_m = sym.ceildiv(n, TILE), sym.ceildiv(m, TILE)
-    code = f"""{_signature(name, node, inputs, symbols, False)} {{
+    code = f"""{signature(name, node, inputs, symbols, False)} {{
   __shared__ {t} As[{KTILE}][{TILE + 1}];  // +1: no bank conflicts on the transposed reads
   __shared__ {t} Bs[{KTILE}][{TILE + 1}];
   long long tile = blockIdx.x;
@@ -250,14 +234,4 @@ def matmul(node, name) -> list[KernelSpec]:
 }}
 """
     grid = sym.norm(n_batch * tiles_m * tiles_n)
-    return [KernelSpec(name, code, node, inputs, symbols, grid, 256, dtypes=_dtypes(node))]
-
-
-GENERATORS = {
-    Op.EXP: fused_elementwise,
-    Op.SIGMOID: fused_elementwise,
-    Op.FUSED_ELEMENTWISE: fused_elementwise,
-    Op.SOFTMAX: softmax,
-    Op.KAHAN_SUM: kahan_sum,
-    Op.MAT_MUL: matmul,
-}
+    return [KernelSpec(name, code, node, inputs, symbols, grid, 256, dtypes=dtypes_of(node))]

@@ -10,79 +10,28 @@ Sources are read through their views (strides, offset, padding mask) and symboli
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import BINARY, UNARY, Node, Op
 from luminal.hlir.shape import contiguous_strides
-from luminal.kernels.render.cexpr import c_dim, compute_type, dims_symbols
-from luminal.kernels.render.cstyle import cast_value, code_for_op, is_inline_scalar, read, store_value, unravel, view_of
-
-THREADS = 256
-WARPS_PER_BLOCK = 4
-
-
-@dataclass
-class KernelSpec:
-    """One launch: `name(out, inputs..., [err], dims...)` over `grid` blocks of `block` threads."""
-
-    name: str
-    source: str
-    output: Node
-    inputs: list[Node]  # buffer nodes, in argument order
-    symbols: list[str]
-    grid: object  # a dim: number of blocks
-    block: int
-    uses_error_flag: bool = False
-    dtypes: set = field(default_factory=set)
-
-
-def _buffer_sources(node: Node) -> list[Node]:
-    """Distinct buffer nodes `node` reads (views resolved, inline scalars skipped)."""
-    out: list[Node] = []
-    for s in node.src:
-        base, _ = view_of(s)
-        if not is_inline_scalar(base) and all(base is not b for b in out):
-            out.append(base)
-    return out
-
-
-def _signature(name: str, out: Node, inputs: list[Node], symbols: list[str], err: bool) -> str:
-    params = [f"{out.dtype.ctype}* __restrict__ out"]
-    params += [f"const {b.dtype.ctype}* __restrict__ in{k}" for k, b in enumerate(inputs)]
-    if err:
-        params.append("int* __restrict__ err")
-    params += [f"long long d_{s}" for s in symbols]
-    return f'extern "C" __global__ void {name}({", ".join(params)})'
-
-
-def _pointer(src: Node, inputs: list[Node]) -> str | None:
-    base, _ = view_of(src)
-    for k, b in enumerate(inputs):
-        if b is base:
-            return f"in{k}"
-    return None
-
-
-def _symbols(node: Node, extra=()) -> list[str]:
-    dims = [node.shape, *extra]
-    for s in node.src:
-        _, st = view_of(s)
-        dims += [st.shape, st.strides, (st.offset,)]
-        if st.mask:
-            dims += [tuple(x for lo_hi in st.mask for x in lo_hi)]
-        base, _ = view_of(s)
-        if is_inline_scalar(base) and hasattr(base.arg, "free_symbols") and not isinstance(base.arg, (int, float)):
-            dims += [(base.arg,)]
-    if node.op is Op.IOTA:
-        dims += [(node.arg,)]
-    return dims_symbols(*dims)
-
-
-def _dtypes(node: Node) -> set:
-    return {node.dtype} | {view_of(s)[0].dtype for s in node.src}
+from luminal.kernels.render.cexpr import c_dim, compute_type
+from luminal.kernels.render.cstyle import (
+    THREADS,
+    WARPS_PER_BLOCK,
+    KernelSpec,
+    buffer_sources,
+    cast_value,
+    code_for_op,
+    dtypes_of,
+    pointer_of,
+    pointwise,
+    read,
+    signature,
+    store_value,
+    symbols_of,
+    unravel,
+)
 
 
 def _elementwise_value(node: Node, idx: list[str], inputs) -> str:
@@ -90,37 +39,17 @@ def _elementwise_value(node: Node, idx: list[str], inputs) -> str:
     if node.op is Op.IOTA:
         return f"(({t}){idx[0]})"
     if node.op is Op.CONTIGUOUS:
-        return read(node.src[0], idx, _pointer(node.src[0], inputs))
+        return read(node.src[0], idx, pointer_of(node.src[0], inputs))
     if node.op is Op.CAST:
         src = node.src[0]
-        return cast_value(src.dtype, node.dtype, read(src, idx, _pointer(src, inputs)))
+        return cast_value(src.dtype, node.dtype, read(src, idx, pointer_of(src, inputs)))
     if node.op in UNARY:
-        return code_for_op[node.op](t, read(node.src[0], idx, _pointer(node.src[0], inputs)))
+        return code_for_op[node.op](t, read(node.src[0], idx, pointer_of(node.src[0], inputs)))
     if node.op in BINARY:
-        a, b = (read(s, idx, _pointer(s, inputs)) for s in node.src)
+        a, b = (read(s, idx, pointer_of(s, inputs)) for s in node.src)
         operand_t = compute_type(node.src[0].dtype)
         return code_for_op[node.op](operand_t, a, b)
     raise UnsupportedError(f"no CUDA kernel for op {node.op.title}")
-
-
-def pointwise(node: Node, name: str, value_of) -> list[KernelSpec]:
-    """One thread per output element: `value_of(index names, input buffers)` gives its C value."""
-    inputs = _buffer_sources(node)
-    symbols = _symbols(node)
-    numel = sym.product(node.shape)
-    idx, lines = unravel("idx", node.shape)
-    value = value_of(idx, inputs)
-    body = "\n    ".join(lines)
-    src = f"""{_signature(name, node, inputs, symbols, False)} {{
-  long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= {c_dim(numel)}) return;
-  {{
-    {body}
-    out[idx] = {store_value(node.dtype, value)};
-  }}
-}}
-"""
-    return [KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, dtypes=_dtypes(node))]
 
 
 def elementwise(node: Node, name: str) -> list[KernelSpec]:
@@ -134,15 +63,15 @@ def reduce(node: Node, name: str) -> list[KernelSpec]:
     """A warp per output element: strided partial sums/maxes, then a shuffle tree."""
     (src,) = node.src
     axis = node.arg
-    inputs = _buffer_sources(node)
-    symbols = _symbols(node, extra=[src.shape])
+    inputs = buffer_sources(node)
+    symbols = symbols_of(node, extra=[src.shape])
     t = compute_type(node.dtype)
     acc_t = t if t in _SHFL_TYPES else "int"  # bool max reduces as int
     n_out = sym.product(node.shape)
     k = src.shape[axis]
     out_idx, lines = unravel("row", node.shape, "o")
     full = out_idx[:axis] + ["r"] + out_idx[axis:]
-    value = read(src, full, _pointer(src, inputs))
+    value = read(src, full, pointer_of(src, inputs))
     if node.op is Op.SUM_REDUCE:
         init, combine = f"({acc_t})0", "acc + v"
     else:
@@ -150,7 +79,7 @@ def reduce(node: Node, name: str) -> list[KernelSpec]:
                   "int": "(-2147483647 - 1)", "long long": "(-9223372036854775807LL - 1)"}[acc_t]
         init, combine = lowest, "lum_max_nan(acc, v)"
     body = "\n    ".join(lines)
-    src_code = f"""{_signature(name, node, inputs, symbols, False)} {{
+    src_code = f"""{signature(name, node, inputs, symbols, False)} {{
   long long row = (long long)blockIdx.x * {WARPS_PER_BLOCK} + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= {c_dim(n_out)}) return;  // warp-uniform: whole warps leave together
@@ -168,22 +97,22 @@ def reduce(node: Node, name: str) -> list[KernelSpec]:
 }}
 """
     grid = sym.ceildiv(n_out, WARPS_PER_BLOCK)
-    return [KernelSpec(name, src_code, node, inputs, symbols, grid, 32 * WARPS_PER_BLOCK, dtypes=_dtypes(node))]
+    return [KernelSpec(name, src_code, node, inputs, symbols, grid, 32 * WARPS_PER_BLOCK, dtypes=dtypes_of(node))]
 
 
 def gather(node: Node, name: str) -> list[KernelSpec]:
     data, index = node.src
     axis = node.arg
-    inputs = _buffer_sources(node)
-    symbols = _symbols(node, extra=[data.shape])
+    inputs = buffer_sources(node)
+    symbols = symbols_of(node, extra=[data.shape])
     numel = sym.product(node.shape)
     idx, lines = unravel("idx", node.shape)
-    where = read(index, idx, _pointer(index, inputs))
+    where = read(index, idx, pointer_of(index, inputs))
     picked = idx[:axis] + ["g"] + idx[axis + 1 :]
-    value = read(data, picked, _pointer(data, inputs))
+    value = read(data, picked, pointer_of(data, inputs))
     zero = "false" if node.dtype is DType.BOOL else f"({compute_type(node.dtype)})0"
     body = "\n    ".join(lines)
-    src = f"""{_signature(name, node, inputs, symbols, True)} {{
+    src = f"""{signature(name, node, inputs, symbols, True)} {{
   long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= {c_dim(numel)}) return;
   {{
@@ -194,7 +123,7 @@ def gather(node: Node, name: str) -> list[KernelSpec]:
   }}
 }}
 """
-    return [KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, True, _dtypes(node))]
+    return [KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, True, dtypes_of(node))]
 
 
 _ATOMIC = {
@@ -216,16 +145,12 @@ def scatter(node: Node, name: str) -> list[KernelSpec]:
     copy_node = Node(Op.CONTIGUOUS, node.dtype, node.shape, (data,))
     copy = elementwise(copy_node, f"{name}_copy")[0]
     copy.output = node
-    inputs: list[Node] = []
-    for s in (index, updates):  # the scatter launch reads only these two
-        base, _ = view_of(s)
-        if not is_inline_scalar(base) and all(base is not b for b in inputs):
-            inputs.append(base)
-    symbols = _symbols(node, extra=[index.shape])
+    inputs = buffer_sources(node, (index, updates))  # the scatter launch reads only these two
+    symbols = symbols_of(node, extra=[index.shape])
     numel = sym.product(index.shape)
     idx, lines = unravel("idx", index.shape)
-    where = read(index, idx, _pointer(index, inputs))
-    value = read(updates, idx, _pointer(updates, inputs))
+    where = read(index, idx, pointer_of(index, inputs))
+    value = read(updates, idx, pointer_of(updates, inputs))
     strides = contiguous_strides(node.shape)
     address = " + ".join([f"{i} * {c_dim(s)}" for k, (i, s) in enumerate(zip(idx, strides)) if k != axis] + [f"g * {c_dim(strides[axis])}"])
     t = node.dtype.ctype
@@ -237,7 +162,7 @@ def scatter(node: Node, name: str) -> list[KernelSpec]:
         raise UnsupportedError(f"scatter with reduce={reduce_kind!r} on {node.dtype} has no CUDA kernel")
     body = "\n    ".join(lines)
     v_t = compute_type(node.dtype) if reduce_kind is None else t
-    src = f"""{_signature(name, node, inputs, symbols, True)} {{
+    src = f"""{signature(name, node, inputs, symbols, True)} {{
   long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= {c_dim(numel)}) return;
   {{
@@ -250,24 +175,5 @@ def scatter(node: Node, name: str) -> list[KernelSpec]:
   }}
 }}
 """
-    spec = KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, True, _dtypes(node))
+    spec = KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, True, dtypes_of(node))
     return [copy, spec]
-
-
-GENERATORS = {
-    **{op: elementwise for op in UNARY | BINARY | {Op.CAST, Op.IOTA, Op.CONTIGUOUS}},
-    Op.SUM_REDUCE: reduce,
-    Op.MAX_REDUCE: reduce,
-    Op.GATHER: gather,
-    Op.SCATTER: scatter,
-}
-
-
-def render_node(node: Node, name: str) -> list[KernelSpec]:
-    """The launches that compute `node` into its own contiguous buffer."""
-    from luminal.kernels.render.fused import GENERATORS as FUSED_GENERATORS
-
-    gen = GENERATORS.get(node.op) or FUSED_GENERATORS.get(node.op)
-    if gen is None:
-        raise UnsupportedError(f"no CUDA kernel for op {node.op.title}")
-    return gen(node, name)
