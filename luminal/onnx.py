@@ -3,6 +3,7 @@
 from luminal.frontends.onnx import (  # noqa: F401
     Backend,
     BackendRep,
+    ExternalDataError,
     InvalidModelError,
     IOInfo,
     OnnxError,
@@ -10,6 +11,7 @@ from luminal.frontends.onnx import (  # noqa: F401
     OnnxInputError,
     OnnxModel,
     UnsupportedOpsError,
+    UnsupportedOpsetError,
     compile,
     supported_ops,
 )
@@ -17,6 +19,7 @@ from luminal.frontends.onnx import (  # noqa: F401
 InputError = OnnxInputError
 
 __all__ = [
-    "Backend", "BackendRep", "IOInfo", "InputError", "InvalidModelError", "OnnxError", "OnnxImportError",
-    "OnnxInputError", "OnnxModel", "UnsupportedOpsError", "compile", "supported_ops",
+    "Backend", "BackendRep", "ExternalDataError", "IOInfo", "InputError", "InvalidModelError", "OnnxError",
+    "OnnxImportError", "OnnxInputError", "OnnxModel", "UnsupportedOpsError", "UnsupportedOpsetError", "compile",
+    "supported_ops",
 ]

@@ -5,12 +5,21 @@ sympy (already a dependency of torch) gives canonical forms for free, so `seq*4 
 structurally and `(4*seq)/4` simplifies to `seq`. Expressions are evaluated at call time from
 the bindings that the runtime reads off the input shapes; the evaluation of each expression is
 compiled once (`lambdify`) and cached.
+
+Dims written as text (`"seq + past"`, a `.lum` file's graph.json, an ONNX dim) are read by
+`parse`, a small grammar and never `eval`: integers, identifiers, `+ - * / // % **` (integer
+exponents), unary minus, parentheses, and the calls `min max floor ceiling Mod Min Max` (so
+that `str()` of every dim reads back as the same expression). Its input is bounded in length,
+nesting, size and integer magnitude, so hostile text can neither run code nor hang it.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
+import keyword
 
+import numpy as np
 import sympy
 
 from luminal.errors import ShapeError
@@ -21,8 +30,8 @@ Dim = int | sympy.Expr
 @functools.cache
 def symbol(name: str) -> sympy.Symbol:
     """The dim symbol called `name` (a nonnegative integer)."""
-    if not name.isidentifier():
-        raise ShapeError(f"symbolic dim names must be identifiers, got {name!r}")
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or name in FUNCS:
+        raise ShapeError(f"symbolic dim names must be identifiers other than keywords and {sorted(FUNCS)}, got {name!r}")
     return sympy.Symbol(name, integer=True, nonnegative=True)
 
 
@@ -37,17 +46,119 @@ def parse(spec) -> Dim:
     if isinstance(spec, sympy.Basic):
         return norm(spec)
     if isinstance(spec, str):
-        if spec.isidentifier():
-            return symbol(spec)
-        funcs = {"min": sympy.Min, "max": sympy.Max}
-        try:
-            expr = sympy.parsing.sympy_parser.parse_expr(spec, local_dict=funcs)
-        except Exception as exc:
-            raise ShapeError(f"cannot parse dim expression {spec!r}: {exc}") from None
-        return norm(expr.subs({s: symbol(s.name) for s in expr.free_symbols}))
+        return symbol(spec) if spec.isidentifier() else parse_expr(spec)
     if hasattr(spec, "__index__"):
         return parse(int(spec))
     raise ShapeError(f"a dim must be an int, a symbol name or an expression, got {spec!r}")
+
+
+# --- the text grammar --------------------------------------------------------------------------
+MAX_TEXT = 4096  # characters of one dim expression
+MAX_NODES = 512  # syntax-tree nodes of one expression
+MAX_DEPTH = 48  # nesting of one expression
+MAX_INT = 2**63  # integer literals (and every number of the result) below this in magnitude
+MAX_POW = 16  # |exponent| of `**`
+MAX_TERMS = 4096  # terms of the expression multiplied out (what `expand` in `equal` would build)
+FUNCS = {  # name -> (sympy function, least and most arguments)
+    "min": (sympy.Min, 2, 64), "max": (sympy.Max, 2, 64), "Min": (sympy.Min, 2, 64), "Max": (sympy.Max, 2, 64),
+    "floor": (sympy.floor, 1, 1), "ceiling": (sympy.ceiling, 1, 1), "Mod": (sympy.Mod, 2, 2),
+}
+_BINOPS = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: sympy.floor(a / b), ast.Mod: sympy.Mod,
+}
+
+
+def parse_expr(text: str, integer: bool = True) -> Dim:
+    """A dim expression from text, by the grammar above (ShapeError on anything else).
+    `integer`: the expression must be integer-valued (every dim and stride is)."""
+    if not isinstance(text, str):
+        raise ShapeError(f"a dim expression must be text, got {type(text).__name__}")
+    shown = repr(text) if len(text) <= 80 else repr(text[:80]) + f"... ({len(text)} characters)"
+    if len(text) > MAX_TEXT:
+        raise ShapeError(f"dim expression {shown} is too long (at most {MAX_TEXT} characters)")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        raise ShapeError(f"cannot parse dim expression {shown}: {exc}") from None
+    count = [0]
+    try:
+        expr = _build(tree.body, 0, count)
+    except ShapeError as exc:
+        raise ShapeError(f"cannot parse dim expression {shown}: {exc}") from None
+    except (ZeroDivisionError, TypeError, ValueError, RecursionError) as exc:  # e.g. Mod(n, 0)
+        raise ShapeError(f"cannot evaluate dim expression {shown}: {type(exc).__name__}: {exc}") from None
+    if expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo) or any(
+            abs(a.p) >= MAX_INT or abs(a.q) >= MAX_INT for a in expr.atoms(sympy.Rational)):
+        raise ShapeError(f"dim expression {shown} is not finite or has numbers beyond 2**63")
+    work = [0]
+    if _expanded_terms(expr, work) > MAX_TERMS or work[0] > MAX_TERMS:
+        raise ShapeError(f"dim expression {shown} multiplies out to more than {MAX_TERMS} terms")
+    if integer and expr.is_integer is not True:
+        raise ShapeError(f"dim expression {shown} is not integer-valued")
+    return norm(expr)
+
+
+def _expanded_terms(e: sympy.Expr, work: list) -> int:
+    """An upper bound on the number of terms of `e` multiplied out; function arguments (floor,
+    Mod, Min, ...) are multiplied out on their own and their terms added to `work`."""
+    if e.is_Atom:
+        return 1
+    if e.is_Add:
+        return sum(_expanded_terms(a, work) for a in e.args)
+    if e.is_Mul:
+        n = 1
+        for a in e.args:
+            n *= _expanded_terms(a, work)
+        return n
+    if e.is_Pow:
+        return _expanded_terms(e.base, work) ** abs(int(e.exp)) if e.exp.is_Integer else MAX_TERMS + 1
+    work[0] += sum(_expanded_terms(a, work) for a in e.args)
+    return 1
+
+
+def _build(node: ast.AST, depth: int, count: list):
+    count[0] += 1
+    if count[0] > MAX_NODES or depth > MAX_DEPTH:
+        raise ShapeError(f"too big (at most {MAX_NODES} terms nested {MAX_DEPTH} deep)")
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        if node.value >= MAX_INT:
+            raise ShapeError(f"integer {node.value} is beyond 2**63")
+        return sympy.Integer(node.value)
+    if isinstance(node, ast.Name):
+        return symbol(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _build(node.operand, depth + 1, count)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        exp = _build(node.right, depth + 1, count)
+        if not exp.is_Integer or abs(int(exp)) > MAX_POW:
+            raise ShapeError(f"exponents must be integers of at most {MAX_POW} in magnitude")
+        base = _build(node.left, depth + 1, count)
+        if base.is_Number and abs(base) > 1 and abs(int(exp)) * abs(base).p.bit_length() > 64:
+            raise ShapeError("a power beyond 2**63")
+        return base ** exp
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        a, b = _build(node.left, depth + 1, count), _build(node.right, depth + 1, count)
+        return _BINOPS[type(node.op)](a, b)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCS and not node.keywords:
+        fn, least, most = FUNCS[node.func.id]
+        if not least <= len(node.args) <= most:
+            raise ShapeError(f"{node.func.id} takes {least}..{most} arguments, got {len(node.args)}")
+        return fn(*(_build(a, depth + 1, count) for a in node.args))
+    raise ShapeError(f"{ast.dump(node)[:60]} is not part of the dim grammar")
+
+
+def as_expr(d) -> sympy.Expr:
+    """A dim (or a number next to one) as a sympy expression. Use it instead of `sympify`, which
+    would `eval` a string."""
+    if isinstance(d, sympy.Basic):
+        return d
+    if isinstance(d, (int, np.integer)) and not isinstance(d, bool):
+        return sympy.Integer(int(d))
+    if isinstance(d, (float, np.floating)):
+        return sympy.Float(float(d))
+    raise ShapeError(f"a dim must be a number or a sympy expression here, got {type(d).__name__}")
 
 
 def norm(d: Dim) -> Dim:
@@ -67,19 +178,19 @@ def equal(a: Dim, b: Dim) -> bool:
     """Whether two dims are equal for every binding of their symbols."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    return a == b or sympy.expand(sympy.sympify(a) - b) == 0
+    return a == b or sympy.expand(as_expr(a) - b) == 0
 
 
 def floordiv(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a // b
-    return norm(sympy.floor(sympy.sympify(a) / b))
+    return norm(sympy.floor(as_expr(a) / b))
 
 
 def ceildiv(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return -(-a // b)
-    return norm(sympy.ceiling(sympy.sympify(a) / b))
+    return norm(sympy.ceiling(as_expr(a) / b))
 
 
 def mod(a: Dim, b: Dim) -> Dim:
@@ -104,7 +215,7 @@ def exact_div(a: Dim, b: Dim) -> Dim | None:
     """a / b when it is an integer for every binding, else None."""
     if isinstance(a, int) and isinstance(b, int):
         return a // b if b and a % b == 0 else None
-    q = sympy.simplify(sympy.sympify(a) / b)
+    q = sympy.simplify(as_expr(a) / b)
     return norm(q) if q.is_integer else None
 
 
@@ -143,7 +254,3 @@ def evaluate(d: Dim, bindings: dict[str, int]) -> int:
         return int(fn(*(bindings[n] for n in names)))
     except KeyError as exc:
         raise ShapeError(f"symbolic dim {exc.args[0]!r} is not bound (needed by {d})") from None
-
-
-def to_str(d: Dim) -> str:
-    return str(d)

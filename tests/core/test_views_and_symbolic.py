@@ -132,3 +132,68 @@ def test_views_contain_no_compute_ops():
     x = g.input("x", (2, 3))
     v = x.pad([(0, 0), (1, 1)]).permute(1, 0)
     assert v.node.op is Op.VIEW
+
+
+# --- dims as text: a grammar, never eval -------------------------------------------------------
+def _dim_exprs():
+    from hypothesis import strategies as st
+
+    from luminal.hlir import symbolic as sym
+
+    leaves = st.one_of(st.integers(-50, 50), st.sampled_from(["n", "seq", "batch", "past"]).map(sym.symbol))
+
+    def combine(children):
+        pair = st.tuples(children, children)
+        positive = st.integers(1, 9)
+        return st.one_of(
+            pair.map(lambda ab: ab[0] + ab[1]), pair.map(lambda ab: ab[0] - ab[1]), pair.map(lambda ab: ab[0] * ab[1]),
+            children.map(lambda a: -a),
+            st.tuples(children, positive).map(lambda ab: sym.floordiv(ab[0], ab[1])),
+            st.tuples(children, positive).map(lambda ab: sym.ceildiv(ab[0], ab[1])),
+            st.tuples(children, positive).map(lambda ab: sym.mod(ab[0], ab[1])),
+            pair.map(lambda ab: sym.dmin(*ab)), pair.map(lambda ab: sym.dmax(*ab)),
+            st.tuples(children, st.integers(0, 3)).map(lambda ab: ab[0] ** ab[1]),
+        )
+
+    return st.recursive(leaves, combine, max_leaves=8)
+
+
+def test_str_of_every_dim_parses_back_to_it():
+    from hypothesis import given, settings
+
+    from luminal.hlir import symbolic as sym
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(_dim_exprs())
+    def check(e):
+        e = sym.norm(e)
+        assert sym.parse_expr(str(e)) == e, str(e)
+
+    check()
+
+
+def test_dim_text_grammar_refuses_code_and_bounds_size(tmp_path, monkeypatch):
+    import time
+
+    from luminal.hlir import symbolic as sym
+
+    monkeypatch.chdir(tmp_path)
+    assert sym.parse("seq + past") == sym.symbol("seq") + sym.symbol("past")
+    assert sym.parse("floor(seq/2) + Mod(n, 4) + Min(n, 3) + max(n, 2) + ceiling(n/3)") is not None
+    assert sym.parse("-2*n + 3*seq**2") == -2 * sym.symbol("n") + 3 * sym.symbol("seq") ** 2
+    hostile = [
+        "(__import__('os').system('touch pwned'), batch)[1]", "__import__('os')", "n.real", "n[0]", "lambda: 1",
+        "f(n)", "Symbol('x')", "n if n else 1", "n < 2", "'n'", "1.5", "n/2", "2**100", "n**n", "9" * 40,
+        "Mod(n, 0)", "1/0", "min(n)", "floor(n, 2)", "Max(n, key=1)", "lambda", "None",
+        "(" * 500 + "n" + ")" * 500, "-" * 5000 + "n", "+".join(["n"] * 2000), "((n+1)**16 + seq)**16",
+        "Max(" + ",".join(f"a{i}" for i in range(100)) + ")",
+    ]
+    for text in hostile:
+        t0 = time.perf_counter()
+        with pytest.raises(lm.ShapeError):
+            sym.parse(text)
+        assert time.perf_counter() - t0 < 2, text[:40]
+    assert not (tmp_path / "pwned").exists()
+    for name in ("lambda", "min", "floor", "Mod", "a.b", "1n"):
+        with pytest.raises(lm.ShapeError):
+            sym.symbol(name)

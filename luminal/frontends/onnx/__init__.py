@@ -13,16 +13,18 @@ callable `OnnxModel`) and `backend` (`onnx.backend.base.Backend` for onnx's Back
 from luminal.frontends.onnx import ops_attention, ops_math, ops_misc, ops_nn, ops_resize, ops_tensor  # noqa: F401 - registers ops
 from luminal.frontends.onnx.backend import Backend, BackendRep
 from luminal.frontends.onnx.errors import (
+    ExternalDataError,
     InvalidModelError,
     OnnxError,
     OnnxImportError,
     OnnxInputError,
     UnsupportedOpsError,
+    UnsupportedOpsetError,
 )
 from luminal.frontends.onnx.model import IOInfo, OnnxModel, compile
 from luminal.frontends.onnx.registry import onnx_op, supported_ops
 
 __all__ = [
-    "Backend", "BackendRep", "IOInfo", "InvalidModelError", "OnnxError", "OnnxImportError", "OnnxInputError",
-    "OnnxModel", "UnsupportedOpsError", "compile", "onnx_op", "supported_ops",
+    "Backend", "BackendRep", "ExternalDataError", "IOInfo", "InvalidModelError", "OnnxError", "OnnxImportError",
+    "OnnxInputError", "OnnxModel", "UnsupportedOpsError", "UnsupportedOpsetError", "compile", "onnx_op", "supported_ops",
 ]

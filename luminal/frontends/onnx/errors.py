@@ -13,6 +13,16 @@ class InvalidModelError(OnnxError, ValueError):
     """Not an ONNX model: unreadable, truncated, or rejected by `onnx.checker`."""
 
 
+class ExternalDataError(InvalidModelError):
+    """An initializer's external data file is missing, unreadable, too short, or outside the
+    model's folder; names the tensor and the path."""
+
+
+class UnsupportedOpsetError(OnnxError, UnsupportedError):
+    """The model declares an opset newer than the installed onnx knows: what its ops mean
+    there is unknown, so luminal refuses it rather than guess."""
+
+
 class UnsupportedOpsError(OnnxError, UnsupportedError):
     """The model uses ops (or op versions) luminal does not implement; lists every one."""
 

@@ -13,6 +13,7 @@ models (Shape -> Gather -> Concat -> Reshape). Consumers that need a value at co
 
 from __future__ import annotations
 
+import keyword
 import re
 
 import numpy as np
@@ -24,67 +25,16 @@ from luminal.builder import Graph, Tensor
 from luminal.builder import functional as F
 from luminal.errors import LuminalError
 from luminal.frontends.onnx import registry
-from luminal.frontends.onnx.errors import NeedsValue, OnnxError, OnnxImportError, UnsupportedOpsError
+from luminal.frontends.onnx.errors import InvalidModelError, NeedsValue, OnnxError, OnnxImportError, UnsupportedOpsError
+from luminal.frontends.onnx.shape_eval import evaluate as evaluate_symbolic
+from luminal.frontends.onnx.values import Known, Seq, Value, hlir_dtype
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Op
 from luminal.runtime import NumpyRuntime
 
-TP = onnx.TensorProto
-# ONNX element types -> HLIR dtypes. Narrow integers widen (to i32 / i64) inside the graph and
-# are cast back at the boundary; their wrap-around on overflow is not modeled.
-DTYPES = {
-    TP.FLOAT: DType.F32, TP.DOUBLE: DType.F64, TP.FLOAT16: DType.F16, TP.BFLOAT16: DType.BF16,
-    TP.INT32: DType.I32, TP.INT64: DType.I64, TP.BOOL: DType.BOOL,
-    TP.INT8: DType.I32, TP.INT16: DType.I32, TP.UINT8: DType.I32, TP.UINT16: DType.I32,
-    TP.UINT32: DType.I64, TP.UINT64: DType.I64,
-}
 FOLD_LIMIT = 1 << 20  # fold nodes whose known inputs and outputs stay below this many elements
 NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
-
-
-def hlir_dtype(elem_type: int, what: str = "") -> DType:
-    if elem_type not in DTYPES:
-        name = TP.DataType.Name(elem_type) if elem_type in TP.DataType.values() else str(elem_type)
-        raise OnnxImportError(f"{what}ONNX element type {name} is not supported (luminal has f32 f64 f16 bf16 i32 i64 bool)")
-    return DTYPES[elem_type]
-
-
-class Known:
-    """A value known at compile time: a NumPy array (dtype `object` if it holds symbolic dims)."""
-
-    __slots__ = ("array", "dtype")
-
-    def __init__(self, array, dtype: DType | None = None):
-        array = np.asarray(array)
-        if dtype is None:
-            dtype = DType.I64 if array.dtype == object else DType.of(array.dtype)
-        if array.dtype != object:
-            array = array.astype(dtype.numpy, copy=False)
-        self.array, self.dtype = array, dtype
-
-    @property
-    def symbolic(self) -> bool:
-        return self.array.dtype == object
-
-    def __repr__(self) -> str:
-        return f"Known({self.array!r}, {self.dtype})"
-
-
-class Seq:
-    """An ONNX sequence returned by an op: a list of values (kept apart from multiple outputs)."""
-
-    __slots__ = ("items",)
-
-    def __init__(self, items):
-        self.items = list(items)
-
-
-class Value:
-    __slots__ = ("tensor", "known", "seq")
-
-    def __init__(self, tensor=None, known=None, seq=None):
-        self.tensor, self.known, self.seq = tensor, known, seq
 
 
 def materialize(g: Graph, known: Known) -> Tensor:
@@ -120,19 +70,12 @@ class NodeContext:
     def dtype(self, elem_type: int) -> DType:
         return hlir_dtype(elem_type, f"{self.node.op_type} node {self.name!r}: ")
 
-    def scalar(self, value, like: Tensor) -> Tensor:
-        return self.g.scalar(value, like.dtype)
-
     def known(self, i: int):
         """The compile-time value of input `i` (a NumPy array), or None if it is not known."""
         if i >= len(self.node.input) or not self.node.input[i]:
             return None
         v = self.importer.values[self.node.input[i]]
         return None if v.known is None else v.known.array
-
-    def input_shape(self, i: int):
-        v = self.importer.values[self.node.input[i]]
-        return v.tensor.shape if v.tensor is not None else v.known.array.shape
 
     def subgraph(self, graph: onnx.GraphProto, feeds: dict[str, Value]) -> list[Value]:
         return self.importer.run_subgraph(graph, feeds)
@@ -154,7 +97,8 @@ _SANE = re.compile(r"[^0-9A-Za-z_]")
 
 def dim_symbol_name(name: str) -> str:
     clean = _SANE.sub("_", name)
-    return clean if clean and not clean[0].isdigit() else f"d_{clean}"
+    ok = clean and not clean[0].isdigit() and not keyword.iskeyword(clean) and clean not in sym.FUNCS
+    return clean if ok else f"d_{clean}"
 
 
 def positive_dim(name: str):
@@ -198,9 +142,10 @@ class Importer:
     def import_graph(self) -> tuple[list, list[tuple[str, Value, int]]]:
         graph = self.proto.graph
         self.check_supported(graph)
-        for init in graph.initializer:
-            arr = numpy_helper.to_array(init)
-            self.values[init.name] = Value(known=Known(arr, hlir_dtype(init.data_type, f"initializer {init.name!r}: ")))
+        for init in graph.initializer:  # one also listed as an input is a default the caller may override
+            dtype = hlir_dtype(init.data_type, f"initializer {init.name!r}: ")
+            arr = self.specialize[init.name] if init.name in self.specialize else initializer_array(init)
+            self.values[init.name] = Value(known=Known(arr, dtype))
         for init in graph.sparse_initializer:
             raise OnnxImportError(f"sparse initializer {init.values.name!r} is not supported")
         for vi in graph.input:
@@ -258,7 +203,7 @@ class Importer:
         try:
             self.values.update(feeds)
             for init in graph.initializer:
-                self.values[init.name] = Value(known=Known(numpy_helper.to_array(init), hlir_dtype(init.data_type)))
+                self.values[init.name] = Value(known=Known(initializer_array(init), hlir_dtype(init.data_type)))
             self.run_nodes(graph.node)
             return [self.values[o.name] for o in graph.output]
         finally:
@@ -285,9 +230,7 @@ class Importer:
         present = [v for v in ins if v is not None]
         all_known = node.op_type not in NO_FOLD and all(v.known is not None for v in present)
         if all_known and any(v.known.symbolic for v in present):
-            from luminal.frontends.onnx.shape_eval import evaluate
-
-            outs = evaluate(c, [None if v is None else v.known for v in ins], attrs)
+            outs = evaluate_symbolic(c, [None if v is None else v.known for v in ins], attrs)
         if outs is None:
             args = []
             for i, v in enumerate(ins):
@@ -378,6 +321,19 @@ class Importer:
         arrays = NumpyRuntime([t.node for t in tensors])({})
         it = iter(arrays)
         return [Known(next(it), o.dtype) if isinstance(o, Tensor) else o for o in outs]
+
+
+def initializer_array(init: onnx.TensorProto) -> np.ndarray:
+    """The value of an initializer; InvalidModelError naming it if its data does not fit its dims."""
+    n = 1
+    for d in init.dims:
+        n *= d
+    if any(d < 0 for d in init.dims) or n > 2 * init.ByteSize() + 64:  # every element takes at least 4 bits
+        raise InvalidModelError(f"initializer {init.name!r}: dims {list(init.dims)} hold more elements than its data")
+    try:
+        return numpy_helper.to_array(init)
+    except Exception as exc:  # noqa: BLE001 - onnx raises ValueError, TypeError, ...
+        raise InvalidModelError(f"initializer {init.name!r} is malformed: {type(exc).__name__}: {exc}") from None
 
 
 def graph_input_deps(graph: onnx.GraphProto, value_name: str) -> tuple[set[str], set[str]]:

@@ -11,7 +11,7 @@ import os
 
 import onnx
 
-from luminal.frontends.onnx.errors import InvalidModelError
+from luminal.frontends.onnx.errors import ExternalDataError, InvalidModelError, UnsupportedOpsetError
 
 MIN_NATIVE_OPSET = 13
 
@@ -31,19 +31,57 @@ def load_model(model, *, check: bool = True) -> tuple[onnx.ModelProto, str | Non
             proto = _parse(f.read(), repr(path))
         base_dir = os.path.dirname(os.path.abspath(path))
         if _has_external_data(proto):
-            try:
-                onnx.external_data_helper.load_external_data_for_model(proto, base_dir)
-            except (OSError, ValueError) as exc:
-                raise InvalidModelError(f"{path!r}: cannot read its external data next to the model: {exc}") from None
+            load_external_data(proto, base_dir, path)
     else:
         raise InvalidModelError(
             f"luminal.onnx.compile takes a path, bytes or an onnx.ModelProto, got {type(model).__name__}"
         )
     if _has_external_data(proto):
         raise InvalidModelError("the model keeps weights in external data files; pass its path so they can be found")
+    check_opset(proto)
     if check:
         check_model(proto)
     return proto, base_dir
+
+
+def check_opset(proto: onnx.ModelProto) -> None:
+    """Refuse a default-domain opset newer than the installed onnx knows (its ops may mean
+    something else there; luminal does not guess). Older opsets are upgraded or imported as is."""
+    known = onnx.defs.onnx_opset_version()
+    version = default_opset(proto)
+    if version > known:
+        raise UnsupportedOpsetError(
+            f"the model declares opset {version} of the default ONNX domain; the installed onnx "
+            f"{onnx.__version__} knows opsets up to {known}, and what an op means in a newer opset is "
+            f"unknown here: export the model at opset <= {known}, or upgrade onnx and luminal")
+
+
+def load_external_data(proto: onnx.ModelProto, base_dir: str, path: str) -> None:
+    """Read the initializers' external data into `proto`: only regular files inside the model's
+    folder (symlinks resolved), each long enough for its tensor; ExternalDataError otherwise."""
+    root = os.path.realpath(base_dir)
+    for tensor in proto.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        where = f"initializer {tensor.name!r} of {path!r}: external data {location!r}"
+        target = os.path.realpath(os.path.join(root, location))
+        if not location or os.path.isabs(location) or os.path.commonpath([root, target]) != root:
+            raise ExternalDataError(f"{where} is outside the model's folder {root!r}")
+        if not os.path.isfile(target):
+            raise ExternalDataError(f"{where} is missing (no file {target!r})")
+        try:
+            offset, length = int(info.get("offset", 0)), int(info.get("length", -1))
+        except ValueError:
+            raise ExternalDataError(f"{where} has a malformed offset or length") from None
+        size = os.path.getsize(target)
+        if offset < 0 or offset > size or (length >= 0 and offset + length > size):
+            raise ExternalDataError(f"{where}: bytes [{offset}, {offset + length}) lie outside its {size} bytes")
+    try:
+        onnx.external_data_helper.load_external_data_for_model(proto, base_dir)
+    except Exception as exc:  # noqa: BLE001 - onnx raises ValidationError, OSError, ValueError
+        raise ExternalDataError(f"{path!r}: cannot read its external data: {type(exc).__name__}: {exc}") from None
 
 
 def _parse(data: bytes, what: str) -> onnx.ModelProto:

@@ -10,8 +10,8 @@ import numpy as np
 
 from luminal.builder import functional as F
 from luminal.builder.functional import split_sizes
-from luminal.frontends.onnx.importer import Known, Seq, Value
 from luminal.frontends.onnx.registry import onnx_op
+from luminal.frontends.onnx.values import Known, Seq, Value
 
 MAX_UNROLL = 4096
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import sympy
 
 from luminal.builder import functional as F
 from luminal.builder.tensor import broadcast_shapes
-from luminal.frontends.onnx.importer import DTYPES, Known
 from luminal.frontends.onnx.registry import onnx_op
+from luminal.frontends.onnx.values import DTYPES, Known
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 
@@ -163,7 +162,7 @@ def _min(c, a, b):
     checked at every call (OnnxModel raises if a binding breaks it)."""
     if sym.is_static(a) and sym.is_static(b):
         return min(a, b)
-    d = sympy.sympify(b) - a
+    d = sym.as_expr(b) - a
     if d.is_nonnegative:
         return a
     if d.is_nonpositive:
@@ -175,7 +174,7 @@ def _min(c, a, b):
 def _max(c, a, b):
     if sym.is_static(a) and sym.is_static(b):
         return max(a, b)
-    d = sympy.sympify(a) - b
+    d = sym.as_expr(a) - b
     if d.is_nonnegative:
         return a
     if d.is_nonpositive:

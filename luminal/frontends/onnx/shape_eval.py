@@ -15,7 +15,7 @@ import operator
 import numpy as np
 import sympy
 
-from luminal.frontends.onnx.importer import Known
+from luminal.frontends.onnx.values import Known
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 
@@ -73,7 +73,7 @@ def _sign(v) -> int:
 
 def _compare(op):
     def fn(a, b):
-        return op(_sign(sympy.sympify(a) - b), 0)
+        return op(_sign(sym.as_expr(a) - b), 0)
 
     return np.frompyfunc(fn, 2, 1)
 

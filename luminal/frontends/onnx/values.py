@@ -1,0 +1,67 @@
+"""The values of the ONNX importer: ONNX element types as HLIR dtypes, and what a value name
+maps to while importing (`Value`: a luminal `Tensor`, a `Known` value, or a `Seq`).
+
+Kept apart from the importer so that the op modules and `shape_eval` import them without a cycle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from luminal.frontends.onnx.errors import OnnxImportError
+from luminal.hlir.dtypes import DType
+
+TP = onnx.TensorProto
+# ONNX element types -> HLIR dtypes. Narrow integers widen (to i32 / i64) inside the graph and
+# are cast back at the boundary; their wrap-around on overflow is not modeled.
+DTYPES = {
+    TP.FLOAT: DType.F32, TP.DOUBLE: DType.F64, TP.FLOAT16: DType.F16, TP.BFLOAT16: DType.BF16,
+    TP.INT32: DType.I32, TP.INT64: DType.I64, TP.BOOL: DType.BOOL,
+    TP.INT8: DType.I32, TP.INT16: DType.I32, TP.UINT8: DType.I32, TP.UINT16: DType.I32,
+    TP.UINT32: DType.I64, TP.UINT64: DType.I64,
+}
+
+
+def hlir_dtype(elem_type: int, what: str = "") -> DType:
+    if elem_type not in DTYPES:
+        name = TP.DataType.Name(elem_type) if elem_type in TP.DataType.values() else str(elem_type)
+        raise OnnxImportError(f"{what}ONNX element type {name} is not supported (luminal has f32 f64 f16 bf16 i32 i64 bool)")
+    return DTYPES[elem_type]
+
+
+class Known:
+    """A value known at compile time: a NumPy array (dtype `object` if it holds symbolic dims)."""
+
+    __slots__ = ("array", "dtype")
+
+    def __init__(self, array, dtype: DType | None = None):
+        array = np.asarray(array)
+        if dtype is None:
+            dtype = DType.I64 if array.dtype == object else DType.of(array.dtype)
+        if array.dtype != object:
+            array = array.astype(dtype.numpy, copy=False)
+        self.array, self.dtype = array, dtype
+
+    @property
+    def symbolic(self) -> bool:
+        return self.array.dtype == object
+
+    def __repr__(self) -> str:
+        return f"Known({self.array!r}, {self.dtype})"
+
+
+class Seq:
+    """An ONNX sequence returned by an op: a list of values (kept apart from multiple outputs)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items):
+        self.items = list(items)
+
+
+class Value:
+    __slots__ = ("tensor", "known", "seq")
+
+    def __init__(self, tensor=None, known=None, seq=None):
+        self.tensor, self.known, self.seq = tensor, known, seq

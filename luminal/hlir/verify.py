@@ -1,0 +1,189 @@
+"""The shape and dtype rules of each op, checked on a node built from untrusted data.
+
+The builder and the rewrites only make nodes that follow the rules of `ops.py`; a graph read
+from a file (`luminal.load`) may be anything, so `check_node` holds each node to those rules
+before any runtime sees it: source count, dtypes, the output shape the op implies, a reduce
+axis in range, a weight of exactly the node's shape and dtype, and views that read inside
+their buffer (exactly for static views; for symbolic ones at a few small bindings of the
+symbols, where the view and its buffer have sizes >= 0). Each broken rule is a `ShapeError`
+or `DTypeError` naming what is wrong; the caller adds which node.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from luminal.errors import DTypeError, ShapeError
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import BINARY, FUSED, LEAF, REDUCE, UNARY, ConstantArray, Node, Op
+from luminal.hlir.shape import ShapeTracker
+
+N_SRC = {**dict.fromkeys(LEAF, 0), **dict.fromkeys(UNARY | REDUCE, 1), **dict.fromkeys(BINARY, 2),
+         Op.CAST: 1, Op.VIEW: 1, Op.CONTIGUOUS: 1, Op.GATHER: 2, Op.SCATTER: 3, Op.EXP: 1, Op.SIGMOID: 1,
+         Op.SOFTMAX: 1, Op.KAHAN_SUM: 1, Op.MAT_MUL: 2}
+SAME_AS_SOURCE = UNARY | {Op.CONTIGUOUS, Op.EXP, Op.SIGMOID, Op.SOFTMAX}
+SCATTER_REDUCE = (None, "add", "mul", "max", "min")
+PROBES = (1, 2, 3, 5)  # values given to every symbol when checking a symbolic view
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(sym.equal(x, y) for x, y in zip(a, b))
+
+
+def _fmt(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def check_node(n: Node) -> None:
+    """Raise ShapeError/DTypeError if `n` breaks its op's rules (its sources are checked)."""
+    op, src = n.op, n.src
+    want = N_SRC.get(op)
+    if want is not None and len(src) != want:
+        raise ShapeError(f"{op.title} takes {want} source(s), has {len(src)}")
+    for d in n.shape:
+        if isinstance(d, int) and d < 0:
+            raise ShapeError(f"negative dim in shape {_fmt(n.shape)}")
+    if op in SAME_AS_SOURCE or op is Op.CAST:
+        if not _same(n.shape, src[0].shape):
+            raise ShapeError(f"{op.title} has shape {_fmt(n.shape)}, its source {_fmt(src[0].shape)}")
+        if op is not Op.CAST and n.dtype is not src[0].dtype:
+            raise DTypeError(f"{op.title} has dtype {n.dtype.short}, its source {src[0].dtype.short}")
+        if (op in UNARY or op in (Op.EXP, Op.SIGMOID, Op.SOFTMAX)) and not n.dtype.is_float:
+            raise DTypeError(f"{op.title} needs a float dtype, has {n.dtype.short}")
+    if op is Op.SOFTMAX:
+        _axis(n.arg, len(n.shape), op)
+    elif op in BINARY:
+        a, b = src
+        if a.dtype is not b.dtype or n.dtype is not (DType.BOOL if op is Op.LESS_THAN else a.dtype):
+            raise DTypeError(f"{op.title} of {a.dtype.short} and {b.dtype.short} gives {n.dtype.short}")
+        if not (_same(n.shape, a.shape) and _same(n.shape, b.shape)):
+            raise ShapeError(f"{op.title} of shapes {_fmt(a.shape)} and {_fmt(b.shape)} has shape {_fmt(n.shape)}")
+    elif op in REDUCE or op is Op.KAHAN_SUM:
+        axis = _axis(n.arg, len(src[0].shape), op)
+        if not _same(n.shape, src[0].shape[:axis] + src[0].shape[axis + 1:]):
+            raise ShapeError(f"{op.title} over axis {axis} of {_fmt(src[0].shape)} has shape {_fmt(n.shape)}")
+    elif op is Op.GATHER:
+        data, index = src
+        _axis(n.arg, len(data.shape), op)
+        if not index.dtype.is_int or n.dtype is not data.dtype or len(index.shape) != len(data.shape):
+            raise DTypeError(f"Gather of {data.dtype.short}{_fmt(data.shape)} by {index.dtype.short}{_fmt(index.shape)}")
+        if not _same(n.shape, index.shape):
+            raise ShapeError(f"Gather has shape {_fmt(n.shape)}, its index {_fmt(index.shape)}")
+    elif op is Op.SCATTER:
+        data, index, updates = src
+        if not (isinstance(n.arg, tuple) and len(n.arg) == 2 and n.arg[1] in SCATTER_REDUCE):
+            raise ShapeError(f"Scatter's argument must be (axis, reduce), got {n.arg!r}")
+        _axis(n.arg[0], len(data.shape), op)
+        if not index.dtype.is_int or not (n.dtype is data.dtype is updates.dtype):
+            raise DTypeError("Scatter needs an integer index and data, updates and output of one dtype")
+        if not (_same(n.shape, data.shape) and _same(index.shape, updates.shape) and len(index.shape) == len(n.shape)):
+            raise ShapeError(f"Scatter into {_fmt(data.shape)} of {_fmt(updates.shape)} at {_fmt(index.shape)}")
+    elif op is Op.MAT_MUL:
+        a, b = src
+        if len(a.shape) < 2 or len(b.shape) != len(a.shape) or len(n.shape) != len(a.shape) or not (
+                sym.equal(a.shape[-1], b.shape[-2]) and _same(n.shape[-2:], (a.shape[-2], b.shape[-1]))):
+            raise ShapeError(f"MatMul of {_fmt(a.shape)} and {_fmt(b.shape)} has shape {_fmt(n.shape)}")
+        if not (n.dtype is a.dtype is b.dtype):
+            raise DTypeError("MatMul operands and output must have one dtype")
+    elif op is Op.FUSED_ELEMENTWISE:
+        _check_expression(n)
+        for s in src:
+            if not _same(s.shape, n.shape):
+                raise ShapeError(f"FusedElementwise input {_fmt(s.shape)} does not fit its output {_fmt(n.shape)}")
+    elif op is Op.IOTA:
+        if not n.dtype.is_int or len(n.shape) != 1 or not sym.equal(n.shape[0], n.arg):
+            raise ShapeError(f"Iota of length {n.arg!r} has {n.dtype.short}{_fmt(n.shape)}")
+    elif op is Op.INPUT:
+        if not isinstance(n.arg, str) or not n.arg:
+            raise ShapeError(f"an input needs a name, got {n.arg!r}")
+    elif op is Op.CONSTANT:
+        _check_constant(n)
+    elif op is Op.VIEW:
+        _check_view(n)
+    elif op not in FUSED and want is None:
+        raise ShapeError(f"{op.title} cannot appear in a saved graph")
+
+
+def _check_expression(n: Node) -> None:
+    """A FusedElementwise expression (an `Expr` DAG): reads only its inputs, with their dtypes,
+    and yields the node's dtype."""
+    expr = n.arg
+    if not callable(getattr(expr, "toposort", None)) or expr.dtype is not n.dtype:
+        raise DTypeError(f"FusedElementwise needs an expression of dtype {n.dtype.short}, got {expr!r}"[:200])
+    for e in expr.toposort():
+        if e.op is Op.INPUT and not (type(e.arg) is int and 0 <= e.arg < len(n.src) and e.dtype is n.src[e.arg].dtype):
+            raise ShapeError(f"FusedElementwise reads input {e.arg!r} ({e.dtype.short}) of {len(n.src)} inputs")
+        if e.op is Op.CONSTANT and (e.src or not isinstance(e.arg, (bool, int, float))):
+            raise ShapeError(f"FusedElementwise constant {e.arg!r} must be a number")
+        arity = 2 if e.op in BINARY else 0 if e.op in (Op.INPUT, Op.CONSTANT) else 1
+        if len(e.src) != arity:
+            raise ShapeError(f"FusedElementwise {e.op.title} takes {arity} operand(s), has {len(e.src)}")
+
+
+def _axis(axis, ndim: int, op: Op) -> int:
+    if type(axis) is not int or not 0 <= axis < max(ndim, 1):
+        raise ShapeError(f"{op.title} axis {axis!r} is out of range for {ndim} dims")
+    return axis
+
+
+def _check_constant(n: Node) -> None:
+    arg = n.arg
+    if isinstance(arg, ConstantArray):
+        shape = () if n.shape == () and arg.array.shape == (1,) else arg.array.shape  # ConstantArray makes 0-d 1-d
+        if shape != n.shape or DType.of(arg.array.dtype) is not n.dtype:
+            raise DTypeError(f"weight {arg.name!r} is {DType.of(arg.array.dtype).short}{list(arg.array.shape)}, "
+                             f"its node {n.dtype.short}{list(n.shape)}")
+    elif n.shape != ():
+        raise ShapeError(f"a scalar constant has shape {_fmt(n.shape)}")
+    elif not isinstance(arg, (bool, int, float)) and not hasattr(arg, "free_symbols"):
+        raise ShapeError(f"a constant's value must be a number, a dim or a weight, got {type(arg).__name__}")
+
+
+def _check_view(n: Node) -> None:
+    st, base = n.arg, n.src[0]
+    if not isinstance(st, ShapeTracker):
+        raise ShapeError("a View needs a shape tracker")
+    if n.dtype is not base.dtype or not _same(n.shape, st.shape):
+        raise ShapeError(f"View of {base.dtype.short}{_fmt(base.shape)} has {n.dtype.short}{_fmt(n.shape)}, "
+                         f"its tracker {_fmt(st.shape)}")
+    if len(st.strides) != len(st.shape) or (st.mask is not None and len(st.mask) != len(st.shape)):
+        raise ShapeError("a View's strides and mask need one entry per dim")
+    dims = list(st.dims) + list(base.shape)
+    names = sorted({s.name for d in dims for s in sym.free_symbols(d)})
+    probes = [{}] if not names else [dict.fromkeys(names, v) for v in PROBES]
+    if 0 < len(names) <= 3:  # a few mixed bindings as well
+        probes += [dict(zip(names, vals)) for vals in itertools.islice(itertools.product(PROBES, repeat=len(names)), 16)]
+    for b in probes:
+        try:
+            shape = [sym.evaluate(d, b) for d in st.shape]
+            size = 1
+            for d in base.shape:
+                size *= sym.evaluate(d, b)
+            lo, hi = _reads(st, shape, b)
+        except ZeroDivisionError:  # e.g. Mod(n, m - 1) at m = 1
+            if not names:
+                raise ShapeError(f"View {st} divides by zero") from None
+            continue
+        if min(shape, default=0) < 0 or size < 0:
+            if not names:
+                raise ShapeError(f"View has a negative size: {_fmt(shape)} of a buffer of {size}")
+            continue  # this binding is not one the graph can run with
+        if lo is not None and (lo < 0 or hi >= size):
+            at = f" with {b}" if b else ""
+            raise ShapeError(f"View {st} reads elements [{lo}, {hi}] of a buffer of {size}{at}")
+
+
+def _reads(st: ShapeTracker, shape: list[int], b: dict) -> tuple:
+    """The lowest and highest buffer element the view reads under bindings `b` (None, None if none)."""
+    strides = [sym.evaluate(s, b) for s in st.strides]
+    box = [(0, d) for d in shape]
+    if st.mask is not None:
+        box = [(min(max(sym.evaluate(lo, b), 0), d), min(max(sym.evaluate(hi, b), 0), d))
+               for (lo, hi), d in zip(st.mask, shape)]
+    if any(hi <= lo for lo, hi in box):
+        return None, None
+    at = sym.evaluate(st.offset, b)
+    lo = at + sum((b0 if s >= 0 else b1 - 1) * s for (b0, b1), s in zip(box, strides))
+    hi = at + sum((b1 - 1 if s >= 0 else b0) * s for (b0, b1), s in zip(box, strides))
+    return lo, hi

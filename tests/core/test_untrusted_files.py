@@ -1,0 +1,309 @@
+"""Untrusted `.lum` files: loading one never runs code from it, never trusts its numbers, and
+never allocates more than the file justifies; every bad file is a named `SaveFormatError`.
+The fuzz tests mutate real files (truncations, flipped bytes, edited JSON, deleted members)
+with fixed seeds: each case loads, or raises a `LuminalError`, within a time bound."""
+
+import hashlib
+import json
+import signal
+import zipfile
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal import saving
+from luminal.hlir import symbolic as sym
+from luminal.saving import SaveFormatError
+
+PWN = "(__import__('os').system('touch pwned'), batch)[1]"
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    """A small model with weights (f32 and bf16), symbolic dims, views and a reduce."""
+    g = lm.Graph()
+    x = g.input("x", ("batch", 8))
+    w = g.constant(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32), name="w")
+    b = g.constant(np.arange(4, dtype=np.float32).astype(lm.bf16.numpy), name="b")
+    h = (x @ w + b.cast(lm.f32)).relu()
+    g.output(h[:, 1:].sum(-1) + h.permute(1, 0)[0], "y")
+    path = tmp_path_factory.mktemp("good") / "good.lum"
+    g.compile(optimize=False).save(path)
+    return path
+
+
+def rewrite(src, dst, edits: dict, drop=()):
+    """Copy the archive `src` to `dst`, member `name` replaced by `edits[name](data)`."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for name in zin.namelist():
+            if name in drop:
+                continue
+            data = zin.read(name)
+            if name in edits:
+                data = edits[name](data)
+            zout.writestr(name, data)
+    return dst
+
+
+def edit_json(fn):
+    def edit(data):
+        doc = json.loads(data)
+        fn(doc)
+        return json.dumps(doc)
+    return edit
+
+
+def nodes_of(path, op):
+    with zipfile.ZipFile(path) as zf:
+        nodes = json.loads(zf.read("graph.json"))["nodes"]
+    return [i for i, n in enumerate(nodes) if n["op"] == op]
+
+
+def test_dim_text_is_never_evaluated(good, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def plant(graph):
+        graph["nodes"][nodes_of(good, "Input")[0]]["shape"][0] = PWN
+
+    bad = rewrite(good, tmp_path / "bad.lum", {"graph.json": edit_json(plant)})
+    with pytest.raises(SaveFormatError, match=r"graph.json node \d+ \(Input\).*not part of the dim grammar"):
+        lm.load(bad)
+    assert not (tmp_path / "pwned").exists()
+    for text in ["__import__('os')", "x.__class__", "lambda: 0", "[1][0]", "'a'", "1.5", "f(x)"]:
+        with pytest.raises(lm.LuminalError):
+            sym.parse(text)
+
+
+def test_a_weight_must_match_its_node(good, tmp_path):
+    from safetensors.numpy import load, save
+
+    def weights(fn):
+        def edit(blob):
+            arrays = load(blob)
+            fn(arrays)
+            return save(arrays)
+        return edit
+
+    bigger = rewrite(good, tmp_path / "bigger.lum", {"weights.safetensors": weights(
+        lambda a: a.update(w=np.zeros((9, 4), np.float32)))})
+    with pytest.raises(SaveFormatError, match=r"weight 'w' is f32\[9, 4\], its node f32\[8, 4\]"):
+        lm.load(bigger)
+    smaller = rewrite(good, tmp_path / "smaller.lum", {"weights.safetensors": weights(
+        lambda a: a.update(w=np.zeros((8, 3), np.float32)))})
+    with pytest.raises(SaveFormatError, match=r"weight 'w' is f32\[8, 3\]"):
+        lm.load(smaller)
+    retyped = rewrite(good, tmp_path / "retyped.lum", {"meta.json": edit_json(
+        lambda m: m["weight_dtypes"].update(w="i32"))})
+    with pytest.raises(SaveFormatError, match="weight 'w' is stored as float32, meta.json says 'i32'"):
+        lm.load(retyped)
+    as_bf16 = rewrite(good, tmp_path / "as_bf16.lum", {"meta.json": edit_json(
+        lambda m: m["weight_dtypes"].update(w="bf16"))})
+    with pytest.raises(SaveFormatError, match="weight 'w'"):
+        lm.load(as_bf16)
+    missing = rewrite(good, tmp_path / "missing.lum", {"weights.safetensors": weights(lambda a: a.pop("w"))})
+    with pytest.raises(SaveFormatError, match="'w'"):
+        lm.load(missing)
+
+
+def test_nodes_are_held_to_their_ops_rules(good, tmp_path):
+    def node_edit(op, fn):
+        def plant(graph):
+            fn(graph["nodes"][nodes_of(good, op)[0]], graph)
+        return rewrite(good, tmp_path / f"{op}.lum", {"graph.json": edit_json(plant)})
+
+    cases = [
+        ("SumReduce", lambda n, g: n.update(shape=["batch", "3"]), r"\(SumReduce\).*has shape \(batch, 3\)"),
+        ("SumReduce", lambda n, g: n.update(arg={"i": 7}), r"\(SumReduce\).*axis 7 is out of range"),
+        ("Add", lambda n, g: n.update(dtype="f64"), r"\(Add\).*Add of f32 and f32 gives f64"),
+        ("Add", lambda n, g: n.update(src=n["src"][:1]), r"\(Add\).*takes 2 source"),
+        ("Add", lambda n, g: n.update(src=[-1, 0]), r"\(Add\).*earlier nodes"),
+        ("Add", lambda n, g: n.update(src=[0, 10**6]), r"\(Add\).*earlier nodes"),
+        ("View", lambda n, g: n["arg"]["view"].update(offset="1000"), r"\(View\).*reads elements"),
+        ("View", lambda n, g: n["arg"]["view"].update(offset="batch*8"), r"\(View\).*reads elements"),
+        ("Input", lambda n, g: n.update(shape=["batch", "99999999999999999999999"]), r"\(Input\).*beyond 2\*\*63"),
+        ("Input", lambda n, g: n.update(dtype="f99"), r"\(Input\).*f99"),
+        ("Constant", lambda n, g: n.update(arg={"weight": "nope"}), r"weight 'nope' is missing"),
+        ("Cast", lambda n, g: n.update(op="Exp2"), r"\(Exp2\).*dtype"),
+        ("Cast", lambda n, g: g.update(outputs=[len(g["nodes"])]), r"graph.json outputs"),
+        ("Cast", lambda n, g: n.update(op="Nope"), r"unknown op 'Nope'"),
+    ]
+    for op, fn, message in cases:
+        with pytest.raises(SaveFormatError, match=message):
+            lm.load(node_edit(op, fn))
+
+
+def test_huge_static_shapes_and_seeded_weights_are_refused(good, tmp_path):
+    def plant(graph):
+        for i in nodes_of(good, "Input"):
+            graph["nodes"][i]["shape"][0] = str(10**12)
+
+    huge = rewrite(good, tmp_path / "huge.lum", {"graph.json": edit_json(plant)})
+    with pytest.raises(SaveFormatError, match=r"graph.json node \d+ \(Input\).*more than \d+ elements"):
+        lm.load(huge)
+    g = lm.Graph()
+    x = g.input("x", (4,))
+    g.output(x + g.constant(np.ones(4, np.float32), name="w"))
+    seeded = g.compile(optimize=False).save(tmp_path / "seeded.lum", weights="seeded", weight_specs={"w": {"mean": 0, "std": 1}})
+    spec_edits = {
+        "shape": ([10**7, 10**7], r"seeded weights up to 'w' hold 100000000000000 elements"),
+        "seed": (-1, r"spec of 'w' is malformed: seed -1"),
+        "std": (float("nan"), r"spec of 'w' is malformed: mean and std"),
+        "dtype": ("i64", r"spec of 'w' is malformed: dtype 'i64'"),
+    }
+    for key, (value, message) in spec_edits.items():
+        bad = rewrite(seeded, tmp_path / f"spec_{key}.lum", {"meta.json": edit_json(lambda m, k=key, v=value: m["weight_specs"]["w"].update({k: v}))})
+        with pytest.raises(SaveFormatError, match=message):
+            lm.load(bad)
+    np.testing.assert_array_equal(lm.load(seeded)(x=np.zeros(4, np.float32))[0].shape, (4,))
+
+
+def test_json_bombs_and_deep_nesting(good, tmp_path):
+    deep = rewrite(good, tmp_path / "deep.lum", {"graph.json": lambda d: b"[" * 100_000 + b"]" * 100_000})
+    with pytest.raises(SaveFormatError, match="corrupt header"):
+        lm.load(deep)
+    nested = {"t": []}
+    for _ in range(5000):
+        nested = {"t": [nested]}
+
+    def plant(graph):
+        graph["nodes"][nodes_of(good, "SumReduce")[0]]["arg"] = nested
+
+    with pytest.raises(SaveFormatError):
+        lm.load(rewrite(good, tmp_path / "nested.lum", {"graph.json": lambda d: _dumps_deep(d, plant)}))
+    bomb = tmp_path / "bomb.lum"
+    with zipfile.ZipFile(good) as zin, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zout:
+        for name in zin.namelist():
+            zout.writestr(name, zin.read(name) + (b" " * (saving.MAX_JSON_BYTES + 1) if name == "graph.json" else b""))
+    with pytest.raises(SaveFormatError, match="graph.json claims"):
+        lm.load(bomb)
+
+
+def _dumps_deep(data, plant):
+    import sys
+
+    doc = json.loads(data)
+    plant(doc)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(50_000)
+    try:
+        return json.dumps(doc)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def test_output_spec_may_not_import_modules(good, tmp_path):
+    spec = json.dumps([1, {"type": "collections.defaultdict", "context": json.dumps(
+        {"default_factory_module": "os", "default_factory_name": "system", "dict_context": []}), "children_spec": []}])
+    bad = rewrite(good, tmp_path / "spec.lum", {"meta.json": edit_json(lambda m: m["frontend"].update(out_spec=spec))})
+    with pytest.raises(SaveFormatError, match="defaultdict"):
+        lm.load(bad)
+
+
+def test_cubins_are_bound_to_their_bytes(tmp_path):
+    source = "extern \"C\" __global__ void k() {}"
+    cubin = b"\x7fELF fake cubin"
+    meta = {"cubins": ["sm_90"], "kernels_sha256": hashlib.sha256(source.encode()).hexdigest(),
+            "cubins_sha256": {"sm_90": hashlib.sha256(cubin).hexdigest()}}
+    path = tmp_path / "k.lum"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("kernels.sm_90.cubin", cubin)
+    assert saving.saved_cubins(path, meta, source) == {"sm_90": cubin}
+    assert saving.saved_cubins(path, meta, source + " ") is None  # another source: compile it
+    assert saving.saved_cubins(path, {k: v for k, v in meta.items() if k != "cubins_sha256"}, source) is None
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("kernels.sm_90.cubin", cubin + b"!")
+    with pytest.raises(SaveFormatError, match="kernels.sm_90.cubin does not match its sha256"):
+        saving.saved_cubins(path, meta, source)
+
+
+# --- fuzzing ------------------------------------------------------------------------------------
+@contextmanager
+def time_limit(seconds: float, what: str):
+    def alarm(*_):
+        raise TimeoutError(f"{what} took more than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def must_fail_cleanly(load, path, what: str, x=None):
+    """`load(path)` either works (and the model runs or raises a LuminalError) or raises a
+    LuminalError; within a time bound, without running code from the file."""
+    with time_limit(10, what):
+        try:
+            model = load(path)
+        except lm.LuminalError:
+            return False
+        except MemoryError:
+            pytest.fail(f"{what}: MemoryError (an allocation the file did not justify)")
+        if x is not None:
+            try:
+                model(x=x)
+            except lm.LuminalError:
+                pass
+        return True
+
+
+def _mutants(good: bytes, rng: np.random.Generator):
+    size = len(good)
+    for cut in sorted({int(v) for v in rng.integers(0, size, 12)} | {0, 1, 22, size - 1}):
+        yield f"truncated at {cut}", good[:cut]
+    for k in range(16):
+        data = bytearray(good)
+        for at in rng.integers(0, size, 1 + k % 4):
+            data[at] ^= 1 << int(rng.integers(0, 8))
+        yield f"flipped bytes #{k}", bytes(data)
+
+
+def _json_mutants(graph: dict, rng: np.random.Generator):
+    values = ["0", "-1", str(2**40), "batch*batch*batch", "floor(batch/0)", "Mod(batch, 0)", PWN, 10**30, None, [], {}, -5, "x"]
+    nodes = graph["nodes"]
+    for k in range(24):
+        doc = json.loads(json.dumps(graph))
+        node = doc["nodes"][int(rng.integers(0, len(nodes)))]
+        field = ["shape", "src", "dtype", "op", "arg"][k % 5]
+        value = values[int(rng.integers(0, len(values)))]
+        if field == "shape" and node["shape"]:
+            node["shape"][int(rng.integers(0, len(node["shape"])))] = value
+        elif field == "src":
+            node["src"] = [value] if not isinstance(value, str) else node["src"][::-1]
+        elif field == "arg" and node["arg"] and "view" in node["arg"]:
+            view = node["arg"]["view"]
+            key = ["shape", "strides", "offset"][k % 3]
+            if key == "offset":
+                view[key] = value if isinstance(value, str) else str(value)
+            elif view[key]:
+                view[key][0] = value if isinstance(value, str) else str(value)
+        else:
+            node[field] = value
+        yield f"graph.json {field} := {value!r}", doc
+
+
+def test_fuzz_load(good, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(1234)
+    data = good.read_bytes()
+    x = np.ones((2, 8), np.float32)
+    loaded = 0
+    for what, mutant in _mutants(data, rng):
+        path = tmp_path / "m.lum"
+        path.write_bytes(mutant)
+        loaded += must_fail_cleanly(lm.load, path, what, x)
+    with zipfile.ZipFile(good) as zf:
+        graph = json.loads(zf.read("graph.json"))
+        names = zf.namelist()
+    for what, doc in _json_mutants(graph, rng):
+        path = rewrite(good, tmp_path / "j.lum", {"graph.json": lambda _, d=doc: json.dumps(d)})
+        loaded += must_fail_cleanly(lm.load, path, what, x)
+    for name in names:
+        path = rewrite(good, tmp_path / "d.lum", {}, drop=(name,))
+        assert not must_fail_cleanly(lm.load, path, f"without {name}") or name == "kernels.cu"
+    assert not (tmp_path / "pwned").exists()
+    assert loaded < 40  # most mutants are refused
