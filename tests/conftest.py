@@ -1,6 +1,10 @@
-"""Shared test setup: tests/ is importable (for the op-case table in op_cases.py)."""
+"""Shared test setup: tests/ is importable (for the op-case table in op_cases.py), and a failure
+inside the rewriter raises (LUMINAL_EGRAPH_STRICT=1) instead of silently falling back to the
+unoptimized graph, everywhere: set at import, so module-scoped fixtures and subprocesses see it."""
 
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("LUMINAL_EGRAPH_STRICT", "1")

@@ -122,7 +122,7 @@ class ConstantArray:
     _ids = itertools.count()
 
     def __init__(self, array: np.ndarray, name: str | None = None):
-        self.array = np.ascontiguousarray(array).view()  # a view: the caller's array stays writable
+        self.array = np.ascontiguousarray(array).reshape(np.shape(array))  # a view (0-d stays 0-d): the caller's array stays writable
         self.array.flags.writeable = False
         self.name = name or f"const{next(self._ids)}"
 

@@ -11,27 +11,18 @@ import sympy
 
 from luminal.errors import InputError
 from luminal.hlir import symbolic as sym
-from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node
+from luminal.runtime.torch_arrays import is_torch, torch_to_numpy
 
 
 def as_array(value, name: str) -> np.ndarray:
     """A NumPy array from an array, a NumPy scalar, a Python scalar or a (CPU) torch tensor."""
-    if hasattr(value, "detach") and hasattr(value, "numpy"):  # torch.Tensor, without importing torch
-        value = value.detach().cpu()
-        if str(value.dtype) == "torch.bfloat16":
-            return value.view(dtype=_torch_int16()).numpy().view(DType.BF16.numpy)
-        return value.numpy()
+    if is_torch(value):
+        return torch_to_numpy(value)
     try:
         return np.asarray(value)
     except Exception as exc:
         raise InputError(f"input {name!r}: cannot convert {type(value).__name__} to an array: {exc}") from None
-
-
-def _torch_int16():
-    import torch
-
-    return torch.int16
 
 
 def bind_inputs(inputs: list[Node], feeds: dict, convert: bool = True) -> tuple[dict[str, np.ndarray], dict[str, int]]:

@@ -20,7 +20,6 @@ import itertools
 import numpy as np
 
 from luminal.errors import LuminalError
-from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Expr, Op
 from luminal.runtime.numpy_runtime import BINARY_FNS, UNARY_FNS, _shape, check_divisor, compact, impl
 
@@ -122,22 +121,6 @@ def _matmul(node, b, x, y):
 _DECIDING = {Op.LESS_THAN, Op.MOD}
 
 
-def _rounded(value: np.ndarray, dtype: DType) -> np.ndarray:
-    return value.astype(dtype.numpy, copy=False)
-
-
-def evaluate(expr: Expr, inputs: list[np.ndarray]) -> np.ndarray:
-    """The value of a FusedElementwise expression; floats kept in the working precision
-    (`_work`: float64 by default) between ops.
-
-    Broadcast inputs are read compacted (`compact`) and lifted once each; every op then
-    writes into a temporary this evaluation made, when one of its operands is such a temporary
-    of the result's shape and dtype: the same values as fresh arrays, with far fewer passes
-    over memory and allocations."""
-    wide: dict[int, np.ndarray] = {}
-    return _eval(expr, inputs, wide, _work())[0]
-
-
 def _eval(e: Expr, inputs: list[np.ndarray], wide: dict, work: np.dtype) -> tuple[np.ndarray, bool]:
     """(value, owned): owned values are temporaries nothing else refers to (ufuncs return
     NumPy scalars for 0-d operands: those are never written into). Floats are computed in
@@ -152,11 +135,11 @@ def _eval(e: Expr, inputs: list[np.ndarray], wide: dict, work: np.dtype) -> tupl
     if op is Op.CAST:
         child = _eval(e.src[0], inputs, wide, work)[0]
         if not dtype.is_float:
-            child = _rounded(child, e.src[0].dtype)
+            child = child.astype(e.src[0].dtype.numpy, copy=False)
         return _lift(child.astype(dtype.numpy), work), True
     args = [_eval(c, inputs, wide, work) for c in e.src]
     if op in _DECIDING:
-        args = [(r, r is not v or own) for (v, own), c in zip(args, e.src) for r in [_rounded(v, c.dtype)]]
+        args = [(r, r is not v or own) for (v, own), c in zip(args, e.src) for r in [v.astype(c.dtype.numpy, copy=False)]]
     if op in UNARY_FNS:
         v, own = args[0]
         return UNARY_FNS[op](v, v if own and isinstance(v, np.ndarray) and v.dtype.kind == "f" else None), True
@@ -178,10 +161,15 @@ def _eval(e: Expr, inputs: list[np.ndarray], wide: dict, work: np.dtype) -> tupl
 
 @impl(Op.FUSED_ELEMENTWISE)
 def _fused_elementwise(node, b, *inputs):
+    """The expression over each chunk; floats kept in the working precision (`_work`: float64
+    by default) between ops and rounded once. Broadcast inputs are read compacted (`compact`)
+    and lifted once each; every op then writes into a temporary this evaluation made, when one
+    of its operands is such a temporary of the result's shape and dtype: the same values as
+    fresh arrays, with far fewer passes over memory and allocations."""
     shape = _shape(node, b)
     out = np.empty(shape, node.dtype.numpy)
     for at in chunks(shape):  # sequential: a thread pool over the pieces measured slower on 2 cores
-        out[at] = evaluate(node.arg, [x[at] for x in inputs] if at else list(inputs))  # rounds once
+        out[at] = _eval(node.arg, [x[at] for x in inputs] if at else list(inputs), {}, _work())[0]
     return out
 
 

@@ -6,7 +6,7 @@ from importlib.metadata import entry_points
 import numpy as np
 import pytest
 import torch
-from torch_helpers import assert_same
+from torch_helpers import assert_same, runs_on_luminal
 
 import luminal
 from luminal.frontends.torch import dynamo
@@ -86,12 +86,13 @@ def test_weight_update_is_seen():
     model = Small()
     x = torch.randn(2, 8)
     with torch.no_grad():
-        fast = torch.compile(model, backend="luminal")
-        fast(x)
-        model.lin.weight.mul_(2)
-        assert_same(fast(x)["y"], model(x)["y"])
-        model.lin.weight.data = torch.randn(8, 8)
-        assert_same(fast(x)["y"], model(x)["y"])
+        fast = torch.compile(model, backend="luminal", options={"strict": True})  # no eager fallback
+        with runs_on_luminal(3):
+            fast(x)
+            model.lin.weight.mul_(2)
+            assert_same(fast(x)["y"], model(x)["y"])
+            model.lin.weight.data = torch.randn(8, 8)
+            assert_same(fast(x)["y"], model(x)["y"])
 
 
 def test_dynamo_graph_module_not_mutated():
@@ -105,7 +106,7 @@ def test_dynamo_graph_module_not_mutated():
 
     torch._dynamo.reset()
     x = torch.randn(2, 8)
-    with torch.no_grad():
+    with torch.no_grad(), runs_on_luminal():
         out = torch.compile(Small(), backend=spy)(x)
     for gm, code in seen:
         assert gm.code == code
@@ -116,7 +117,7 @@ def test_dynamic_shapes_one_graph():
     torch._dynamo.reset()
     model = Small()
     before = luminal.stats()["graphs_compiled"]
-    with torch.no_grad():
+    with torch.no_grad(), runs_on_luminal(4):
         fast = torch.compile(model, backend="luminal", dynamic=True)
         for n in (2, 5, 7, 3):
             x = torch.randn(n, 8)
@@ -154,12 +155,16 @@ def test_grad_mode_forward_runs_on_luminal():
     """With grad enabled, luminal runs the forward and eager autograd the backward."""
     torch._dynamo.reset()
     model = Small()
-    x = torch.randn(2, 8)
-    out = torch.compile(model, backend="luminal")(x)["y"]
-    out.sum().backward()
-    ref = Small()
-    ref(x)["y"].sum().backward()
+    x = torch.randn(2, 8, requires_grad=True)
+    with runs_on_luminal():
+        out = torch.compile(model, backend="luminal", options={"strict": True})(x)["y"]
+    assert out.grad_fn is not None
+    (out.sin() + x).sum().backward()
+    ref, xr = Small(), x.detach().clone().requires_grad_()
+    (ref(xr)["y"].sin() + xr).sum().backward()
     torch.testing.assert_close(model.lin.weight.grad, ref.lin.weight.grad)
+    torch.testing.assert_close(model.lin.bias.grad, ref.lin.bias.grad)
+    torch.testing.assert_close(x.grad, xr.grad)
 
 
 def test_input_mutation_written_back():
@@ -175,8 +180,10 @@ def test_input_mutation_written_back():
     torch.testing.assert_close(out, 2 * x)
     torch._dynamo.reset()
     acc2 = torch.zeros(4)
-    out = torch.compile(AddInPlace(), backend="luminal")(x, acc2)
+    with runs_on_luminal():
+        out = torch.compile(AddInPlace(), backend="luminal", options={"strict": True})(x, acc2)
     torch.testing.assert_close(acc2, x)
+    torch.testing.assert_close(out, 2 * x)
 
 
 def _compiled_graphs():
@@ -202,7 +209,9 @@ def test_cuda_emulator_device():
     with torch.no_grad():
         want = model(x)
         assert_same(luminal.compile(model, (x,), device="cuda-emulator")(x), want)
-        assert_same(torch.compile(model, backend="luminal", options={"device": "cuda-emulator"})(x), want)
+        with runs_on_luminal():
+            fast = torch.compile(model, backend="luminal", options={"device": "cuda-emulator", "strict": True})
+            assert_same(fast(x), want)
 
 
 def test_dynamic_python_int_argument():
@@ -216,6 +225,7 @@ def test_dynamic_python_int_argument():
     model, x = Scale(), torch.randn(4)
     fast = torch.compile(model, backend="luminal", options={"strict": True})
     before = luminal.stats()["graphs_compiled"]
-    for n in (3, 4, 5, 9):
-        assert_same(fast(x, n), model(x, n))
+    with runs_on_luminal(4):
+        for n in (3, 4, 5, 9):
+            assert_same(fast(x, n), model(x, n))
     assert luminal.stats()["graphs_compiled"] - before <= 2  # static n=3, then one dynamic graph

@@ -1,5 +1,7 @@
 """Comparing luminal's outputs with eager's: same structure, dtypes, and values (f32 1e-5)."""
 
+import contextlib
+
 import torch
 from torch.utils import _pytree as pytree
 
@@ -31,3 +33,25 @@ def assert_same(got, want, atol=ATOL, rtol=RTOL):
             torch.testing.assert_close(g, w, atol=atol, rtol=rtol, equal_nan=True)
         else:
             assert torch.equal(g, w), f"leaf {i}: {g} != {w}"
+
+
+@contextlib.contextmanager
+def runs_on_luminal(at_least: int = 1):
+    """Asserts that compiled luminal graphs (not an eager fallback) served `at_least` calls in the
+    block. Counted per call rather than from `luminal.stats()`, which forgets a graph once it is
+    freed (a rebuild after a weight is rebound drops the old graph and its calls)."""
+    from luminal.compiler import CompiledGraph
+
+    served = []
+    original = CompiledGraph.__call__
+
+    def counted(self, *args, **kwargs):
+        served.append(self.name)
+        return original(self, *args, **kwargs)
+
+    CompiledGraph.__call__ = counted
+    try:
+        yield served
+    finally:
+        CompiledGraph.__call__ = original
+    assert len(served) >= at_least, f"luminal served {len(served)} call(s), expected {at_least} (an eager fallback?)"

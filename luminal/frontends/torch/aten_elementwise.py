@@ -350,9 +350,18 @@ def to_copy(cx, x, *args, **kwargs):
 
 
 @aten("clone.default", "alias.default", "detach.default", "lift_fresh_copy.default", "contiguous.default",
-      "alias_copy.default", "detach_copy.default", "lift_fresh.default", "dropout.default",
-      "native_dropout.default", "feature_dropout.default")
+      "alias_copy.default", "detach_copy.default", "lift_fresh.default")
 def identity(cx, x, *args, **kwargs):
+    return x
+
+
+@aten("dropout.default", "native_dropout.default", "feature_dropout.default")
+def dropout(cx, x, p, train=None):
+    """The identity in eval mode (or p=0). In training it is random, and luminal has no RNG: refused,
+    so the torch.compile backend runs that graph eagerly (reported) and `luminal.compile` raises."""
+    if train is not False and p != 0:
+        raise UnsupportedError(f"dropout with p={p} in training mode is random (luminal has no random ops); "
+                               "call model.eval() for inference")
     if cx.node.target.__name__.startswith("native_dropout"):
         return x, cx.full(x.shape, True, DType.BOOL)
     return x

@@ -10,6 +10,7 @@ import operator
 
 from luminal.builder import functional as F
 from luminal.frontends.torch.aten_ops import aten, cast_to
+from luminal.frontends.torch.dims import to_dim
 from luminal.hlir import symbolic as sym
 
 
@@ -85,8 +86,6 @@ def split(cx, x, size, dim=0):
 
 
 def shape_dim(val, dim):
-    from luminal.frontends.torch.fx_import import to_dim
-
     return to_dim(val.shape[dim])
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from luminal.builder import Tensor
 from luminal.errors import UnsupportedError
 from luminal.frontends.torch.aten_ops import aten
-from luminal.frontends.torch.fx_import import shape_of
+from luminal.frontends.torch.dims import shape_of
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import ShapeTracker
@@ -45,6 +45,26 @@ def batch_norm_inference(cx, x, weight, bias, running_mean, running_var, momentu
         out = out.add(_channel(bias, x.ndim))
     empty = [cx.full(shape_of(v), 0, cx.dtype) for v in cx.val[1:]]
     return (out, *empty)
+
+
+@aten("_native_batch_norm_legit_functional.default")
+def batch_norm_training(cx, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Batch norm in training mode: batch statistics; the running ones come back updated
+    (torch's momentum, unbiased variance) and torch.export writes them to the buffers."""
+    if not training:
+        out = batch_norm_inference(cx, x, weight, bias, running_mean, running_var, momentum, eps)
+        return (*out[:3], running_mean, running_var)
+    axes = [0, *range(2, x.ndim)]
+    mean, var = x.mean(axes), x.var(axes, correction=0)
+    rstd = var.add(eps).rsqrt()
+    out = x.sub(_channel(mean, x.ndim)).mul(_channel(rstd, x.ndim))
+    if weight is not None:
+        out = out.mul(_channel(weight, x.ndim))
+    if bias is not None:
+        out = out.add(_channel(bias, x.ndim))
+    new_mean = running_mean.mul(1 - momentum).add(mean.mul(momentum))
+    new_var = running_var.mul(1 - momentum).add(x.var(axes, correction=1).mul(momentum))
+    return out, mean, rstd, new_mean, new_var
 
 
 @aten("native_group_norm.default")

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from luminal.builder import Graph, Tensor
+from luminal.frontends.torch.dims import conform
 from luminal.hlir.dtypes import DType
 
 ATEN: dict[Any, Any] = {}  # "add.Tensor" or a Python callable (operator.getitem) -> fn
@@ -79,12 +80,7 @@ class Ctx:
 
     def conform(self, t: Tensor, shape) -> Tensor:
         """`t` under torch's spelling of its dims (`1` for luminal's `Min(1, s0)`), checked."""
-        from luminal.frontends.torch.fx_import import conform
-
         return conform(t, tuple(shape), self.hints or {})
-
-    def scalar(self, value, dtype) -> Tensor:
-        return self.g.scalar(value, dtype)
 
     def full(self, shape, value, dtype) -> Tensor:
         return self.g.scalar(fit_scalar(value, dtype), dtype).expand(tuple(shape))

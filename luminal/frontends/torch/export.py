@@ -6,18 +6,29 @@
 
 Parameters, buffers and lifted constants become luminal constants that share memory with the
 model (no copy). Inputs the model mutates are written back after each call, buffers too.
+
+What torch.export fixed is checked at every call, as the exported module's guards do: each
+non-tensor argument must equal the value compiled for (`InputError` otherwise) and each dynamic
+dim stay in its range. torch.export's semantics also hold for the weights: in-place updates are
+seen, a rebound `m.weight = nn.Parameter(...)` or `m.double()` is not (a warning says so).
+A model in training mode is compiled as it runs in training mode (a warning says so where that
+updates buffers, as batch norm does); random ops, such as dropout with p > 0, are refused. Under grad mode the outputs are differentiable (`backward.py`).
+Data-dependent control flow cannot be exported: `UnsupportedError`, pointing at
+`torch.compile(backend="luminal")`, which graph-breaks around it.
 """
 
 from __future__ import annotations
 
 import inspect
 import time
+import warnings
 
 import torch
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
 from luminal.errors import InputError, UnsupportedError
+from luminal.frontends.torch.backward import differentiable_call, needs_grad
 from luminal.frontends.torch.decompose import decompose_graph
 from luminal.frontends.torch.fx_import import FxImporter
 
@@ -51,6 +62,48 @@ def dynamic_shapes_spec(model, args, kwargs, dynamic):
     if unknown:
         raise InputError(f"dynamic names unknown argument(s) {unknown}; the arguments are {names}")
     return {n: convert(dynamic.get(n), n) for n in names}
+
+
+def dim_labels(model, args, kwargs, dynamic) -> dict[tuple[str, int], str]:
+    """(argument, axis) -> the name the user gave that dynamic dim ("batch", a `Dim`'s name)."""
+    if not isinstance(dynamic, dict):
+        return {}
+    labels = {}
+    for arg, spec in dynamic.items():
+        if isinstance(spec, (list, tuple, set)):
+            spec = {a: f"{arg}.shape[{a}]" for a in spec if isinstance(a, int)}
+        for axis, d in (spec.items() if isinstance(spec, dict) else ()):
+            labels[arg, axis] = d if isinstance(d, str) else getattr(d, "__name__", f"{arg}.shape[{axis}]")
+    return labels
+
+
+def _export(model, args, kwargs, spec):
+    """torch.export, with its data-dependent-control-flow failure as a luminal error."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    try:
+        with torch.no_grad():
+            return torch.export.export(model, args, kwargs, dynamic_shapes=spec)
+    except GuardOnDataDependentSymNode as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise UnsupportedError(
+            f"{type(model).__name__} has data-dependent control flow (a Python branch on a tensor's "
+            f"value), which torch.export cannot trace: {first}\nUse torch.compile(model, backend=\"luminal\") "
+            "instead: it graph-breaks around the branch and runs the rest on luminal (or write the branch "
+            "as torch.where / torch.cond).") from exc
+
+
+def _state_owners(model, ep) -> list[tuple]:
+    """(name, owning dict, key, tensor, data_ptr) of every parameter and buffer the program reads."""
+    modules = dict(model.named_modules())
+    owners = []
+    for name, t in ep.state_dict.items():
+        prefix, _, key = name.rpartition(".")
+        owner = modules.get(prefix)
+        for table in (getattr(owner, "_parameters", None), getattr(owner, "_buffers", None)):
+            if table is not None and table.get(key) is t:
+                owners.append((name, table, key, t, t.data_ptr()))
+    return owners
 
 
 def _auto(v):
@@ -92,32 +145,44 @@ class CompiledModel:
         self.device = device
         phases = {}
         start = time.perf_counter()
+        self._labels = {}
         if isinstance(model, torch.export.ExportedProgram):  # already exported: decompose only
             self.name = name or "exported_program"
             ep = model
+            self._eager = None  # ep.module(), made when a backward first needs it
         else:
             self.name = name or type(model).__name__
             spec = dynamic_shapes_spec(model, example_args, example_kwargs, dynamic)
-            with torch.no_grad():
-                ep = torch.export.export(model, example_args, example_kwargs, dynamic_shapes=spec)
+            self._labels = dim_labels(model, example_args, example_kwargs, dynamic)
+            ep = _export(model, example_args, example_kwargs, spec)
             phases["export"] = time.perf_counter() - start
+            self._eager = model
+        self._owners = _state_owners(model, ep) if self._eager is not None else []
+        self._rebound_warned = False
         start = time.perf_counter()
         ep, gm, how = self._decompose(ep)
         phases["lower"] = time.perf_counter() - start
+        if getattr(model, "training", False) and any(s.kind is OutputKind.BUFFER_MUTATION for s in ep.graph_signature.output_specs):
+            warnings.warn(f"luminal.compile: {self.name} is in training mode, and is compiled as it runs in "
+                          "training mode: it updates buffers (batch norm's running statistics) at every call; "
+                          "call model.eval() first for inference", UserWarning, stacklevel=3)
         self.exported = ep
         self.graph_module = gm
         sig = ep.graph_signature
         state = {**ep.state_dict, **ep.constants}
         mutated_buffers = {s.target for s in sig.output_specs if s.kind is OutputKind.BUFFER_MUTATION}
-        constants, self._buffer_feeds, user = {}, {}, []
+        constants, self._buffer_feeds, user, self._guards, self._buffer_args = {}, {}, [], {}, {}
         for s in sig.input_specs:
             if s.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
                 if s.target in mutated_buffers:
                     self._buffer_feeds[s.arg.name] = state[s.target]
+                    self._buffer_args[s.target] = s.arg.name
                 else:
                     constants[s.arg.name] = state[s.target]
             elif s.kind is InputKind.USER_INPUT:
                 user.append(s.arg.name)
+                if isinstance(s.arg, ConstantArgument):  # an int, float, bool, str, None: baked in
+                    self._guards[s.arg.name] = s.arg.value
             else:
                 raise UnsupportedError(f"torch.export input of kind {s.kind.name} ({s.arg.name})")
         self._user_inputs = user
@@ -130,7 +195,9 @@ class CompiledModel:
         self._imported = importer.build({rename[k]: v for k, v in constants.items()}).compile(device=device, optimize=optimize, name=self.name,
                                                            phases=phases, notes=[f"lowered to core ATen by {how}"])
         self._placeholder_names = names
+        self._rename = rename
         self._outputs = list(sig.output_specs)
+        self._mutates = any(s.kind is not OutputKind.USER_OUTPUT for s in self._outputs)
         self._in_spec, self._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
         self._kw_order = self._in_spec.child(1).context if self._in_spec.num_children == 2 else None
         self.graph = self._imported.g
@@ -159,12 +226,45 @@ class CompiledModel:
         if spec != self._in_spec:
             raise InputError(f"inputs do not match the example the model was compiled with:\n{spec}\nvs\n{self._in_spec}")
         by_name = dict(zip(self._user_inputs, flat))
-        for name, axis, symbol, lo, hi in self._ranges:  # what torch.export assumed while tracing
+        self._check(by_name)
+        params = [t for _, _, _, t, _ in self._owners]
+        if not needs_grad(flat, params):
+            return pytree.tree_unflatten(self._run(by_name), self._out_spec)
+        if self._mutates:
+            raise UnsupportedError(f"{self.name} mutates its state (buffers or inputs): luminal.compile cannot "
+                                   "differentiate it; call it under torch.no_grad(), or use "
+                                   "torch.compile(model, backend=\"luminal\"), whose backward runs eagerly")
+        if self._eager is None:
+            self._eager = self.exported.module()
+        return differentiable_call(lambda: self._run(by_name), self._eager, args, kwargs, params, self._out_spec)
+
+    def _check(self, by_name):
+        """What torch.export assumed while tracing: non-tensor arguments, dim ranges, the weights."""
+        for name, value in self._guards.items():
+            got = by_name[name]
+            if type(got) is not type(value) or got != value:
+                raise InputError(f"argument {name!r} is {got!r}; the model was compiled for {name}={value!r} "
+                                 "(torch.export bakes non-tensor arguments in): compile again for this value")
+        for name, axis, symbol, lo, hi in self._ranges:
             size = by_name[name].shape[axis]
             if not lo <= size <= hi:
-                raise InputError(f"input {name!r} dim {axis} is {size}; the model was compiled for "
-                                 f"{symbol} in [{lo}, {hi}]")
-        by_name.update(self._buffer_feeds)
+                label = self._labels.get((name, axis), symbol)
+                why = (" (torch.export specialises sizes 0 and 1, where a dim broadcasts, so a dynamic dim "
+                       "starts at 2: compile with an example of that size for it)" if size < 2 <= lo else "")
+                raise InputError(f"input {name!r} dim {axis} ({label}) is {size}; the model was compiled for "
+                                 f"{label} in [{lo}, {hi if hi < 2**62 else 'inf'}]{why}")
+        if not self._rebound_warned:
+            rebound = [n for n, table, key, t, ptr in self._owners if table.get(key) is not t or t.data_ptr() != ptr]
+            if rebound:
+                self._rebound_warned = True
+                warnings.warn(f"luminal: {self.name}: {', '.join(rebound[:5])} replaced or converted after "
+                              "luminal.compile; the compiled model keeps the tensors it was compiled with "
+                              "(torch.export's semantics; in-place updates are seen): compile again to use the new ones",
+                              UserWarning, stacklevel=3)
+
+    def _run(self, by_name) -> list:
+        """The flat user outputs for the user inputs `by_name`; mutated buffers and inputs written back."""
+        by_name = {**by_name, **self._buffer_feeds}
         values = [by_name.get(n) for n in self._placeholder_names]
         results = self._imported(values)
         user_out = []
@@ -175,7 +275,7 @@ class CompiledModel:
                 self.exported.state_dict.get(s.target, self.exported.constants.get(s.target)).copy_(value)
             elif s.kind is OutputKind.USER_INPUT_MUTATION:
                 by_name[s.target].copy_(value)
-        return pytree.tree_unflatten(user_out, self._out_spec)
+        return user_out
 
     def report(self):
         return self.compiled.report()
@@ -186,9 +286,14 @@ class CompiledModel:
     def save(self, path, weights: str = "embed", weight_specs: dict | None = None, archs: tuple[str, ...] = ()):
         """Write a `.lum` that `luminal.load(path, device=...)` runs without torch or egglog.
 
-        The archive keeps, as JSON metadata, the user inputs, which graph outputs are user
-        outputs, and the output structure (`treespec_dumps`; restored where torch is importable)."""
+        The archive keeps, as JSON metadata, what `saved.LoadedModel` needs to be called like the
+        model: the user inputs (and their graph input names), the values non-tensor arguments were
+        compiled for, the current value of every buffer the model mutates and which outputs update
+        it, which graph outputs are user outputs, and the output structure (`treespec_dumps`)."""
         from torch.utils._pytree import treespec_dumps
+
+        from luminal.frontends.torch.fx_import import to_numpy
+        from luminal.frontends.torch.saved import FRONTEND, encode_array
 
         try:
             out_spec = treespec_dumps(self._out_spec)
@@ -196,9 +301,19 @@ class CompiledModel:
             out_spec = None
         user = [i for i, s in enumerate(self._outputs) if s.kind is OutputKind.USER_OUTPUT]
         kinds = self._imported.flat_kinds
-        meta = {"frontend": "torch.export", "model": self.name, "user_inputs": self._user_inputs,
+        out_name = {i: self._imported.out_names[kinds[i][1]] for i in range(len(self._outputs)) if kinds[i][0] == "tensor"}
+        state = {s.target: {"input": self._rename[self._buffer_args[s.target]], "output": out_name[i],
+                            "value": encode_array(to_numpy(self._buffer_feeds[self._buffer_args[s.target]]))}
+                 for i, s in enumerate(self._outputs) if s.kind is OutputKind.BUFFER_MUTATION}
+        input_mutations = [[s.target, out_name[i]] for i, s in enumerate(self._outputs)
+                           if s.kind is OutputKind.USER_INPUT_MUTATION]
+        scalars = (int, float, bool, str, type(None))
+        meta = {"frontend": FRONTEND, "model": self.name, "user_inputs": self._user_inputs,
+                "graph_inputs": [self._rename.get(n, n) for n in self._user_inputs],
+                "guards": {k: v for k, v in self._guards.items() if isinstance(v, scalars)},
+                "state": state, "input_mutations": input_mutations,
                 "user_outputs": [["tensor", self._imported.out_names[kinds[i][1]]] if kinds[i][0] == "tensor"
-                                 else ["value", kinds[i][1] if isinstance(kinds[i][1], (int, float, bool, str, type(None))) else None]
+                                 else ["value", kinds[i][1] if isinstance(kinds[i][1], scalars) else None]
                                  if kinds[i][0] == "value" else [kinds[i][0], self._imported.out_names[kinds[i][1]]]
                                  for i in user],
                 "out_spec": out_spec, "mutates_state": len(user) != len(self._outputs)}

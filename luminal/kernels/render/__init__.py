@@ -1,26 +1,23 @@
-"""The CUDA C renderer: one kernel per HLIR op (or fused region), as tables per op kind.
+"""The CUDA C renderer: `GENERATORS` maps each op to its kernel generator (`NO_KERNEL`: ops
+that launch nothing, their consumers read them).
 
     cexpr.py    symbolic dims and literals as C expressions
     cstyle.py   the CUDA dialect (`code_for_op`, types, reads through views) and what every
                 generator shares (signatures, `KernelSpec`, the pointwise skeleton)
-    kernels.py  generators of the primitive ops (elementwise, reduce, gather, scatter)
-    fused.py    generators of the fused ops (pointwise regions, softmax, Kahan sum, matmul)
-
-`GENERATORS` is the one table from op to generator; `NO_KERNEL` are the ops that launch
-nothing (their consumers read them).
+    kernels.py  pointwise ops, reduce, gather, scatter; fused.py  regions, softmax, Kahan sum, matmul
 """
 
 from luminal.errors import UnsupportedError
-from luminal.hlir.ops import BINARY, REDUCE, UNARY, Node, Op
+from luminal.hlir.ops import POINTWISE, REDUCE, Node, Op
 from luminal.kernels.render import fused, kernels
 from luminal.kernels.render.cstyle import KernelSpec
 
 GENERATORS = {
-    **{op: kernels.elementwise for op in UNARY | BINARY | {Op.CAST, Op.IOTA, Op.CONTIGUOUS}},
+    **{op: kernels.elementwise for op in POINTWISE | {Op.IOTA, Op.CONTIGUOUS}},
     **{op: kernels.reduce for op in REDUCE},
     Op.GATHER: kernels.gather,
     Op.SCATTER: kernels.scatter,
-    **{op: fused.fused_elementwise for op in (Op.EXP, Op.SIGMOID, Op.FUSED_ELEMENTWISE)},
+    Op.FUSED_ELEMENTWISE: fused.fused_elementwise,
     Op.SOFTMAX: fused.softmax,
     Op.KAHAN_SUM: fused.kahan_sum,
     Op.MAT_MUL: fused.matmul,

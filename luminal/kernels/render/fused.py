@@ -1,7 +1,7 @@
 """Kernels for the fused ops the egraph layer produces (group FUSED of luminal.hlir.ops).
 
-- Exp, Sigmoid, FusedElementwise: one thread per element, the whole expression in registers,
-  each input read once, one store.
+- FusedElementwise: one thread per element, the whole expression in registers, each input
+  read once, one store (Exp and Sigmoid are elementwise kernels of `code_for_op`).
 - Softmax: one block per row; an online (max, sum) per thread, merged across the block with
   warp shuffles; then one pass writes exp(x - max) / sum.
 - KahanSum: a warp per output; each lane sums with Neumaier compensation, partials merged
@@ -54,13 +54,9 @@ def _expression(e: Expr, node, idx, inputs) -> str:
 
 
 def fused_elementwise(node, name) -> list[KernelSpec]:
-    """Exp, Sigmoid and FusedElementwise: one thread per element, one store."""
-    expr = node.arg
-    if node.op is not Op.FUSED_ELEMENTWISE:  # Exp / Sigmoid: the expression of one op
-        expr = Expr(node.op, node.dtype, (Expr(Op.INPUT, node.src[0].dtype, (), 0),))
-    specs = pointwise(node, name, lambda idx, inputs: _expression(expr, node, idx, inputs))
+    specs = pointwise(node, name, lambda idx, inputs: _expression(node.arg, node, idx, inputs))
     for k in specs:  # casts inside the region need their dtype's header too
-        k.dtypes |= {e.dtype for e in expr.toposort()}
+        k.dtypes |= {e.dtype for e in node.arg.toposort()}
     return specs
 
 

@@ -1,6 +1,6 @@
 """Kernel generators, one per op kind. Each returns the launches that compute one HLIR node.
 
-- elementwise (unary, binary, cast, iota, contiguous copies): one thread per output element;
+- elementwise (pointwise ops, iota, contiguous copies): one thread per output element;
 - reductions: one warp per output element, lanes stride over the axis, then warp shuffles;
 - gather: one thread per output element; an out-of-range index sets the error flag;
 - scatter: a copy of the data, then one thread per update (atomics when reducing).
@@ -13,7 +13,7 @@ from __future__ import annotations
 from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import BINARY, UNARY, Node, Op
+from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import contiguous_strides
 from luminal.kernels.render.cexpr import c_dim, compute_type
 from luminal.kernels.render.cstyle import (
@@ -35,21 +35,16 @@ from luminal.kernels.render.cstyle import (
 
 
 def _elementwise_value(node: Node, idx: list[str], inputs) -> str:
-    t = compute_type(node.dtype)
     if node.op is Op.IOTA:
-        return f"(({t}){idx[0]})"
+        return f"(({compute_type(node.dtype)}){idx[0]})"
+    args = [read(s, idx, pointer_of(s, inputs)) for s in node.src]
     if node.op is Op.CONTIGUOUS:
-        return read(node.src[0], idx, pointer_of(node.src[0], inputs))
+        return args[0]
     if node.op is Op.CAST:
-        src = node.src[0]
-        return cast_value(src.dtype, node.dtype, read(src, idx, pointer_of(src, inputs)))
-    if node.op in UNARY:
-        return code_for_op[node.op](t, read(node.src[0], idx, pointer_of(node.src[0], inputs)))
-    if node.op in BINARY:
-        a, b = (read(s, idx, pointer_of(s, inputs)) for s in node.src)
-        operand_t = compute_type(node.src[0].dtype)
-        return code_for_op[node.op](operand_t, a, b)
-    raise UnsupportedError(f"no CUDA kernel for op {node.op.title}")
+        return cast_value(node.src[0].dtype, node.dtype, args[0])
+    if node.op not in code_for_op:
+        raise UnsupportedError(f"no CUDA kernel for op {node.op.title}")
+    return code_for_op[node.op](compute_type(node.src[0].dtype), *args)
 
 
 def elementwise(node: Node, name: str) -> list[KernelSpec]:

@@ -1,0 +1,225 @@
+"""torch semantics both entry points keep (issue 15): autograd, training mode, guards on
+non-tensor arguments, mutated 0-d state, data-dependent control flow, rebound weights, and a
+saved model that mutates a buffer called like the model after `luminal.load`."""
+
+import warnings
+
+import pytest
+import torch
+from torch_helpers import assert_same, runs_on_luminal
+
+import luminal
+
+
+class Counter(torch.nn.Module):
+    """A 0-d buffer updated in place at every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.tensor(0))
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.count += 1
+        return self.lin(x) * self.count
+
+
+def _inputs(*shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+
+
+# --- autograd --------------------------------------------------------------------------------
+def test_luminal_compile_backward_matches_eager():
+    """luminal runs the forward; the output joins the autograd graph (gradients for inputs and
+    parameters are eager torch's), where it used to be cut from it without an error."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 4))
+    x = _inputs(3, 4).requires_grad_()
+    cm = luminal.compile(model, (x,))
+    with runs_on_luminal():
+        out = cm(x)
+    assert out.grad_fn is not None
+    (out + x).pow(2).sum().backward()
+    got_x, got_w = x.grad.clone(), model[0].weight.grad.clone()
+    x.grad = None
+    model.zero_grad()
+    (model(x) + x).pow(2).sum().backward()
+    torch.testing.assert_close(got_x, x.grad)
+    torch.testing.assert_close(got_w, model[0].weight.grad)
+    with torch.no_grad():  # no grad wanted: a plain call
+        assert cm(x).grad_fn is None
+
+
+def test_luminal_compile_refuses_backward_through_mutated_state():
+    model, x = Counter(), _inputs(2, 4)
+    cm = luminal.compile(model, (x,))
+    with pytest.raises(luminal.UnsupportedError, match="mutates its state"):
+        cm(x.requires_grad_())
+
+
+# --- training mode ---------------------------------------------------------------------------
+def test_dropout_in_training_runs_eagerly_under_torch_compile():
+    """Dropout is random in training mode: that graph runs eagerly (reported), and does drop."""
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.5)).train()
+    x = _inputs(16, 64)
+    with torch.no_grad(), pytest.warns(UserWarning, match="dropout with p=0.5 in training mode"):
+        out = torch.compile(model, backend="luminal")(x)
+    assert (out == 0).float().mean() > 0.3
+    torch._dynamo.reset()
+    with torch.no_grad(), pytest.raises(Exception, match="dropout with p=0.5 in training mode"):
+        torch.compile(model, backend="luminal", options={"strict": True})(x)
+    torch._dynamo.reset()
+    model.eval()  # identity: luminal runs it
+    with torch.no_grad(), runs_on_luminal():
+        assert_same(torch.compile(model, backend="luminal", options={"strict": True})(x), model(x))
+
+
+def test_luminal_compile_training_mode():
+    """Dropout in training mode is refused; batch norm's training mode is compiled, with a warning."""
+    drop = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1)).train()
+    with pytest.raises(luminal.UnsupportedError, match=r"training mode .*model\.eval\(\)"):
+        luminal.compile(drop, (_inputs(2, 4),))
+    assert_same(luminal.compile(drop.eval(), (_inputs(2, 4),))(_inputs(2, 4)), drop(_inputs(2, 4)))
+    bn = torch.nn.BatchNorm1d(4).train()
+    x = _inputs(8, 4)
+    with pytest.warns(UserWarning, match="training mode"):
+        cm = luminal.compile(bn, (x,))
+    ref = torch.nn.BatchNorm1d(4).train()
+    with torch.no_grad():
+        assert_same(cm(x), ref(x))  # batch statistics
+    torch.testing.assert_close(bn.running_mean, ref.running_mean)
+
+
+# --- guards ----------------------------------------------------------------------------------
+def test_non_tensor_arguments_are_guarded():
+    class Scale(torch.nn.Module):
+        def forward(self, x, k: int, mode: str = "mul"):
+            return x * k if mode == "mul" else x + k
+
+    x = _inputs(3)
+    cm = luminal.compile(Scale(), (x, 2), {"mode": "add"})
+    assert_same(cm(x, 2, mode="add"), x + 2)
+    with pytest.raises(luminal.InputError, match=r"argument 'k' is 3; the model was compiled for k=2"):
+        cm(x, 3, mode="add")
+    with pytest.raises(luminal.InputError, match="mode"):
+        cm(x, 2, mode="mul")
+    with pytest.raises(luminal.InputError, match="compiled for k=2"):
+        cm(x, 2.0, mode="add")  # torch.export compared to the int 2
+
+
+# --- state -----------------------------------------------------------------------------------
+def test_mutated_0d_buffer_under_torch_compile():
+    """`self.count += 1` on a 0-d buffer: it stays 0-d, is updated each call, and is never frozen
+    into a constant (the second call sees the first one's update)."""
+    torch._dynamo.reset()
+    model, ref, x = Counter(), Counter(), _inputs(2, 4)
+    ref.load_state_dict(model.state_dict())
+    fast = torch.compile(model, backend="luminal", options={"strict": True})
+    with torch.no_grad(), runs_on_luminal(3):
+        for _ in range(3):
+            assert_same(fast(x), ref(x))
+    assert model.count.shape == () and int(model.count) == 3
+    cm = luminal.compile(model, (x,))
+    with torch.no_grad():
+        assert_same(cm(x), ref(x))
+    assert model.count.shape == () and int(model.count) == 4
+
+
+def test_0d_outputs_keep_their_shape():
+    class Stats(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("offset", torch.tensor(1.5))
+
+        def forward(self, x):
+            return x.sum(), self.offset + 1, x * self.offset
+
+    model, x = Stats(), _inputs(3)
+    torch._dynamo.reset()
+    with torch.no_grad(), runs_on_luminal():
+        assert_same(torch.compile(model, backend="luminal", options={"strict": True})(x), model(x))
+    assert_same(luminal.compile(model, (x,))(x), model(x))
+
+
+# --- what torch.export cannot do -------------------------------------------------------------
+def test_data_dependent_control_flow_is_a_named_error():
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            return x + 1 if x.sum() > 0 else x - 1
+
+    x = _inputs(4)
+    with pytest.raises(luminal.UnsupportedError, match=r"(?s)data-dependent control flow.*backend=\"luminal\""):
+        luminal.compile(Branchy(), (x,))
+    torch._dynamo.reset()
+    with torch.no_grad():  # Dynamo graph-breaks at the branch: both pieces still run
+        assert_same(torch.compile(Branchy(), backend="luminal")(x), Branchy()(x))
+
+
+def test_dynamic_dim_of_size_one_names_the_users_dim():
+    model = torch.nn.Linear(4, 4)
+    cm = luminal.compile(model, (_inputs(3, 4),), dynamic={"input": {0: "batch"}})
+    with pytest.raises(luminal.InputError, match=r"\(batch\) is 1; .*batch in \[2, inf\].*specialises sizes 0 and 1"):
+        cm(_inputs(1, 4))
+    assert_same(cm(_inputs(5, 4)), model(_inputs(5, 4)))
+
+
+# --- weights rebound after compiling ---------------------------------------------------------
+@pytest.mark.parametrize("change", ["rebind", "double"])
+def test_rebound_weights_warn(change):
+    """torch.export's semantics: the compiled model keeps the tensors it was compiled with; a
+    rebound parameter or a dtype conversion is detected at call time and reported once."""
+    model, x = torch.nn.Linear(4, 4), _inputs(2, 4)
+    with torch.no_grad():
+        cm = luminal.compile(model, (x,))
+        want = model(x)
+        model.weight.mul_(2)  # in place: seen, silently
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert_same(cm(x), model(x))
+        want = model(x)
+        if change == "rebind":
+            model.weight = torch.nn.Parameter(torch.randn(4, 4))
+        else:
+            model.double()
+        with pytest.warns(UserWarning, match=r"weight.* replaced or converted after luminal.compile"):
+            assert_same(cm(x), want)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            cm(x)  # once
+
+
+# --- saved models ----------------------------------------------------------------------------
+def test_saved_model_with_mutated_buffer_keeps_its_signature(tmp_path):
+    """luminal.load restores the call signature: the mutated buffer is state, not an argument."""
+    model, ref, x = Counter(), Counter(), _inputs(2, 4)
+    ref.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        cm = luminal.compile(model, (x,))
+        assert_same(cm(x), ref(x))
+        path = cm.save(tmp_path / "counter.lum")
+        loaded = luminal.load(path)
+        for _ in range(2):  # the saved count (1), then the loaded model's own updates
+            assert_same(loaded(x), ref(x))
+        assert_same(loaded(x=x), ref(x))
+    assert int(loaded.state["count"]) == 4 and int(model.count) == 1  # the loaded copy has its own state
+    with pytest.raises(luminal.InputError, match=r"missing argument\(s\) \['x'\]"):
+        loaded()
+    raw = loaded({"x": x.numpy(), "b_count": torch.tensor(7).numpy()})  # the graph's own convention
+    assert len(raw) == len(loaded.output_names)
+
+
+def test_saved_model_structure_and_guards(tmp_path):
+    class Two(torch.nn.Module):
+        def forward(self, x, k: int, acc):
+            acc.add_(x)
+            return {"y": x * k, "n": x.shape[0]}
+
+    x = _inputs(3)
+    cm = luminal.compile(Two(), (x, 2, torch.zeros(3)))
+    loaded = luminal.load(cm.save(tmp_path / "two.lum"))
+    acc = torch.zeros(3)
+    assert_same(loaded(x, 2, acc), {"y": x * 2, "n": 3})
+    torch.testing.assert_close(acc, x)  # the input mutation is written back
+    with pytest.raises(luminal.InputError, match="compiled for k=2"):
+        loaded(x, 3, acc)
