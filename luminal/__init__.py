@@ -4,6 +4,7 @@ from luminal.builder import Graph, Tensor
 from luminal.builder.functional import arange, chunk, concat, full, split, stack, where
 from luminal.compiler import CompiledGraph, Report, compile_graph, stats
 from luminal.errors import (
+    DeviceError,
     DTypeError,
     IndexOutOfRange,
     InputError,
@@ -38,7 +39,7 @@ def __getattr__(name):
 __version__ = "0.1.0"
 
 __all__ = [
-    "CompiledGraph", "DType", "DTypeError", "Report", "compile_graph", "stats", "Graph", "IndexOutOfRange", "InputError", "LuminalError", "Op",
+    "CompiledGraph", "DType", "DeviceError", "DTypeError", "Report", "compile_graph", "stats", "Graph", "IndexOutOfRange", "InputError", "LuminalError", "Op",
     "ShapeError", "Tensor", "UnknownOpError", "UnsupportedError", "arange", "bf16", "bool_",
     "cat", "chunk", "concat", "f16", "f32", "f64", "full", "int32", "int64", "split", "stack",
     "where", "get_precision", "set_precision",

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import collections
 import os
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from luminal import devices
 from luminal.errors import InputError, LuminalError
 from luminal.hlir.ops import Node, Op, toposort
-
-DEVICES = ("cpu", "cuda", "cuda-emulator")
 
 
 @dataclass
@@ -58,17 +59,48 @@ def op_counts(outputs: list[Node]) -> dict[str, int]:
     return dict(collections.Counter(n.op.title for n in toposort(outputs)).most_common())
 
 
+class CompiledLog:
+    """The graphs compiled in this process, held weakly: a compiled model its user dropped is
+    freed (with its weights) and leaves the log. `len()` counts every graph ever compiled; an
+    index or slice selects by compile order and yields the graphs still alive."""
+
+    def __init__(self):
+        self.total = 0
+        self._live: dict[int, weakref.ref] = {}  # compile number -> graph
+        self._lock = threading.Lock()
+
+    def append(self, graph: CompiledGraph) -> None:
+        live = self._live
+        with self._lock:
+            number, self.total = self.total, self.total + 1
+            live[number] = weakref.ref(graph, lambda _ref: live.pop(number, None))
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __iter__(self):
+        return iter(self[:])
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            graphs = (self._live.get(i) for i in range(self.total)[key])
+            return [g for g in (r() if r is not None else None for r in graphs) if g is not None]
+        ref = self._live.get(range(self.total)[key])
+        return None if ref is None else ref()
+
+
 class _Stats:
     """Process-wide counters behind `luminal.stats()`."""
 
     def __init__(self):
-        self.compiled: list[CompiledGraph] = []
+        self.compiled = CompiledLog()
 
     def snapshot(self) -> dict:
+        live = self.compiled[:]
         return {
             "graphs_compiled": len(self.compiled),
-            "calls": [g.calls for g in self.compiled],
-            "graphs": [{"name": g.name, "calls": g.calls} for g in self.compiled],
+            "calls": [g.calls for g in live],
+            "graphs": [{"name": g.name, "calls": g.calls} for g in live],
         }
 
 
@@ -76,7 +108,7 @@ STATS = _Stats()
 
 
 def stats() -> dict:
-    """How many graphs luminal compiled in this process and how many calls each served."""
+    """How many graphs luminal compiled in this process; the calls each one still alive served."""
     return STATS.snapshot()
 
 
@@ -84,7 +116,8 @@ class CompiledGraph:
     """An optimized graph bound to a runtime. Call it with {input name: array} or positionally."""
 
     def __init__(self, inputs: list[Node], outputs: list[Node], output_names: list[str], runtime, report: Report,
-                 unused_inputs: tuple[str, ...] = ()):
+                 unused_inputs: tuple[str, ...] = (), *, device: str = "cpu", frontend_meta: dict | None = None,
+                 weight_mode: str = "embed"):
         self.inputs = inputs
         self.unused_inputs = set(unused_inputs)  # declared but not needed: accepted and ignored
         self.outputs = outputs
@@ -92,7 +125,11 @@ class CompiledGraph:
         self.runtime = runtime
         self._report = report
         self.name = report.name
+        self.device = devices.get(device)  # the registry entry the runtime came from
+        self.frontend_meta = dict(frontend_meta or {})  # a loaded model's frontend metadata (saving.load)
+        self.weight_mode = weight_mode  # "embed", or "seeded" for a model loaded with seeded weights
         self.calls = 0
+        self._calls_lock = threading.Lock()
 
     @property
     def input_names(self) -> list[str]:
@@ -106,7 +143,8 @@ class CompiledGraph:
                 raise InputError(f"{len(args)} positional inputs given, the graph takes {len(self.inputs)}: {self.input_names}")
             feeds = dict(zip(self.input_names, args), **kwargs)
         feeds = {k: v for k, v in feeds.items() if k not in self.unused_inputs}
-        self.calls += 1
+        with self._calls_lock:
+            self.calls += 1
         return self.runtime(feeds)
 
     def report(self) -> Report:
@@ -143,27 +181,9 @@ class CompiledGraph:
         return save_compiled(self, path, meta, weights, weight_specs, archs)
 
     def cuda_source(self) -> str:
-        from luminal import kernels
+        from luminal.kernels import render_graph
 
-        render = getattr(kernels, "render_graph", None)
-        if render is None:
-            raise LuminalError("the CUDA renderer is not available in this build")
-        return render(self.outputs)
-
-
-def make_runtime(outputs: list[Node], device: str):
-    if device == "cpu":
-        from luminal.runtime import NumpyRuntime
-
-        return NumpyRuntime(outputs)
-    if device not in DEVICES:
-        raise LuminalError(f"unknown device {device!r}; choose one of {DEVICES}")
-    from luminal import kernels
-
-    factory = getattr(kernels, "make_runtime", None)
-    if factory is None:
-        raise LuminalError(f"device {device!r} is not available in this build")
-    return factory(outputs, device)
+        return render_graph(self.outputs)
 
 
 def optimize_enabled(optimize: bool | None) -> bool:
@@ -179,34 +199,30 @@ def compile_outputs(
     """Run the passes on `outputs` (HLIR nodes) and bind the result to a runtime."""
     from luminal.debug import Progress, emit
 
+    entry = devices.require(device)  # a configuration error, before any work
     report = report or Report(name=name)
     report.ops_before = op_counts(outputs)
     optimized = list(outputs)
     progress = Progress(name, 2)
     if optimize_enabled(optimize):
         t0 = time.perf_counter()
-        try:
-            from luminal import egraph
-        except ImportError:
-            egraph = None
-        if egraph is not None and hasattr(egraph, "optimize"):
-            optimized = egraph.optimize(optimized, report)
-        else:
-            report.notes.append("rewriting skipped: luminal.egraph is not available")
+        from luminal import egraph
+
+        optimized = egraph.optimize(optimized, report)
         if "saturate" not in report.phases:  # luminal.egraph reports its own sub-phases
             report.phases.setdefault("optimize", time.perf_counter() - t0)
     progress.step("optimize")
     report.ops_after = op_counts(optimized)
     t0 = time.perf_counter()
-    runtime = make_runtime(optimized, device)
-    report.phases["plan" if device == "cpu" else "codegen"] = time.perf_counter() - t0
+    runtime = entry.runtime(optimized)
+    report.phases[entry.phase] = time.perf_counter() - t0
     progress.step("runtime")
     progress.close()
     used = {id(n) for n in toposort(optimized) if n.op is Op.INPUT}
     kept_inputs = [n for n in inputs if id(n) in used]
     unused = tuple(n.arg for n in inputs if id(n) not in used)
     names = output_names or [f"out{i}" for i in range(len(outputs))]
-    compiled = CompiledGraph(kept_inputs, optimized, names, runtime, report, unused)
+    compiled = CompiledGraph(kept_inputs, optimized, names, runtime, report, unused, device=device)
     STATS.compiled.append(compiled)
     emit(compiled)
     return compiled
@@ -214,6 +230,7 @@ def compile_outputs(
 
 def compile_graph(graph, *, device: str = "cpu", optimize: bool | None = None) -> CompiledGraph:
     """Compile a builder `Graph`."""
+    devices.require(device)
     if not graph.outputs:
         raise LuminalError("the graph has no outputs; call g.output(tensor) first")
     names = [n for n, _ in graph.outputs]

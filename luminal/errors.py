@@ -34,3 +34,7 @@ class IndexOutOfRange(LuminalError, IndexError):
 
 class DivisionByZero(LuminalError, ZeroDivisionError):
     """An integer division or remainder by zero at run time (torch raises too; floats give inf/NaN)."""
+
+
+class DeviceError(LuminalError, ValueError):
+    """An unknown device, or one this machine cannot run: says what is missing and how to get it."""

@@ -26,6 +26,8 @@ def make(spec, rng):
         return v * rng.choice([-1, 1], shape)
     if kind == "b":
         return rng.random(shape) < 0.5
+    if kind == "edge":  # NaN, ±inf, -0.0 in a pattern over the rows of the last axis
+        return _edge_rows(rng.standard_normal(shape).astype(np.float32))
     if kind.startswith("perm"):  # distinct indices along the last axis (scatter without races)
         n = int(kind[4:])
         rows = [rng.permutation(n)[: shape[-1]] for _ in range(int(np.prod(shape[:-1])))]
@@ -35,7 +37,27 @@ def make(spec, rng):
     raise ValueError(kind)
 
 
-F, P = "f", "pos"
+def _edge_rows(x):
+    """Row r (of the last axis) gets: 0 a NaN, 1 a +inf, 2 all -inf, 3 a -inf and signed
+    zeros, 4 +inf and -inf, 5 nothing; the column of the special value moves with r."""
+    rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+    n = rows.shape[1]
+    for r, row in enumerate(rows if n else []):
+        j = r % n
+        if r % 6 == 0:
+            row[j] = np.nan
+        elif r % 6 == 1:
+            row[j] = np.inf
+        elif r % 6 == 2:
+            row[:] = -np.inf
+        elif r % 6 == 3:
+            row[::2], row[1::3], row[j] = -0.0, 0.0, -np.inf
+        elif r % 6 == 4:
+            row[j], row[(j + 1) % n] = np.inf, -np.inf
+    return x
+
+
+F, P, E = "f", "pos", "edge"
 CASES = [
     ("add", [((3, 5), F), ((5,), F)], lambda a, b: a + b, lambda a, b: a + b),
     ("sub", [((3, 5), F), ((3, 1), F)], lambda a, b: a - b, lambda a, b: a - b),
@@ -159,6 +181,41 @@ CASES = [
     ("sort_idx_ties", [((3, 8), "i")], lambda a: a.sort(-1, descending=True)[1],
      lambda a: a.sort(dim=-1, descending=True, stable=True)[1]),
     ("cast_f16_roundtrip", [((3, 4), F)], lambda a: a.cast(lm.f16).cast(lm.f32), lambda a: a.half().float()),
+    # NaN, ±inf and -0.0 (the `edge` rows above) through the ops whose kernels treat them specially
+    ("edge_softmax", [((12, 40), E)], lambda a: a.softmax(-1), lambda a: a.softmax(-1)),
+    ("edge_softmax_axis0", [((7, 6), E)], lambda a: a.softmax(0), lambda a: a.softmax(0)),
+    ("edge_log_softmax", [((6, 9), E)], lambda a: a.log_softmax(-1), lambda a: a.log_softmax(-1)),
+    ("edge_logsumexp", [((6, 9), E)], lambda a: a.logsumexp(-1), lambda a: a.logsumexp(-1)),
+    ("edge_sum", [((12, 40), E)], lambda a: a.sum(-1), lambda a: a.sum(-1)),
+    ("edge_mean", [((6, 9), E)], lambda a: a.mean(0), lambda a: a.mean(0)),
+    ("edge_cumsum", [((6, 5), E)], lambda a: a.cumsum(1), lambda a: a.cumsum(1)),
+    ("edge_max", [((12, 40), E)], lambda a: a.max(-1), lambda a: a.amax(-1)),
+    ("edge_min", [((6, 9), E)], lambda a: a.min(0), lambda a: a.amin(0)),
+    ("edge_argmax", [((6, 9), E)], lambda a: a.argmax(-1), lambda a: a.argmax(-1)),
+    ("edge_argmin", [((6, 9), E)], lambda a: a.argmin(-1), lambda a: a.argmin(-1)),
+    ("edge_sort", [((6, 9), E)], lambda a: a.sort(-1)[0], lambda a: a.sort(dim=-1, stable=True)[0]),
+    ("edge_sort_desc_idx", [((6, 9), E)], lambda a: a.sort(-1, descending=True)[1],
+     lambda a: a.sort(dim=-1, descending=True, stable=True)[1]),
+    ("edge_topk", [((6, 9), E)], lambda a: a.topk(3, -1)[0], lambda a: a.topk(3, -1)[0]),
+    ("edge_topk_smallest", [((6, 9), E)], lambda a: a.topk(3, -1, largest=False)[0],
+     lambda a: a.topk(3, -1, largest=False)[0]),
+    ("edge_clamp", [((6, 5), E)], lambda a: a.clamp(-0.5, 0.7), lambda a: a.clamp(-0.5, 0.7)),
+    ("edge_relu_abs", [((6, 5), E)], lambda a: a.relu() + a.abs(), lambda a: a.relu() + a.abs()),
+    ("edge_maximum", [((6, 5), E), ((6, 5), F)], lambda a, b: a.maximum(b), torch.maximum),
+    ("edge_minimum", [((6, 5), E), ((6, 5), E)], lambda a, b: a.minimum(b), torch.minimum),
+    ("edge_where", [((6, 5), E), ((6, 5), F)], lambda a, b: lm.where(a > b, a, b), lambda a, b: torch.where(a > b, a, b)),
+    ("edge_compare", [((6, 5), E), ((5,), F)], lambda a, b: (a < b) | a.eq(b) | (a >= b * 2),
+     lambda a, b: (a < b) | a.eq(b) | (a >= b * 2)),
+    ("edge_ne_isnan", [((6, 5), E)], lambda a: a.ne(a).logical_xor(a.isnan()) | a.isinf(),
+     lambda a: a.ne(a).logical_xor(a.isnan()) | a.isinf()),
+    ("edge_fmod", [((6, 5), E), ((6, 5), F)], lambda a, b: a.fmod(b) + b.fmod(a), lambda a, b: a.fmod(b) + b.fmod(a)),
+    ("edge_remainder", [((6, 5), E), ((6, 5), F)], lambda a, b: (a % b) + (b % a), lambda a, b: (a % b) + (b % a)),
+    ("edge_floor_div", [((6, 5), E), ((6, 5), F)], lambda a, b: (a // b) + (b // a), lambda a, b: (a // b) + (b // a)),
+    ("edge_rounding", [((6, 5), E)], lambda a: a.floor() + a.ceil() * 2 + a.round() * 3 + a.trunc() * 4,
+     lambda a: a.floor() + a.ceil() * 2 + a.round() * 3 + a.trunc() * 4),
+    ("edge_unary", [((6, 5), E)], lambda a: a.exp() + a.sigmoid() + a.tanh() + a.sin() + a.sign(),
+     lambda a: a.exp() + a.sigmoid() + a.tanh() + a.sin() + a.sign()),
+    ("edge_matmul", [((6, 5), E), ((5, 3), F)], lambda a, b: a @ b, lambda a, b: a @ b),
     ("permute_contiguous_op", [((2, 3, 4), F)], lambda a: a.permute(2, 0, 1).reshape(4, 6).exp(),
      lambda a: a.permute(2, 0, 1).reshape(4, 6).exp()),
 ]

@@ -12,9 +12,3 @@ def render_graph(outputs) -> str:
 
     return graph_source(outputs)
 
-
-def make_runtime(outputs, device: str):
-    """A runtime for device 'cuda' (CuPy) or 'cuda-emulator' (the CPU emulation harness)."""
-    from luminal.kernels.runtime import KernelRuntime
-
-    return KernelRuntime(outputs, device)

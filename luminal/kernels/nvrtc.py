@@ -10,12 +10,14 @@ Backends: `cuda.bindings.nvrtc` (pip `cuda-bindings` + `nvidia-cuda-nvrtc`), els
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import functools
 import glob
 import hashlib
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -199,13 +201,16 @@ def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
 # -------------------------------------------------------------- the cache ---
 class NVRTCCompiler:
     """NVRTC behind a cache keyed by (sha256 of source, arch, options, NVRTC version), kept in
-    memory and on disk. `compiles`, `memory_hits` and `disk_hits` count what happened."""
+    memory (the last `memory_size` binaries) and on disk. `compiles`, `memory_hits` and
+    `disk_hits` count what happened. Safe to share between threads."""
 
-    def __init__(self, cache_path: Path | None = None, disk_cache: bool = True):
+    def __init__(self, cache_path: Path | None = None, disk_cache: bool = True, memory_size: int = 64):
         self.cache_path = Path(cache_path) if cache_path else None
         self.disk_cache = disk_cache
+        self.memory_size = memory_size
         self.compiles = self.memory_hits = self.disk_hits = 0
-        self._memory: dict[str, CompiledKernelBinary] = {}
+        self._memory: collections.OrderedDict[str, CompiledKernelBinary] = collections.OrderedDict()
+        self._lock = threading.Lock()
 
     def compile(self, source: str, arch: str = "sm_90", options=()) -> CompiledKernelBinary:
         if not re.fullmatch(r"(sm|compute)_\d+[a-z]?", arch):
@@ -214,9 +219,11 @@ class NVRTCCompiler:
         full = (f"-arch={arch}", *DEFAULT_OPTIONS, *options,
                 *(f"-I{d}" for d in cuda_include_dirs()), *(("-Xptxas=-v",) if want_cubin else ()))
         key = hashlib.sha256("\0".join([source, *full, repr(nvrtc_version())]).encode()).hexdigest()[:32]
-        if (hit := self._memory.get(key)) is not None:
-            self.memory_hits += 1
-            return hit
+        with self._lock:
+            if (hit := self._memory.get(key)) is not None:
+                self._memory.move_to_end(key)
+                self.memory_hits += 1
+                return hit
         directory = (self.cache_path or cache_dir("nvrtc")) if self.disk_cache else None
         result = self._load(directory, key, arch)
         if result is None:
@@ -230,7 +237,10 @@ class NVRTCCompiler:
                 write_atomic(directory / f"{key}.bin", binary)
         else:
             self.disk_hits += 1
-        self._memory[key] = result
+        with self._lock:
+            self._memory[key] = result
+            while len(self._memory) > self.memory_size:
+                self._memory.popitem(last=False)
         return result
 
     @staticmethod

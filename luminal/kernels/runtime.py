@@ -19,79 +19,141 @@ Everything that does not need a GPU is device-independent and runs in CI on the 
   torch is imported only when the caller passed torch tensors. A binding's eager call reads the
   inputs in place; a replay copies them device-to-device into the graph's staging buffers and
   hands out copies of its outputs (the next replay overwrites the graph's own).
-- **kernels** — NVRTC through CuPy (cached on disk by CuPy), or, for a saved model that carries
-  a cubin for this GPU's arch (`save(archs=("sm_90",))`), that cubin: nothing is compiled.
+- **kernels** — compiled by `luminal.kernels.nvrtc` (the wrapper CI uses, cached on disk; a
+  compile error is a `CompileError` with the numbered source) and loaded into CuPy as a cubin,
+  or, for a saved model that carries a cubin for this GPU's arch (`save(archs=("sm_90",))`),
+  that cubin: nothing is compiled.
+- **threads** — concurrent calls on one runtime each get their own answer. An eager call has
+  its own arena and outputs; a captured graph's buffers belong to it, so its replays are
+  serialised by the graph's own lock (staging copy, replay, output copies; on CuPy the next
+  replay's stream waits for the previous one's event, no host sync); capture and the graph
+  cache are under the runtime's lock. Streams, the capture tape and the error flag are per thread.
 
-Weights are uploaded once. Gather/scatter kernels set a sticky error flag for an index out of
+Weights are uploaded once per process (`DEVICE_WEIGHTS`, shared by every runtime and
+recompile). Gather/scatter kernels set a sticky error flag (one per thread) for an index out of
 range; it is read after each call that returns host arrays (that call synchronises anyway);
 device-resident calls never synchronise, so their flag is read by `synchronize()` or by the next
-call that returns host arrays.
+call of that thread that returns host arrays.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import os
+import threading
 import warnings
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from luminal.errors import IndexOutOfRange, LuminalError
+from luminal.errors import DeviceError, DivisionByZero, IndexOutOfRange
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.kernels.arena import ArenaLayout, plan_arena
 from luminal.kernels.plan import KernelPlan
 from luminal.runtime.binding import bind_inputs
-from luminal.runtime.torch_arrays import bf16_of_bits, bits_of, numpy_to_torch
 
 GRAPH_CACHE_SIZE = 16  # captured bindings kept (least recently used dropped first)
 
 
+# --- weights: on a device once per process -------------------------------------------------------
+class DeviceWeights:
+    """Weights on a device, uploaded once per process and shared by every runtime and recompile.
+
+    Keyed by the device and the memory a weight's array views (address, shape, strides, dtype):
+    two arrays over the same memory (each Dynamo recompile views the same parameters anew) share
+    one device copy. An entry lives while some array registered under its key is alive — that
+    array keeps the memory from being freed and reused, so a key never names other data — and is
+    dropped when the last one dies (a runtime still holding the device copy keeps it until it
+    goes). Like every upload, it assumes a weight is not changed in place after compiling."""
+
+    def __init__(self):
+        self._entries: dict[tuple, list] = {}  # key -> [device array, registered arrays alive]
+        self._lock = threading.RLock()  # reentrant: a finalizer may run inside `get` (gc)
+        self.uploads = 0
+
+    def get(self, launcher, array: np.ndarray):
+        key = (launcher.weights_key, array.__array_interface__["data"][0], array.shape, array.strides,
+               array.dtype.str)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = [launcher.upload(array), 0]
+                self.uploads += 1
+            entry[1] += 1
+        weakref.finalize(array, self._release, key)
+        return entry[0]
+
+    def _release(self, key) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self._entries[key]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+DEVICE_WEIGHTS = DeviceWeights()
+
+
 # --- launchers: the only device-specific code ---------------------------------------------------
 class EmulatorLauncher:
-    """Buffers are NumPy arrays; kernels run on the CPU through the emulation header."""
+    """Buffers are NumPy arrays; kernels run on the CPU through the emulation header. An upload
+    copies, as onto a device. Launches are synchronous, so events and streams are no-ops."""
 
-    device = "cuda-emulator"
+    weights_key = "cuda-emulator"
+    resident = False  # takes no device arrays: everything is host memory
 
-    def __init__(self, source: str, schedule: int | None = None):
+    def __init__(self, source: str, *, schedule: int | None = None, binaries=None):
         from luminal.kernels.emulator import build
 
         self.module = build(source)
         self.xp = np
         self.schedule = schedule  # thread order within a block: 0 forward, 1 reverse, 2 shuffled
-        self._tape: list | None = None
+        self._capturing = threading.local()  # .tape while this thread captures
 
     def storage(self, dtype: np.dtype) -> np.dtype:
         return np.dtype(dtype)
 
     def upload(self, array: np.ndarray):
-        return np.ascontiguousarray(array).reshape(np.shape(array))  # ascontiguousarray makes 0-d 1-d
+        return np.array(array, order="C", copy=True)
 
     def empty(self, shape, dtype):
         return np.empty(shape, dtype)
 
+    def prepare(self, names) -> None:
+        pass
+
     def launch(self, name, grid, block, args):
-        if self._tape is not None:  # capturing: recorded, not run (as in CUDA stream capture)
-            self._tape.append((name, grid, block, tuple(args)))
+        tape = getattr(self._capturing, "tape", None)
+        if tape is not None:  # capturing: recorded, not run (as in CUDA stream capture)
+            tape.append((name, grid, block, tuple(args)))
             return
         self.module.launch(name, grid=(grid,), block=(block,), args=args, schedule=self.schedule)
 
     def copy_into(self, dst, src) -> None:
         np.copyto(dst, src)
 
+    def copy(self, buf):
+        return buf.copy()
+
     def download(self, buf) -> np.ndarray:
         return buf
 
     def capture(self, record):
-        """Run `record()` with launches going to a tape: the emulator's CUDA graph."""
-        self._tape = []
+        """Run `record()` with this thread's launches going to a tape: the emulator's CUDA graph."""
+        self._capturing.tape = []
         try:
             record()
-            return self._tape
+            return self._capturing.tape
         finally:
-            self._tape = None
+            self._capturing.tape = None
 
     def replay(self, tape) -> None:
         for name, grid, block, args in tape:
@@ -103,40 +165,75 @@ class EmulatorLauncher:
     def clear_flag(self, err) -> None:
         err[0] = 0
 
+    def merge_flag(self, dst, src) -> None:
+        np.maximum(dst, src, out=dst)
+
+    def on_stream(self):
+        return contextlib.nullcontext()
+
+    def use_stream(self, torch_caller: bool) -> None:
+        pass
+
+    def record(self):
+        return None
+
+    def wait(self, event) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _cubin_file(cubin: bytes) -> str:
+    """A cubin on disk (content-addressed in the cache), for `cupy.RawModule(path=...)`."""
+    from luminal.kernels.cache import cache_dir, write_atomic
+
+    path = cache_dir("cubin") / f"{hashlib.sha1(cubin).hexdigest()}.cubin"
+    if not path.exists():
+        write_atomic(path, cubin)
+    return str(path)
+
 
 class CupyLauncher:
-    """Buffers are CuPy arrays on the current device; kernels compiled by NVRTC through CuPy.
+    """Buffers are CuPy arrays on the current device; kernels are compiled by
+    `luminal.kernels.nvrtc` for this GPU's arch (or come prebuilt) and loaded as a cubin.
 
-    Work is issued on `self.stream`, which `KernelRuntime` points at the caller's stream before
-    each call; CUDA graphs are captured on a private non-blocking stream (capture is not allowed
-    on the legacy default stream) and launched on the caller's stream."""
+    Work is issued on `self.stream`, the calling thread's own: `KernelRuntime` points it at the
+    caller's stream before each call. CUDA graphs are captured on a private non-blocking stream
+    (capture is not allowed on the legacy default stream) and launched on the caller's stream."""
 
-    device = "cuda"
+    resident = True  # takes CuPy arrays and CUDA torch tensors as they are
 
-    def __init__(self, source: str, binaries: dict[str, bytes] | None = None):
+    def __init__(self, source: str, *, schedule: int | None = None, binaries: dict[str, bytes] | None = None):
         try:
             import cupy
         except ImportError:
-            raise LuminalError("device 'cuda' needs CuPy: pip install 'luminal[cuda]' (cupy-cuda13x)") from None
+            raise DeviceError("device 'cuda' needs CuPy: pip install 'luminal[cuda]' (cupy-cuda13x)") from None
         self.xp = cupy
-        arch = "sm_" + "".join(map(str, cupy.cuda.Device().compute_capability))
+        device = cupy.cuda.Device()
+        arch = "sm_" + "".join(map(str, device.compute_capability))
         cubin = (binaries or {}).get(arch)
         if cubin is not None:  # built ahead of time (a saved model's kernels.sm_90.cubin): no NVRTC here
-            from luminal.kernels.cache import cache_dir, write_atomic
-
-            path = cache_dir("cubin") / f"{hashlib.sha1(cubin).hexdigest()}.cubin"
-            if not path.exists():
-                write_atomic(path, cubin)
-            self.module = cupy.RawModule(path=str(path))
             self.built = f"cubin {arch}"
-        else:
-            # CuPy adds -ftz=true and the device's -arch itself; compiled once, cached on disk
-            # under ~/.cupy/kernel_cache by source and options
-            self.module = cupy.RawModule(code=source, options=("-std=c++17", "--device-as-default-execution-space"))
+        else:  # the same NVRTC wrapper and options as CI; cached in memory and on disk
+            from luminal.kernels.nvrtc import compile_cuda
+
+            cubin = compile_cuda(source, arch).binary
             self.built = f"nvrtc {arch}"
+        self.module = cupy.RawModule(path=_cubin_file(cubin))
+        self.weights_key = ("cuda", getattr(device, "id", 0))
         self.functions = {}
-        self.stream = cupy.cuda.get_current_stream()
+        self._local = threading.local()  # .stream: this thread's
         self._capture_stream = cupy.cuda.Stream(non_blocking=True)
+
+    @property
+    def stream(self):
+        stream = getattr(self._local, "stream", None)
+        return stream if stream is not None else self.xp.cuda.get_current_stream()
+
+    @stream.setter
+    def stream(self, value) -> None:
+        self._local.stream = value
 
     def storage(self, dtype: np.dtype) -> np.dtype:
         """CuPy has no bfloat16: bf16 buffers are uint16 bits (the kernels take them as __nv_bfloat16)."""
@@ -157,6 +254,11 @@ class CupyLauncher:
             fn = self.functions[name] = self.module.get_function(name)
         return fn
 
+    def prepare(self, names) -> None:
+        """Load the kernels before a capture (module loading is no stream operation)."""
+        for name in names:
+            self.function(name)
+
     def launch(self, name, grid, block, args):
         with self.stream:
             self.function(name)((grid,), (block,), tuple(args))
@@ -168,17 +270,21 @@ class CupyLauncher:
             else:
                 self.xp.copyto(dst, src.view(dst.dtype) if src.dtype != dst.dtype else src)
 
+    def copy(self, buf):
+        with self.stream:
+            return buf.copy()
+
     def download(self, buf) -> np.ndarray:
         return self.xp.asnumpy(buf, stream=self.stream)
 
     def capture(self, record):
-        """A CUDA graph of the launches `record()` issues (loaded kernels only: run it eagerly once first)."""
+        """A CUDA graph of the launches `record()` issues (loaded kernels only: `prepare` first)."""
         cs = self._capture_stream
         cs.wait_event(self.stream.record())  # buffers written before the capture are ready
         caller, self.stream = self.stream, cs
         try:
             with cs:
-                cs.begin_capture()
+                cs.begin_capture()  # CuPy's default mode is relaxed: other threads may keep working
                 try:
                     record()
                 finally:
@@ -198,8 +304,26 @@ class CupyLauncher:
         with self.stream:
             err.fill(0)
 
+    def merge_flag(self, dst, src) -> None:
+        with self.stream:
+            self.xp.maximum(dst, src, out=dst)
+
+    def on_stream(self):
+        return self.stream
+
+    def record(self):
+        """An event after the work issued so far on this thread's stream."""
+        return self.stream.record()
+
+    def wait(self, event) -> None:
+        if event is not None:
+            self.stream.wait_event(event)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
     def use_stream(self, torch_caller: bool) -> None:
-        """Issue work on the caller's current stream: torch's when it passed torch tensors."""
+        """Issue this thread's work on the caller's current stream: torch's when it passed torch tensors."""
         cupy = self.xp
         if torch_caller:
             import torch
@@ -244,7 +368,10 @@ class CapturedGraph:
     staging: list  # input buffers the replay reads: callers' inputs are copied in
     outputs: list  # output buffers the replay writes: copied out to the caller
     arena: object
+    err: object  # the graph's own error flag, merged into the caller's after each replay
     replays: int = 0
+    done: object = None  # event after the last replay's output copies (CuPy), else None
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one replay at a time
 
 
 @dataclass
@@ -297,26 +424,30 @@ def _is_device_array(value) -> bool:
 
 # --- the runtime -------------------------------------------------------------------------------
 class KernelRuntime:
-    """Runs a kernel plan. Intermediates live in one arena laid out by liveness (per binding of
-    the symbolic dims, cached); outputs get buffers of their own; weights are uploaded once.
+    """Runs a kernel plan. Intermediates live in an arena laid out by liveness (per binding of
+    the symbolic dims, cached); outputs get buffers of their own; weights come from `DEVICE_WEIGHTS`.
 
-    `graphs`: capture a CUDA graph per binding (default on; `LUMINAL_CUDA_GRAPHS=0` turns it off).
-    `binaries`: {"sm_90": cubin} of exactly `plan.source`, used instead of NVRTC when the arch matches.
+    `device`: a registry entry that runs kernels (`luminal.devices`). `graphs`: capture a CUDA
+    graph per binding (default on; `LUMINAL_CUDA_GRAPHS=0` turns it off). `binaries`:
+    {"sm_90": cubin} of exactly `plan.source`, used instead of NVRTC when the arch matches.
+    Safe to call from several threads at once (see the module docstring).
     """
 
     def __init__(self, outputs, device: str, schedule: int | None = None, graphs: bool | None = None,
                  plan: KernelPlan | None = None, binaries: dict[str, bytes] | None = None):
+        from luminal import devices
+
+        entry = devices.get(device)
+        if entry.launcher is None:
+            runs = [d.name for d in devices.DEVICES.values() if d.launcher is not None]
+            raise DeviceError(f"KernelRuntime runs on {runs}, not {device!r}")
         self.plan = plan or KernelPlan.build(outputs)
         self.device = device
-        if device == "cuda":
-            self.launcher = CupyLauncher(self.plan.source, binaries)
-        elif device == "cuda-emulator":
-            self.launcher = EmulatorLauncher(self.plan.source, schedule)
-        else:
-            raise LuminalError(f"KernelRuntime runs on 'cuda' or 'cuda-emulator', not {device!r}")
+        self.launcher = entry.launcher(self.plan.source, schedule=schedule, binaries=binaries)
         self.graphs_enabled = graphs if graphs is not None else os.environ.get("LUMINAL_CUDA_GRAPHS", "1") != "0"
         self.inputs = self.plan.inputs
-        self._weights = [self.launcher.upload(w.arg.array) for w in self.plan.weights]  # once
+        self._weights = [DEVICE_WEIGHTS.get(self.launcher, w.arg.array) for w in self.plan.weights]
+        self.launcher.synchronize()  # uploads done before any other stream reads them
         slot = {id(w): ("w", i) for i, w in enumerate(self.plan.weights)}
         slot.update({id(n): ("in", i) for i, n in enumerate(self.inputs)})
         slot.update({id(n): ("out", i) for i, n in enumerate(self.plan.outputs)})
@@ -330,16 +461,16 @@ class KernelRuntime:
         self.intervals = [(first[id(n)], self.plan.last_use.get(id(n), first[id(n)])) for n in self.intermediates]
         self.sequences: dict[tuple, LaunchSequence] = {}
         self.graph_cache = GraphCache()
-        self.arena = None
-        self.err = self.launcher.empty((1,), np.int32)
-        self.launcher.clear_flag(self.err)
+        self.arena_bytes = 0  # the largest arena allocated
+        self._lock = threading.Lock()  # the graph cache and captures
+        self._local = threading.local()  # .err: this thread's sticky error flag
 
     # -- binding -> launch sequence (cached) --
     def sequence(self, bindings: dict[str, int]) -> LaunchSequence:
         key = tuple(sorted(bindings.items()))
         seq = self.sequences.get(key)
-        if seq is None:
-            seq = self.sequences[key] = self._resolve(key, bindings)
+        if seq is None:  # two threads may resolve the same key: equal results, either is kept
+            seq = self.sequences.setdefault(key, self._resolve(key, bindings))
         return seq
 
     def _resolve(self, key, bindings) -> LaunchSequence:
@@ -370,13 +501,11 @@ class KernelRuntime:
         return {k: (s.layout, s.tmp_shapes) for k, s in self.sequences.items()}
 
     # -- buffers --
-    def _arena_for(self, seq: LaunchSequence, fresh: bool = False):
+    def _new_arena(self, seq: LaunchSequence):
+        """An arena of the call's own (on CuPy from its stream-ordered memory pool)."""
         need = max(seq.layout.total, 1)
-        if fresh:
-            return self.launcher.empty((need,), np.uint8)
-        if self.arena is None or self.arena.size < need:
-            self.arena = self.launcher.empty((need,), np.uint8)
-        return self.arena
+        self.arena_bytes = max(self.arena_bytes, need)
+        return self.launcher.empty((need,), np.uint8)
 
     def _tmp_views(self, seq: LaunchSequence, arena) -> list:
         views = []
@@ -385,94 +514,120 @@ class KernelRuntime:
             views.append(arena[offset: offset + nbytes].view(self.launcher.storage(n.dtype.numpy)).reshape(shape))
         return views
 
-    def _issue(self, seq: LaunchSequence, ins: list, outs: list, tmps: list) -> None:
+    def _issue(self, seq: LaunchSequence, ins: list, outs: list, tmps: list, err) -> None:
         table = {"w": self._weights, "in": ins, "out": outs, "tmp": tmps}
         for ln in seq.launches:
-            args = [a if isinstance(a, np.generic) else (self.err if a[0] == "err" else table[a[0]][a[1]])
+            args = [a if isinstance(a, np.generic) else (err if a[0] == "err" else table[a[0]][a[1]])
                     for a in ln.args]
             self.launcher.launch(ln.name, ln.grid, ln.block, args)
 
     def _new_outputs(self, seq: LaunchSequence) -> list:
         return [self.launcher.empty(s, n.dtype.numpy) for n, s in zip(self.plan.outputs, seq.output_shapes)]
 
+    def _new_flag(self):
+        err = self.launcher.empty((1,), np.int32)
+        self.launcher.clear_flag(err)
+        return err
+
+    def _flag(self):
+        """This thread's sticky error flag."""
+        err = getattr(self._local, "err", None)
+        if err is None:
+            err = self._local.err = self._new_flag()
+        return err
+
     # -- calls --
     def __call__(self, feeds: dict):
         torch_io = any(_is_torch(v) for v in feeds.values())
         # device-resident exchange: CuPy arrays or CUDA torch tensors on "cuda"; on the emulator,
         # and for host data, torch tensors are NumPy arrays (`.numpy()`, no copy)
-        device_io = self.device == "cuda" and any(_is_device_array(v) for v in feeds.values())
-        if self.device == "cuda":
-            self.launcher.use_stream(torch_io)
-            if device_io:
-                with self.launcher.stream:  # DLPack producers order their work before this stream
-                    feeds = {k: self._to_device(v) for k, v in feeds.items()}
-                for n in self.inputs:  # CuPy has no bfloat16: uint16 arrays are taken as bf16 bits
-                    v = feeds.get(n.arg)
-                    if isinstance(v, _DeviceArray) and n.dtype is DType.BF16 and v.dtype == np.uint16:
-                        v.dtype = np.dtype(DType.BF16.numpy)
+        device_io = self.launcher.resident and any(_is_device_array(v) for v in feeds.values())
+        self.launcher.use_stream(torch_io)
+        if device_io:
+            with self.launcher.on_stream():  # DLPack producers order their work before this stream
+                feeds = {k: self._to_device(v) for k, v in feeds.items()}
+            for n in self.inputs:  # CuPy has no bfloat16: uint16 arrays are taken as bf16 bits
+                v = feeds.get(n.arg)
+                if isinstance(v, _DeviceArray) and n.dtype is DType.BF16 and v.dtype == np.uint16:
+                    v.dtype = np.dtype(DType.BF16.numpy)
         arrays, bindings = bind_inputs(self.inputs, feeds, convert=not device_io)
         ins = [arrays[n.arg] for n in self.inputs]
         ins = [a.array if isinstance(a, _DeviceArray) else a for a in ins]
         results = self.run(ins, bindings, host=not device_io)
         if torch_io:
-            if self.device == "cuda":
-                with self.launcher.stream:  # torch reads them on this very stream: no extra sync
-                    return [self._to_torch(r) for r in results]
-            return [self._to_torch(r) for r in results]
+            with self.launcher.on_stream():  # torch reads them on this very stream: no extra sync
+                return [self._to_torch(r) for r in results]
         return results
 
     def run(self, ins: list, bindings: dict, host: bool = True) -> list:
         """Run on `ins` (one array per input, in `self.inputs` order) under `bindings`."""
         seq = self.sequence(bindings)
-        if self.device == "cuda" and not host:
+        if not host:
             ins = [a if isinstance(a, self.launcher.xp.ndarray) else self.launcher.upload(a) for a in ins]
-        cache = self.graph_cache
-        entry = cache.get(seq.key) if self.graphs_enabled else None
-        if entry is None and self.graphs_enabled and cache.seen.get(seq.key, 0) >= 1 and seq.launches:
-            entry = self._capture(seq)
+        err = self._flag()
+        entry = self._graph_for(seq)
         if entry is not None:
-            for buf, a in zip(entry.staging, ins):
-                self.launcher.copy_into(buf, a)
-            self.launcher.replay(entry.graph)
-            entry.replays += 1
-            cache.replays += 1
-            outs = [self._copy(o) for o in entry.outputs]  # the next replay overwrites entry.outputs
+            outs = self._replay(entry, ins, err)
         else:
-            cache.seen[seq.key] = cache.seen.get(seq.key, 0) + 1
-            cache.eager += 1
             dev_ins = [self.launcher.upload(a) if isinstance(a, np.ndarray) else a for a in ins]
             outs = self._new_outputs(seq)
-            self._issue(seq, dev_ins, outs, self._tmp_views(seq, self._arena_for(seq)))
+            self._issue(seq, dev_ins, outs, self._tmp_views(seq, self._new_arena(seq)), err)
         if host:
-            self._check_flag()
+            self._check_flag(err)
             return [self._to_host(o, n) for o, n in zip(outs, self.plan.outputs)]
         return outs  # device arrays: bf16 stays as uint16 bits on CuPy (torch callers get bfloat16)
+
+    def _graph_for(self, seq: LaunchSequence) -> CapturedGraph | None:
+        """The binding's captured graph (captured at its second call), or None: run eagerly."""
+        cache = self.graph_cache
+        with self._lock:
+            entry = cache.get(seq.key) if self.graphs_enabled else None
+            if entry is None and self.graphs_enabled and cache.seen.get(seq.key, 0) >= 1 and seq.launches:
+                entry = self._capture(seq)
+            if entry is None:
+                cache.seen[seq.key] = cache.seen.get(seq.key, 0) + 1
+                cache.eager += 1
+            else:
+                entry.replays += 1
+                cache.replays += 1
+            return entry
 
     def _capture(self, seq: LaunchSequence) -> CapturedGraph:
         staging = [self.launcher.empty(s, n.dtype.numpy) for n, s in zip(self.inputs, seq.input_shapes)]
         outputs = self._new_outputs(seq)
-        arena = self._arena_for(seq, fresh=True)  # owned by the graph: eager calls never touch it
-        tmps = self._tmp_views(seq, arena)
-        graph = self.launcher.capture(lambda: self._issue(seq, staging, outputs, tmps))
-        entry = CapturedGraph(graph, staging, outputs, arena)
+        arena = self._new_arena(seq)  # owned by the graph: eager calls never touch it
+        tmps, err = self._tmp_views(seq, arena), self._new_flag()
+        self.launcher.prepare({ln.name for ln in seq.launches})
+        graph = self.launcher.capture(lambda: self._issue(seq, staging, outputs, tmps, err))
+        entry = CapturedGraph(graph, staging, outputs, arena, err)
         self.graph_cache.put(seq.key, entry)
         return entry
 
-    def _copy(self, buf):
-        if self.device == "cuda":
-            with self.launcher.stream:
-                return buf.copy()
-        return buf.copy()
+    def _replay(self, entry: CapturedGraph, ins: list, err) -> list:
+        """Replay `entry` on `ins`: the caller's own output copies; its flag merged into `err`."""
+        launcher = self.launcher
+        with entry.lock:
+            launcher.wait(entry.done)  # the previous replay (maybe another thread's stream) is over
+            for buf, a in zip(entry.staging, ins):
+                launcher.copy_into(buf, a)
+            launcher.replay(entry.graph)
+            outs = [launcher.copy(o) for o in entry.outputs]  # the next replay overwrites entry.outputs
+            launcher.merge_flag(err, entry.err)
+            launcher.clear_flag(entry.err)
+            entry.done = launcher.record()
+        return outs
 
     def synchronize(self) -> None:
-        """Wait for this runtime's work on the caller's stream; raise if a kernel flagged an index."""
-        if self.device == "cuda":
-            self.launcher.stream.synchronize()
-        self._check_flag()
+        """Wait for this thread's work on the caller's stream; raise if a kernel flagged an index."""
+        self.launcher.synchronize()
+        self._check_flag(self._flag())
 
-    def _check_flag(self) -> None:
-        if self.launcher.read_flag(self.err):
-            self.launcher.clear_flag(self.err)
+    def _check_flag(self, err) -> None:
+        flag = self.launcher.read_flag(err)
+        if flag:
+            self.launcher.clear_flag(err)
+            if flag & 2 and not flag & 1:  # 2: an integer Mod by zero (cstyle.lum_imod)
+                raise DivisionByZero("integer division or remainder by zero (flagged by a kernel)")
             raise IndexOutOfRange("a Gather/Scatter index was out of range (flagged by a kernel)")
 
     # -- conversions --
@@ -480,12 +635,19 @@ class KernelRuntime:
         """A device array (no copy) for a CuPy array, a CUDA torch tensor (DLPack) or host data."""
         cupy = self.launcher.xp
         if _is_torch(value):
-            t, bf16 = bits_of(value.detach())
+            t = value.detach()
+            if str(t.dtype) == "torch.bfloat16":
+                import torch
+
+                t = t.view(torch.int16)
+                dtype = DType.BF16.numpy
+            else:
+                dtype = None
             if t.device.type == "cuda":
                 arr = cupy.from_dlpack(t.contiguous())
             else:
                 arr = self.launcher.upload(t.numpy())
-            return _DeviceArray(arr.view(np.uint16) if bf16 else arr, DType.BF16.numpy if bf16 else arr.dtype)
+            return _DeviceArray(arr.view(np.uint16) if dtype is not None else arr, dtype or arr.dtype)
         if isinstance(value, cupy.ndarray):
             return _DeviceArray(cupy.ascontiguousarray(value).reshape(value.shape), value.dtype)
         return np.asarray(value)  # host data: uploaded by `run`
@@ -498,16 +660,14 @@ class KernelRuntime:
         import torch
 
         if isinstance(buf, np.ndarray):
-            return numpy_to_torch(buf)
+            if buf.dtype == DType.BF16.numpy:
+                return torch.from_numpy(np.ascontiguousarray(buf).view(np.int16)).view(torch.bfloat16)
+            return torch.from_numpy(buf if buf.flags.writeable else np.array(buf))
         if buf.dtype == np.uint16:  # bf16 bits on CuPy (luminal has no uint16 dtype)
-            return bf16_of_bits(torch.from_dlpack(buf.view(np.int16)))
+            return torch.from_dlpack(buf.view(np.int16)).view(torch.bfloat16)
         return torch.from_dlpack(buf)
 
     def stats(self) -> dict:
         return {"device": self.device, "kernels": len({k.name for k in self.plan.launches}),
-                "launches": len(self.plan.launches), "arena_bytes": 0 if self.arena is None else int(self.arena.size),
+                "launches": len(self.plan.launches), "arena_bytes": int(self.arena_bytes),
                 **self.graph_cache.stats()}
-
-
-def make_runtime(outputs, device: str) -> KernelRuntime:
-    return KernelRuntime(outputs, device)

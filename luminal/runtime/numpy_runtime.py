@@ -243,7 +243,9 @@ class NumpyRuntime:
     Values that are the same at every call are computed once and kept: nodes that depend on no
     input, no weight and no symbolic dim (causal masks, position tables, concat index ranges),
     and views of weights (they alias the weight, so an in-place update of it is still seen).
-    Only what a per-call node reads is kept (`cached_bytes` says how much memory that holds)."""
+    Only what a per-call node reads is kept (`cached_bytes` says how much memory that holds).
+    Safe to call from several threads: each call has its own buffers, and a kept value is the
+    same whichever call stores it (two racing first calls may both compute it; either is kept)."""
 
     def __init__(self, outputs: list[Node]):
         self.outputs = list(outputs)
@@ -291,7 +293,7 @@ class NumpyRuntime:
     @property
     def cached_bytes(self) -> int:
         """Memory held by the values computed once (views of weights count nothing)."""
-        return sum(a.nbytes for a in self._cache.values() if a.flags.owndata)
+        return sum(a.nbytes for a in list(self._cache.values()) if a.flags.owndata)  # a copy: calls may add
 
     def __call__(self, feeds: dict) -> list[np.ndarray]:
         arrays, bindings = bind_inputs(self.inputs, feeds)

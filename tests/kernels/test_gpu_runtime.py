@@ -5,6 +5,7 @@ tensors in and out, the error flag under replay; and seeded-weight saving."""
 import json
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -230,25 +231,30 @@ def _fake_cupy():
 
     ndarray.__module__ = "cupy"
 
-    class Stream:
-        current = None
+    local = threading.local()  # each thread's stack of entered streams, as CuPy keeps it
 
+    def current():
+        stack = getattr(local, "stack", None)
+        return stack[-1] if stack else None
+
+    class Stream:
         def __init__(self, non_blocking=False):
             self.tape = None
 
         def __enter__(self):
-            self.prev, Stream.current = Stream.current, self
+            local.__dict__.setdefault("stack", []).append(self)
             log["streams"].append(self)
             return self
 
         def __exit__(self, *exc):
-            Stream.current = self.prev
+            local.stack.pop()
 
         def record(self, event=None):
+            log["events"] = log.get("events", 0) + 1
             return object()
 
         def wait_event(self, event):
-            pass
+            assert event is not None
 
         def begin_capture(self):
             self.tape = []
@@ -272,17 +278,16 @@ def _fake_cupy():
 
     class RawModule:
         def __init__(self, code=None, options=(), path=None):
-            if path is not None:  # a cubin: the stand-in runs the source it was built from
-                log["cubin"] = Path(path).read_bytes()
-                code = cp.source_of_cubin
-            else:
-                assert options == ("-std=c++17", "--device-as-default-execution-space")
+            assert code is None and path is not None, "kernels come compiled by luminal.kernels.nvrtc"
+            log["cubin"] = binary = Path(path).read_bytes()
+            # the stand-in runs the source the binary was built from (see `_stand_in_nvrtc`)
+            code = binary[len(b"SOURCE:"):].decode() if binary.startswith(b"SOURCE:") else cp.source_of_cubin
             self.module = emulator.build(code)
 
         def get_function(self, name):
             def launch(grid, block, args):
                 run = lambda: self.module.launch(name, grid=grid, block=block, args=list(args))  # noqa: E731
-                stream = Stream.current
+                stream = current()
                 assert stream is not None, "a launch outside any stream context"
                 if stream.tape is not None:
                     stream.tape.append(run)
@@ -293,8 +298,10 @@ def _fake_cupy():
 
     default = Stream()
     cp.ndarray, cp.RawModule, cp.log = ndarray, RawModule, log
-    cp.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(compute_capability=(9, 0)),
-                                    Stream=Stream, get_current_stream=lambda: Stream.current or default)
+    cp.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(compute_capability="90", id=0),
+                                    Stream=Stream, get_current_stream=lambda: current() or default,
+                                    runtime=types.SimpleNamespace(getDeviceCount=lambda: 1))
+    cp.maximum = np.maximum
     cp.asarray = lambda a: np.array(a).view(ndarray)
     cp.empty = lambda shape, dtype: np.empty(shape, dtype).view(ndarray)
     cp.zeros = lambda shape, dtype: np.zeros(shape, dtype).view(ndarray)
@@ -304,10 +311,27 @@ def _fake_cupy():
     return cp
 
 
+def _stand_in_nvrtc(monkeypatch) -> list:
+    """`luminal.kernels.nvrtc.compile_cuda` replaced by one whose "cubin" is the source itself
+    (the stand-in CuPy runs it on the emulator); returns the archs it was asked for."""
+    from luminal.kernels import nvrtc
+
+    archs = []
+
+    def compile_cuda(source, arch="sm_90", options=()):
+        archs.append(arch)
+        return nvrtc.CompiledKernelBinary(b"SOURCE:" + source.encode(), arch, "")
+
+    monkeypatch.setattr(nvrtc, "compile_cuda", compile_cuda)
+    return archs
+
+
 def test_cupy_launcher_plumbing_on_a_stand_in_cupy(graph, monkeypatch):
     cp = _fake_cupy()
     monkeypatch.setitem(sys.modules, "cupy", cp)
+    assert _stand_in_nvrtc(monkeypatch) is not None
     rt = KernelRuntime(graph.output_nodes, "cuda")
+    assert rt.launcher.built == "nvrtc sm_90"  # compiled by luminal's NVRTC wrapper, loaded as a binary
     feeds = _feeds(5, 3, 4)
     for _ in range(3):  # host arrays in: warm-up, capture + replay, replay
         _check(rt, graph, feeds)
@@ -328,6 +352,7 @@ def test_cupy_launcher_plumbing_on_a_stand_in_cupy(graph, monkeypatch):
 def test_bf16_lives_as_uint16_bits_on_cupy(monkeypatch):
     cp = _fake_cupy()
     monkeypatch.setitem(sys.modules, "cupy", cp)
+    _stand_in_nvrtc(monkeypatch)
     g = lm.Graph()
     x = g.input("x", ("n", 8), lm.bf16)
     w = g.constant(np.linspace(-1, 1, 8).astype(ml_dtypes.bfloat16), name="w")
@@ -372,3 +397,55 @@ def test_narrowing_casts_round_inside_fused_regions():
     a = np.random.default_rng(0).standard_normal(1000).astype(np.float32) * 10
     want = a.astype(np.float16).astype(np.float32) * 3 + a.astype(ml_dtypes.bfloat16).astype(np.float32)
     np.testing.assert_array_equal(compiled(x=a)[0], want)
+
+
+def test_cuda_kernels_are_compiled_by_luminals_nvrtc(graph, monkeypatch):
+    nvrtc = pytest.importorskip("luminal.kernels.nvrtc")
+    if not nvrtc.nvrtc_available():
+        pytest.skip("NVRTC is not installed")
+    from luminal.kernels.plan import KernelPlan
+    from luminal.kernels.runtime import CupyLauncher
+
+    cp = _fake_cupy()
+    cp.source_of_cubin = KernelPlan.build(graph.output_nodes).source
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    rt = KernelRuntime(graph.output_nodes, "cuda")
+    assert rt.launcher.built == "nvrtc sm_90" and cp.log["cubin"][:4] == b"\x7fELF"  # a cubin, loaded by path
+    for _ in range(3):
+        _check(rt, graph, _feeds(4, 2))
+    broken = 'extern "C" __global__ void k(float* x) {\n  x[0] = not_declared;\n}\n'
+    with pytest.raises(nvrtc.CompileError, match=r"(?s)not_declared.*   2 \|   x\[0\] = not_declared;"):
+        CupyLauncher(broken)
+
+
+def test_concurrent_calls_on_the_cupy_launcher(graph, monkeypatch):
+    """Threads with their own streams share one runtime, host and device arrays mixed: the
+    replay lock, per-thread streams and flags keep every answer the caller's own."""
+    cp = _fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    _stand_in_nvrtc(monkeypatch)
+    rt = KernelRuntime(graph.output_nodes, "cuda")
+    jobs = [[_feeds(5, 3, 10 * t + c) for c in range(6)] for t in range(4)]
+    barrier, got, errors = threading.Barrier(4), [[] for _ in jobs], []
+
+    def work(t):
+        try:
+            barrier.wait()
+            for f in jobs[t]:
+                out = rt({k: cp.asarray(v) for k, v in f.items()} if t % 2 else f)
+                got[t].append([np.asarray(o) for o in out])
+            rt.synchronize()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for fs, outs in zip(jobs, got):
+        for f, out in zip(fs, outs):
+            for a, b in zip(out, graph.run(f)):
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert rt.graph_cache.captures == 1 and rt.graph_cache.replays + rt.graph_cache.eager == 24

@@ -16,6 +16,7 @@ same tensors. Dynamo itself rebuilds pytree outputs (logits plus a KV cache).
 
 from __future__ import annotations
 
+import collections
 import itertools
 import time
 import warnings
@@ -24,14 +25,35 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from luminal.errors import LuminalError, UnsupportedError
+from luminal import devices
+from luminal.errors import DeviceError, LuminalError, UnsupportedError
 from luminal.frontends.torch.decompose import decompose_graph
 from luminal.frontends.torch.fx_import import FxImporter
 
 OPTIONS = {"device": "cpu", "strict": False, "optimize": None, "lowering": "auto"}
 LOWERINGS = ("auto", "aot_autograd")
 _ids = itertools.count()
-EAGER_FALLBACKS: list[str] = []  # names of graphs that ran eagerly, with why
+
+
+class RecentLog:
+    """The last `maxlen` entries (iterate), and how many there were in all (`len`)."""
+
+    def __init__(self, maxlen: int = 256):
+        self.recent: collections.deque = collections.deque(maxlen=maxlen)
+        self.total = 0
+
+    def append(self, item) -> None:
+        self.recent.append(item)
+        self.total += 1
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __iter__(self):
+        return iter(list(self.recent))
+
+
+EAGER_FALLBACKS = RecentLog()  # graphs that ran eagerly, with why: the last 256, and a count of all
 
 
 def _is_weight(node, value) -> bool:
@@ -48,10 +70,8 @@ class LuminalFunction:
 
     _boxed_call = True  # aot_autograd's calling convention: one list of arguments
 
-    def __init__(self, gm, weight_ids: set[int], name: str, opts: dict, lowering: tuple[float, str],
-                 mutated: frozenset[int] = frozenset()):
+    def __init__(self, gm, weight_ids: set[int], name: str, opts: dict, lowering: tuple[float, str]):
         self.gm, self.weight_ids, self.name, self.opts = gm, weight_ids, name, opts
-        self.mutated = mutated  # positions of inputs the graph mutates: always fed, never constants
         self.lowering = lowering  # (seconds, how) of Dynamo's graph -> core ATen
         self.imported = None
         self.weights: dict[int, torch.Tensor] = {}
@@ -59,7 +79,7 @@ class LuminalFunction:
 
     def _build(self, args):
         placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
-        self.weights = {i: a for i, a in enumerate(args) if id(a) in self.weight_ids and i not in self.mutated}
+        self.weights = {i: a for i, a in enumerate(args) if id(a) in self.weight_ids}
         constants = {placeholders[i].name: a for i, a in self.weights.items()}
         self.weight_ptrs = {i: a.data_ptr() for i, a in self.weights.items()}
         imported = FxImporter(self.gm, self.name).build(constants)
@@ -75,6 +95,8 @@ class LuminalFunction:
         ):
             try:
                 self._build(args)
+            except DeviceError:  # a configuration error, not an unsupported graph
+                raise
             except LuminalError as exc:  # unsupported, or a frontend bug: never a wrong answer
                 if self.opts["strict"]:
                     raise
@@ -87,18 +109,6 @@ class LuminalFunction:
         return self.imported(values)
 
 
-def _mutated_inputs(agm) -> frozenset[int]:
-    """Positions of the inputs aot_autograd's graph updates (a buffer's `self.count += 1`): their
-    new values are outputs, copied back by aot_autograd, so they must be read afresh each call."""
-    from torch._guards import TracingContext
-
-    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
-    n = sum(1 for node in agm.graph.nodes if node.op == "placeholder")
-    if meta is None or len(meta.input_info) != n:  # the per-call decomposition: no mutation
-        return frozenset()
-    return frozenset(i for i, info in enumerate(meta.input_info) if info.mutates_data or info.mutates_metadata)
-
-
 def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
     """A Dynamo backend; `options` as `torch.compile(..., options={...})` passes them."""
     opts = dict(OPTIONS)
@@ -109,6 +119,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
         raise LuminalError(f"unknown luminal backend option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
     if opts["lowering"] not in LOWERINGS:
         raise LuminalError(f"luminal backend option lowering={opts['lowering']!r}; expected one of {LOWERINGS}")
+    devices.require(opts["device"])  # DeviceError: unknown, or not runnable here (never an eager fallback)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     weight_ids = {id(v) for n, v in zip(placeholders, example_inputs) if _is_weight(n, v)}
     name = f"dynamo_{next(_ids)}"
@@ -126,7 +137,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
             warnings.warn(f"luminal: running graph {name} eagerly: {msg}", stacklevel=2)
             EAGER_FALLBACKS.append(f"{name}: {msg}")
             return make_boxed_func(agm.forward)
-        return LuminalFunction(agm, weight_ids, name, opts, lowering, _mutated_inputs(agm))
+        return LuminalFunction(agm, weight_ids, name, opts, lowering)
 
     def bw_compiler(agm, _fake_inputs):  # training: luminal runs the forward, eager the backward
         return make_boxed_func(agm.forward)

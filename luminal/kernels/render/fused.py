@@ -96,13 +96,13 @@ def softmax(node, name) -> list[KernelSpec]:
   {t} m = {ninf}, s = 0;  // online softmax: running max and the sum scaled to it
   for (long long j = threadIdx.x; j < {n}; j += blockDim.x) {{
     {t} v = {x};
-    {t} m2 = v > m ? v : m;
+    {t} m2 = lum_max_nan(m, v);  // a NaN max poisons the row, as in the decomposition
     s = (m == m2 ? s : s * exp{e}(m - m2)) + (v == {ninf} ? ({t})0 : exp{e}(v - m2));
     m = m2;
   }}
   for (int off = 16; off > 0; off >>= 1) {{  // merge (m, s) pairs across the warp
     {t} m_o = __shfl_down_sync(0xffffffffu, m, off), s_o = __shfl_down_sync(0xffffffffu, s, off);
-    {t} m2 = m_o > m ? m_o : m;
+    {t} m2 = lum_max_nan(m, m_o);
     s = (m == {ninf} ? ({t})0 : s * exp{e}(m - m2)) + (m_o == {ninf} ? ({t})0 : s_o * exp{e}(m_o - m2));
     m = m2;
   }}
@@ -110,7 +110,7 @@ def softmax(node, name) -> list[KernelSpec]:
   __syncthreads();
   m = s_max[0]; s = s_sum[0];
   for (int w = 1; w < {SOFTMAX_THREADS // 32}; ++w) {{
-    {t} m2 = s_max[w] > m ? s_max[w] : m;
+    {t} m2 = lum_max_nan(m, s_max[w]);
     s = (m == {ninf} ? ({t})0 : s * exp{e}(m - m2)) + (s_max[w] == {ninf} ? ({t})0 : s_sum[w] * exp{e}(s_max[w] - m2));
     m = m2;
   }}
@@ -146,13 +146,14 @@ def kahan_sum(node, name) -> list[KernelSpec]:
   for (long long r = lane; r < {c_dim(src.shape[axis])}; r += 32) {{
     {t} v = {x};
     {t} u = s + v;
-    c += fabs{e}(s) >= fabs{e}(v) ? (s - u) + v : (v - u) + s;
+    if (u - u == ({t})0)  // u finite: an inf sum must not turn the compensation into NaN (inf - inf)
+      c += fabs{e}(s) >= fabs{e}(v) ? (s - u) + v : (v - u) + s;
     s = u;
   }}
   for (int off = 16; off > 0; off >>= 1) {{  // compensated merge of the lanes' (s, c)
     {t} s_o = __shfl_down_sync(0xffffffffu, s, off), c_o = __shfl_down_sync(0xffffffffu, c, off);
     {t} u = s + s_o;
-    c += c_o + (fabs{e}(s) >= fabs{e}(s_o) ? (s - u) + s_o : (s_o - u) + s);
+    c += c_o + (u - u == ({t})0 ? (fabs{e}(s) >= fabs{e}(s_o) ? (s - u) + s_o : (s_o - u) + s) : ({t})0);
     s = u;
   }}
   if (lane == 0) out[row] = {store_value(node.dtype, "s + c")};

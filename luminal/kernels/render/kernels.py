@@ -72,6 +72,8 @@ def reduce(node: Node, name: str) -> list[KernelSpec]:
     else:
         lowest = {"float": "-__int_as_float(0x7f800000)", "double": "-__longlong_as_double(0x7ff0000000000000LL)",
                   "int": "(-2147483647 - 1)", "long long": "(-9223372036854775807LL - 1)"}[acc_t]
+        if node.dtype is DType.BOOL:
+            lowest = "0"  # an empty `any` is false
         init, combine = lowest, "lum_max_nan(acc, v)"
     body = "\n    ".join(lines)
     src_code = f"""{signature(name, node, inputs, symbols, False)} {{

@@ -1,0 +1,136 @@
+"""The device registry: every device luminal runs on is one entry of `DEVICES`.
+
+    entry = devices.get("cuda")        # DeviceError for an unknown name, listing the known ones
+    entry.require()                    # DeviceError saying what is missing here and how to get it
+    runtime = entry.runtime(outputs)   # the runtime that executes the optimized graph
+
+An entry knows its runtime factory, its I/O protocol (`io`: "numpy" — NumPy arrays in and out,
+the frontends convert torch tensors — or "dlpack" — the runtime takes torch/CuPy tensors itself,
+zero-copy on a GPU, and hands torch tensors back to a torch caller), whether this machine can run
+it (and why not), and the compiler that builds its code. Code above the runtimes asks the entry;
+no other module compares device strings.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from luminal.errors import DeviceError
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    doc: str
+    io: str  # "numpy" or "dlpack" (see the module docstring)
+    compiler: str  # what builds the code this device runs
+    phase: str  # the report's name for building the runtime
+    factory: Callable  # (outputs, *, plan, binaries, schedule, graphs) -> runtime
+    missing: Callable[[], str | None]  # why this machine cannot run the device (and the fix), or None
+    launcher: Callable | None = None  # (source, *, schedule, binaries) -> launcher, for kernel-plan devices
+
+    @property
+    def runs_kernels(self) -> bool:
+        """Whether the device executes the kernel plan (`luminal.kernels.plan`)."""
+        return self.launcher is not None
+
+    @property
+    def available(self) -> bool:
+        return self.missing() is None
+
+    def require(self) -> Device:
+        """This entry, or DeviceError naming what this machine lacks for it."""
+        why = self.missing()
+        if why is not None:
+            raise DeviceError(f"device {self.name!r} is not available here: {why}")
+        return self
+
+    def runtime(self, outputs, **options):
+        """A runtime executing `outputs` (optimized HLIR). `options`: `plan`/`binaries` (a loaded
+        model's kernel plan and prebuilt cubins), `schedule`, `graphs` (kernel runtimes only)."""
+        self.require()
+        return self.factory(outputs, **options)
+
+
+def _numpy_runtime(outputs, **_options):
+    from luminal.runtime import NumpyRuntime
+
+    return NumpyRuntime(outputs)
+
+
+def _kernel_runtime(name: str):
+    def make(outputs, **options):
+        from luminal.kernels.runtime import KernelRuntime
+
+        return KernelRuntime(outputs, name, **options)
+
+    return make
+
+
+def _launcher(cls: str):
+    def make(source: str, **options):
+        from luminal.kernels import runtime
+
+        return getattr(runtime, cls)(source, **options)
+
+    return make
+
+
+def _always() -> None:
+    return None
+
+
+def _emulator_missing() -> str | None:
+    if shutil.which("g++") is None:
+        return "the CUDA emulator builds kernels with g++, which is not on PATH (apt-get install g++)"
+    return None
+
+
+def _cuda_missing() -> str | None:
+    try:
+        import cupy
+    except ImportError:
+        return "it needs CuPy: pip install 'luminal[cuda]' (cupy-cuda13x) on a machine with an NVIDIA GPU"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # noqa: BLE001 - no driver, or a driver too old for this CuPy
+        return f"CuPy finds no usable CUDA driver ({type(exc).__name__}: {exc}); install the NVIDIA driver"
+    if count < 1:
+        return "CuPy sees no CUDA GPU (check CUDA_VISIBLE_DEVICES and nvidia-smi)"
+    from luminal.kernels.nvrtc import nvrtc_available
+
+    if not nvrtc_available():  # CuPy's own kernels need it too
+        return "NVRTC is not installed: pip install nvidia-cuda-nvrtc cuda-bindings (or a CUDA toolkit)"
+    return None
+
+
+DEVICES: dict[str, Device] = {d.name: d for d in (
+    Device("numpy", "The NumPy reference runtime: the executable specification every other device is tested against.",
+           "numpy", "none (one NumPy expression per op)", "plan", _numpy_runtime, _always),
+    Device("cpu", "The default device. For now the NumPy reference runtime; a compiled C backend (the kernel "
+                  "plan in a C dialect, one shared library per graph) replaces this entry in a later issue.",
+           "numpy", "none (one NumPy expression per op)", "plan", _numpy_runtime, _always),
+    Device("cuda", "Generated CUDA C compiled by NVRTC (`luminal.kernels.nvrtc`, cached), loaded and launched "
+                   "with CuPy; torch CUDA tensors in and out by DLPack.",
+           "dlpack", "NVRTC (luminal.kernels.nvrtc) -> cubin, loaded by cupy.RawModule", "codegen",
+           _kernel_runtime("cuda"), _cuda_missing, _launcher("CupyLauncher")),
+    Device("cuda-emulator", "The same generated CUDA C compiled by g++ against the emulation header and run "
+                            "on the CPU (CUDA threads as fibers): how CI proves the CUDA path without a GPU.",
+           "dlpack", "g++ with luminal/kernels/emulator/cuda_emu.h", "codegen",
+           _kernel_runtime("cuda-emulator"), _emulator_missing, _launcher("EmulatorLauncher")),
+)}
+
+
+def get(name: str) -> Device:
+    """The registry entry of `name`; DeviceError listing the known devices otherwise."""
+    entry = DEVICES.get(name) if isinstance(name, str) else None
+    if entry is None:
+        raise DeviceError(f"unknown device {name!r}; luminal knows {', '.join(repr(d) for d in DEVICES)}")
+    return entry
+
+
+def require(name: str) -> Device:
+    """`get(name).require()`: the entry of a device this machine can run, else DeviceError."""
+    return get(name).require()
