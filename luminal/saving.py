@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import weakref
 import zipfile
 import zlib
@@ -32,6 +33,7 @@ import numpy as np
 
 from luminal.errors import LuminalError
 from luminal.hlir import symbolic as sym
+from luminal.hlir import verify
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import POINTWISE, ConstantArray, Expr, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
@@ -41,6 +43,12 @@ VERSION = 2
 READABLE = (1, 2)
 WEIGHT_MODES = ("embed", "seeded")
 SEED_MIN = 4096  # elements: smaller float constants are stored exactly even with weights="seeded"
+# What a file may make `load` allocate beyond its own bytes: the elements of all seeded weights
+# together, and of any one node of static shape (LUMINAL_MAX_ELEMENTS overrides; 2**33 = 32 GiB
+# of f32). The JSON members are bounded too (a deflated member can inflate 1000-fold).
+MAX_ELEMENTS = int(os.environ.get("LUMINAL_MAX_ELEMENTS", 2**33))
+MAX_JSON_BYTES = 1 << 28
+
 
 
 class SaveFormatError(LuminalError):
@@ -132,7 +140,18 @@ def _legacy_expr(items: tuple) -> Expr:
 
 
 def _dim(text: str):
-    return int(text) if text.lstrip("-").isdigit() else sym.parse(text)  # strides may be negative
+    """A dim (or stride, offset, mask bound: those may be negative) as graph.json writes it."""
+    if not isinstance(text, str):
+        raise SaveFormatError(f"a dim must be a string in graph.json, got {type(text).__name__}")
+    if text.lstrip("-").isascii() and text.lstrip("-").isdigit() and len(text) < 20:
+        value = int(text)
+        if abs(value) >= sym.MAX_INT:
+            raise SaveFormatError(f"dim {text} is beyond 2**63")
+        return value
+    try:
+        return sym.parse_expr(text)
+    except LuminalError as exc:
+        raise SaveFormatError(str(exc)) from None
 
 
 # --- whole graphs ----------------------------------------------------------------------------
@@ -154,16 +173,43 @@ def encode_graph(outputs: list[Node]) -> tuple[dict, dict[str, np.ndarray]]:
 
 
 def decode_graph(data: dict, weights) -> list[Node]:
+    """The output nodes of graph.json's `data`, every node held to its op's rules (`verify`)."""
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not isinstance(data.get("outputs"), list):
+        raise SaveFormatError("graph.json must hold a list of nodes and a list of outputs")
     built: list[Node] = []
     for i, entry in enumerate(data["nodes"]):
+        what = f"graph.json node {i}"
         try:
+            if not isinstance(entry, dict) or not isinstance(entry.get("src"), list) or not isinstance(entry.get("shape"), list):
+                raise TypeError("not an object with a src and a shape list")
+            what += f" ({entry['op']})"
+            if not all(type(j) is int and 0 <= j < i for j in entry["src"]):
+                raise ValueError(f"sources {entry['src']} must be indices of earlier nodes")
             src = tuple(built[j] for j in entry["src"])
             node = Node(Op.from_name(entry["op"]), DType.of(entry["dtype"]),
                         tuple(_dim(d) for d in entry["shape"]), src, decode_arg(entry["arg"], weights))
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise SaveFormatError(f"graph.json node {i} is malformed: {exc}") from None
+            verify.check_node(node)
+            static = [d for d in node.shape if isinstance(d, int)]
+            if len(static) == len(node.shape) and _numel(static) > MAX_ELEMENTS:
+                raise ValueError(f"shape {node.shape} has more than {MAX_ELEMENTS} elements (LUMINAL_MAX_ELEMENTS)")
+        except SaveFormatError as exc:
+            raise SaveFormatError(f"{what}: {exc}") from None
+        except (LuminalError, KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+            raise SaveFormatError(f"{what} is malformed: {type(exc).__name__}: {exc}") from None
+        except RecursionError:
+            raise SaveFormatError(f"{what} is nested too deeply") from None
         built.append(node)
-    return [built[i] for i in data["outputs"]]
+    outs = data["outputs"]
+    if not outs or not all(type(i) is int and 0 <= i < len(built) for i in outs):
+        raise SaveFormatError(f"graph.json outputs {outs[:8]} must be indices of its {len(built)} nodes")
+    return [built[i] for i in outs]
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _weights_bytes(weights: dict[str, np.ndarray]) -> tuple[bytes, dict[str, str]]:
@@ -202,6 +248,22 @@ def seeded_weight(spec: dict) -> np.ndarray:
     array.flags.writeable = False
     _SEEDED[key] = array
     return array
+
+
+def check_spec(spec) -> int:
+    """The element count of a seeded weight spec from a file, or ValueError if it is malformed."""
+    if not isinstance(spec, dict) or set(spec) != {"shape", "dtype", "seed", "mean", "std"}:
+        raise ValueError("a seeded weight spec has exactly the keys shape, dtype, seed, mean, std")
+    shape, seed = spec["shape"], spec["seed"]
+    if not isinstance(shape, list) or len(shape) > 64 or not all(type(d) is int and 0 <= d < sym.MAX_INT for d in shape):
+        raise ValueError(f"shape {shape!r} must be a list of at most 64 dims >= 0")
+    if type(seed) is not int or not 0 <= seed < 2**32:
+        raise ValueError(f"seed {seed!r} must be an integer in [0, 2**32)")
+    if not all(type(spec[k]) in (int, float) and np.isfinite(spec[k]) for k in ("mean", "std")) or spec["std"] < 0:
+        raise ValueError("mean and std must be finite numbers, std >= 0")
+    if not isinstance(spec["dtype"], str) or not DType.of(spec["dtype"]).is_float:
+        raise ValueError(f"dtype {spec['dtype']!r} must name a float dtype")
+    return _numel(shape)
 
 
 def _generate(spec: dict) -> np.ndarray:
@@ -254,11 +316,13 @@ def save_compiled(compiled, path, meta: dict | None = None, weights: str = "embe
     cubins = {}
     if source:
         header["kernels_sha1"] = hashlib.sha1(source.encode()).hexdigest()
+        header["kernels_sha256"] = hashlib.sha256(source.encode()).hexdigest()
         if archs:
             from luminal.kernels.nvrtc import compile_cuda
 
             cubins = {arch: compile_cuda(source, arch).binary for arch in archs}
     header["cubins"] = sorted(cubins)
+    header["cubins_sha256"] = {arch: hashlib.sha256(binary).hexdigest() for arch, binary in sorted(cubins.items())}
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
         zf.writestr("meta.json", json.dumps(header, indent=1))
         zf.writestr("graph.json", json.dumps(graph))
@@ -271,47 +335,141 @@ def save_compiled(compiled, path, meta: dict | None = None, weights: str = "embe
 
 
 def read_archive(path) -> tuple[dict, list[Node], dict[str, Node]]:
-    """(meta, outputs, inputs by name) of a `.lum` file, with clear errors for bad files."""
+    """(meta, outputs, inputs by name) of a `.lum` file, with clear errors for bad files.
+
+    A file is data, never code: dims are read by `symbolic.parse_expr`'s grammar, every node is
+    held to its op's rules, every weight must have its node's shape and dtype, and what loading
+    allocates is bounded by the file's bytes, plus `MAX_ELEMENTS` for seeded weights."""
     path = Path(path)
     if not path.exists():
         raise SaveFormatError(f"{path}: no such file")
     try:
         with zipfile.ZipFile(path) as zf:
-            meta = json.loads(zf.read("meta.json"))
-            if meta.get("format") != FORMAT:
-                raise SaveFormatError(f"{path} is not a luminal compiled model (format {meta.get('format')!r})")
+            meta = _read_json(zf, "meta.json")
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                fmt = meta.get("format") if isinstance(meta, dict) else None
+                raise SaveFormatError(f"{path} is not a luminal compiled model (format {fmt!r})")
             if meta.get("version") not in READABLE:
                 raise SaveFormatError(
                     f"{path} was written in format version {meta.get('version')}; this luminal reads version "
                     f"{VERSION} (and older: {', '.join(map(str, READABLE[:-1]))})"
                 )
-            graph = json.loads(zf.read("graph.json"))
+            graph = _read_json(zf, "graph.json")
             blob = zf.read("weights.safetensors")
-    except zipfile.BadZipFile:
-        raise SaveFormatError(f"{path} is not a luminal compiled model (not a zip archive, or truncated)") from None
+    except SaveFormatError as exc:
+        raise SaveFormatError(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
+    except RecursionError:
+        raise SaveFormatError(f"{path} has a corrupt header: JSON nested too deeply") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, NotImplementedError, RuntimeError) as exc:
+        raise SaveFormatError(f"{path} is not a luminal compiled model (not a zip archive, or truncated: {exc})") from None
     except KeyError as exc:
         raise SaveFormatError(f"{path} is incomplete: {exc.args[0]}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SaveFormatError(f"{path} has a corrupt header: {exc}") from None
-    weights = {}
+    except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
+        raise SaveFormatError(f"{path} has a corrupt header: {type(exc).__name__}: {exc}") from None
+    except OSError as exc:
+        raise SaveFormatError(f"{path}: cannot read it: {exc}") from None
+    try:
+        _check_meta(meta)
+        weights = _read_weights(meta, blob)
+        outputs = decode_graph(graph, weights)
+        if len(meta["output_names"]) != len(outputs):
+            raise SaveFormatError(f"meta.json names {len(meta['output_names'])} outputs, graph.json has {len(outputs)}")
+    except SaveFormatError as exc:
+        raise SaveFormatError(f"{path}: {exc}") from None
+    inputs = {n.arg: n for n in toposort(outputs) if n.op is Op.INPUT}
+    return meta, outputs, inputs
+
+
+def _read_json(zf: zipfile.ZipFile, name: str):
+    info = zf.getinfo(name)
+    if info.file_size > MAX_JSON_BYTES:
+        raise SaveFormatError(f"{name} claims {info.file_size} bytes (at most {MAX_JSON_BYTES})")
+    return json.loads(zf.read(info))
+
+
+def _check_meta(meta: dict) -> None:
+    """The fields of meta.json that loading reads, with their types; the output spec (torch's
+    pytree) may name no type that deserializing would import (a defaultdict's factory)."""
+    kinds = {"inputs": list, "output_names": list, "weight_dtypes": dict, "weight_specs": dict, "frontend": dict,
+             "cubins": list, "cubins_sha256": dict}
+    for key, kind in kinds.items():
+        if key in meta and not isinstance(meta[key], kind):
+            raise SaveFormatError(f"meta.json {key!r} must be a {kind.__name__}")
+    if "output_names" not in meta or not all(isinstance(n, str) for n in meta["output_names"]):
+        raise SaveFormatError("meta.json needs output_names, a list of strings")
+    if "inputs" not in meta:
+        raise SaveFormatError("meta.json needs inputs")
+    for entry in meta["inputs"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise SaveFormatError(f"meta.json inputs entry {str(entry)[:80]} needs a name")
+    spec = meta.get("frontend", {}).get("out_spec")
+    if spec is not None and (not isinstance(spec, str) or "default_factory_module" in spec or "defaultdict" in spec):
+        raise SaveFormatError("meta.json frontend out_spec must be a pytree spec without defaultdicts "
+                              "(deserializing one imports a module named in the file)")
+
+
+def _read_weights(meta: dict, blob: bytes) -> dict[str, np.ndarray]:
+    """The weights of a file: stored ones exactly as meta.json's weight_dtypes says they were
+    stored (bf16 as uint16 bits), seeded ones within MAX_ELEMENTS."""
+    weights: dict[str, np.ndarray] = {}
+    stored_dtypes = meta.get("weight_dtypes", {})
     if blob:
         from safetensors.numpy import load
 
         try:
             raw = load(blob)
-        except Exception as exc:  # safetensors raises its own error types
-            raise SaveFormatError(f"{path}: weights.safetensors is corrupt: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
+            raise SaveFormatError(f"weights.safetensors is corrupt: {exc}") from None
         for name, arr in raw.items():
-            stored_as = meta.get("weight_dtypes", {}).get(name)
-            weights[name] = arr.view(DType.BF16.numpy) if stored_as == DType.BF16.short else arr
+            stored_as = stored_dtypes.get(name)
+            if stored_as == DType.BF16.short and arr.dtype == np.uint16:
+                arr = arr.view(DType.BF16.numpy)
+            elif stored_as is None or arr.dtype.str != _numpy_str(stored_as):
+                raise SaveFormatError(f"weight {name!r} is stored as {arr.dtype}, meta.json says {stored_as!r}")
+            weights[name] = arr
+    missing = sorted(set(stored_dtypes) - set(weights))
+    if missing:
+        raise SaveFormatError(f"weight(s) {missing[:5]} are listed in meta.json but missing from weights.safetensors")
+    total = 0
     for name, spec in meta.get("weight_specs", {}).items():
         try:
-            weights[name] = seeded_weight(spec)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SaveFormatError(f"{path}: the seeded weight spec of {name!r} is malformed: {exc}") from None
-    outputs = decode_graph(graph, weights)
-    inputs = {n.arg: n for n in toposort(outputs) if n.op is Op.INPUT}
-    return meta, outputs, inputs
+            total += check_spec(spec)
+        except (LuminalError, TypeError, ValueError) as exc:
+            raise SaveFormatError(f"the seeded weight spec of {name!r} is malformed: {exc}") from None
+        if total > MAX_ELEMENTS:
+            raise SaveFormatError(f"the seeded weights up to {name!r} hold {total} elements, more than this machine "
+                                  f"allows (LUMINAL_MAX_ELEMENTS={MAX_ELEMENTS})")
+        if name in weights:
+            raise SaveFormatError(f"weight {name!r} is both stored and seeded")
+    for name, spec in meta.get("weight_specs", {}).items():
+        weights[name] = seeded_weight(spec)
+    return weights
+
+
+def _numpy_str(short: str) -> str | None:
+    try:
+        return DType.of(short).numpy.str
+    except (LuminalError, TypeError, ValueError):
+        return None
+
+
+def saved_cubins(path, meta: dict, source: str) -> dict[str, bytes] | None:
+    """The cubins stored in `path` when they were built from exactly `source` (the CUDA source
+    rendered here) and each one's bytes match the sha256 meta.json holds for it; else None."""
+    hashes = meta.get("cubins_sha256")
+    if not meta.get("cubins") or not isinstance(hashes, dict) or meta.get("kernels_sha256") != hashlib.sha256(source.encode()).hexdigest():
+        return None  # files without sha256s (format 2 before it) compile from source
+    binaries = {}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for arch in meta["cubins"]:
+                binary = zf.read(f"kernels.{arch}.cubin")
+                if hashes.get(arch) != hashlib.sha256(binary).hexdigest():
+                    raise SaveFormatError(f"{path}: kernels.{arch}.cubin does not match its sha256 in meta.json")
+                binaries[arch] = binary
+    except (zipfile.BadZipFile, KeyError, OSError, EOFError, zlib.error) as exc:
+        raise SaveFormatError(f"{path}: cannot read its cubins: {exc}") from None
+    return binaries
 
 
 def load(path, device: str = "cpu"):
@@ -329,13 +487,12 @@ def load(path, device: str = "cpu"):
         from luminal.kernels.plan import KernelPlan
 
         plan = KernelPlan.build(outputs)
-        same = meta.get("kernels_sha1") == hashlib.sha1(plan.source.encode()).hexdigest()
-        if meta.get("kernels_sha1") and not same:
+        if meta.get("kernels_sha1") and meta["kernels_sha1"] != hashlib.sha1(plan.source.encode()).hexdigest():
             report.notes.append("the CUDA source rendered here differs from the saved kernels.cu (another luminal version)")
         options = {"plan": plan}
-        if same and meta.get("cubins"):
-            with zipfile.ZipFile(path) as zf:  # cubins of exactly this source only
-                options["binaries"] = {a: zf.read(f"kernels.{a}.cubin") for a in meta["cubins"]}
+        binaries = saved_cubins(path, meta, plan.source)  # of exactly this source, bytes checked
+        if binaries:
+            options["binaries"] = binaries
     runtime = entry.runtime(outputs, **options)
     return CompiledGraph(inputs, outputs, meta["output_names"], runtime, report, device=device,
                          frontend_meta=meta.get("frontend", {}),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,12 +43,17 @@ class OnnxModel:
     When a node needs a graph input's *value* at compile time (a Reshape whose target shape is
     an input, say), the model is specialized on those inputs: it compiles once per distinct
     value of them, at the first call that brings it, and caches the result.
+
+    An initializer that is also listed as a graph input is a default (ONNX semantics): `defaults`
+    lists them; the caller may override one by name (`model(x, w=new_w)`), and the model is
+    then compiled with that value in its place, once per distinct value.
     """
 
     def __init__(self, proto, inputs: list[IOInfo], outputs: list[IOInfo], notes: list[str], *,
-                 device: str, optimize, compiled=None, value_inputs=(), shape_inputs=()):
+                 device: str, optimize, compiled=None, value_inputs=(), shape_inputs=(), defaults=()):
         self.proto = proto
         self.inputs = inputs
+        self.defaults = list(defaults)  # overridable initializers (IOInfo)
         self.outputs = outputs
         self.notes = notes
         self.device, self.optimize = device, optimize
@@ -86,14 +92,15 @@ class OnnxModel:
             if dup:
                 raise OnnxInputError(f"input(s) {dup} given both positionally and by name")
             feeds.update(kwargs)
-        unknown = [k for k in feeds if k not in self.input_names]
+        unknown = [k for k in feeds if k not in self.input_names and k not in self._default_names]
         if unknown:
-            raise OnnxInputError(f"unknown input name(s) {unknown}; the model's inputs are {self.input_names}")
+            extra = f" (and defaults that may be overridden: {self._default_names})" if self.defaults else ""
+            raise OnnxInputError(f"unknown input name(s) {unknown}; the model's inputs are {self.input_names}{extra}")
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise OnnxInputError(f"missing input(s) {missing}; the model's inputs are {self.input_names}")
         arrays = {}
-        for info in self.inputs:
+        for info in self.inputs + [d for d in self.defaults if d.name in feeds]:
             arr = np.asarray(feeds[info.name])
             if info.dtype is not None and arr.dtype != info.dtype:
                 raise OnnxInputError(f"input {info.name!r} has dtype {arr.dtype}, the model declares {info.dtype}")
@@ -109,19 +116,25 @@ class OnnxModel:
             arrays[info.name] = arr
         return arrays
 
+    @property
+    def _default_names(self) -> list[str]:
+        return [d.name for d in self.defaults]
+
     def __call__(self, *args, **kwargs) -> list[np.ndarray]:
         arrays = self._feeds(args, kwargs)
+        overrides = {n: arrays.pop(n) for n in self._default_names if n in arrays}
         compiled = self.compiled
         zero_dim = any(not isinstance(d, int) and n == 0 for i in self.inputs for d, n in zip(i.shape, arrays[i.name].shape))
-        if self.value_inputs or self.shape_inputs or zero_dim:
+        if self.value_inputs or self.shape_inputs or zero_dim or overrides:
             # a dynamic dim of size 0 breaks the symbols' assumption (>= 1): compile this call's shapes statically
             shape_names = self.input_names if zero_dim else self.shape_inputs
-            key = self._key(arrays, shape_names)
+            key = self._key(arrays, shape_names), _value_key(overrides)
             compiled = self._cache.get(key)
             if compiled is None:
-                compiled = self._build_retrying(arrays, zero_dim)
-                self._cache[self._key(arrays, self.input_names if zero_dim else self.shape_inputs)] = compiled
-            self.compiled = compiled
+                compiled = self._build_retrying(arrays, zero_dim, overrides)
+                self._cache[self._key(arrays, self.input_names if zero_dim else self.shape_inputs), _value_key(overrides)] = compiled
+            if not overrides:
+                self.compiled = compiled
         self._check_assumptions(compiled, arrays)
         feeds = {}
         for node in compiled.inputs:
@@ -163,13 +176,13 @@ class OnnxModel:
         values = tuple((n, arrays[n].dtype.str, arrays[n].shape, arrays[n].tobytes()) for n in self.value_inputs)
         return values, tuple((n, arrays[n].shape) for n in shape_names)
 
-    def _build_retrying(self, arrays, all_static: bool):
+    def _build_retrying(self, arrays, all_static: bool, overrides: dict):
         """Compile for this call's values of `value_inputs` and shapes of `shape_inputs`; a node
         that needs yet another input's value or shape adds it to the sets and retries."""
         while True:
             shape_names = self.input_names if all_static else self.shape_inputs
             try:
-                compiled, *_ = _build(self.proto, {n: arrays[n] for n in self.value_inputs}, self.device,
+                compiled, *_ = _build(self.proto, {**{n: arrays[n] for n in self.value_inputs}, **overrides}, self.device,
                                       self.optimize, {n: arrays[n].shape for n in shape_names})
                 return compiled
             except NeedsValue as exc:
@@ -179,6 +192,12 @@ class OnnxModel:
                     raise
                 self.value_inputs = tuple(sorted(set(self.value_inputs) | values))
                 self.shape_inputs = tuple(sorted(set(self.shape_inputs) | shapes))
+
+
+def _value_key(arrays: dict) -> tuple:
+    """A cache key for the values of `arrays` (name -> array): dtype, shape and a digest of the bytes."""
+    return tuple((n, a.dtype.str, a.shape, hashlib.sha256(np.ascontiguousarray(a).view(np.uint8)).hexdigest())
+                 for n, a in sorted(arrays.items()))
 
 
 def _fmt(shape) -> str:
@@ -225,8 +244,11 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
         if kind not in (None, "tensor_type"):
             raise OnnxImportError(f"graph {'output' if vi in graph.output else 'input'} {vi.name!r} is a {kind}; "
                                   "luminal takes and returns tensors only")
-    inits = {i.name for i in graph.initializer}
+    inits = {i.name: i for i in graph.initializer}
     declared = [vi for vi in graph.input if vi.name not in inits]
+    defaults = [IOInfo(vi.name, _np_dtype(inits[vi.name].data_type),
+                       _declared_shape(vi) if vi.type.tensor_type.HasField("shape") else tuple(inits[vi.name].dims))
+                for vi in graph.input if vi.name in inits]
     value_inputs: set[str] = set()
     shape_inputs: set[str] = set()
     try:
@@ -252,4 +274,4 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
         notes.append(f"compiled per value of input(s) {sorted(value_inputs)} and per shape of {sorted(shape_inputs)}: "
                      "nodes need them at compile time")
     return OnnxModel(proto, in_infos, out_infos, notes, device=device, optimize=optimize, compiled=compiled,
-                     value_inputs=sorted(value_inputs), shape_inputs=sorted(shape_inputs))
+                     value_inputs=sorted(value_inputs), shape_inputs=sorted(shape_inputs), defaults=defaults)

@@ -70,8 +70,10 @@ class LuminalFunction:
 
     _boxed_call = True  # aot_autograd's calling convention: one list of arguments
 
-    def __init__(self, gm, weight_ids: set[int], name: str, opts: dict, lowering: tuple[float, str]):
+    def __init__(self, gm, weight_ids: set[int], name: str, opts: dict, lowering: tuple[float, str],
+                 mutated: frozenset[int] = frozenset()):
         self.gm, self.weight_ids, self.name, self.opts = gm, weight_ids, name, opts
+        self.mutated = mutated  # positions of inputs the graph mutates: always fed, never constants
         self.lowering = lowering  # (seconds, how) of Dynamo's graph -> core ATen
         self.imported = None
         self.weights: dict[int, torch.Tensor] = {}
@@ -79,7 +81,7 @@ class LuminalFunction:
 
     def _build(self, args):
         placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
-        self.weights = {i: a for i, a in enumerate(args) if id(a) in self.weight_ids}
+        self.weights = {i: a for i, a in enumerate(args) if id(a) in self.weight_ids and i not in self.mutated}
         constants = {placeholders[i].name: a for i, a in self.weights.items()}
         self.weight_ptrs = {i: a.data_ptr() for i, a in self.weights.items()}
         imported = FxImporter(self.gm, self.name).build(constants)
@@ -107,6 +109,18 @@ class LuminalFunction:
         values = list(args)
         args.clear()  # boxed calling convention: let aot_autograd free its inputs early
         return self.imported(values)
+
+
+def _mutated_inputs(agm) -> frozenset[int]:
+    """Positions of the inputs aot_autograd's graph updates (a buffer's `self.count += 1`): their
+    new values are outputs, copied back by aot_autograd, so they must be read afresh each call."""
+    from torch._guards import TracingContext
+
+    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+    n = sum(1 for node in agm.graph.nodes if node.op == "placeholder")
+    if meta is None or len(meta.input_info) != n:  # the per-call decomposition: no mutation
+        return frozenset()
+    return frozenset(i for i, info in enumerate(meta.input_info) if info.mutates_data or info.mutates_metadata)
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
@@ -137,7 +151,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
             warnings.warn(f"luminal: running graph {name} eagerly: {msg}", stacklevel=2)
             EAGER_FALLBACKS.append(f"{name}: {msg}")
             return make_boxed_func(agm.forward)
-        return LuminalFunction(agm, weight_ids, name, opts, lowering)
+        return LuminalFunction(agm, weight_ids, name, opts, lowering, _mutated_inputs(agm))
 
     def bw_compiler(agm, _fake_inputs):  # training: luminal runs the forward, eager the backward
         return make_boxed_func(agm.forward)

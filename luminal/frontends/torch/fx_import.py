@@ -8,17 +8,14 @@ or SymInt, that torch computed while tracing) is the authority on dtypes and sha
   (`Max(0, s0 - 1)` for torch's `s0 - 1`) is relabelled after checking both agree on the
   traced sizes;
 - SymInt-valued nodes (`sym_size`, `operator.mul` on sizes, ...) take their value straight
-  from the reported expression, translated to luminal's symbolic dims.
+  from the reported expression, translated to luminal's symbolic dims (`dims`).
 
-Dims are luminal symbols named after torch's (`s0`, `s77`). They are bound at call time from
-the input shapes; a symbol that only a SymInt placeholder carries gets a zero-cost "carrier"
+Dims are bound at call time from the input shapes; a symbol that only a SymInt placeholder carries gets a zero-cost "carrier"
 input of that length, so the runtime can bind it like any other.
 """
 
 from __future__ import annotations
 
-import functools
-import operator
 import time
 
 import numpy as np
@@ -29,86 +26,12 @@ from luminal.builder import Graph, Tensor
 from luminal.compiler import Report, compile_outputs
 from luminal.errors import ShapeError, UnsupportedError
 from luminal.frontends.torch.aten_ops import TORCH_OF, Ctx, ldtype, op_key, op_name, promote, table
-from luminal.hlir import symbolic as sym
+from luminal.frontends.torch.dims import SYM_TYPES, conform, hints_of, shape_of, to_dim
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Node, Op
-from luminal.hlir.shape import ShapeTracker
+from luminal.runtime.torch_arrays import numpy_to_torch, torch_to_numpy
 
-SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 NO_OPS = {"_assert_tensor_metadata.default", "_assert_scalar.default", "sym_constrain_range_for_size.default",
           "sym_constrain_range.default", "_assert_async.msg", "_assert_async.default", "_functional_assert_async.msg"}
-
-
-# --- symbolic dims -----------------------------------------------------------------------
-def _nary(f):
-    return lambda *a: functools.reduce(f, a)
-
-
-_SYM_FUNCS = {
-    "FloorDiv": sym.floordiv, "CeilDiv": sym.ceildiv, "CleanDiv": sym.floordiv, "IntTrueDiv": lambda a, b: sympy.sympify(a) / b,
-    "Mod": sym.mod, "PythonMod": sym.mod, "Max": _nary(sym.dmax), "Min": _nary(sym.dmin),
-    "ModularIndexing": lambda x, d, m: sym.mod(sym.floordiv(x, d), m), "Identity": lambda x: x,
-    "TruncToInt": lambda x: sym.norm(sympy.floor(x)) if x >= 0 else sym.norm(sympy.ceiling(x)),
-    "FloorToInt": lambda x: sym.norm(sympy.floor(x)), "CeilToInt": lambda x: sym.norm(sympy.ceiling(x)),
-    "ToFloat": lambda x: x, "floor": lambda x: sym.norm(sympy.floor(x)), "ceiling": lambda x: sym.norm(sympy.ceiling(x)),
-}
-
-
-@functools.lru_cache(maxsize=4096)
-def translate(expr):
-    """A torch shape-env sympy expression as a luminal dim (int or sympy over luminal symbols)."""
-    if isinstance(expr, (int, float)):
-        return expr
-    if expr.is_Integer:
-        return int(expr)
-    if expr.is_Symbol:
-        if expr.name.startswith("u"):
-            raise UnsupportedError(f"data-dependent size {expr.name} (from .item(), nonzero(), ...)")
-        return sym.symbol(expr.name)
-    if expr.is_Number:
-        return float(expr)
-    if expr in (sympy.true, sympy.false):
-        return bool(expr)
-    args = [translate(a) for a in expr.args]
-    if isinstance(expr, sympy.Add):
-        return sym.norm(sum(args[1:], args[0]))
-    if isinstance(expr, sympy.Mul):
-        return sym.norm(functools.reduce(operator.mul, args))
-    if isinstance(expr, sympy.Pow):
-        return sym.norm(sympy.sympify(args[0]) ** args[1])
-    fn = _SYM_FUNCS.get(type(expr).__name__)
-    if fn is None:
-        raise UnsupportedError(f"symbolic expression {expr} ({type(expr).__name__}) is not supported")
-    out = fn(*args)
-    return out if isinstance(out, float) else sym.norm(out)
-
-
-def to_dim(v):
-    """An int, SymInt (or SymFloat/SymBool) as a luminal dim / Python value."""
-    if isinstance(v, SYM_TYPES):
-        node = v.node
-        if isinstance(v, torch.SymBool):
-            const = node.maybe_as_bool() if hasattr(node, "maybe_as_bool") else None
-            if const is not None:
-                return bool(const)
-        out = translate(node.expr)
-        return float(out) if isinstance(v, torch.SymFloat) and isinstance(out, int) else out
-    return v
-
-
-def shape_of(t) -> tuple:
-    return tuple(to_dim(d) for d in t.shape)
-
-
-def hints_of(vals) -> dict[str, int]:
-    """The traced value of every symbol, read off the shape env of any SymInt among `vals`."""
-    for v in vals:
-        for d in getattr(v, "shape", ()) if isinstance(v, torch.Tensor) else (v,):
-            if isinstance(d, torch.SymInt):
-                env = d.node.shape_env
-                known = getattr(env, "backed_var_to_val", None) or env.var_to_val
-                return {str(k): int(x) for k, x in known.items() if str(k).startswith("s")}
-    return {}
 
 
 # --- the importer ------------------------------------------------------------------------
@@ -163,6 +86,9 @@ class FxImporter:
                 env[node] = g.input(node.name, shape, ldtype(val.dtype))
                 bound |= {s.name for d in shape if isinstance(d, sympy.Symbol) for s in [d]}
                 feeds.append(("tensor", node.name))
+            elif isinstance(val, str):  # a string argument (guarded by the caller): baked in
+                env[node] = val
+                feeds.append(None)
             elif isinstance(val, SYM_TYPES) or isinstance(val, (int, float, bool)):
                 env[node] = to_dim(val)
                 feeds.append(("dim", node.name))
@@ -222,28 +148,6 @@ class FxImporter:
         if not isinstance(out, Tensor):  # a Python scalar where torch has a tensor
             out = g.scalar(out, promote(out)).expand(want)
         return conform(out.cast(want_dtype), want, self.hints)
-
-
-def conform(t: Tensor, want: tuple, hints: dict) -> Tensor:
-    """`t` with torch's spelling of its shape. luminal's own symbolic dims can be more general
-    (`Max(0, s0 - 1)` where torch knows `s0 >= 1`): those are relabelled once both agree on
-    the traced sizes; torch's range constraints (checked at call time) make that sound."""
-    if len(t.shape) == len(want) and all(sym.equal(a, b) for a, b in zip(t.shape, want)):
-        return t
-    if len(t.shape) == len(want) and not all(sym.is_static(d) for d in t.shape) and all(
-        sym.evaluate(a, hints) == sym.evaluate(b, hints) for a, b in zip(t.shape, want)
-    ):
-        return relabel(t, want)
-    raise ShapeError(f"internal: luminal computed shape {t.shape}, torch reports {want}")
-
-
-def relabel(t: Tensor, shape) -> Tensor:
-    """The same elements under torch's spelling of the (equal) symbolic dims."""
-    if t.node.op is Op.VIEW:
-        st = t.node.arg
-        st = ShapeTracker(tuple(shape), st.strides, st.offset, st.mask)
-        return Tensor(t.graph, Node(Op.VIEW, t.dtype, tuple(shape), t.node.src, st))
-    return Tensor(t.graph, Node(Op.VIEW, t.dtype, tuple(shape), (t.node,), ShapeTracker.contiguous(shape)))
 
 
 def _is_sym_node(node) -> bool:
@@ -333,21 +237,12 @@ class Imported:
 
 
 def to_numpy(t) -> np.ndarray:
+    """A torch tensor (or any array-like) as a NumPy array in a luminal dtype, no copy where it can."""
     if not isinstance(t, torch.Tensor):
         return np.asarray(t)
-    t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(DType.BF16.numpy)
     if t.dtype not in TORCH_OF.values():
         t = t.to(TORCH_OF[ldtype(t.dtype)])
-    return t.numpy()
+    return torch_to_numpy(t)
 
 
-def from_numpy(a: np.ndarray) -> torch.Tensor:
-    if a.dtype == DType.BF16.numpy:
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
-    if not a.flags.writeable:
-        a = np.array(a)
-    return torch.from_numpy(a)
+from_numpy = numpy_to_torch
