@@ -403,9 +403,37 @@ def _check_meta(meta: dict) -> None:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise SaveFormatError(f"meta.json inputs entry {str(entry)[:80]} needs a name")
     spec = meta.get("frontend", {}).get("out_spec")
-    if spec is not None and (not isinstance(spec, str) or "default_factory_module" in spec or "defaultdict" in spec):
-        raise SaveFormatError("meta.json frontend out_spec must be a pytree spec without defaultdicts "
-                              "(deserializing one imports a module named in the file)")
+    if spec is not None:
+        _check_pytree_spec(spec)
+
+
+def _check_pytree_spec(spec) -> None:
+    """A torch pytree spec (`treespec_dumps`) whose loading imports nothing: torch's
+    `treespec_loads` imports the module a defaultdict's factory or an enum (`__enum__`) names."""
+    def walk(value):
+        if isinstance(value, dict):
+            if "__enum__" in value or "default_factory_module" in value or value.get("type") == "collections.defaultdict":
+                raise SaveFormatError("meta.json frontend out_spec names a defaultdict or an enum, whose loading "
+                                      "would import a module named in the file")
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str) and value[:1] in "[{":  # a node's context is JSON inside the JSON
+            try:
+                walk(json.loads(value))
+            except ValueError:
+                pass  # not JSON: a plain string
+
+    if not isinstance(spec, str):
+        raise SaveFormatError("meta.json frontend out_spec must be a string")
+    try:
+        walk(json.loads(spec))
+    except ValueError as exc:
+        raise SaveFormatError(f"meta.json frontend out_spec is not JSON: {exc}") from None
+    except RecursionError:
+        raise SaveFormatError("meta.json frontend out_spec is nested too deeply") from None
 
 
 def _read_weights(meta: dict, blob: bytes) -> dict[str, np.ndarray]:

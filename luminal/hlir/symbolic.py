@@ -30,8 +30,9 @@ Dim = int | sympy.Expr
 @functools.cache
 def symbol(name: str) -> sympy.Symbol:
     """The dim symbol called `name` (a nonnegative integer)."""
-    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or name in FUNCS:
-        raise ShapeError(f"symbolic dim names must be identifiers other than keywords and {sorted(FUNCS)}, got {name!r}")
+    if not isinstance(name, str) or not (name.isascii() and name.isidentifier()) or keyword.iskeyword(name) or name in FUNCS:
+        raise ShapeError(f"symbolic dim names must be ASCII identifiers other than keywords and {sorted(FUNCS)} "
+                         f"(they become C and Python names), got {name!r}")
     return sympy.Symbol(name, integer=True, nonnegative=True)
 
 

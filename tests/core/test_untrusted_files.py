@@ -159,7 +159,7 @@ def test_huge_static_shapes_and_seeded_weights_are_refused(good, tmp_path):
     np.testing.assert_array_equal(lm.load(seeded)(x=np.zeros(4, np.float32))[0].shape, (4,))
 
 
-def test_json_bombs_and_deep_nesting(good, tmp_path):
+def test_json_bombs_and_deep_nesting(good, tmp_path, monkeypatch):
     deep = rewrite(good, tmp_path / "deep.lum", {"graph.json": lambda d: b"[" * 100_000 + b"]" * 100_000})
     with pytest.raises(SaveFormatError, match="corrupt header"):
         lm.load(deep)
@@ -172,11 +172,12 @@ def test_json_bombs_and_deep_nesting(good, tmp_path):
 
     with pytest.raises(SaveFormatError):
         lm.load(rewrite(good, tmp_path / "nested.lum", {"graph.json": lambda d: _dumps_deep(d, plant)}))
-    bomb = tmp_path / "bomb.lum"
+    bomb = tmp_path / "bomb.lum"  # 1 MB of spaces deflate to 1 kB: refused by the size it claims
     with zipfile.ZipFile(good) as zin, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zout:
         for name in zin.namelist():
-            zout.writestr(name, zin.read(name) + (b" " * (saving.MAX_JSON_BYTES + 1) if name == "graph.json" else b""))
-    with pytest.raises(SaveFormatError, match="graph.json claims"):
+            zout.writestr(name, zin.read(name) + (b" " * 2**20 if name == "graph.json" else b""))
+    monkeypatch.setattr(saving, "MAX_JSON_BYTES", 2**20)
+    with pytest.raises(SaveFormatError, match=r"graph.json claims \d+ bytes \(at most 1048576\)"):
         lm.load(bomb)
 
 
@@ -198,6 +199,12 @@ def test_output_spec_may_not_import_modules(good, tmp_path):
         {"default_factory_module": "os", "default_factory_name": "system", "dict_context": []}), "children_spec": []}])
     bad = rewrite(good, tmp_path / "spec.lum", {"meta.json": edit_json(lambda m: m["frontend"].update(out_spec=spec))})
     with pytest.raises(SaveFormatError, match="defaultdict"):
+        lm.load(bad)
+    escaped = json.dumps([1, {"type": "builtins.tuple", "context": json.dumps(
+        {"x": {"__enum__": True, "fqn": "os:system", "name": "x"}}).replace("_", "\\u005f"), "children_spec": []}])
+    assert "__enum__" not in escaped  # hidden from a text search, not from the walk over the parsed JSON
+    bad = rewrite(good, tmp_path / "enum.lum", {"meta.json": edit_json(lambda m: m["frontend"].update(out_spec=escaped))})
+    with pytest.raises(SaveFormatError, match="an enum"):
         lm.load(bad)
 
 
@@ -251,11 +258,12 @@ def must_fail_cleanly(load, path, what: str, x=None):
         return True
 
 
-def _mutants(good: bytes, rng: np.random.Generator):
+def byte_mutants(good: bytes, rng: np.random.Generator, cuts: int = 24, flips: int = 48):
+    """(what, bytes): `good` truncated at random offsets (and the edges), then with 1-4 random bits flipped."""
     size = len(good)
-    for cut in sorted({int(v) for v in rng.integers(0, size, 12)} | {0, 1, 22, size - 1}):
+    for cut in sorted({int(v) for v in rng.integers(0, size, cuts)} | {0, 1, 22, size - 1}):
         yield f"truncated at {cut}", good[:cut]
-    for k in range(16):
+    for k in range(flips):
         data = bytearray(good)
         for at in rng.integers(0, size, 1 + k % 4):
             data[at] ^= 1 << int(rng.integers(0, 8))
@@ -265,7 +273,7 @@ def _mutants(good: bytes, rng: np.random.Generator):
 def _json_mutants(graph: dict, rng: np.random.Generator):
     values = ["0", "-1", str(2**40), "batch*batch*batch", "floor(batch/0)", "Mod(batch, 0)", PWN, 10**30, None, [], {}, -5, "x"]
     nodes = graph["nodes"]
-    for k in range(24):
+    for k in range(60):
         doc = json.loads(json.dumps(graph))
         node = doc["nodes"][int(rng.integers(0, len(nodes)))]
         field = ["shape", "src", "dtype", "op", "arg"][k % 5]
@@ -292,7 +300,7 @@ def test_fuzz_load(good, tmp_path, monkeypatch):
     data = good.read_bytes()
     x = np.ones((2, 8), np.float32)
     loaded = 0
-    for what, mutant in _mutants(data, rng):
+    for what, mutant in byte_mutants(data, rng):
         path = tmp_path / "m.lum"
         path.write_bytes(mutant)
         loaded += must_fail_cleanly(lm.load, path, what, x)

@@ -194,6 +194,6 @@ def test_dim_text_grammar_refuses_code_and_bounds_size(tmp_path, monkeypatch):
             sym.parse(text)
         assert time.perf_counter() - t0 < 2, text[:40]
     assert not (tmp_path / "pwned").exists()
-    for name in ("lambda", "min", "floor", "Mod", "a.b", "1n"):
+    for name in ("lambda", "min", "floor", "Mod", "a.b", "1n", "n\u00e9"):
         with pytest.raises(lm.ShapeError):
             sym.symbol(name)

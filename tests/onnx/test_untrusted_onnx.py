@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import luminal
 import luminal.onnx as lo
-from tests.core.test_untrusted_files import must_fail_cleanly
+from tests.core.test_untrusted_files import byte_mutants, must_fail_cleanly
 from tests.onnx.test_onnx_api import _mlp, _model
 
 W = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
@@ -99,17 +99,6 @@ def _fuzz_models():
     return [_mlp(), _model(nodes, [a], [out], [b, axes])]
 
 
-def _mutants(data: bytes, rng):
-    size = len(data)
-    for cut in sorted({int(v) for v in rng.integers(1, size, 10)} | {1, size - 1}):
-        yield f"truncated at {cut}", data[:cut]
-    for k in range(20):
-        mutant = bytearray(data)
-        for at in rng.integers(0, size, 1 + k % 3):
-            mutant[at] ^= 1 << int(rng.integers(0, 8))
-        yield f"flipped bytes #{k}", bytes(mutant)
-
-
 def _proto_mutants(proto: onnx.ModelProto, rng):
     def edit(fn):
         p = onnx.ModelProto()
@@ -156,7 +145,7 @@ def test_fuzz_onnx_compile(tmp_path, monkeypatch):
     compiled = 0
     for proto in _fuzz_models():
         data = proto.SerializeToString()
-        cases = list(_mutants(data, rng)) + list(_proto_mutants(proto, rng))
+        cases = list(byte_mutants(data, rng, cuts=16, flips=40)) + list(_proto_mutants(proto, rng))
         for what, mutant in cases:
             path = tmp_path / "m.onnx"
             path.write_bytes(mutant)
