@@ -3,6 +3,8 @@
 - `luminal.kernels.nvrtc`: `compile_cuda(source, arch)` -> cubin/PTX plus ptxas resource usage, cached.
 - `luminal.kernels.emulator`: `build(source)` -> an `EmulatedModule` whose kernels run on the CPU
   through `emulator/cuda_emu.h` (CUDA threads as fibers, real barriers and warp shuffles).
+- `luminal.kernels.runtime`: `KernelRuntime`, which the device registry (`luminal.devices`) builds
+  for "cuda" (NVRTC + CuPy) and "cuda-emulator".
 """
 
 

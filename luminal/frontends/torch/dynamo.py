@@ -1,8 +1,10 @@
 """The torch.compile backend: `torch.compile(model, backend="luminal", options={...})`.
 
-Options: `device` ("cpu", "cuda", "cuda-emulator"), `strict` (raise `UnsupportedError` naming
-every unsupported op; default: warn and run that graph eagerly), `optimize` (egglog on/off),
-`lowering` ("auto": per-call decomposition where exact, else aot_autograd; "aot_autograd").
+Options: `device` (an entry of `luminal.devices`: "cpu", "numpy", "cuda", "cuda-emulator"; an
+unknown one, or one this machine cannot run, raises `DeviceError`, never an eager fallback),
+`strict` (raise `UnsupportedError` naming every unsupported op; default: warn and run that graph
+eagerly), `optimize` (egglog on/off), `lowering` ("auto": per-call decomposition where exact,
+else aot_autograd; "aot_autograd").
 
 Dynamo's graph is lowered to core ATen — the op set `torch.export(...).run_decompositions()`
 produces, so one ATen table serves both entry points. For inference on static shapes without
