@@ -84,6 +84,26 @@ def test_initializers_listed_as_inputs_are_overridable_defaults():
         model(x, w=w2[:2])
 
 
+def test_compiling_never_allocates_what_only_running_would():
+    """Known values (a Range of 10**12, shape arithmetic expanded to 10**10 entries) are left
+    to the graph: compiling is quick and small; running raises a LuminalError (or would work)."""
+    from tests.core.test_untrusted_files import time_limit
+
+    ints = {k: numpy_helper.from_array(np.array(v, np.int64), k) for k, v in [("s", 0), ("l", 10**12), ("d", 1)]}
+    ints["big"] = numpy_helper.from_array(np.array([10**5, 10**5], np.int64), "big")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, None)
+    models = {
+        "range": [helper.make_node("Range", ["s", "l", "d"], ["y"])],
+        "expand shape": [helper.make_node("Shape", ["x"], ["sh"]), helper.make_node("Expand", ["sh", "big"], ["y"])],
+    }
+    for what, nodes in models.items():
+        with time_limit(10, what):
+            model = lo.compile(_model(nodes, [x], [y], list(ints.values())), optimize=False, check=False)
+        with pytest.raises(luminal.LuminalError):
+            model(np.ones(3, np.float32))
+
+
 # --- fuzzing ------------------------------------------------------------------------------------
 def _fuzz_models():
     """Small models covering initializers, shape arithmetic and a few op families."""

@@ -86,7 +86,7 @@ def attr_value(attr: onnx.AttributeProto):
     if isinstance(value, bytes):
         return value.decode("utf-8")
     if isinstance(value, onnx.TensorProto):
-        return numpy_helper.to_array(value)
+        return initializer_array(value)
     if isinstance(value, list) and value and isinstance(value[0], bytes):
         return [v.decode("utf-8") for v in value]
     return value

@@ -12,6 +12,7 @@ from luminal.frontends.onnx.values import DTYPES, Known
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 
+KNOWN_LIMIT = 1 << 24  # elements a Range computes while compiling; a longer one runs in the graph
 BIG = 2**62  # |bounds| beyond this mean "to the end" (INT64_MAX / INT64_MIN in exported models)
 
 
@@ -71,7 +72,11 @@ def range_(c, start, limit, delta):
     if np.asarray(start).dtype != object and np.asarray(limit).dtype != object and np.asarray(delta).dtype != object:
         dtype = DType.of(np.asarray(start).dtype) if np.asarray(start).dtype in (np.float32, np.float64, np.int32, np.int64) else DType.I64
         n = max(int(np.ceil((l_ - s) / d)), 0)
-        return Known((s + np.arange(n) * d).astype(dtype.numpy), dtype)
+        if n <= KNOWN_LIMIT:
+            return Known((s + np.arange(n) * d).astype(dtype.numpy), dtype)
+        if not dtype.is_int:  # computed at run time: compiling never allocates what the model only might
+            c.fail(f"a float Range of {n} elements")
+        return F.arange(c.g, int(s), int(l_), int(d), dtype)
     return F.arange(c.g, s, l_, int(d), DType.I64)
 
 

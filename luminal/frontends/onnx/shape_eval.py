@@ -19,6 +19,8 @@ from luminal.frontends.onnx.values import Known
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 
+MAX_ELEMENTS = 1 << 16  # entries of a symbolic value
+
 
 class _Undecidable(Exception):
     pass
@@ -106,6 +108,16 @@ _BINARY = {
 _BOOL_OUT = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}
 
 
+def _check_size(shape) -> None:
+    """Shape arithmetic is small: a bigger result is computed in the graph instead (a hostile
+    model must not make the compiler build huge object arrays)."""
+    n = 1
+    for d in shape:
+        n *= max(int(d), 0)
+    if n > MAX_ELEMENTS:
+        raise _Undecidable
+
+
 def evaluate(c, knowns: list[Known | None], attrs: dict) -> list[Known] | None:
     op = c.node.op_type
     try:
@@ -120,6 +132,7 @@ def _evaluate(c, op, ks, attrs):
     if op in _BINARY and len(xs) >= 2:
         if op == "Div" and dt.is_float:
             return None
+        _check_size(np.broadcast_shapes(*(x.shape for x in xs)))
         out = xs[0]
         for y in xs[1:]:
             out = _BINARY[op](out, y)
@@ -166,7 +179,9 @@ def _evaluate(c, op, ks, attrs):
     if op == "Expand":
         if ks[1].symbolic:
             return None
-        return [_result(xs[0] * np.ones(_ints(ks[1].array), dtype=object), dt)]
+        shape = _ints(ks[1].array)
+        _check_size(shape)
+        return [_result(xs[0] * np.ones(shape, dtype=object), dt)]
     if op == "Where":
         if ks[0].symbolic:
             return None
