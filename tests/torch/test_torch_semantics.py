@@ -2,8 +2,11 @@
 non-tensor arguments, mutated 0-d state, data-dependent control flow, rebound weights, and a
 saved model that mutates a buffer called like the model after `luminal.load`."""
 
+import subprocess
+import sys
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch_helpers import assert_same, runs_on_luminal
@@ -223,3 +226,28 @@ def test_saved_model_structure_and_guards(tmp_path):
     torch.testing.assert_close(acc, x)  # the input mutation is written back
     with pytest.raises(luminal.InputError, match="compiled for k=2"):
         loaded(x, 3, acc)
+
+
+def test_loaded_model_runs_without_torch(tmp_path):
+    """No torch at load time: the signature and state still hold; outputs are NumPy, flat."""
+    model, x = Counter(), _inputs(2, 4)
+    with torch.no_grad():
+        path = luminal.compile(model, (x,)).save(tmp_path / "counter.lum")
+        want = model.lin(x) * 2  # the second call: count 0 -> 1 -> 2
+    np.save(tmp_path / "x.npy", x.numpy())
+    code = f"""
+import sys
+sys.modules["torch"] = None  # import torch fails
+import numpy as np
+import luminal
+m = luminal.load({str(path)!r})
+x = np.load({str(tmp_path / "x.npy")!r})
+m(x)
+(out,) = m(x=x)
+np.save({str(tmp_path / "out.npy")!r}, out)
+print(type(out).__name__, int(m.state["count"]))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["ndarray", "2"]
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want.numpy(), rtol=1e-5, atol=1e-5)

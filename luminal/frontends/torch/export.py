@@ -64,7 +64,7 @@ def dynamic_shapes_spec(model, args, kwargs, dynamic):
     return {n: convert(dynamic.get(n), n) for n in names}
 
 
-def dim_labels(model, args, kwargs, dynamic) -> dict[tuple[str, int], str]:
+def dim_labels(dynamic) -> dict[tuple[str, int], str]:
     """(argument, axis) -> the name the user gave that dynamic dim ("batch", a `Dim`'s name)."""
     if not isinstance(dynamic, dict):
         return {}
@@ -153,7 +153,7 @@ class CompiledModel:
         else:
             self.name = name or type(model).__name__
             spec = dynamic_shapes_spec(model, example_args, example_kwargs, dynamic)
-            self._labels = dim_labels(model, example_args, example_kwargs, dynamic)
+            self._labels = dim_labels(dynamic)
             ep = _export(model, example_args, example_kwargs, spec)
             phases["export"] = time.perf_counter() - start
             self._eager = model

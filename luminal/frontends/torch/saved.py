@@ -16,6 +16,7 @@ outputs in `output_names` order. This module imports neither torch nor torch.exp
 from __future__ import annotations
 
 import base64
+import warnings
 
 import numpy as np
 
@@ -55,7 +56,15 @@ def structured(meta: dict, flat: list):
 
     flat = [numpy_to_torch(np.asarray(r)) if isinstance(r, np.ndarray) else r for r in flat]
     flat = [torch.tensor(r) if isinstance(r, np.generic) else r for r in flat]
-    return flat if meta.get("out_spec") is None else tree_unflatten(flat, treespec_loads(meta["out_spec"]))
+    if meta.get("out_spec") is None:
+        return flat
+    try:
+        spec = treespec_loads(meta["out_spec"])
+    except NotImplementedError as exc:  # a container type not registered here (its package not imported)
+        warnings.warn(f"luminal: outputs as a flat list: {exc} (import the package that defines it first)",
+                      UserWarning, stacklevel=3)
+        return flat
+    return tree_unflatten(flat, spec)
 
 
 class LoadedModel:
@@ -68,6 +77,8 @@ class LoadedModel:
         self.state = {name: decode_array(d["value"], name) for name, d in self.meta.get("state", {}).items()}
 
     def __getattr__(self, name):
+        if name in ("compiled", "meta", "state"):  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
         return getattr(self.compiled, name)
 
     def __call__(self, *args, **kwargs):
