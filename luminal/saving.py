@@ -377,6 +377,8 @@ def read_archive(path) -> tuple[dict, list[Node], dict[str, Node]]:
     except SaveFormatError as exc:
         raise SaveFormatError(f"{path}: {exc}") from None
     inputs = {n.arg: n for n in toposort(outputs) if n.op is Op.INPUT}
+    if len(inputs) != sum(n.op is Op.INPUT for n in toposort(outputs)):
+        raise SaveFormatError(f"{path}: graph.json declares an input name twice (with different shapes or dtypes)")
     return meta, outputs, inputs
 
 

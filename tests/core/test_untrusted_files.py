@@ -128,6 +128,8 @@ def test_nodes_are_held_to_their_ops_rules(good, tmp_path):
         ("Cast", lambda n, g: n.update(op="Exp2"), r"\(Exp2\).*dtype"),
         ("Cast", lambda n, g: g.update(outputs=[len(g["nodes"])]), r"graph.json outputs"),
         ("Cast", lambda n, g: n.update(op="Nope"), r"unknown op 'Nope'"),
+        ("Constant", lambda n, g: [e.update(op="Input", arg={"s": "x"}) for e in g["nodes"] if e["arg"] == {"weight": "w"}],
+         "input name twice"),
     ]
     for op, fn, message in cases:
         with pytest.raises(SaveFormatError, match=message):
