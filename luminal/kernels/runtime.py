@@ -55,6 +55,7 @@ from luminal.hlir.dtypes import DType
 from luminal.kernels.arena import ArenaLayout, plan_arena
 from luminal.kernels.plan import KernelPlan
 from luminal.runtime.binding import bind_inputs
+from luminal.runtime.torch_arrays import bf16_of_bits, bits_of, numpy_to_torch
 
 GRAPH_CACHE_SIZE = 16  # captured bindings kept (least recently used dropped first)
 
@@ -635,19 +636,12 @@ class KernelRuntime:
         """A device array (no copy) for a CuPy array, a CUDA torch tensor (DLPack) or host data."""
         cupy = self.launcher.xp
         if _is_torch(value):
-            t = value.detach()
-            if str(t.dtype) == "torch.bfloat16":
-                import torch
-
-                t = t.view(torch.int16)
-                dtype = DType.BF16.numpy
-            else:
-                dtype = None
+            t, bf16 = bits_of(value.detach())
             if t.device.type == "cuda":
                 arr = cupy.from_dlpack(t.contiguous())
             else:
                 arr = self.launcher.upload(t.numpy())
-            return _DeviceArray(arr.view(np.uint16) if dtype is not None else arr, dtype or arr.dtype)
+            return _DeviceArray(arr.view(np.uint16) if bf16 else arr, DType.BF16.numpy if bf16 else arr.dtype)
         if isinstance(value, cupy.ndarray):
             return _DeviceArray(cupy.ascontiguousarray(value).reshape(value.shape), value.dtype)
         return np.asarray(value)  # host data: uploaded by `run`
@@ -660,11 +654,9 @@ class KernelRuntime:
         import torch
 
         if isinstance(buf, np.ndarray):
-            if buf.dtype == DType.BF16.numpy:
-                return torch.from_numpy(np.ascontiguousarray(buf).view(np.int16)).view(torch.bfloat16)
-            return torch.from_numpy(buf if buf.flags.writeable else np.array(buf))
+            return numpy_to_torch(buf)
         if buf.dtype == np.uint16:  # bf16 bits on CuPy (luminal has no uint16 dtype)
-            return torch.from_dlpack(buf.view(np.int16)).view(torch.bfloat16)
+            return bf16_of_bits(torch.from_dlpack(buf.view(np.int16)))
         return torch.from_dlpack(buf)
 
     def stats(self) -> dict:
