@@ -524,29 +524,12 @@ def load(path, device: str = "cpu"):
         if binaries:
             options["binaries"] = binaries
     runtime = entry.runtime(outputs, **options)
-    return CompiledGraph(inputs, outputs, meta["output_names"], runtime, report, device=device,
-                         frontend_meta=meta.get("frontend", {}),
-                         weight_mode="seeded" if meta.get("weight_specs") else "embed")
+    compiled = CompiledGraph(inputs, outputs, meta["output_names"], runtime, report, device=device,
+                             frontend_meta=meta.get("frontend", {}),
+                             weight_mode="seeded" if meta.get("weight_specs") else "embed")
+    if compiled.frontend_meta.get("frontend") == "torch.export":  # called like the model it came from
+        from luminal.frontends.torch.saved import LoadedModel
 
+        return LoadedModel(compiled)
+    return compiled
 
-def user_outputs(compiled, results: list) -> list:
-    """The user outputs of a loaded `CompiledModel` (torch frontend), flat, from `compiled`'s results."""
-    meta = getattr(compiled, "frontend_meta", {}) or {}
-    if meta.get("frontend") != "torch.export":
-        return list(results)
-    by_name = dict(zip(compiled.output_names, results))
-    flat = []
-    for kind, value in meta["user_outputs"]:
-        flat.append(value if kind == "value" else by_name[value] if kind == "tensor" else int(by_name[value]))
-    return flat
-
-
-def structured_outputs(compiled, results: list):
-    """The user outputs in the model's own structure (a `CausalLMOutputWithPast`, a tuple, ...)
-    as torch tensors; needs torch (and the output's container type importable)."""
-    import torch
-    from torch.utils._pytree import tree_unflatten, treespec_loads
-
-    spec = (getattr(compiled, "frontend_meta", {}) or {}).get("out_spec")
-    flat = [torch.from_numpy(np.array(r)) if isinstance(r, np.ndarray) else r for r in user_outputs(compiled, results)]
-    return flat if spec is None else tree_unflatten(flat, treespec_loads(spec))
