@@ -370,7 +370,7 @@ def read_archive(path) -> tuple[dict, list[Node], dict[str, Node]]:
         raise SaveFormatError(f"{path}: cannot read it: {exc}") from None
     try:
         _check_meta(meta)
-        weights = _read_weights(meta, blob)
+        weights = _read_weights(meta, blob, graph)
         outputs = decode_graph(graph, weights)
         if len(meta["output_names"]) != len(outputs):
             raise SaveFormatError(f"meta.json names {len(meta['output_names'])} outputs, graph.json has {len(outputs)}")
@@ -438,9 +438,10 @@ def _check_pytree_spec(spec) -> None:
         raise SaveFormatError("meta.json frontend out_spec is nested too deeply") from None
 
 
-def _read_weights(meta: dict, blob: bytes) -> dict[str, np.ndarray]:
+def _read_weights(meta: dict, blob: bytes, graph) -> dict[str, np.ndarray]:
     """The weights of a file: stored ones exactly as meta.json's weight_dtypes says they were
-    stored (bf16 as uint16 bits), seeded ones within MAX_ELEMENTS."""
+    stored (bf16 as uint16 bits); seeded ones within MAX_ELEMENTS, generated only when a node of
+    graph.json holds them with the spec's very shape and dtype."""
     weights: dict[str, np.ndarray] = {}
     stored_dtypes = meta.get("weight_dtypes", {})
     if blob:
@@ -471,7 +472,16 @@ def _read_weights(meta: dict, blob: bytes) -> dict[str, np.ndarray]:
                                   f"allows (LUMINAL_MAX_ELEMENTS={MAX_ELEMENTS})")
         if name in weights:
             raise SaveFormatError(f"weight {name!r} is both stored and seeded")
+    holders = {}  # weight name -> (shape, dtype) of the graph.json nodes holding it
+    for entry in graph.get("nodes", []) if isinstance(graph, dict) and isinstance(graph.get("nodes"), list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("arg"), dict) and isinstance(entry["arg"].get("weight"), str):
+            holders[entry["arg"]["weight"]] = (entry.get("shape"), entry.get("dtype"))
     for name, spec in meta.get("weight_specs", {}).items():
+        if name not in holders:
+            continue  # no node holds it: never generated
+        if holders[name] != ([str(d) for d in spec["shape"]], spec["dtype"]):
+            raise SaveFormatError(f"the seeded weight {name!r} is {spec['dtype']}{spec['shape']}, "
+                                  f"its node {holders[name][1]}{holders[name][0]}")
         weights[name] = seeded_weight(spec)
     return weights
 

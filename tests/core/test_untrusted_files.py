@@ -6,6 +6,7 @@ with fixed seeds: each case loads, or raises a `LuminalError`, within a time bou
 import hashlib
 import json
 import signal
+import tracemalloc
 import zipfile
 from contextlib import contextmanager
 
@@ -154,7 +155,9 @@ def test_huge_static_shapes_and_seeded_weights_are_refused(good, tmp_path):
         "std": (float("nan"), r"spec of 'w' is malformed: mean and std"),
         "dtype": ("i64", r"spec of 'w' is malformed: dtype 'i64'"),
     }
-    for key, (value, message) in spec_edits.items():
+    spec_edits_graph = {"shape": ([2 * 10**7], r"the seeded weight 'w' is f32\[20000000\], its node f32\['4'\]"),
+                        "dtype": ("f64", r"the seeded weight 'w' is f64\[4\], its node f32")}
+    for key, (value, message) in [*spec_edits.items(), *spec_edits_graph.items()]:
         bad = rewrite(seeded, tmp_path / f"spec_{key}.lum", {"meta.json": edit_json(lambda m, k=key, v=value: m["weight_specs"]["w"].update({k: v}))})
         with pytest.raises(SaveFormatError, match=message):
             lm.load(bad)
@@ -242,16 +245,29 @@ def time_limit(seconds: float, what: str):
         signal.signal(signal.SIGALRM, old)
 
 
+MEMORY_LIMIT = 64 << 20  # bytes a load of these small files may allocate at its peak (tracemalloc sees NumPy too)
+
+
 def must_fail_cleanly(load, path, what: str, x=None):
     """`load(path)` either works (and the model runs or raises a LuminalError) or raises a
-    LuminalError; within a time bound, without running code from the file."""
-    with time_limit(10, what):
-        try:
+    LuminalError; within a time bound and MEMORY_LIMIT, without running code from the file."""
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    try:
+        with time_limit(10, what):
             model = load(path)
-        except lm.LuminalError:
-            return False
-        except MemoryError:
-            pytest.fail(f"{what}: MemoryError (an allocation the file did not justify)")
+    except lm.LuminalError:
+        return False
+    except MemoryError:
+        pytest.fail(f"{what}: MemoryError (an allocation the file did not justify)")
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        if started:
+            tracemalloc.stop()
+        assert peak < MEMORY_LIMIT, f"{what}: loading allocated {peak} bytes"
+    with time_limit(10, what):
         if x is not None:
             try:
                 model(x=x)
