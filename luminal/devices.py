@@ -71,9 +71,9 @@ def _kernel_runtime(name: str):
 
 def _launcher(cls: str):
     def make(source: str, **options):
-        from luminal.kernels import runtime
+        from luminal.kernels import launchers
 
-        return getattr(runtime, cls)(source, **options)
+        return getattr(launchers, cls)(source, **options)
 
     return make
 

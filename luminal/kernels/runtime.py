@@ -28,6 +28,7 @@ Everything that does not need a GPU is device-independent and runs in CI on the 
   serialised by the graph's own lock (staging copy, replay, output copies; on CuPy the next
   replay's stream waits for the previous one's event, no host sync); capture and the graph
   cache are under the runtime's lock. Streams, the capture tape and the error flag are per thread.
+  An evicted graph's buffers return to CuPy's pool only after its last replay's event.
 
 Weights are uploaded once per process (`DEVICE_WEIGHTS`, shared by every runtime and
 recompile). Gather/scatter kernels set a sticky error flag (one per thread) for an index out of
@@ -39,11 +40,8 @@ call of that thread that returns host arrays.
 from __future__ import annotations
 
 import collections
-import contextlib
-import hashlib
 import os
 import threading
-import warnings
 import weakref
 from dataclasses import dataclass, field
 
@@ -53,291 +51,13 @@ from luminal.errors import DeviceError, DivisionByZero, IndexOutOfRange
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.kernels.arena import ArenaLayout, plan_arena
+from luminal.kernels.launchers import DEVICE_WEIGHTS, CupyLauncher, DeviceWeights, EmulatorLauncher  # noqa: F401
 from luminal.kernels.plan import KernelPlan
 from luminal.runtime.binding import bind_inputs
 from luminal.runtime.torch_arrays import bf16_of_bits, bits_of, numpy_to_torch
 
 GRAPH_CACHE_SIZE = 16  # captured bindings kept (least recently used dropped first)
-
-
-# --- weights: on a device once per process -------------------------------------------------------
-class DeviceWeights:
-    """Weights on a device, uploaded once per process and shared by every runtime and recompile.
-
-    Keyed by the device and the memory a weight's array views (address, shape, strides, dtype):
-    two arrays over the same memory (each Dynamo recompile views the same parameters anew) share
-    one device copy. An entry lives while some array registered under its key is alive — that
-    array keeps the memory from being freed and reused, so a key never names other data — and is
-    dropped when the last one dies (a runtime still holding the device copy keeps it until it
-    goes). Like every upload, it assumes a weight is not changed in place after compiling."""
-
-    def __init__(self):
-        self._entries: dict[tuple, list] = {}  # key -> [device array, registered arrays alive]
-        self._lock = threading.RLock()  # reentrant: a finalizer may run inside `get` (gc)
-        self.uploads = 0
-
-    def get(self, launcher, array: np.ndarray):
-        key = (launcher.weights_key, array.__array_interface__["data"][0], array.shape, array.strides,
-               array.dtype.str)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                entry = self._entries[key] = [launcher.upload(array), 0]
-                self.uploads += 1
-            entry[1] += 1
-        weakref.finalize(array, self._release, key)
-        return entry[0]
-
-    def _release(self, key) -> None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                entry[1] -= 1
-                if entry[1] <= 0:
-                    del self._entries[key]
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-DEVICE_WEIGHTS = DeviceWeights()
-
-
-# --- launchers: the only device-specific code ---------------------------------------------------
-class EmulatorLauncher:
-    """Buffers are NumPy arrays; kernels run on the CPU through the emulation header. An upload
-    copies, as onto a device. Launches are synchronous, so events and streams are no-ops."""
-
-    weights_key = "cuda-emulator"
-    resident = False  # takes no device arrays: everything is host memory
-
-    def __init__(self, source: str, *, schedule: int | None = None, binaries=None):
-        from luminal.kernels.emulator import build
-
-        self.module = build(source)
-        self.xp = np
-        self.schedule = schedule  # thread order within a block: 0 forward, 1 reverse, 2 shuffled
-        self._capturing = threading.local()  # .tape while this thread captures
-
-    def storage(self, dtype: np.dtype) -> np.dtype:
-        return np.dtype(dtype)
-
-    def upload(self, array: np.ndarray):
-        return np.array(array, order="C", copy=True)
-
-    def empty(self, shape, dtype):
-        return np.empty(shape, dtype)
-
-    def prepare(self, names) -> None:
-        pass
-
-    def launch(self, name, grid, block, args):
-        tape = getattr(self._capturing, "tape", None)
-        if tape is not None:  # capturing: recorded, not run (as in CUDA stream capture)
-            tape.append((name, grid, block, tuple(args)))
-            return
-        self.module.launch(name, grid=(grid,), block=(block,), args=args, schedule=self.schedule)
-
-    def copy_into(self, dst, src) -> None:
-        np.copyto(dst, src)
-
-    def copy(self, buf):
-        return buf.copy()
-
-    def download(self, buf) -> np.ndarray:
-        return buf
-
-    def capture(self, record):
-        """Run `record()` with this thread's launches going to a tape: the emulator's CUDA graph."""
-        self._capturing.tape = []
-        try:
-            record()
-            return self._capturing.tape
-        finally:
-            self._capturing.tape = None
-
-    def replay(self, tape) -> None:
-        for name, grid, block, args in tape:
-            self.module.launch(name, grid=(grid,), block=(block,), args=args, schedule=self.schedule)
-
-    def read_flag(self, err) -> int:
-        return int(err[0])
-
-    def clear_flag(self, err) -> None:
-        err[0] = 0
-
-    def merge_flag(self, dst, src) -> None:
-        np.maximum(dst, src, out=dst)
-
-    def on_stream(self):
-        return contextlib.nullcontext()
-
-    def use_stream(self, torch_caller: bool) -> None:
-        pass
-
-    def record(self):
-        return None
-
-    def wait(self, event) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
-
-def _cubin_file(cubin: bytes) -> str:
-    """A cubin on disk (content-addressed in the cache), for `cupy.RawModule(path=...)`."""
-    from luminal.kernels.cache import cache_dir, write_atomic
-
-    path = cache_dir("cubin") / f"{hashlib.sha1(cubin).hexdigest()}.cubin"
-    if not path.exists():
-        write_atomic(path, cubin)
-    return str(path)
-
-
-class CupyLauncher:
-    """Buffers are CuPy arrays on the current device; kernels are compiled by
-    `luminal.kernels.nvrtc` for this GPU's arch (or come prebuilt) and loaded as a cubin.
-
-    Work is issued on `self.stream`, the calling thread's own: `KernelRuntime` points it at the
-    caller's stream before each call. CUDA graphs are captured on a private non-blocking stream
-    (capture is not allowed on the legacy default stream) and launched on the caller's stream."""
-
-    resident = True  # takes CuPy arrays and CUDA torch tensors as they are
-
-    def __init__(self, source: str, *, schedule: int | None = None, binaries: dict[str, bytes] | None = None):
-        try:
-            import cupy
-        except ImportError:
-            raise DeviceError("device 'cuda' needs CuPy: pip install 'luminal[cuda]' (cupy-cuda13x)") from None
-        self.xp = cupy
-        device = cupy.cuda.Device()
-        arch = "sm_" + "".join(map(str, device.compute_capability))
-        cubin = (binaries or {}).get(arch)
-        if cubin is not None:  # built ahead of time (a saved model's kernels.sm_90.cubin): no NVRTC here
-            self.built = f"cubin {arch}"
-        else:  # the same NVRTC wrapper and options as CI; cached in memory and on disk
-            from luminal.kernels.nvrtc import compile_cuda
-
-            cubin = compile_cuda(source, arch).binary
-            self.built = f"nvrtc {arch}"
-        self.module = cupy.RawModule(path=_cubin_file(cubin))
-        self.weights_key = ("cuda", getattr(device, "id", 0))
-        self.functions = {}
-        self._local = threading.local()  # .stream: this thread's
-        self._capture_stream = cupy.cuda.Stream(non_blocking=True)
-
-    @property
-    def stream(self):
-        stream = getattr(self._local, "stream", None)
-        return stream if stream is not None else self.xp.cuda.get_current_stream()
-
-    @stream.setter
-    def stream(self, value) -> None:
-        self._local.stream = value
-
-    def storage(self, dtype: np.dtype) -> np.dtype:
-        """CuPy has no bfloat16: bf16 buffers are uint16 bits (the kernels take them as __nv_bfloat16)."""
-        return np.dtype(np.uint16) if np.dtype(dtype) == DType.BF16.numpy else np.dtype(dtype)
-
-    def upload(self, array):
-        array = np.ascontiguousarray(array).reshape(np.shape(array))
-        with self.stream:
-            return self.xp.asarray(array.view(self.storage(array.dtype)))
-
-    def empty(self, shape, dtype):
-        with self.stream:
-            return self.xp.empty(shape, self.storage(dtype))
-
-    def function(self, name):
-        fn = self.functions.get(name)
-        if fn is None:
-            fn = self.functions[name] = self.module.get_function(name)
-        return fn
-
-    def prepare(self, names) -> None:
-        """Load the kernels before a capture (module loading is no stream operation)."""
-        for name in names:
-            self.function(name)
-
-    def launch(self, name, grid, block, args):
-        with self.stream:
-            self.function(name)((grid,), (block,), tuple(args))
-
-    def copy_into(self, dst, src) -> None:
-        with self.stream:
-            if isinstance(src, np.ndarray):
-                dst.set(src.view(dst.dtype), stream=self.stream)
-            else:
-                self.xp.copyto(dst, src.view(dst.dtype) if src.dtype != dst.dtype else src)
-
-    def copy(self, buf):
-        with self.stream:
-            return buf.copy()
-
-    def download(self, buf) -> np.ndarray:
-        return self.xp.asnumpy(buf, stream=self.stream)
-
-    def capture(self, record):
-        """A CUDA graph of the launches `record()` issues (loaded kernels only: `prepare` first)."""
-        cs = self._capture_stream
-        cs.wait_event(self.stream.record())  # buffers written before the capture are ready
-        caller, self.stream = self.stream, cs
-        try:
-            with cs:
-                cs.begin_capture()  # CuPy's default mode is relaxed: other threads may keep working
-                try:
-                    record()
-                finally:
-                    graph = cs.end_capture()
-        finally:
-            self.stream = caller
-        return graph
-
-    def replay(self, graph) -> None:
-        graph.launch(stream=self.stream)
-
-    def read_flag(self, err) -> int:
-        """Synchronises the caller's stream (used when the results go to the host anyway)."""
-        return int(self.xp.asnumpy(err, stream=self.stream)[0])
-
-    def clear_flag(self, err) -> None:
-        with self.stream:
-            err.fill(0)
-
-    def merge_flag(self, dst, src) -> None:
-        with self.stream:
-            self.xp.maximum(dst, src, out=dst)
-
-    def on_stream(self):
-        return self.stream
-
-    def record(self):
-        """An event after the work issued so far on this thread's stream."""
-        return self.stream.record()
-
-    def wait(self, event) -> None:
-        if event is not None:
-            self.stream.wait_event(event)
-
-    def synchronize(self) -> None:
-        self.stream.synchronize()
-
-    def use_stream(self, torch_caller: bool) -> None:
-        """Issue this thread's work on the caller's current stream: torch's when it passed torch tensors."""
-        cupy = self.xp
-        if torch_caller:
-            import torch
-
-            ts = torch.cuda.current_stream()
-            if hasattr(cupy.cuda.Stream, "from_external") and hasattr(ts, "__cuda_stream__"):
-                self.stream = cupy.cuda.Stream.from_external(ts)
-            else:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    self.stream = cupy.cuda.ExternalStream(ts.cuda_stream, ts.device.index or 0)
-        else:
-            self.stream = cupy.cuda.get_current_stream()
+BINDINGS_KEPT = 256  # resolved launch sequences (and eager-run counts) kept per runtime, likewise
 
 
 # --- what one binding of the symbolic dims resolves to ------------------------------------------
@@ -371,7 +91,7 @@ class CapturedGraph:
     arena: object
     err: object  # the graph's own error flag, merged into the caller's after each replay
     replays: int = 0
-    done: object = None  # event after the last replay's output copies (CuPy), else None
+    fence: list = field(default_factory=lambda: [None])  # [event after the last replay] (CuPy), else [None]
     lock: threading.Lock = field(default_factory=threading.Lock)  # one replay at a time
 
 
@@ -381,7 +101,7 @@ class GraphCache:
 
     capacity: int = GRAPH_CACHE_SIZE
     entries: collections.OrderedDict = field(default_factory=collections.OrderedDict)
-    seen: dict = field(default_factory=dict)  # key -> eager runs so far
+    seen: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # key -> eager runs (bounded)
     captures: int = 0
     replays: int = 0
     eager: int = 0
@@ -423,6 +143,12 @@ def _is_device_array(value) -> bool:
     return type(value).__module__.split(".")[0] == "cupy"
 
 
+def _release_after(fence: list, _buffers) -> None:
+    """Wait for the event in `fence` (a captured graph's last replay); `_buffers` die after."""
+    if fence[0] is not None:
+        fence[0].synchronize()
+
+
 # --- the runtime -------------------------------------------------------------------------------
 class KernelRuntime:
     """Runs a kernel plan. Intermediates live in an arena laid out by liveness (per binding of
@@ -460,7 +186,8 @@ class KernelRuntime:
                 self.intermediates.append(k.output)
         self._slot = slot
         self.intervals = [(first[id(n)], self.plan.last_use.get(id(n), first[id(n)])) for n in self.intermediates]
-        self.sequences: dict[tuple, LaunchSequence] = {}
+        self.sequences: collections.OrderedDict[tuple, LaunchSequence] = collections.OrderedDict()  # bounded LRU
+        self._sequences_lock = threading.Lock()
         self.graph_cache = GraphCache()
         self.arena_bytes = 0  # the largest arena allocated
         self._lock = threading.Lock()  # the graph cache and captures
@@ -469,9 +196,16 @@ class KernelRuntime:
     # -- binding -> launch sequence (cached) --
     def sequence(self, bindings: dict[str, int]) -> LaunchSequence:
         key = tuple(sorted(bindings.items()))
-        seq = self.sequences.get(key)
-        if seq is None:  # two threads may resolve the same key: equal results, either is kept
-            seq = self.sequences.setdefault(key, self._resolve(key, bindings))
+        with self._sequences_lock:
+            seq = self.sequences.get(key)
+            if seq is not None:
+                self.sequences.move_to_end(key)
+                return seq
+        seq = self._resolve(key, bindings)  # two threads may resolve one key: equal results, either is kept
+        with self._sequences_lock:
+            seq = self.sequences.setdefault(key, seq)
+            while len(self.sequences) > BINDINGS_KEPT:
+                self.sequences.popitem(last=False)
         return seq
 
     def _resolve(self, key, bindings) -> LaunchSequence:
@@ -586,7 +320,9 @@ class KernelRuntime:
             if entry is None and self.graphs_enabled and cache.seen.get(seq.key, 0) >= 1 and seq.launches:
                 entry = self._capture(seq)
             if entry is None:
-                cache.seen[seq.key] = cache.seen.get(seq.key, 0) + 1
+                cache.seen[seq.key] = cache.seen.pop(seq.key, 0) + 1
+                while len(cache.seen) > BINDINGS_KEPT:
+                    cache.seen.popitem(last=False)
                 cache.eager += 1
             else:
                 entry.replays += 1
@@ -601,6 +337,9 @@ class KernelRuntime:
         self.launcher.prepare({ln.name for ln in seq.launches})
         graph = self.launcher.capture(lambda: self._issue(seq, staging, outputs, tmps, err))
         entry = CapturedGraph(graph, staging, outputs, arena, err)
+        # once evicted and dropped, its buffers go back to the memory pool only after its last
+        # replay (on whichever stream) is over: the finalizer holds them until then
+        weakref.finalize(entry, _release_after, entry.fence, (graph, staging, outputs, arena, err))
         self.graph_cache.put(seq.key, entry)
         return entry
 
@@ -608,14 +347,14 @@ class KernelRuntime:
         """Replay `entry` on `ins`: the caller's own output copies; its flag merged into `err`."""
         launcher = self.launcher
         with entry.lock:
-            launcher.wait(entry.done)  # the previous replay (maybe another thread's stream) is over
+            launcher.wait(entry.fence[0])  # the previous replay (maybe another thread's stream) is over
             for buf, a in zip(entry.staging, ins):
                 launcher.copy_into(buf, a)
             launcher.replay(entry.graph)
             outs = [launcher.copy(o) for o in entry.outputs]  # the next replay overwrites entry.outputs
             launcher.merge_flag(err, entry.err)
             launcher.clear_flag(entry.err)
-            entry.done = launcher.record()
+            entry.fence[0] = launcher.record()
         return outs
 
     def synchronize(self) -> None:

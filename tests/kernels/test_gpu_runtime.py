@@ -2,6 +2,7 @@
 sequences per binding, CUDA-graph bookkeeping (one capture per binding, replays after), torch
 tensors in and out, the error flag under replay; and seeded-weight saving."""
 
+import gc
 import json
 import subprocess
 import sys
@@ -101,6 +102,17 @@ def test_graphs_off_and_lru_eviction(graph, monkeypatch):
         for _ in range(2):
             _check(rt, graph, _feeds(n, 1))
     assert rt.graph_cache.stats()["evictions"] == 1 and list(rt.graph_cache.entries) == [(("m", 1), ("n", 3)), (("m", 1), ("n", 4))]
+
+
+def test_bindings_kept_per_runtime_are_bounded(graph, monkeypatch):
+    from luminal.kernels import runtime as kr
+
+    monkeypatch.setattr(kr, "BINDINGS_KEPT", 2)
+    rt = KernelRuntime(graph.output_nodes, "cuda-emulator", graphs=False)
+    for n in (2, 3, 4, 3):  # a generate loop sees a new sequence length every step
+        _check(rt, graph, _feeds(n, 1))
+    assert list(rt.sequences) == [(("m", 1), ("n", 4)), (("m", 1), ("n", 3))]  # least recently used dropped
+    assert rt.graph_cache.stats()["bindings"] == 2
 
 
 def test_index_error_is_raised_under_replay_and_cleared(runtime, graph):
@@ -251,7 +263,7 @@ def _fake_cupy():
 
         def record(self, event=None):
             log["events"] = log.get("events", 0) + 1
-            return object()
+            return Event()
 
         def wait_event(self, event):
             assert event is not None
@@ -266,6 +278,10 @@ def _fake_cupy():
 
         def synchronize(self):
             pass
+
+    class Event:
+        def synchronize(self):
+            log["event_syncs"] = log.get("event_syncs", 0) + 1
 
     class Graph:
         def __init__(self, tape):
@@ -347,6 +363,9 @@ def test_cupy_launcher_plumbing_on_a_stand_in_cupy(graph, monkeypatch):
     with pytest.raises(lm.IndexOutOfRange):
         rt.synchronize()
     rt.synchronize()  # cleared
+    del rt
+    gc.collect()  # a dropped graph's buffers are freed only after its last replay's event
+    assert cp.log["event_syncs"] == 1
 
 
 def test_bf16_lives_as_uint16_bits_on_cupy(monkeypatch):

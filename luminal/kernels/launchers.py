@@ -1,0 +1,300 @@
+"""Launchers: the only device-specific code of the kernel runtime, and the device-weight cache.
+
+A launcher allocates, uploads, copies, launches, captures and replays for one device:
+`EmulatorLauncher` (NumPy buffers, kernels run on the CPU by the emulator) and `CupyLauncher`
+(CuPy buffers, kernels compiled by `luminal.kernels.nvrtc` and loaded as a cubin). The device
+registry (`luminal.devices`) names the launcher of each kernel device; `KernelRuntime` drives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+import warnings
+import weakref
+
+import numpy as np
+
+from luminal.errors import DeviceError
+from luminal.hlir.dtypes import DType
+
+
+# --- weights: on a device once per process -------------------------------------------------------
+class DeviceWeights:
+    """Weights on a device, uploaded once per process and shared by every runtime and recompile.
+
+    Keyed by the device and the memory a weight's array views (address, shape, strides, dtype):
+    two arrays over the same memory (each Dynamo recompile views the same parameters anew) share
+    one device copy. An entry lives while some array registered under its key is alive — that
+    array keeps the memory from being freed and reused, so a key never names other data — and is
+    dropped when the last one dies (a runtime still holding the device copy keeps it until it
+    goes). Like every upload, it assumes a weight is not changed in place after compiling."""
+
+    def __init__(self):
+        self._entries: dict[tuple, list] = {}  # key -> [device array, registered arrays alive]
+        self._lock = threading.RLock()  # reentrant: a finalizer may run inside `get` (gc)
+        self.uploads = 0
+
+    def get(self, launcher, array: np.ndarray):
+        key = (launcher.weights_key, array.__array_interface__["data"][0], array.shape, array.strides,
+               array.dtype.str)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = [launcher.upload(array), 0]
+                self.uploads += 1
+            entry[1] += 1
+        weakref.finalize(array, self._release, key)
+        return entry[0]
+
+    def _release(self, key) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self._entries[key]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+DEVICE_WEIGHTS = DeviceWeights()
+
+
+# --- launchers: the only device-specific code ---------------------------------------------------
+class EmulatorLauncher:
+    """Buffers are NumPy arrays; kernels run on the CPU through the emulation header. An upload
+    copies, as onto a device. Launches are synchronous, so events and streams are no-ops."""
+
+    weights_key = "cuda-emulator"
+    resident = False  # takes no device arrays: everything is host memory
+
+    def __init__(self, source: str, *, schedule: int | None = None, binaries=None):
+        from luminal.kernels.emulator import build
+
+        self.module = build(source)
+        self.xp = np
+        self.schedule = schedule  # thread order within a block: 0 forward, 1 reverse, 2 shuffled
+        self._capturing = threading.local()  # .tape while this thread captures
+
+    def storage(self, dtype: np.dtype) -> np.dtype:
+        return np.dtype(dtype)
+
+    def upload(self, array: np.ndarray):
+        return np.array(array, order="C", copy=True)
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype)
+
+    def prepare(self, names) -> None:
+        pass
+
+    def launch(self, name, grid, block, args):
+        tape = getattr(self._capturing, "tape", None)
+        if tape is not None:  # capturing: recorded, not run (as in CUDA stream capture)
+            tape.append((name, grid, block, tuple(args)))
+            return
+        self.module.launch(name, grid=(grid,), block=(block,), args=args, schedule=self.schedule)
+
+    def copy_into(self, dst, src) -> None:
+        np.copyto(dst, src)
+
+    def copy(self, buf):
+        return buf.copy()
+
+    def download(self, buf) -> np.ndarray:
+        return buf
+
+    def capture(self, record):
+        """Run `record()` with this thread's launches going to a tape: the emulator's CUDA graph."""
+        self._capturing.tape = []
+        try:
+            record()
+            return self._capturing.tape
+        finally:
+            self._capturing.tape = None
+
+    def replay(self, tape) -> None:
+        for name, grid, block, args in tape:
+            self.module.launch(name, grid=(grid,), block=(block,), args=args, schedule=self.schedule)
+
+    def read_flag(self, err) -> int:
+        return int(err[0])
+
+    def clear_flag(self, err) -> None:
+        err[0] = 0
+
+    def merge_flag(self, dst, src) -> None:
+        np.maximum(dst, src, out=dst)
+
+    def on_stream(self):
+        return contextlib.nullcontext()
+
+    def use_stream(self, torch_caller: bool) -> None:
+        pass
+
+    def record(self):
+        return None
+
+    def wait(self, event) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _cubin_file(cubin: bytes) -> str:
+    """A cubin on disk (content-addressed in the cache), for `cupy.RawModule(path=...)`."""
+    from luminal.kernels.cache import cache_dir, write_atomic
+
+    path = cache_dir("cubin") / f"{hashlib.sha1(cubin).hexdigest()}.cubin"
+    if not path.exists():
+        write_atomic(path, cubin)
+    return str(path)
+
+
+class CupyLauncher:
+    """Buffers are CuPy arrays on the current device; kernels are compiled by
+    `luminal.kernels.nvrtc` for this GPU's arch (or come prebuilt) and loaded as a cubin.
+
+    Work is issued on `self.stream`, the calling thread's own: `KernelRuntime` points it at the
+    caller's stream before each call. CUDA graphs are captured on a private non-blocking stream
+    (capture is not allowed on the legacy default stream) and launched on the caller's stream."""
+
+    resident = True  # takes CuPy arrays and CUDA torch tensors as they are
+
+    def __init__(self, source: str, *, schedule: int | None = None, binaries: dict[str, bytes] | None = None):
+        try:
+            import cupy
+        except ImportError:
+            raise DeviceError("device 'cuda' needs CuPy: pip install 'luminal[cuda]' (cupy-cuda13x)") from None
+        self.xp = cupy
+        device = cupy.cuda.Device()
+        arch = "sm_" + "".join(map(str, device.compute_capability))
+        cubin = (binaries or {}).get(arch)
+        if cubin is not None:  # built ahead of time (a saved model's kernels.sm_90.cubin): no NVRTC here
+            self.built = f"cubin {arch}"
+        else:  # the same NVRTC wrapper and options as CI; cached in memory and on disk
+            from luminal.kernels.nvrtc import compile_cuda
+
+            cubin = compile_cuda(source, arch).binary
+            self.built = f"nvrtc {arch}"
+        self.module = cupy.RawModule(path=_cubin_file(cubin))
+        self.weights_key = ("cuda", getattr(device, "id", 0))
+        self.functions = {}
+        self._local = threading.local()  # .stream: this thread's
+        self._capture_stream = cupy.cuda.Stream(non_blocking=True)
+
+    @property
+    def stream(self):
+        stream = getattr(self._local, "stream", None)
+        return stream if stream is not None else self.xp.cuda.get_current_stream()
+
+    @stream.setter
+    def stream(self, value) -> None:
+        self._local.stream = value
+
+    def storage(self, dtype: np.dtype) -> np.dtype:
+        """CuPy has no bfloat16: bf16 buffers are uint16 bits (the kernels take them as __nv_bfloat16)."""
+        return np.dtype(np.uint16) if np.dtype(dtype) == DType.BF16.numpy else np.dtype(dtype)
+
+    def upload(self, array):
+        array = np.ascontiguousarray(array).reshape(np.shape(array))
+        with self.stream:
+            return self.xp.asarray(array.view(self.storage(array.dtype)))
+
+    def empty(self, shape, dtype):
+        with self.stream:
+            return self.xp.empty(shape, self.storage(dtype))
+
+    def function(self, name):
+        fn = self.functions.get(name)
+        if fn is None:
+            fn = self.functions[name] = self.module.get_function(name)
+        return fn
+
+    def prepare(self, names) -> None:
+        """Load the kernels before a capture (module loading is no stream operation)."""
+        for name in names:
+            self.function(name)
+
+    def launch(self, name, grid, block, args):
+        with self.stream:
+            self.function(name)((grid,), (block,), tuple(args))
+
+    def copy_into(self, dst, src) -> None:
+        with self.stream:
+            if isinstance(src, np.ndarray):
+                dst.set(src.view(dst.dtype), stream=self.stream)
+            else:
+                self.xp.copyto(dst, src.view(dst.dtype) if src.dtype != dst.dtype else src)
+
+    def copy(self, buf):
+        with self.stream:
+            return buf.copy()
+
+    def download(self, buf) -> np.ndarray:
+        return self.xp.asnumpy(buf, stream=self.stream)
+
+    def capture(self, record):
+        """A CUDA graph of the launches `record()` issues (loaded kernels only: `prepare` first)."""
+        cs = self._capture_stream
+        cs.wait_event(self.stream.record())  # buffers written before the capture are ready
+        caller, self.stream = self.stream, cs
+        try:
+            with cs:
+                cs.begin_capture()  # CuPy's default mode is relaxed: other threads may keep working
+                try:
+                    record()
+                finally:
+                    graph = cs.end_capture()
+        finally:
+            self.stream = caller
+        return graph
+
+    def replay(self, graph) -> None:
+        graph.launch(stream=self.stream)
+
+    def read_flag(self, err) -> int:
+        """Synchronises the caller's stream (used when the results go to the host anyway)."""
+        return int(self.xp.asnumpy(err, stream=self.stream)[0])
+
+    def clear_flag(self, err) -> None:
+        with self.stream:
+            err.fill(0)
+
+    def merge_flag(self, dst, src) -> None:
+        with self.stream:
+            self.xp.maximum(dst, src, out=dst)
+
+    def on_stream(self):
+        return self.stream
+
+    def record(self):
+        """An event after the work issued so far on this thread's stream."""
+        return self.stream.record()
+
+    def wait(self, event) -> None:
+        if event is not None:
+            self.stream.wait_event(event)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+    def use_stream(self, torch_caller: bool) -> None:
+        """Issue this thread's work on the caller's current stream: torch's when it passed torch tensors."""
+        cupy = self.xp
+        if torch_caller:
+            import torch
+
+            ts = torch.cuda.current_stream()
+            if hasattr(cupy.cuda.Stream, "from_external") and hasattr(ts, "__cuda_stream__"):
+                self.stream = cupy.cuda.Stream.from_external(ts)
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    self.stream = cupy.cuda.ExternalStream(ts.cuda_stream, ts.device.index or 0)
+        else:
+            self.stream = cupy.cuda.get_current_stream()
