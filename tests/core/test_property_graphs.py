@@ -127,6 +127,7 @@ class Value:
     shape: tuple
     smooth_only: bool  # rounding differences may have touched it: only continuous ops may use it
     signed: bool  # the sign of its zeros is torch's
+    lossy: bool = False  # may hold a small absolute error near 0 (cancellation, tanh = 2 sigmoid(2x) - 1)
 
 
 def _broadcast(a, b):
@@ -141,14 +142,15 @@ def programs(draw, max_steps: int = 4):
     n_inputs = draw(st.integers(1, 2))
     shape0 = draw(st.sampled_from(SHAPES))
     shapes = [shape0] + [draw(st.sampled_from([shape0, ()] + SHAPES)) for _ in range(n_inputs - 1)]
-    elements = st.one_of(st.sampled_from(SPECIAL), st.floats(-3, 3, width=32))
+    elements = st.one_of(st.sampled_from(SPECIAL), st.floats(-3, 3, width=32, allow_subnormal=False))
     inputs = [draw(hnp.arrays(np.float32, s, elements=elements)) for s in shapes]
     pool = [Value(s, False, True) for s in shapes]
     steps = []
     for _ in range(draw(st.integers(1, max_steps))):
         name = draw(st.sampled_from(sorted(OPS)))
         spec = OPS[name]
-        usable = [i for i, v in enumerate(pool) if spec.smooth or not v.smooth_only]
+        usable = [i for i, v in enumerate(pool) if (spec.smooth or not v.smooth_only)
+                  and not (name in SENSITIVE and v.lossy)]
         if not usable:
             continue
         i = draw(st.sampled_from(usable))
@@ -179,7 +181,8 @@ def programs(draw, max_steps: int = 4):
             shape = _view_shape(name, x.shape)
         srcs = [pool[k] for k in operands]
         pool.append(Value(shape, any(v.smooth_only for v in srcs) or not _exact(name),
-                          spec.signed and all(v.signed for v in srcs)))
+                          spec.signed and all(v.signed for v in srcs),
+                          any(v.lossy for v in srcs) or (name in LOSSY and any(v.smooth_only for v in srcs)) or name == "tanh"))
         steps.append((name, tuple(operands), arg))
     if not steps:
         steps.append(("neg", (0,), None))
@@ -190,6 +193,12 @@ def programs(draw, max_steps: int = 4):
 EXACT = {"neg", "abs", "relu", "clamp", "floor", "ceil", "round", "trunc", "sign", "mod_scalar", "fmod_scalar",
          "to_f16", "to_bool", "isnan_where", "flatten", "unsqueeze_expand", "transpose", "slice", "maximum", "minimum",
          "mod", "fmod", "where_gt", "where_le", "where_eq", "where_ne", "max", "min", "argmax", "argmin", "sort", "sqrt"}
+
+
+# ops that turn a small absolute error near 0 into a large one, and ops that may make one
+# (an inexact operand cancelling, tanh's decomposition near 0)
+SENSITIVE = {"sqrt", "log", "reciprocal", "div"}
+LOSSY = {"add", "sub", "matmul", "sum", "mean", "cumsum", "logsumexp", "log_softmax", "where_le"}
 
 
 def _exact(name: str) -> bool:
@@ -237,7 +246,7 @@ def _luminal_graph(programs_):
     return g, feeds, wanted
 
 
-def _check(outputs, wanted, programs_, runtime):
+def _check(outputs, wanted, programs_, runtime, signs=True):
     assert len(outputs) == len(wanted)
     for got, (want, value, step, k) in zip(outputs, wanted):
         where = f"{runtime}: step {step} of program {k}: {programs_[k][1]} on {[a.tolist() for a in programs_[k][0]]}"
@@ -246,7 +255,7 @@ def _check(outputs, wanted, programs_, runtime):
         assert got.dtype == want.dtype, f"{where}: dtype {got.dtype} != {want.dtype}"
         assert np.array_equal(np.isnan(got), np.isnan(want)), f"{where}: NaN at {got} vs torch {want}"
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=where)
-        if value.signed:
+        if value.signed and signs:
             zero = want == 0
             assert np.array_equal(np.signbit(got[zero]), np.signbit(want[zero])), f"{where}: sign of zero {got} vs {want}"
 
@@ -256,7 +265,9 @@ def _run_all(programs_, devices):
     _check(g.run(feeds), wanted, programs_, "reference")
     for device, optimize in devices:
         compiled = g.compile(device=device, optimize=optimize)
-        _check(compiled(feeds), wanted, programs_, f"{device} optimize={optimize}")
+        # the sign of a zero is not kept by the rewrites: their contract is exact arithmetic
+        # (x + 0 = x; egglog's f64 holds one zero, so a folded -0.0 is 0.0)
+        _check(compiled(feeds), wanted, programs_, f"{device} optimize={optimize}", signs=not optimize)
 
 
 def fixed(max_examples: int):
