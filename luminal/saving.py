@@ -48,7 +48,7 @@ SEED_MIN = 4096  # elements: smaller float constants are stored exactly even wit
 # of f32). The JSON members are bounded too (a deflated member can inflate 1000-fold).
 MAX_ELEMENTS = int(os.environ.get("LUMINAL_MAX_ELEMENTS", 2**33))
 MAX_JSON_BYTES = 1 << 28
-
+MAX_ARG_DEPTH = 900  # nesting of one node's argument in graph.json (a FusedElementwise expression)
 
 
 class SaveFormatError(LuminalError):
@@ -186,6 +186,8 @@ def decode_graph(data: dict, weights) -> list[Node]:
             if not all(type(j) is int and 0 <= j < i for j in entry["src"]):
                 raise ValueError(f"sources {entry['src']} must be indices of earlier nodes")
             src = tuple(built[j] for j in entry["src"])
+            if _depth(entry.get("arg")) > MAX_ARG_DEPTH:  # decoding and hashing recurse (in C, too)
+                raise ValueError(f"its argument is nested more than {MAX_ARG_DEPTH} deep")
             node = Node(Op.from_name(entry["op"]), DType.of(entry["dtype"]),
                         tuple(_dim(d) for d in entry["shape"]), src, decode_arg(entry["arg"], weights))
             verify.check_node(node)
@@ -203,6 +205,17 @@ def decode_graph(data: dict, weights) -> list[Node]:
     if not outs or not all(type(i) is int and 0 <= i < len(built) for i in outs):
         raise SaveFormatError(f"graph.json outputs {outs[:8]} must be indices of its {len(built)} nodes")
     return [built[i] for i in outs]
+
+
+def _depth(value) -> int:
+    """How deeply JSON lists and objects nest in `value` (iteratively)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (list, dict)):
+            deepest = max(deepest, d)
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 def _numel(shape) -> int:
