@@ -251,3 +251,31 @@ print(type(out).__name__, int(m.state["count"]))
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["ndarray", "2"]
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+# --- the one bf16 <-> torch conversion -------------------------------------------------------
+def test_torch_arrays_round_trip():
+    from luminal.runtime.torch_arrays import numpy_to_torch, torch_to_numpy
+
+    for t in (torch.randn(3, 4).to(torch.bfloat16), torch.tensor(1.5, dtype=torch.bfloat16), torch.arange(6).reshape(2, 3).t(),
+              torch.tensor(True)):
+        a = torch_to_numpy(t)
+        assert a.shape == tuple(t.shape) and a.dtype == (luminal.bf16.numpy if t.dtype == torch.bfloat16 else t.numpy().dtype)
+        back = numpy_to_torch(a)
+        assert back.dtype == t.dtype and torch.equal(back, t)
+    ro = torch_to_numpy(torch.ones(2, dtype=torch.bfloat16)).copy()
+    ro.flags.writeable = False
+    assert numpy_to_torch(ro).dtype == torch.bfloat16  # read-only: copied, never a warning
+
+
+def test_bf16_model_both_entry_points():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU()).to(torch.bfloat16).eval()
+    x = _inputs(2, 8).to(torch.bfloat16)
+    with torch.no_grad():
+        want = model(x)
+        assert_same(luminal.compile(model, (x,))(x), want, atol=2e-2, rtol=2e-2)
+        torch._dynamo.reset()
+        with runs_on_luminal():
+            got = torch.compile(model, backend="luminal", options={"strict": True})(x)
+        assert_same(got, want, atol=2e-2, rtol=2e-2)
