@@ -51,7 +51,7 @@ from luminal.errors import DeviceError, DivisionByZero, IndexOutOfRange
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.kernels.arena import ArenaLayout, plan_arena
-from luminal.kernels.launchers import DEVICE_WEIGHTS, CupyLauncher, DeviceWeights, EmulatorLauncher  # noqa: F401
+from luminal.kernels.launchers import DEVICE_WEIGHTS
 from luminal.kernels.plan import KernelPlan
 from luminal.runtime.binding import bind_inputs
 from luminal.runtime.torch_arrays import bf16_of_bits, bits_of, numpy_to_torch

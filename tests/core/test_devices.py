@@ -146,7 +146,7 @@ def test_the_compile_log_counts_all_and_holds_the_living():
 
 @needs_gxx
 def test_weights_go_to_the_device_once_per_process():
-    from luminal.kernels.runtime import DEVICE_WEIGHTS
+    from luminal.kernels.launchers import DEVICE_WEIGHTS
 
     g = _graph(seed=11)
     x = np.random.default_rng(2).standard_normal((3, 8)).astype(np.float32)
@@ -166,7 +166,7 @@ def test_weights_go_to_the_device_once_per_process():
 @needs_gxx
 def test_dynamo_recompiles_share_the_device_weights():
     torch = pytest.importorskip("torch")
-    from luminal.kernels.runtime import DEVICE_WEIGHTS
+    from luminal.kernels.launchers import DEVICE_WEIGHTS
 
     torch._dynamo.reset()
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()

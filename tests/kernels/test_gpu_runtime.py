@@ -422,8 +422,8 @@ def test_cuda_kernels_are_compiled_by_luminals_nvrtc(graph, monkeypatch):
     nvrtc = pytest.importorskip("luminal.kernels.nvrtc")
     if not nvrtc.nvrtc_available():
         pytest.skip("NVRTC is not installed")
+    from luminal.kernels.launchers import CupyLauncher
     from luminal.kernels.plan import KernelPlan
-    from luminal.kernels.runtime import CupyLauncher
 
     cp = _fake_cupy()
     cp.source_of_cubin = KernelPlan.build(graph.output_nodes).source
