@@ -127,7 +127,7 @@ class EmulatorLauncher:
         err[0] = 0
 
     def merge_flag(self, dst, src) -> None:
-        np.maximum(dst, src, out=dst)
+        np.bitwise_or(dst, src, out=dst)
 
     def on_stream(self):
         return contextlib.nullcontext()
@@ -267,7 +267,7 @@ class CupyLauncher:
 
     def merge_flag(self, dst, src) -> None:
         with self.stream:
-            self.xp.maximum(dst, src, out=dst)
+            self.xp.bitwise_or(dst, src, out=dst)
 
     def on_stream(self):
         return self.stream

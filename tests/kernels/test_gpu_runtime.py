@@ -317,7 +317,7 @@ def _fake_cupy():
     cp.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(compute_capability="90", id=0),
                                     Stream=Stream, get_current_stream=lambda: current() or default,
                                     runtime=types.SimpleNamespace(getDeviceCount=lambda: 1))
-    cp.maximum = np.maximum
+    cp.bitwise_or = np.bitwise_or
     cp.asarray = lambda a: np.array(a).view(ndarray)
     cp.empty = lambda shape, dtype: np.empty(shape, dtype).view(ndarray)
     cp.zeros = lambda shape, dtype: np.zeros(shape, dtype).view(ndarray)
