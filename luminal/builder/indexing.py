@@ -20,6 +20,8 @@ class IndexingMixin:
 
         _check_index(index, "gather")
         a = normalize_axis(axis, self.ndim)
+        if self.ndim == 0:  # torch: a 0-d gather reads the one element
+            return self.reshape(1).gather(0, index.reshape(-1) if index.ndim else index.reshape(1)).reshape(index.shape)
         if index.ndim != self.ndim:
             raise ShapeError(f"gather: index has {index.ndim} dims, data has {self.ndim}")
         data = self
@@ -34,6 +36,11 @@ class IndexingMixin:
         from luminal.builder.tensor import normalize_axis
 
         _check_index(index, "index_select")
+        if self.ndim == 0 or index.ndim == 0:  # torch: 0-d data or index keeps its 0-d-ness
+            out = self.reshape(1) if self.ndim == 0 else self
+            shape = () if self.ndim == 0 else None
+            picked = out.index_select(axis if self.ndim else 0, index.reshape(1))
+            return picked.reshape(shape if shape is not None else picked.shape)
         if index.ndim != 1:
             raise ShapeError(f"index_select: index must be 1-D, got shape {index.shape}")
         a = normalize_axis(axis, self.ndim)
@@ -48,6 +55,9 @@ class IndexingMixin:
 
         _check_index(index, "scatter")
         a = normalize_axis(axis, self.ndim)
+        if self.ndim == 0:  # torch: a 0-d scatter writes (or combines into) the one element
+            src = src.reshape(1) if isinstance(src, Tensor) else src
+            return self.reshape(1).scatter(0, index.reshape(1), src, reduce).reshape(())
         if not isinstance(src, Tensor):
             src = self._scalar(src).expand(index.shape)
         if src.dtype is not self.dtype:

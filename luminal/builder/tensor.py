@@ -39,9 +39,10 @@ def broadcast_shapes(*shapes) -> tuple:
 
 
 def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
-    if not -ndim <= axis < max(ndim, 1):
+    n = max(ndim, 1)  # a 0-d tensor takes axis 0 or -1, as in torch
+    if not -n <= axis < n:
         raise ShapeError(f"{what} {axis} is out of range for a tensor with {ndim} dims")
-    return axis % max(ndim, 1)
+    return axis % n
 
 
 class Tensor(ElementwiseMixin, ReductionMixin, IndexingMixin, LinalgMixin):

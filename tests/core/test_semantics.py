@@ -164,6 +164,14 @@ ZERO_D = {
     "eq": lambda t: t.eq(1.5), "lt": lambda t: t < 0, "isnan": lambda t: t.isnan(), "reshape": lambda t: t.reshape(1, 1),
     "unsqueeze": lambda t: t.unsqueeze(0), "expand": lambda t: t.expand(3), "flatten": lambda t: t.flatten(),
     "erf": lambda t: t.erf(), "gelu": lambda t: t.gelu(), "silu": lambda t: t.silu(),
+    "mean_last": lambda t: t.mean(-1), "softmax_last": lambda t: t.softmax(-1), "cumsum_last": lambda t: t.cumsum(-1),
+    "sort_last": lambda t: t.sort(-1)[1], "argsort": lambda t: t.argsort(), "topk_last": lambda t: t.topk(1)[0],
+    "gather": lambda t: t.gather(0, t.graph.scalar(0, lm.int64)),
+    "index_select": lambda t: t.index_select(0, t.graph.iota(1, lm.int64)),
+    "scatter": lambda t: t.scatter(0, t.graph.scalar(0, lm.int64), t * 2),
+    "scatter_add": lambda t: t.scatter(0, t.graph.scalar(0, lm.int64), t * 2, reduce="add"),
+    "stack": lambda t: lm.stack([t, -t]), "where": lambda t: lm.where(t > 1, t, 0.5), "squeeze": lambda t: t.squeeze(0),
+    "var": lambda t: t.var(correction=0), "prod_axis": lambda t: t.prod(0, keepdim=True), "max_keep": lambda t: t.max(0, True),
 }
 TORCH_ZERO_D = {
     "log": lambda t: t.abs().log(), "sqrt": lambda t: t.abs().sqrt(), "rsqrt": lambda t: t.abs().rsqrt(),
@@ -171,13 +179,19 @@ TORCH_ZERO_D = {
     "log_softmax": lambda t: t.log_softmax(0), "cumsum": lambda t: t.cumsum(0), "sort": lambda t: t.sort(0)[0],
     "topk": lambda t: t.topk(1, 0)[1], "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
     "floordiv": lambda t: t // 0.75, "fmod": lambda t: torch.fmod(t, 0.75), "erf": torch.erf,
+    "sort_last": lambda t: t.sort(-1)[1], "topk_last": lambda t: t.topk(1)[0], "cumsum_last": lambda t: t.cumsum(-1),
+    "gather": lambda t: t.gather(0, torch.tensor(0)), "index_select": lambda t: t.index_select(0, torch.tensor([0])),
+    "scatter": lambda t: t.scatter(0, torch.tensor(0), t * 2),
+    "scatter_add": lambda t: t.scatter_add(0, torch.tensor(0), t * 2), "stack": lambda t: torch.stack([t, -t]),
+    "where": lambda t: torch.where(t > 1, t, 0.5), "max_keep": lambda t: t.amax(0, True),
 }
 
 
 # the sign of a zero result is left open: max/min of 0.0 and -0.0 (torch's depends on the
 # order), and functions decomposed as DESIGN.md says (tanh = 2 sigmoid(2x) - 1, erf's polynomial)
 # and the 0-d cumsum (torch: a no-op, -0.0 stays; ours is a masked sum, 0.0)
-UNSIGNED_ZERO = {"relu", "clamp", "max", "min", "tanh", "erf", "gelu", "silu", "cumsum"}
+UNSIGNED_ZERO = {"relu", "clamp", "max", "min", "tanh", "erf", "gelu", "silu", "cumsum", "cumsum_last", "max_keep",
+                 "var"}
 
 
 @pytest.mark.parametrize("value", [1.5, -0.0, NAN, -INF])
