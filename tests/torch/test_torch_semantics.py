@@ -51,6 +51,13 @@ def test_luminal_compile_backward_matches_eager():
     torch.testing.assert_close(got_w, model[0].weight.grad)
     with torch.no_grad():  # no grad wanted: a plain call
         assert cm(x).grad_fn is None
+    from_program = luminal.compile(torch.export.export(model, (x,)))  # the backward runs ep.module()
+    x.grad = None
+    from_program(x).sin().sum().backward()
+    got_x = x.grad.clone()
+    x.grad = None
+    model(x).sin().sum().backward()
+    torch.testing.assert_close(got_x, x.grad)
 
 
 def test_luminal_compile_refuses_backward_through_mutated_state():
