@@ -1,12 +1,19 @@
 """The on-disk cache shared by the NVRTC compiler and the emulator build.
 
 Root: `$LUMINAL_CACHE_DIR`, else `~/.cache/luminal`; each tool keeps its own subdirectory.
+`prune` bounds a subdirectory's size (`$LUMINAL_CACHE_MAX_MB`, 1024 by default), dropping the
+least recently used entries first; the NVRTC binaries and the cubins CuPy loads are pruned.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import time
 from pathlib import Path
+
+MAX_MB = 1024  # per subdirectory; $LUMINAL_CACHE_MAX_MB overrides
+RECENT_S = 300.0  # entries used this recently are never pruned: another process may be reading them
 
 
 def cache_dir(kind: str) -> Path:
@@ -23,3 +30,41 @@ def write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def touch(path: Path) -> bool:
+    """Mark a cache hit (the entry becomes the most recently used); False if it is not there."""
+    try:
+        os.utime(path)
+    except OSError:  # absent, or pruned meanwhile: the caller rebuilds it
+        return False
+    return True
+
+
+def prune(directory: Path, max_bytes: int | None = None, recent_s: float = RECENT_S) -> int:
+    """Bound `directory` to `max_bytes` by deleting whole entries (the files whose names share
+    the part before the first dot: `key.bin` and `key.log` go together), least recently used
+    first, never one used in the last `recent_s` seconds. Returns the bytes freed."""
+    if max_bytes is None:
+        max_bytes = int(os.environ.get("LUMINAL_CACHE_MAX_MB", MAX_MB)) << 20
+    entries: dict[str, list] = {}  # stem -> [last use, bytes, files]
+    total = 0
+    for f in directory.iterdir():
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        entry = entries.setdefault(f.name.split(".")[0], [0.0, 0, []])
+        entry[0], entry[1] = max(entry[0], st.st_mtime), entry[1] + st.st_size
+        entry[2].append(f)
+        total += st.st_size
+    freed, now = 0, time.time()
+    for used, size, files in sorted(entries.values(), key=lambda e: e[0]):
+        if total - freed <= max_bytes or now - used < recent_s:
+            break
+        for f in files:
+            f.unlink(missing_ok=True)
+        freed += size
+    return freed

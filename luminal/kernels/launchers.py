@@ -147,11 +147,12 @@ class EmulatorLauncher:
 
 def _cubin_file(cubin: bytes) -> str:
     """A cubin on disk (content-addressed in the cache), for `cupy.RawModule(path=...)`."""
-    from luminal.kernels.cache import cache_dir, write_atomic
+    from luminal.kernels.cache import cache_dir, prune, touch, write_atomic
 
     path = cache_dir("cubin") / f"{hashlib.sha1(cubin).hexdigest()}.cubin"
-    if not path.exists():
+    if not touch(path):  # touched: safe from pruning for a while
         write_atomic(path, cubin)
+        prune(path.parent)
     return str(path)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from luminal.errors import LuminalError
-from luminal.kernels.cache import cache_dir, write_atomic
+from luminal.kernels.cache import cache_dir, prune, touch, write_atomic
 
 # What CuPy's RawModule passes on its own (cupy/cuda/compiler.py), so a cubin built here behaves like
 # one CuPy builds; plus C++17, which generated code may rely on.
@@ -235,6 +235,7 @@ class NVRTCCompiler:
             if directory is not None:  # log first: a .bin without its .log is never read
                 write_atomic(directory / f"{key}.log", log.encode())
                 write_atomic(directory / f"{key}.bin", binary)
+                prune(directory)
         else:
             self.disk_hits += 1
         with self._lock:
@@ -247,8 +248,13 @@ class NVRTCCompiler:
     def _load(directory: Path | None, key: str, arch: str) -> CompiledKernelBinary | None:
         if directory is None or not (directory / f"{key}.bin").exists():
             return None
-        log = (directory / f"{key}.log").read_text()
-        return CompiledKernelBinary((directory / f"{key}.bin").read_bytes(), arch, log, parse_ptxas_log(log))
+        try:
+            log = (directory / f"{key}.log").read_text()
+            binary = (directory / f"{key}.bin").read_bytes()
+        except OSError:  # pruned by another process meanwhile: compile again
+            return None
+        touch(directory / f"{key}.bin")
+        return CompiledKernelBinary(binary, arch, log, parse_ptxas_log(log))
 
 
 @functools.cache

@@ -204,3 +204,22 @@ def test_the_nvrtc_memory_cache_is_bounded(tmp_path):
     assert len(compiler._memory) == 2
     compiler.compile(sources[0], "compute_80")  # evicted from memory: back from disk
     assert compiler.disk_hits == 1 and compiler.compiles == 3
+
+
+def test_the_disk_cache_is_bounded_least_recently_used_first(tmp_path):
+    import os
+    import time
+
+    from luminal.kernels.cache import prune, touch
+
+    now = time.time()
+    for i, stem in enumerate(["old", "mid", "new"]):
+        for ext in ("bin", "log"):
+            (tmp_path / f"{stem}.{ext}").write_bytes(b"x" * 100)
+            os.utime(tmp_path / f"{stem}.{ext}", (now - 3600 * (3 - i),) * 2)
+    assert touch(tmp_path / "old.bin") and not touch(tmp_path / "gone.bin")  # a hit: now the most recent
+    os.utime(tmp_path / "old.log", (now - 7200,) * 2)
+    assert prune(tmp_path, max_bytes=450) == 200  # one whole entry (bin and log) goes: "mid"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.bin", "new.log", "old.bin", "old.log"]
+    assert prune(tmp_path, max_bytes=0) == 200  # "new"; "old" was used within RECENT_S: kept
+    assert prune(tmp_path, max_bytes=0, recent_s=0) == 200
