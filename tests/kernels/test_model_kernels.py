@@ -71,8 +71,9 @@ def _renamed_inputs(outputs, prefix):
     return [new[id(n)] for n in outputs]
 
 
-def test_zoo_on_the_emulator_two_schedules():
-    """Every zoo model in one kernel plan (one g++ build), run under two thread schedules."""
+@pytest.fixture(scope="module")
+def zoo():
+    """Every zoo model in one kernel plan (one g++ build): (outputs, feeds, [(name, want)], runtime)."""
     outputs, feeds, wants = [], {}, []
     for i, path in enumerate(p for p in _checked_models() if p.stem.startswith("zoo_")):
         _, outs, _ = read_archive(path)
@@ -82,7 +83,12 @@ def test_zoo_on_the_emulator_two_schedules():
         wants += [(path.stem, data[k]) for k in data.files if k.startswith("out:")]
     forward = KernelRuntime(outputs, "cuda-emulator", schedule=0)
     used = {n.arg for n in forward.inputs}
-    feeds = {k: v for k, v in feeds.items() if k in used}
+    return outputs, {k: v for k, v in feeds.items() if k in used}, wants, forward
+
+
+def test_zoo_on_the_emulator_two_schedules(zoo):
+    """Every zoo model run under two thread schedules."""
+    outputs, feeds, wants, forward = zoo
     got_f = forward(feeds)
     got_r = KernelRuntime(outputs, "cuda-emulator", schedule=1)(feeds)
     assert len(got_f) == len(wants) >= 60
@@ -92,3 +98,32 @@ def test_zoo_on_the_emulator_two_schedules():
             np.testing.assert_array_equal(a, want, err_msg=name)
         else:
             np.testing.assert_allclose(a.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_zoo_with_nan_inf_and_signed_zero_inputs(zoo):
+    """Every float input of every zoo model gets a NaN, +inf, -inf and -0.0 (spread over its
+    rows): each kernel must propagate them as the NumPy runtime does (NaN in the same places,
+    the same infinities), e.g. a softmax row with one NaN is all NaN, a sum with an inf is inf."""
+    from luminal.runtime import NumpyRuntime
+
+    outputs, feeds, wants, forward = zoo
+    edge = {}
+    for k, v in feeds.items():
+        v = np.array(v, copy=True)
+        if v.dtype.kind == "f" and v.size >= 4:
+            flat = v.reshape(-1)
+            step = max(v.size // 4, 1)
+            flat[0], flat[step], flat[2 * step + 1], flat[3 * step + 2 if 3 * step + 2 < v.size else -1] = (
+                np.nan, np.inf, -np.inf, -0.0)
+        edge[k] = v
+    got = forward(edge)
+    want = NumpyRuntime(outputs)(edge)
+    for (name, _), a, w in zip(wants, got, want):
+        if w.dtype.kind in "biu":
+            np.testing.assert_array_equal(a, w, err_msg=name)
+            continue
+        a, w = a.astype(np.float64), w.astype(np.float64)
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(w), err_msg=f"{name}: NaN positions")
+        np.testing.assert_array_equal(np.isinf(a) * np.sign(a), np.isinf(w) * np.sign(w), err_msg=f"{name}: infinities")
+        finite = np.isfinite(w)
+        np.testing.assert_allclose(a[finite], w[finite], rtol=1e-4, atol=1e-4, err_msg=name)
