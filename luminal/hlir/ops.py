@@ -8,7 +8,8 @@ common subexpressions are shared for free and nodes can be compared by identity.
 Semantics (the NumPy runtime in `luminal/runtime/` is the executable form of this table):
 - EXP2, LOG2, SIN, SQRT, RECIP: float -> same float dtype, IEEE behaviour (recip(0) = inf).
 - ADD, MUL: same dtype in and out; on bool they are logical or / and.
-- MOD: C `fmod` (truncated; the result has the sign of the dividend), ints and floats.
+- MOD: C `fmod` (truncated; the result has the sign of the dividend), ints and floats; an
+  integer MOD by zero raises `DivisionByZero` at run time (as torch does; NumPy would give 0).
 - LESS_THAN: operands of one dtype, result bool.
 - SUM_REDUCE, MAX_REDUCE (arg = axis): remove that axis; accumulate in the input dtype (the
   builder casts f16/bf16 to f32 first and back after); MAX_REDUCE propagates NaN, and over an
