@@ -64,3 +64,29 @@ def test_integer_mod_by_zero_raises_on_the_emulator(optimize):
     got = cg(a, np.array([2, 3, -1], np.int64))  # lowest % -1 is 0 (no overflow trap), and the flag was cleared
     np.testing.assert_array_equal(got[0], [1, 2, 0])
     np.testing.assert_array_equal(got[1], [3, -1, 1])
+
+
+def test_an_empty_symbolic_axis_on_the_emulator():
+    g = lm.Graph()
+    x = g.input("x", (2, "n"))
+    for out in (x.softmax(-1), x.log_softmax(-1), x.sum(-1), x.mean(-1), x.max(-1, keepdim=True), x.argmax(-1)):
+        g.output(out)
+    cg = g.compile(device="cuda-emulator")
+    full = np.arange(6, dtype=np.float32).reshape(2, 3)
+    want = [w.numpy() for w in (torch.from_numpy(full).softmax(-1), torch.from_numpy(full).log_softmax(-1),
+                                torch.from_numpy(full).sum(-1), torch.from_numpy(full).mean(-1))]
+    got = cg(full)
+    for a, w in zip(got, want):
+        np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[5], [2, 2])
+    with pytest.raises(lm.IndexOutOfRange):  # torch: argmax over an empty dim raises
+        cg(np.zeros((2, 0), np.float32))
+    h = lm.Graph()
+    y = h.input("y", (2, "n"))
+    for out in (y.softmax(-1), y.log_softmax(-1), y.sum(-1), y.mean(-1)):
+        h.output(out)
+    empty = torch.zeros(2, 0)
+    want = [empty.softmax(-1), empty.log_softmax(-1), empty.sum(-1), empty.mean(-1)]
+    for a, w in zip(h.compile(device="cuda-emulator")(np.zeros((2, 0), np.float32)), want):
+        assert a.shape == tuple(w.shape)
+        np.testing.assert_array_equal(a, w.numpy())  # sums 0, means NaN
