@@ -228,7 +228,7 @@ class Imported:
         for kind, v in self.flat_kinds:
             if kind == "tensor":
                 r = results[v]
-                flat.append(r if isinstance(r, torch.Tensor) else from_numpy(np.asarray(r)))
+                flat.append(r if isinstance(r, torch.Tensor) else numpy_to_torch(np.asarray(r)))
             elif kind == "tensor_dim":
                 flat.append(int(results[v]))
             else:
@@ -244,5 +244,3 @@ def to_numpy(t) -> np.ndarray:
         t = t.to(TORCH_OF[ldtype(t.dtype)])
     return torch_to_numpy(t)
 
-
-from_numpy = numpy_to_torch
