@@ -64,12 +64,25 @@ FUNCS = {  # name -> (sympy function, least and most arguments)
     "min": (sympy.Min, 2, 64), "max": (sympy.Max, 2, 64), "Min": (sympy.Min, 2, 64), "Max": (sympy.Max, 2, 64),
     "floor": (sympy.floor, 1, 1), "ceiling": (sympy.ceiling, 1, 1), "Mod": (sympy.Mod, 2, 2),
 }
+
+
+def _call(fn, *args):
+    """`fn(*args)`, simplified by sympy only when every argument is a number: simplifying
+    symbolic Min/Max/Mod/floor costs up to seconds each (hostile text could make loading hang),
+    and the text of a dim is already the simplified form `str()` printed."""
+    if all(a.is_Number for a in args):
+        return fn(*args)
+    return fn(*args, evaluate=False)
+
+
 _BINOPS = {
     ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-    ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: sympy.floor(a / b), ast.Mod: sympy.Mod,
+    ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: _call(sympy.floor, a / b),
+    ast.Mod: lambda a, b: _call(sympy.Mod, a, b),
 }
 
 
+@functools.lru_cache(maxsize=8192)  # a graph repeats its dims many times
 def parse_expr(text: str, integer: bool = True) -> Dim:
     """A dim expression from text, by the grammar above (ShapeError on anything else).
     `integer`: the expression must be integer-valued (every dim and stride is)."""
@@ -146,7 +159,7 @@ def _build(node: ast.AST, depth: int, count: list):
         fn, least, most = FUNCS[node.func.id]
         if not least <= len(node.args) <= most:
             raise ShapeError(f"{node.func.id} takes {least}..{most} arguments, got {len(node.args)}")
-        return fn(*(_build(a, depth + 1, count) for a in node.args))
+        return _call(fn, *(_build(a, depth + 1, count) for a in node.args))
     raise ShapeError(f"{ast.dump(node)[:60]} is not part of the dim grammar")
 
 
@@ -255,3 +268,5 @@ def evaluate(d: Dim, bindings: dict[str, int]) -> int:
         return int(fn(*(bindings[n] for n in names)))
     except KeyError as exc:
         raise ShapeError(f"symbolic dim {exc.args[0]!r} is not bound (needed by {d})") from None
+    except (ZeroDivisionError, ValueError, OverflowError) as exc:
+        raise ShapeError(f"dim {d} cannot be evaluated at {bindings}: {type(exc).__name__}: {exc}") from None

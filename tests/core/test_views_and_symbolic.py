@@ -194,6 +194,12 @@ def test_dim_text_grammar_refuses_code_and_bounds_size(tmp_path, monkeypatch):
             sym.parse(text)
         assert time.perf_counter() - t0 < 2, text[:40]
     assert not (tmp_path / "pwned").exists()
+    slow_to_simplify = ["Max(" + ",".join(f"x{i} - {i}*y{i % 5}" for i in range(64)) + ")",  # 20 s if simplified
+                        "+".join(f"Mod(u{i}*v{i} + {i}, w{i} + 1)" for i in range(40))]
+    for text in slow_to_simplify:
+        t0 = time.perf_counter()
+        assert sym.parse(text) is not None
+        assert time.perf_counter() - t0 < 2, text[:40]
     for name in ("lambda", "min", "floor", "Mod", "a.b", "1n", "n\u00e9"):
         with pytest.raises(lm.ShapeError):
             sym.symbol(name)
