@@ -9,11 +9,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from test_onnx_api import _mlp, _model
+from untrusted import byte_mutants, must_fail_cleanly, time_limit
 
 import luminal
 import luminal.onnx as lo
-from tests.core.test_untrusted_files import byte_mutants, must_fail_cleanly
-from tests.onnx.test_onnx_api import _mlp, _model
 
 W = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
 
@@ -87,8 +87,6 @@ def test_initializers_listed_as_inputs_are_overridable_defaults():
 def test_compiling_never_allocates_what_only_running_would():
     """Known values (a Range of 10**12, shape arithmetic expanded to 10**10 entries) are left
     to the graph: compiling is quick and small; running raises a LuminalError (or would work)."""
-    from tests.core.test_untrusted_files import time_limit
-
     ints = {k: numpy_helper.from_array(np.array(v, np.int64), k) for k, v in [("s", 0), ("l", 10**12), ("d", 1)]}
     ints["big"] = numpy_helper.from_array(np.array([10**5, 10**5], np.int64), "big")
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
