@@ -32,7 +32,7 @@ def test_the_registry_knows_each_device():
         assert entry.io in ("numpy", "dlpack") and entry.compiler and entry.doc
         assert entry.available == (entry.missing() is None)
     assert devices.get("numpy").available and devices.get("cpu").available
-    assert "later issue" in devices.get("cpu").doc  # the compiled C backend replaces it
+    assert devices.get("numpy").io == devices.get("cpu").io == "numpy"
     assert devices.get("cuda").runs_kernels and not devices.get("numpy").runs_kernels
     with pytest.raises(lm.DeviceError, match="unknown device 'tpu'.*'numpy', 'cpu', 'cuda', 'cuda-emulator'"):
         devices.get("tpu")
@@ -52,7 +52,7 @@ def test_numpy_and_cpu_agree():
     g = _graph()
     x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
     a, b = g.compile(device="numpy")(x=x), g.compile(device="cpu")(x=x)
-    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-6)
     assert g.compile(device="numpy").device is devices.get("numpy")
 
 
@@ -112,7 +112,7 @@ def test_torch_compile_raises_instead_of_falling_back(device):
 
 
 # --- lifetimes ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda-emulator", marks=needs_gxx)])
+@pytest.mark.parametrize("device", ["numpy", "cpu", pytest.param("cuda-emulator", marks=needs_gxx)])
 def test_a_dropped_compiled_model_is_freed(device):
     g = _graph(seed=7)
     compiled = g.compile(device=device)
