@@ -187,3 +187,23 @@ def _reads(st: ShapeTracker, shape: list[int], b: dict) -> tuple:
     lo = at + sum((b0 if s >= 0 else b1 - 1) * s for (b0, b1), s in zip(box, strides))
     hi = at + sum((b1 - 1 if s >= 0 else b0) * s for (b0, b1), s in zip(box, strides))
     return lo, hi
+
+
+def check_views(nodes, bindings: dict[str, int]) -> None:
+    """Every View among `nodes` reads inside its buffer under `bindings`: what a runtime without
+    per-read bounds checks (generated kernels) verifies once per binding before it runs.
+
+    A graph built by luminal always passes; a `.lum` file edited by hand may hold a view that
+    stays inside its buffer at the sizes `check_node` probes and leaves it at others."""
+    for n in nodes:
+        if n.op is not Op.VIEW:
+            continue
+        st = n.arg
+        size = 1
+        for d in n.src[0].shape:
+            size *= sym.evaluate(d, bindings)
+        shape = [sym.evaluate(d, bindings) for d in st.shape]
+        lo, hi = _reads(st, shape, bindings)
+        if lo is not None and (lo < 0 or hi >= size):
+            raise ShapeError(f"View {st} reads elements [{lo}, {hi}] of a buffer of {size} with {bindings}: "
+                             f"the graph is inconsistent (a corrupt or edited .lum file?)")

@@ -50,6 +50,8 @@ import numpy as np
 from luminal.errors import DeviceError, DivisionByZero, IndexOutOfRange
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Op, toposort
+from luminal.hlir.verify import check_views
 from luminal.kernels.arena import ArenaLayout, plan_arena
 from luminal.kernels.launchers import DEVICE_WEIGHTS
 from luminal.kernels.plan import KernelPlan
@@ -169,6 +171,7 @@ class KernelRuntime:
             runs = [d.name for d in devices.DEVICES.values() if d.launcher is not None]
             raise DeviceError(f"KernelRuntime runs on {runs}, not {device!r}")
         self.plan = plan or KernelPlan.build(outputs)
+        self._views = [n for n in toposort(self.plan.outputs) if n.op is Op.VIEW]  # checked per binding
         self.device = device
         self.launcher = entry.launcher(self.plan.source, schedule=schedule, binaries=binaries)
         self.graphs_enabled = graphs if graphs is not None else os.environ.get("LUMINAL_CUDA_GRAPHS", "1") != "0"
@@ -209,6 +212,7 @@ class KernelRuntime:
         return seq
 
     def _resolve(self, key, bindings) -> LaunchSequence:
+        check_views(self._views, bindings)  # kernels read views unchecked: a bad file stops here
         def shape(n):
             return tuple(int(sym.evaluate(d, bindings)) for d in n.shape)
 
