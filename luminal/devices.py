@@ -60,6 +60,12 @@ def _numpy_runtime(outputs, **_options):
     return NumpyRuntime(outputs)
 
 
+def _cpu_runtime(outputs, **_options):
+    from luminal.kernels.cpu.runtime import make
+
+    return make(outputs)
+
+
 def _kernel_runtime(name: str):
     def make(outputs, **options):
         from luminal.kernels.runtime import KernelRuntime
@@ -109,9 +115,11 @@ def _cuda_missing() -> str | None:
 DEVICES: dict[str, Device] = {d.name: d for d in (
     Device("numpy", "The NumPy reference runtime: the executable specification every other device is tested against.",
            "numpy", "none (one NumPy expression per op)", "plan", _numpy_runtime, _always),
-    Device("cpu", "The default device. For now the NumPy reference runtime; a compiled C backend (the kernel "
-                  "plan in a C dialect, one shared library per graph) replaces this entry in a later issue.",
-           "numpy", "none (one NumPy expression per op)", "plan", _numpy_runtime, _always),
+    Device("cpu", "The default device: the kernel plan in a C dialect (`luminal.kernels.cpu`), OpenMP loops and "
+                  "BLAS GEMMs, built by the system C compiler into one shared library per graph, run by one native "
+                  "call; without a C compiler it warns once and runs the NumPy reference runtime.",
+           "numpy", "the system C compiler (luminal.kernels.cpu.build: cc -O2 -fopenmp -shared)", "build",
+           _cpu_runtime, _always),
     Device("cuda", "Generated CUDA C compiled by NVRTC (`luminal.kernels.nvrtc`, cached), loaded and launched "
                    "with CuPy; torch CUDA tensors in and out by DLPack.",
            "dlpack", "NVRTC (luminal.kernels.nvrtc) -> cubin, loaded by cupy.RawModule", "codegen",

@@ -6,6 +6,11 @@ that are views, inputs or constants get a copy kernel, so every output owns a bu
 Kernels with the same body (the same op on the same shapes in every layer of a transformer) are
 emitted once and launched many times: a kernel is named by its op and a hash of its body, which
 keeps the source NVRTC and g++ compile proportional to distinct layers, not depth.
+
+Extern steps (`EXTERN`): ops a dialect may hand to a vendor library instead of a generated
+kernel, as inductor's `extern_kernels.mm`. MatMul is the "gemm" extern: the C dialect
+(`luminal.kernels.cpu`) calls BLAS for it; the CUDA dialect still renders its generated MatMul
+kernel (the fallback, and what the emulator verifies; cuBLAS later).
 """
 
 from __future__ import annotations
@@ -17,6 +22,32 @@ from dataclasses import dataclass
 from luminal.hlir.ops import ConstantArray, Node, Op, toposort
 from luminal.kernels.render import KernelSpec, render_node
 from luminal.kernels.render.cstyle import is_inline_scalar, prelude, view_of
+
+EXTERN = {Op.MAT_MUL: "gemm"}  # op -> extern step kind
+
+
+@dataclass
+class Schedule:
+    """What every dialect's plan is made of: the output nodes (each with a buffer of its own),
+    the nodes that compute something, in launch order, and the graph's inputs and weights."""
+
+    outputs: list[Node]
+    nodes: list[Node]
+    inputs: list[Node]
+    weights: list[Node]  # CONSTANT nodes holding arrays
+
+    @staticmethod
+    def build(outputs: list[Node]) -> Schedule:
+        final = []
+        for n in outputs:  # every output gets a buffer of its own
+            if n.op in (Op.VIEW, Op.INPUT, Op.CONSTANT) or any(n is f for f in final):
+                n = Node(Op.CONTIGUOUS, n.dtype, n.shape, (n,))
+            final.append(n)
+        order = toposort(final)
+        nodes = [n for n in order if n.op not in (Op.INPUT, Op.VIEW, Op.CONSTANT)]
+        inputs = [n for n in order if n.op is Op.INPUT]
+        weights = [n for n in order if n.op is Op.CONSTANT and isinstance(n.arg, ConstantArray)]
+        return Schedule(final, nodes, inputs, weights)
 
 
 @dataclass
@@ -30,21 +61,13 @@ class KernelPlan:
 
     @staticmethod
     def build(outputs: list[Node]) -> KernelPlan:
-        final = []
-        for n in outputs:  # every output gets a buffer of its own
-            if n.op in (Op.VIEW, Op.INPUT, Op.CONSTANT) or any(n is f for f in final):
-                n = Node(Op.CONTIGUOUS, n.dtype, n.shape, (n,))
-            final.append(n)
-        order = toposort(final)
+        sched = Schedule.build(outputs)
+        final, inputs, weights = sched.outputs, sched.inputs, sched.weights
         launches: list[KernelSpec] = []
         bodies: dict[str, str] = {}  # kernel name -> source, each distinct body once
-        for node in order:
-            if node.op in (Op.INPUT, Op.VIEW) or node.op is Op.CONSTANT:
-                continue
+        for node in sched.nodes:
             for k in render_node(node, f"k{len(launches)}_{node.op.title.lower()}"):
                 launches.append(_dedup(k, node, bodies))
-        inputs = [n for n in order if n.op is Op.INPUT]
-        weights = [n for n in order if n.op is Op.CONSTANT and isinstance(n.arg, ConstantArray)]
         dtypes = set().union(*(k.dtypes for k in launches)) if launches else set()
         source = prelude(dtypes) + "\n" + "\n".join(bodies.values())
         last_use: dict[int, int] = {}
@@ -68,4 +91,4 @@ def graph_source(outputs: list[Node]) -> str:
     return KernelPlan.build(outputs).source
 
 
-__all__ = ["KernelPlan", "graph_source", "is_inline_scalar", "view_of"]
+__all__ = ["EXTERN", "KernelPlan", "Schedule", "graph_source", "is_inline_scalar", "view_of"]

@@ -1,0 +1,212 @@
+"""`device="cpu"`: the graph's C (`render.py`) built into one shared library (`build.py`) and run
+by one native call per call of the model.
+
+- **binding**: the symbolic dims are bound from the input shapes; per distinct binding (cached)
+  the intermediates' arena layout (`arena.plan_arena`, by liveness over the steps) is resolved.
+- **a call**: outputs and the arena are fresh NumPy arrays of the call (so concurrent calls from
+  several threads never share a buffer), then `lum_run(bufs, dims, arena, offsets, err,
+  threads)` runs every step in C with the GIL released. The error flag (1: a Gather/Scatter index
+  out of range, 2: an integer Mod by zero) is the call's own and read after it.
+- **threads**: OpenMP gets `torch.get_num_threads()` when torch is already imported, else
+  `os.cpu_count()`; the BLAS (the OpenBLAS NumPy ships, found in `numpy.libs` and passed to the
+  library as function pointers: no link-time dependency) gets the same count.
+- **no C compiler**: `make` warns once and returns the NumPy reference runtime.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import glob
+import os
+import sys
+import threading
+import warnings
+
+import numpy as np
+
+from luminal.errors import DivisionByZero, IndexOutOfRange, UnsupportedError
+from luminal.hlir import symbolic as sym
+from luminal.kernels.arena import plan_arena
+from luminal.kernels.cpu import build
+from luminal.kernels.cpu.render import entry_point, render_program
+from luminal.runtime.binding import bind_inputs
+
+BINDINGS_KEPT = 256  # resolved arena layouts kept per runtime (least recently used dropped first)
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def make(outputs, **_options):
+    """The runtime of `device="cpu"`: compiled C, or the NumPy runtime (warned once) when this
+    machine has no C compiler or the graph holds an op the C dialect cannot render."""
+    from luminal.runtime import NumpyRuntime
+
+    if build.compiler() is None:
+        cc = os.environ.get("CC")
+        what = f"the C compiler CC={cc!r} was not found" if cc else "no C compiler (cc or gcc) is on PATH"
+        _warn_once("compiler", f'device="cpu": {what}; running the NumPy reference runtime instead '
+                               "(apt-get install gcc for the compiled backend)")
+        return NumpyRuntime(outputs)
+    try:
+        return CpuRuntime(outputs)
+    except UnsupportedError as exc:
+        _warn_once(f"unsupported:{exc}", f'device="cpu": {exc}; this graph runs on the NumPy reference runtime')
+        return NumpyRuntime(outputs)
+
+
+# --- BLAS: the OpenBLAS NumPy ships --------------------------------------------------------------
+class _Blas:
+    def __init__(self):
+        self.sgemm = self.dgemm = None
+        self.set_threads = None
+        self.threads = None
+        self.lock = threading.Lock()
+        libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+        for path in sorted(glob.glob(os.path.join(libs, "*openblas*.so*"))):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for prefix, suffix in (("scipy_", "64_"), ("", "64_"), ("", "")):
+                try:
+                    self.sgemm = ctypes.cast(getattr(lib, f"{prefix}cblas_sgemm{suffix}"), ctypes.c_void_p).value
+                    self.dgemm = ctypes.cast(getattr(lib, f"{prefix}cblas_dgemm{suffix}"), ctypes.c_void_p).value
+                except AttributeError:
+                    continue
+                ilp64 = suffix == "64_"
+                if not ilp64:  # the C code passes 64-bit ints: only an ILP64 BLAS fits
+                    self.sgemm = self.dgemm = None
+                    continue
+                setter = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
+                if setter is not None:
+                    setter.argtypes = [ctypes.c_int]
+                    self.set_threads = setter
+                self.path = path
+                return
+
+    def use_threads(self, n: int) -> None:
+        if self.set_threads is not None and n != self.threads:
+            with self.lock:
+                self.set_threads(n)
+                self.threads = n
+
+
+_BLAS: _Blas | None = None
+
+
+def blas() -> _Blas:
+    global _BLAS
+    if _BLAS is None:
+        _BLAS = _Blas()
+    return _BLAS
+
+
+def threads() -> int:
+    """OpenMP/BLAS threads: torch's setting when torch is loaded (no oversubscription beside it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        return max(1, int(torch.get_num_threads()))
+    return max(1, os.cpu_count() or 1)
+
+
+# --- the runtime ----------------------------------------------------------------------------------
+class CpuRuntime:
+    """Runs a graph as compiled C: one shared library, one native call per call.
+    Safe to call from several threads at once (each call has its own arena, outputs and flag)."""
+
+    def __init__(self, outputs):
+        program = render_program(list(outputs))
+        self.program = program
+        sched = program.schedule
+        self.inputs = sched.inputs
+        self.outputs = sched.outputs
+        slot: dict[int, tuple[str, int]] = {}
+        bufs = [*sched.weights, *sched.inputs, *sched.outputs]
+        for i, n in enumerate(bufs):
+            slot.setdefault(id(n), ("buf", i))
+        self.intermediates, first, last = [], {}, {}
+        for i, st in enumerate(program.steps):
+            if id(st.output) not in slot:
+                slot[id(st.output)] = ("tmp", len(self.intermediates))
+                first[id(st.output)] = i
+                self.intermediates.append(st.output)
+            for b in st.inputs:
+                last[id(b)] = i
+        self.intervals = [(first[id(n)], last.get(id(n), first[id(n)])) for n in self.intermediates]
+        self.source = program.source + "\n" + entry_point(program, lambda n: slot[id(n)])
+        self.library_path = build.build(self.source)
+        lib = ctypes.CDLL(str(self.library_path))
+        b = blas()
+        lib.lum_set_blas(ctypes.c_void_p(b.sgemm), ctypes.c_void_p(b.dgemm))
+        self._run = lib.lum_run
+        self._run.restype = None
+        self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_int]
+        self._lib = lib
+        self._weights = [np.ascontiguousarray(w.arg.array) for w in sched.weights]
+        self._n_weights, self._n_inputs = len(sched.weights), len(sched.inputs)
+        self._template = (ctypes.c_void_p * len(bufs))(*(w.ctypes.data for w in self._weights))
+        self._layouts: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.arena_bytes = 0
+
+    def _layout(self, bindings: dict[str, int]):
+        key = tuple(sorted(bindings.items()))
+        with self._lock:
+            hit = self._layouts.get(key)
+            if hit is not None:
+                self._layouts.move_to_end(key)
+                return hit
+
+        def shape(n):
+            return tuple(int(sym.evaluate(d, bindings)) for d in n.shape)
+
+        sizes = [int(np.prod(shape(n), dtype=np.int64)) * n.dtype.itemsize for n in self.intermediates]
+        layout = plan_arena(sizes, self.intervals)
+        offsets = np.array(layout.offsets or (0,), np.int64)
+        dims = np.array([bindings[s] for s in self.program.symbols] or [0], np.int64)
+        out_shapes = [shape(n) for n in self.outputs]
+        hit = (max(layout.total, 1), offsets, dims, out_shapes)
+        with self._lock:
+            self._layouts[key] = hit
+            while len(self._layouts) > BINDINGS_KEPT:
+                self._layouts.popitem(last=False)
+            self.arena_bytes = max(self.arena_bytes, hit[0])
+        return hit
+
+    def __call__(self, feeds: dict) -> list[np.ndarray]:
+        arrays, bindings = bind_inputs(self.inputs, feeds)
+        return self.run([arrays[n.arg] for n in self.inputs], bindings)
+
+    def run(self, ins: list, bindings: dict) -> list[np.ndarray]:
+        total, offsets, dims, out_shapes = self._layout(bindings)
+        ins = [np.ascontiguousarray(a) for a in ins]
+        outs = [np.empty(s, n.dtype.numpy) for s, n in zip(out_shapes, self.outputs)]
+        arena = np.empty(total, np.uint8)
+        bufs = (ctypes.c_void_p * len(self._template)).from_buffer_copy(self._template)
+        k = self._n_weights
+        for i, a in enumerate(ins):
+            bufs[k + i] = a.ctypes.data
+        k += self._n_inputs
+        for i, o in enumerate(outs):
+            bufs[k + i] = o.ctypes.data
+        err = ctypes.c_int(0)
+        n = threads()
+        blas().use_threads(n)
+        self._run(bufs, dims.ctypes.data, arena.ctypes.data, offsets.ctypes.data, ctypes.byref(err), n)
+        if err.value:
+            if err.value & 2 and not err.value & 1:
+                raise DivisionByZero("integer division or remainder by zero (flagged by the compiled C)")
+            raise IndexOutOfRange("a Gather/Scatter index was out of range (flagged by the compiled C)")
+        return outs
+
+    def stats(self) -> dict:
+        return {"device": "cpu", "kernels": len({s.name for s in self.program.steps}),
+                "steps": len(self.program.steps), "arena_bytes": int(self.arena_bytes),
+                "library": str(self.library_path)}
