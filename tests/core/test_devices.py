@@ -88,8 +88,13 @@ def test_onnx_compile_refuses_a_bad_device(device):
 
 
 @pytest.mark.parametrize("device", BAD)
-def test_luminal_compile_refuses_a_bad_device(device):
+def test_luminal_compile_refuses_a_bad_device(device, monkeypatch):
     torch = pytest.importorskip("torch")
+
+    def export(*args, **kwargs):
+        raise AssertionError("torch.export ran before the device was checked")
+
+    monkeypatch.setattr(torch.export, "export", export)
     with pytest.raises(lm.DeviceError, match=repr(device)):
         lm.compile(torch.nn.Linear(4, 2).eval(), (torch.randn(2, 4),), device=device)
 

@@ -187,3 +187,18 @@ def test_fuzz_onnx_compile(tmp_path, monkeypatch):
 def test_luminal_errors_all_derive_from_luminal_error():
     for name in ("ExternalDataError", "UnsupportedOpsetError", "InvalidModelError", "OnnxImportError"):
         assert issubclass(getattr(lo, name), luminal.LuminalError)
+
+
+def test_graphs_compiled_per_value_are_bounded(monkeypatch):
+    """One graph per distinct override value: a caller feeding many values keeps the newest few."""
+    from luminal.frontends.onnx import model as onnx_model
+
+    monkeypatch.setattr(onnx_model, "COMPILED_KEPT", 2)
+    proto = _mlp()
+    proto.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 3]))
+    model = lo.compile(proto, optimize=False)
+    x = np.ones((2, 3, 4), np.float32)
+    for k in range(4):
+        (y, _) = model(x, w=W * k)
+        np.testing.assert_allclose(y, np.maximum(x @ (W * k), 0).reshape(2, -1), rtol=1e-6)
+    assert len(model._cache) == 2

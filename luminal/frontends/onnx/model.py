@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import hashlib
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ from luminal.frontends.onnx import loader
 from luminal.frontends.onnx.errors import NeedsValue, OnnxError, OnnxImportError, OnnxInputError
 from luminal.frontends.onnx.importer import Importer, dim_symbol_name, graph_input_deps
 from luminal.hlir import symbolic as sym
+
+COMPILED_KEPT = 32  # graphs compiled per distinct input value/shape kept by one model (least recently used dropped)
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class OnnxModel:
         self.value_inputs = tuple(value_inputs)  # inputs compiled in by value
         self.shape_inputs = tuple(shape_inputs)  # inputs whose shapes are compiled in (static dims)
         self.compiled = compiled
-        self._cache: dict = {}
+        self._cache: collections.OrderedDict = collections.OrderedDict()  # LRU, at most COMPILED_KEPT graphs
 
     @property
     def input_names(self) -> list[str]:
@@ -132,7 +135,11 @@ class OnnxModel:
             compiled = self._cache.get(key)
             if compiled is None:
                 compiled = self._build_retrying(arrays, zero_dim, overrides)
-                self._cache[self._key(arrays, self.input_names if zero_dim else self.shape_inputs), _value_key(overrides)] = compiled
+                self._cache[key] = compiled
+                while len(self._cache) > COMPILED_KEPT:  # each holds its own optimized graph and runtime
+                    self._cache.popitem(last=False)
+            else:
+                self._cache.move_to_end(key)
             if not overrides:
                 self.compiled = compiled
         self._check_assumptions(compiled, arrays)

@@ -27,6 +27,7 @@ import torch
 from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
+from luminal import devices
 from luminal.errors import InputError, UnsupportedError
 from luminal.frontends.torch.backward import differentiable_call, needs_grad
 from luminal.frontends.torch.decompose import decompose_graph
@@ -142,6 +143,7 @@ class CompiledModel:
                  optimize: bool | None = None, name: str | None = None):
         example_args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
         example_kwargs = dict(example_kwargs or {})
+        devices.require(device)  # a bad or unavailable device fails before the export is paid for
         self.device = device
         phases = {}
         start = time.perf_counter()

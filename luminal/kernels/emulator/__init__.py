@@ -18,6 +18,7 @@ sets the fiber stack size (64, 256 under ASan), CXX picks the compiler.
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 from luminal.errors import LuminalError
@@ -43,7 +44,8 @@ __all__ = [
     "translation_unit",
 ]
 
-_loaded: dict[Path, EmulatedModule] = {}
+# built libraries loaded in this process, while a runtime holds them (the .so stays cached on disk)
+_loaded: weakref.WeakValueDictionary[Path, EmulatedModule] = weakref.WeakValueDictionary()
 
 
 def build(sources: str, mode: str = "release", *, ftz: bool = True, extra_flags: tuple[str, ...] = (),
@@ -56,6 +58,7 @@ def build(sources: str, mode: str = "release", *, ftz: bool = True, extra_flags:
         raise LuminalError("an ASan emulator build loads only into a process started with "
                            "LD_PRELOAD=libasan.so: use luminal.kernels.emulator.run_python_under_asan()")
     path = compile_shared_library(sources, mode, ftz=ftz, extra_flags=tuple(extra_flags), cache_path=cache_path)
-    if path not in _loaded:
-        _loaded[path] = EmulatedModule(path, find_kernels(sources), mode)
-    return _loaded[path]
+    module = _loaded.get(path)
+    if module is None:
+        module = _loaded[path] = EmulatedModule(path, find_kernels(sources), mode)
+    return module
