@@ -34,12 +34,15 @@ class Report:
     rules_fired: dict[str, int] = field(default_factory=dict)
     egraph_size: int | None = None
     notes: list[str] = field(default_factory=list)
+    cache: dict[str, str] = field(default_factory=dict)  # phase -> "hit" / "miss" (a disk cache's answer)
 
     def __str__(self) -> str:
         lines = [f"luminal compile report: {self.name}"]
         total = sum(self.phases.values())
         lines.append(f"  phases (total {total * 1e3:.1f} ms):")
         lines += [f"    {k:<12} {v * 1e3:9.1f} ms" for k, v in self.phases.items()]
+        if self.cache:
+            lines.append("  cache: " + ", ".join(f"{k} {v}" for k, v in self.cache.items()))
         kinds = sorted(set(self.ops_before) | set(self.ops_after), key=lambda k: -self.ops_before.get(k, 0))
         lines.append(f"  ops: {sum(self.ops_before.values())} before, {sum(self.ops_after.values())} after")
         lines.append(f"    {'op':<18} {'before':>7} {'after':>7}")
@@ -205,17 +208,18 @@ def compile_outputs(
     optimized = list(outputs)
     progress = Progress(name, 2)
     if optimize_enabled(optimize):
-        t0 = time.perf_counter()
-        from luminal import egraph
-
-        optimized = egraph.optimize(optimized, report)
-        if "saturate" not in report.phases:  # luminal.egraph reports its own sub-phases
-            report.phases.setdefault("optimize", time.perf_counter() - t0)
+        optimized = _optimize_cached(optimized, entry.name, report)
     progress.step("optimize")
     report.ops_after = op_counts(optimized)
     t0 = time.perf_counter()
+    builds = _build_counts()
     runtime = entry.runtime(optimized)
     report.phases[entry.phase] = time.perf_counter() - t0
+    after = _build_counts()
+    if after[0] > builds[0]:
+        report.cache[entry.phase] = "miss"
+    elif after[1] > builds[1]:
+        report.cache[entry.phase] = "hit"
     progress.step("runtime")
     progress.close()
     used = {id(n) for n in toposort(optimized) if n.op is Op.INPUT}
@@ -226,6 +230,61 @@ def compile_outputs(
     STATS.compiled.append(compiled)
     emit(compiled)
     return compiled
+
+
+def _optimize_cached(outputs: list[Node], device: str, report: Report) -> list[Node]:
+    """egglog's optimized graph, from the persistent compile cache when it holds it
+    (`luminal.compile_cache`: a hit skips egglog entirely), else computed and stored."""
+    from luminal import compile_cache
+
+    t0 = time.perf_counter()
+    key = None
+    if compile_cache.enabled():
+        try:
+            key = compile_cache.Key.of(outputs, device)
+        except compile_cache.Uncacheable as exc:
+            report.notes.append(f"compile cache skipped: {exc}")
+        found = key and compile_cache.lookup(key, outputs)
+        report.phases["cache"] = time.perf_counter() - t0
+        if found:
+            optimized, fields = found
+            report.cache["optimize"] = "hit"
+            report.rules_fired = dict(fields.get("rules_fired", {}))
+            report.egraph_size = fields.get("egraph_size")
+            report.notes += [f"compile cache hit ({key.digest[:12]}): egglog skipped; the miss said:"]
+            report.notes += [str(n) for n in fields.get("notes", [])]
+            return optimized
+        report.cache["optimize"] = "miss" if key else "off"
+    t0 = time.perf_counter()
+    from luminal import egraph
+
+    optimized = egraph.optimize(outputs, report)
+    if "saturate" not in report.phases:  # luminal.egraph reports its own sub-phases
+        report.phases.setdefault("optimize", time.perf_counter() - t0)
+    if key:
+        t0 = time.perf_counter()
+        path = compile_cache.store(key, outputs, optimized, report)
+        report.notes.append(f"compile cache miss ({key.digest[:12]}): " + ("stored" if path else "not stored"))
+        report.phases["cache"] += time.perf_counter() - t0
+    return optimized
+
+
+def _build_counts() -> tuple[int, int]:
+    """(native builds, disk-cache hits) so far of the code builders already imported (the C
+    compiler, the emulator's g++, NVRTC): a runtime's build phase hit its cache if only hits grew."""
+    import sys
+
+    builds = hits = 0
+    for name in ("luminal.kernels.cpu.build", "luminal.kernels.emulator.build"):
+        stats = getattr(sys.modules.get(name), "stats", None)
+        builds += getattr(stats, "builds", 0)
+        hits += getattr(stats, "cache_hits", 0)
+    nvrtc = sys.modules.get("luminal.kernels.nvrtc")
+    if nvrtc is not None and nvrtc.default_compiler.cache_info().currsize:
+        compiler = nvrtc.default_compiler()
+        builds += compiler.compiles
+        hits += compiler.disk_hits + compiler.memory_hits
+    return builds, hits
 
 
 def compile_graph(graph, *, device: str = "cpu", optimize: bool | None = None) -> CompiledGraph:

@@ -42,8 +42,9 @@ def emit(compiled) -> None:
         return
     _ensure_handler()
     phases = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in report.phases.items())
-    LOG.info("compiled %r: %s; %d ops -> %d ops", report.name, phases,
-             sum(report.ops_before.values()), sum(report.ops_after.values()))
+    cache = "".join(f"; cache: {k} {v}" for k, v in report.cache.items())
+    LOG.info("compiled %r: %s; %d ops -> %d ops%s", report.name, phases,
+             sum(report.ops_before.values()), sum(report.ops_after.values()), cache)
     if lvl >= 2:
         fired = ", ".join(f"{k} x{v}" for k, v in sorted(report.rules_fired.items(), key=lambda kv: -kv[1]))
         LOG.info("rules fired: %s", fired or "none")

@@ -35,7 +35,7 @@ from luminal.errors import LuminalError
 from luminal.hlir import symbolic as sym
 from luminal.hlir import verify
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import POINTWISE, ConstantArray, Expr, Node, Op, toposort
+from luminal.hlir.ops import POINTWISE, ConstantArray, Expr, Node, Op, _key, toposort
 from luminal.hlir.shape import ShapeTracker
 
 FORMAT = "luminal-compiled"
@@ -109,7 +109,8 @@ def decode_arg(value, weights):
     if tag == "weight":
         if v not in weights:
             raise SaveFormatError(f"weight {v!r} is missing from weights.safetensors")
-        return ConstantArray(weights[v], v)
+        w = weights[v]
+        return w if isinstance(w, ConstantArray) else ConstantArray(w, v)  # a bound weight: the caller's own
     if tag == "view":
         dims = lambda xs: tuple(_dim(x) for x in xs)  # noqa: E731
         mask = None if v["mask"] is None else tuple((_dim(lo), _dim(hi)) for lo, hi in v["mask"])
@@ -177,6 +178,8 @@ def decode_graph(data: dict, weights) -> list[Node]:
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not isinstance(data.get("outputs"), list):
         raise SaveFormatError("graph.json must hold a list of nodes and a list of outputs")
     built: list[Node] = []
+    checked: set = set()  # what check_node reads of nodes already checked: repeated layers are checked once
+    ops: dict[str, Op] = {}
     for i, entry in enumerate(data["nodes"]):
         what = f"graph.json node {i}"
         try:
@@ -186,11 +189,19 @@ def decode_graph(data: dict, weights) -> list[Node]:
             if not all(type(j) is int and 0 <= j < i for j in entry["src"]):
                 raise ValueError(f"sources {entry['src']} must be indices of earlier nodes")
             src = tuple(built[j] for j in entry["src"])
-            if _depth(entry.get("arg")) > MAX_ARG_DEPTH:  # decoding and hashing recurse (in C, too)
+            arg = entry.get("arg")
+            nests = isinstance(arg, dict) and ("t" in arg or "expr" in arg)  # the tags decode_arg recurses into
+            if nests and _depth(arg) > MAX_ARG_DEPTH:  # decoding and hashing recurse (in C, too)
                 raise ValueError(f"its argument is nested more than {MAX_ARG_DEPTH} deep")
-            node = Node(Op.from_name(entry["op"]), DType.of(entry["dtype"]),
+            op = ops.get(entry["op"]) if isinstance(entry["op"], str) else None
+            if op is None:
+                op = ops[entry["op"]] = Op.from_name(entry["op"])
+            node = Node(op, DType.of(entry["dtype"]),
                         tuple(_dim(d) for d in entry["shape"]), src, decode_arg(entry["arg"], weights))
-            verify.check_node(node)
+            seen = (node.op, node.dtype, _key(node.shape), tuple((s.dtype, _key(s.shape)) for s in src), _key(node.arg))
+            if seen not in checked:  # check_node reads exactly these (of the node, and of its sources)
+                verify.check_node(node)
+                checked.add(seen)
             static = [d for d in node.shape if isinstance(d, int)]
             if len(static) == len(node.shape) and _numel(static) > MAX_ELEMENTS:
                 raise ValueError(f"shape {node.shape} has more than {MAX_ELEMENTS} elements (LUMINAL_MAX_ELEMENTS)")
@@ -347,8 +358,10 @@ def save_compiled(compiled, path, meta: dict | None = None, weights: str = "embe
     return path
 
 
-def read_archive(path) -> tuple[dict, list[Node], dict[str, Node]]:
+def read_archive(path, bound: dict[str, ConstantArray] | None = None) -> tuple[dict, list[Node], dict[str, Node]]:
     """(meta, outputs, inputs by name) of a `.lum` file, with clear errors for bad files.
+    `bound`: weights the file references by name without storing them (the compile cache's
+    references to the caller's weights); each is held to its node's shape and dtype like any other.
 
     A file is data, never code: dims are read by `symbolic.parse_expr`'s grammar, every node is
     held to its op's rules, every weight must have its node's shape and dtype, and what loading
@@ -384,6 +397,10 @@ def read_archive(path) -> tuple[dict, list[Node], dict[str, Node]]:
     try:
         _check_meta(meta)
         weights = _read_weights(meta, blob, graph)
+        clash = sorted(set(weights) & set(bound or {}))
+        if clash:
+            raise SaveFormatError(f"weight {clash[0]!r} is both stored and bound by the caller")
+        weights.update(bound or {})
         outputs = decode_graph(graph, weights)
         if len(meta["output_names"]) != len(outputs):
             raise SaveFormatError(f"meta.json names {len(meta['output_names'])} outputs, graph.json has {len(outputs)}")
@@ -555,4 +572,3 @@ def load(path, device: str = "cpu"):
 
         return LoadedModel(compiled)
     return compiled
-

@@ -8,3 +8,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("LUMINAL_EGRAPH_STRICT", "1")
+os.environ.setdefault("LUMINAL_COMPILE_CACHE", "0")  # off: compiles stay independent (its tests turn it on)

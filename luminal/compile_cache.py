@@ -1,0 +1,282 @@
+"""The persistent compile cache: an optimized graph stored once, reused by every later process.
+
+    optimized = compile_cache.lookup(key, outputs)   # None on a miss (or a bad entry)
+    compile_cache.store(key, outputs, optimized, report)
+
+Where: `<cache root>/graphs/<key>.lum` (`luminal.kernels.cache.cache_dir`: `$LUMINAL_CACHE_DIR`,
+else `~/.cache/luminal`), bounded by `$LUMINAL_CACHE_MAX_MB` (1024 MB by default, megabytes,
+fractions allowed), least recently used entries pruned first. `LUMINAL_COMPILE_CACHE=0` turns
+it off.
+
+The key (`Key.of`) is a sha256 over
+- the lowered HLIR graph (every node in topological order: op, dtype, shape, operand
+  positions, argument; an input by its name) with each weight (a `ConstantArray`) replaced by
+  its *position* among the graph's weights (first use in that order) and its dtype and shape;
+- luminal's version, a hash of the source of the code that decides the optimized graph
+  (`luminal/egraph/`, `luminal/hlir/`, `saving.py`, this module), egglog's version, the
+  device name.
+Weight *values* are not part of the key: the egraph treats weights as opaque slots (the
+partition abstracts them by dtype and shape, no rule reads their elements), so the optimized
+graph is a function of the structure alone. An entry therefore holds no weight bytes: each
+weight of the optimized graph is stored as a reference `w<i>` to the i-th weight of the
+lowered graph, and a hit re-binds the caller's own `ConstantArray`s (the very objects, so the
+result is the node-for-node graph a miss would produce, over the caller's live memory). A
+weight a rewrite created (none does today) would be stored by value (`e<i>`). Two models of
+one architecture share an entry; a model whose weights changed (values, or new tensors) hits
+and runs its current weights: the cache can never serve stale weights.
+
+An entry is a `.lum` file (`luminal.saving`'s format: meta.json, graph.json, an empty or small
+weights.safetensors) with a `compile_cache` block in meta.json: the full key (so a foreign or
+colliding file is refused), and the miss's rules fired, e-graph size and notes for the report.
+It is read as untrusted data by `saving.read_archive` (every node verified, dims parsed by the
+grammar, nothing executed), then checked against the caller's graph (outputs of the same dtype
+and shape, inputs that are the caller's own). Anything wrong (truncated, flipped bytes, another
+format, another key) is logged at debug level and treated as a miss, and the rebuilt entry
+replaces it. Writes go to a temporary file in the same folder and are renamed into place
+(`os.replace`), so concurrent processes only ever see whole entries; the last writer wins
+with an identical graph.
+
+Not in the key, on purpose: `set_precision` (a run-time setting of the NumPy runtime, read at
+call time, not part of the optimized graph), input/output names outside the graph (the caller
+maps them), and weight values (above). Graphs whose rewriting failed or hit `MAX_SECONDS` (a
+load-dependent result) are not stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import ConstantArray, Expr, Node, Op, _key, toposort
+from luminal.hlir.shape import ShapeTracker
+
+LOG = logging.getLogger("luminal")
+FOLDER = "graphs"
+FORMAT_TAG = 1  # of the compile_cache block; bump when what an entry means changes
+CODE = ("egraph", "hlir", "saving.py", "compile_cache.py")  # the source the optimized graph depends on
+_context: list[str] = []  # computed once per process
+
+
+class Uncacheable(Exception):
+    """A graph argument the key cannot spell: such a graph is compiled without the cache."""
+
+
+def enabled() -> bool:
+    return os.environ.get("LUMINAL_COMPILE_CACHE", "1") != "0"
+
+
+def max_bytes() -> int:
+    try:
+        return int(float(os.environ.get("LUMINAL_CACHE_MAX_MB", 1024)) * (1 << 20))
+    except ValueError:
+        return 1024 << 20
+
+
+def folder() -> Path:
+    from luminal.kernels.cache import cache_dir
+
+    return cache_dir(FOLDER)
+
+
+def context() -> str:
+    """luminal's version, the hash of the code that decides the optimized graph, egglog's version."""
+    if not _context:
+        from importlib.metadata import PackageNotFoundError, version
+
+        import luminal
+
+        root = Path(luminal.__file__).parent
+        h = hashlib.sha256()
+        for name in CODE:
+            path = root / name
+            for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+                h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+        try:
+            egglog = version("egglog")
+        except PackageNotFoundError:
+            egglog = "none"
+        _context.append(f"luminal {luminal.__version__}; code {h.hexdigest()[:16]}; egglog {egglog}; cache {FORMAT_TAG}")
+    return _context[0]
+
+
+@dataclass
+class Key:
+    digest: str  # sha256 hex: the entry's file name
+    text: str  # the context line, stored in the entry and compared on read
+    weights: list[ConstantArray]  # the lowered graph's weights, in reference order
+    inputs: frozenset[int]  # ids of its INPUT nodes
+
+    @staticmethod
+    def of(outputs: list[Node], device: str) -> Key:
+        """The key of the lowered graph computing `outputs`; Uncacheable if an argument has no spelling."""
+        order = toposort(outputs)
+        index: dict[int, int] = {}
+        weights: list[ConstantArray] = []
+        weight_index: dict[int, int] = {}
+        memo: dict = {}
+        local: dict = {}  # (op, dtype, shape, arg) -> its spelling: repeated layers spell each once
+        parts = []
+        for i, n in enumerate(order):
+            arg = n.arg
+            if isinstance(arg, ConstantArray):
+                j = weight_index.get(id(arg))
+                if j is None:
+                    j = weight_index[id(arg)] = len(weights)
+                    weights.append(arg)
+                spelled = repr((n.op.value, n.dtype.short, n.shape, "W", j, arg.array.dtype.str))
+            else:
+                k = (n.op, n.dtype, n.shape, _key(arg))
+                spelled = local.get(k)
+                if spelled is None:
+                    spelled = local[k] = repr((n.op.value, n.dtype.short, tuple(_dim(d, memo) for d in n.shape),
+                                               _spell(arg, memo)))
+            parts.append(f"{spelled} {[index[id(s)] for s in n.src]}")
+            index[id(n)] = i
+        parts.append(repr([index[id(n)] for n in outputs]))
+        text = f"{context()}; device {device}"
+        h = hashlib.sha256(text.encode())
+        h.update("\n".join(parts).encode())
+        inputs = frozenset(id(n) for n in order if n.op is Op.INPUT)
+        return Key(h.hexdigest(), text, weights, inputs)
+
+
+def _dim(d, memo: dict):
+    if type(d) is int:
+        return d
+    s = memo.get(d)
+    if s is None:
+        s = memo[d] = ("s", str(d))
+    return s
+
+
+def _spell(v, memo: dict):
+    """A node argument as plain, repr-stable data (what `==` conflates kept apart, as `_key` does)."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return ("f", v.hex())
+    if isinstance(v, DType):
+        return ("dtype", v.short)
+    if isinstance(v, (tuple, list)):
+        return tuple(_spell(x, memo) for x in v)
+    if isinstance(v, ShapeTracker):
+        mask = None if v.mask is None else tuple((_dim(lo, memo), _dim(hi, memo)) for lo, hi in v.mask)
+        return ("view", tuple(_dim(d, memo) for d in v.shape), tuple(_dim(d, memo) for d in v.strides),
+                _dim(v.offset, memo), mask)
+    if isinstance(v, Expr):
+        return ("expr", v.op.value, v.dtype.short, tuple(_spell(e, memo) for e in v.src), _spell(v.arg, memo))
+    if hasattr(v, "free_symbols"):
+        return _dim(v, memo)
+    raise Uncacheable(f"a node argument of type {type(v).__name__}")
+
+
+# --- reading -------------------------------------------------------------------------------
+def lookup(key: Key, outputs: list[Node]) -> tuple[list[Node], dict] | None:
+    """(the optimized graph, the miss's report fields) of `key`, or None: absent, or refused."""
+    path = folder() / f"{key.digest}.lum"
+    if not path.exists():
+        return None
+    from luminal.kernels.cache import touch
+    from luminal.saving import read_archive
+
+    bound = {f"w{i}": w for i, w in enumerate(key.weights)}
+    try:
+        meta, optimized, inputs = read_archive(path, bound=bound)
+        block = meta.get("compile_cache")
+        if not isinstance(block, dict) or block.get("key") != key.text or block.get("digest") != key.digest:
+            raise ValueError("a foreign entry (another key)")
+        if len(optimized) != len(outputs) or any(
+                o.dtype is not n.dtype or o.shape != n.shape for o, n in zip(optimized, outputs)):
+            raise ValueError("its outputs differ from the graph's in dtype or shape")
+        stray = [n for n in inputs.values() if id(n) not in key.inputs]
+        if stray:
+            raise ValueError(f"it reads input {stray[0]!r}, which the graph does not have")
+        report = {k: block[k] for k in ("rules_fired", "egraph_size", "notes") if k in block}
+        if not isinstance(report.get("rules_fired", {}), dict) or not isinstance(report.get("notes", []), list):
+            raise ValueError("a malformed compile_cache block")
+    except Exception as exc:  # noqa: BLE001 - any bad entry is a miss, rebuilt and replaced
+        LOG.debug("compile cache: ignoring %s: %s: %s", path, type(exc).__name__, exc)
+        return None
+    touch(path)  # the most recently used now
+    return optimized, report
+
+
+# --- writing -------------------------------------------------------------------------------
+def store(key: Key, outputs: list[Node], optimized: list[Node], report) -> Path | None:
+    """Write the entry of `key` (atomically) and prune the folder; None when not stored."""
+    if any(("failed" in n or "MAX_SECONDS" in n) for n in report.notes):
+        return None  # a fallback or a load-dependent result: compile afresh next time
+    try:
+        data, meta_json = _entry(key, optimized, report)
+        directory = folder()
+        path = directory / f"{key.digest}.lum"
+        fd, tmp = tempfile.mkstemp(prefix=f"{key.digest}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+                    zf.writestr("meta.json", meta_json)
+                    zf.writestr("graph.json", data[0])
+                    zf.writestr("weights.safetensors", data[1], compress_type=zipfile.ZIP_STORED)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        from luminal.kernels.cache import prune
+
+        prune(directory, max_bytes(), recent_s=0.0)  # entries are read whole: pruning one in use is harmless
+        return path
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot write is only slower
+        LOG.debug("compile cache: not stored: %s: %s", type(exc).__name__, exc)
+        return None
+
+
+def _text(d, memo: dict) -> str:
+    if type(d) is int:
+        return str(d)
+    s = memo.get(d)
+    if s is None:
+        s = memo[d] = str(d)
+    return s
+
+
+def _entry(key: Key, optimized: list[Node], report) -> tuple[tuple[str, bytes], str]:
+    import json
+
+    from luminal.saving import FORMAT, VERSION, _weights_bytes, encode_arg
+
+    refs = {id(w): f"w{i}" for i, w in enumerate(key.weights)}
+    embedded: dict[str, object] = {}
+    order = toposort(optimized)
+    index = {id(n): i for i, n in enumerate(order)}
+    nodes, spelled, dims = [], {}, {}  # spellings of args and dims seen before (repeated layers)
+    for n in order:
+        if isinstance(n.arg, ConstantArray):
+            name = refs.get(id(n.arg))
+            if name is None:  # a weight a rewrite made: stored by value
+                name = refs[id(n.arg)] = f"e{len(embedded)}"
+                embedded[name] = n.arg.array
+            arg = {"weight": name}
+        else:
+            k = _key(n.arg)
+            arg = spelled.get(k)
+            if arg is None:
+                arg = spelled[k] = encode_arg(n.arg, {})
+        nodes.append({"op": n.op.title, "dtype": n.dtype.short, "shape": [_text(d, dims) for d in n.shape],
+                      "src": [index[id(s)] for s in n.src], "arg": arg})
+    graph = {"nodes": nodes, "outputs": [index[id(n)] for n in optimized]}
+    blob, dtypes = _weights_bytes(embedded)
+    inputs = [n for n in order if n.op is Op.INPUT]
+    meta = {"format": FORMAT, "version": VERSION, "name": report.name,
+            "inputs": [{"name": n.arg, "dtype": n.dtype.short, "shape": [str(d) for d in n.shape]} for n in inputs],
+            "output_names": [f"out{i}" for i in range(len(optimized))], "weight_dtypes": dtypes, "weight_specs": {},
+            "frontend": {}, "cubins": [], "cubins_sha256": {},
+            "compile_cache": {"key": key.text, "digest": key.digest, "references": len(key.weights),
+                              "rules_fired": report.rules_fired, "egraph_size": report.egraph_size,
+                              "notes": list(report.notes)}}
+    return (json.dumps(graph), blob), json.dumps(meta)

@@ -1,0 +1,187 @@
+"""The persistent compile cache (`luminal.compile_cache`): hits skip egglog and give the miss's
+bits, bad entries are rebuilt, processes share it safely, its size is bounded, it can be turned
+off, and it never serves stale weights. (The rest of the suite runs with it off: conftest.)"""
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal import compile_cache
+from luminal.demo import build_block, make_weights
+
+X = np.random.default_rng(0).standard_normal((2, 5, 64)).astype(np.float32)
+EGGLOG_PHASES = ("egglog import", "partition", "encode", "saturate", "extract", "splice", "regions")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LUMINAL_COMPILE_CACHE", "1")
+    monkeypatch.delenv("LUMINAL_CACHE_MAX_MB", raising=False)
+    return tmp_path / compile_cache.FOLDER
+
+
+def small_graph(hidden: int):
+    g = lm.Graph(f"mlp{hidden}")
+    x = g.input("x", ("n", hidden))
+    w = g.constant(np.ones((hidden, hidden), np.float32))
+    g.output((x.matmul(w).sigmoid() * x).softmax(-1).sum(-1), "y")
+    return g
+
+
+def entries(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.lum")) if folder.exists() else []
+
+
+def test_hit_skips_egglog_and_gives_the_miss_bits(cache):
+    g = build_block(make_weights())
+    miss = g.compile(device="numpy")
+    assert miss.report().cache["optimize"] == "miss" and "saturate" in miss.report().phases
+    assert len(entries(cache)) == 1
+    hit = g.compile(device="numpy")
+    rep = hit.report()
+    assert rep.cache["optimize"] == "hit"
+    assert not set(EGGLOG_PHASES) & set(rep.phases), rep.phases
+    assert rep.rules_fired == miss.report().rules_fired and rep.ops_after == miss.report().ops_after
+    assert "cache: optimize hit" in str(rep)
+    assert hit.outputs == miss.outputs  # node for node (interned), the caller's weights re-bound
+    np.testing.assert_array_equal(hit(x=X)[0], miss(x=X)[0])
+    np.testing.assert_array_equal(g.compile()(x=X)[0], g.compile()(x=X)[0])  # the default device too
+
+
+def test_debug_output_names_the_cache(cache, monkeypatch, caplog):
+    monkeypatch.setenv("LUMINAL_DEBUG", "1")
+    g = build_block(make_weights())
+    with caplog.at_level(logging.INFO, logger="luminal"):
+        g.compile(device="numpy")
+        g.compile(device="numpy")
+    text = caplog.text
+    assert "cache: optimize miss" in text and "cache: optimize hit" in text
+
+
+def test_new_weight_values_are_seen_after_a_hit(cache, monkeypatch):
+    first = build_block(make_weights(0)).compile(device="numpy")
+    w1 = make_weights(1)
+    hit = build_block(w1).compile(device="numpy")  # same structure: a hit, with these weights
+    assert hit.report().cache["optimize"] == "hit"
+    monkeypatch.setenv("LUMINAL_COMPILE_CACHE", "0")
+    fresh = build_block(w1).compile(device="numpy")
+    monkeypatch.setenv("LUMINAL_COMPILE_CACHE", "1")
+    np.testing.assert_array_equal(hit(x=X)[0], fresh(x=X)[0])
+    assert not np.array_equal(hit(x=X)[0], first(x=X)[0])
+    w2 = make_weights(2)  # a hit whose weights then change in place: the run reads them live
+    model = build_block(w2).compile(device="numpy")
+    assert model.report().cache["optimize"] == "hit"
+    before = model(x=X)[0]
+    w2["w_down"] *= 2
+    assert not np.array_equal(model(x=X)[0], before)
+
+
+def test_torch_compile_hit_uses_the_new_model_weights(cache):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch._dynamo")
+
+    def model(seed):
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).eval()
+
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        for seed in (0, 1):
+            torch._dynamo.reset()
+            m = model(seed)
+            out = torch.compile(m, backend="luminal", options={"device": "numpy"})(x)
+            torch.testing.assert_close(out, m(x), rtol=1e-5, atol=1e-5)
+    assert len(entries(cache)) == 1  # the second model hit the first one's entry
+
+
+def corrupt(path: Path, how: str, other: Path) -> None:
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "flipped":
+        b = bytearray(data)
+        for i in range(40, len(b), max(1, len(b) // 25)):
+            b[i] ^= 0xFF
+        path.write_bytes(bytes(b))
+    elif how == "foreign entry":  # a whole, valid entry of another graph under this key
+        path.write_bytes(other.read_bytes())
+    elif how == "junk":
+        path.write_bytes(b"PK\x03\x04 not really a zip" * 10)
+    elif how == "saved model":  # a valid .lum, but not a cache entry
+        build_block(make_weights()).compile(optimize=False).save(path)
+
+
+@pytest.mark.parametrize("how", ["truncated", "flipped", "foreign entry", "junk", "saved model"])
+def test_a_bad_entry_is_ignored_and_rebuilt(cache, how, caplog):
+    g = build_block(make_weights())
+    good = g.compile(device="numpy")
+    (path,) = entries(cache)
+    small_graph(8).compile(device="numpy")
+    (other,) = [p for p in entries(cache) if p != path]
+    corrupt(path, how, other)
+    with caplog.at_level(logging.DEBUG, logger="luminal"):
+        rebuilt = g.compile(device="numpy")
+    assert rebuilt.report().cache["optimize"] == "miss"
+    assert "compile cache: ignoring" in caplog.text
+    np.testing.assert_array_equal(rebuilt(x=X)[0], good(x=X)[0])
+    assert g.compile(device="numpy").report().cache["optimize"] == "hit"  # the entry was replaced
+
+
+def test_disabled(cache, monkeypatch):
+    monkeypatch.setenv("LUMINAL_COMPILE_CACHE", "0")
+    g = build_block(make_weights())
+    for _ in range(2):
+        rep = g.compile(device="numpy").report()
+        assert "optimize" not in rep.cache and "saturate" in rep.phases
+    assert entries(cache) == []
+
+
+def test_size_bound_holds(cache, monkeypatch):
+    small_graph(8).compile(device="numpy")
+    (first,) = entries(cache)
+    bound_mb = 2.5 * first.stat().st_size / (1 << 20)  # room for two entries of about this size
+    monkeypatch.setenv("LUMINAL_CACHE_MAX_MB", str(bound_mb))
+    names = [8]
+    for hidden in (16, 24, 32, 40, 48):
+        small_graph(hidden).compile(device="numpy")
+        names.append(hidden)
+        total = sum(p.stat().st_size for p in cache.iterdir())
+        assert total <= bound_mb * (1 << 20), (hidden, total)
+    assert 0 < len(entries(cache)) < len(names)  # the least recently used ones went
+
+
+CHILD = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from luminal.demo import build_block, make_weights
+    compiled = build_block(make_weights()).compile(device="numpy")
+    x = np.random.default_rng(0).standard_normal((2, 5, 64)).astype(np.float32)
+    np.save(sys.argv[2], compiled(x=x)[0])
+    print(compiled.report().cache["optimize"], "egglog" in sys.modules)
+""")
+
+
+def test_processes_fill_the_cache_at_once(cache, tmp_path):
+    env = dict(os.environ, LUMINAL_CACHE_DIR=str(cache.parent), LUMINAL_COMPILE_CACHE="1")
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, "cold", str(tmp_path / f"out{i}.npy")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    results = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0, err
+        assert out.split()[0] in ("miss", "hit")  # the slower one may already find the faster one's entry
+    assert len(entries(cache)) == 1 and not list(cache.glob("*.tmp"))
+    warm = subprocess.run([sys.executable, "-c", CHILD, "warm", str(tmp_path / "out2.npy")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout.split() == ["hit", "False"]  # a hit in a new process never imports egglog
+    outs = [np.load(tmp_path / f"out{i}.npy") for i in range(3)]
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
