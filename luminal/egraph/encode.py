@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from luminal.egraph import compat as eg
+from luminal.egraph.patterns import concat_pieces, select_operands
 from luminal.egraph.schema import CONSTRUCTORS
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
@@ -97,7 +98,29 @@ def encode(nodes: list[Node], slots: list[Node]) -> Encoding:
         enc.commands.append(eg.union(eg.call("N", eg.i64(i)), term))
     enc.commands += [eg.fact(eg.call("Repr", eg.f64(v), eg.string(d))) for v, d in sorted(reprs)]
     enc.commands += tracker_facts(enc)
+    enc.commands += pattern_facts(enc, index, slot_index, ref)
     return enc
+
+
+def pattern_facts(enc: Encoding, index: dict, slot_index: dict, ref) -> list:
+    """`SelectOf` and `ConcatOf` facts: the part's spellings of where and concat
+    (`patterns.py`), with operands this part can refer to."""
+    known = lambda n: id(n) in index or id(n) in slot_index  # noqa: E731
+    cmds = []
+    for i, n in enumerate(enc.nodes):
+        if n.op is Op.VIEW and (found := select_operands(n)) is not None:
+            cond, *values = found
+            if known(cond) and all(known(v) for v, _ in values):
+                terms = [eg.call("View", ref(v), eg.i64(enc.tracker(st))) for v, st in values]
+                cmds.append(eg.fact(eg.call("SelectOf", eg.call("N", eg.i64(i)), ref(cond), *terms)))
+        elif n.op is Op.SCATTER and (found := concat_pieces(n)) is not None:
+            axis, pieces = found
+            if all(known(p) for p in pieces):
+                term = ref(pieces[0])
+                for p in pieces[1:]:
+                    term = eg.call("Concat", term, ref(p), eg.i64(axis))
+                cmds.append(eg.fact(eg.call("ConcatOf", eg.call("N", eg.i64(i)), term)))
+    return cmds
 
 
 def _literal(field: str, n: Node, enc: Encoding):

@@ -180,6 +180,10 @@ class Extraction:
             shape = shape[:axis] + shape[axis + 1 :]
         elif name is Op.MAT_MUL:
             shape = shape[:-1] + meta(src[1])[1][-1:]
+        elif name is Op.SELECT:  # (cond, a, b): a's dtype
+            dtype, shape = meta(src[1])
+        elif name is Op.CONCAT:
+            shape = shape[:axis] + (sym.norm(shape[axis] + meta(src[1])[1][axis]),) + shape[axis + 1 :]
         return emit(name, dtype, shape, src, axis)
 
 

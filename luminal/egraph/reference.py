@@ -8,6 +8,7 @@ a graph with fused ops back into primitives (for a backend that lacks a fused op
 
 from __future__ import annotations
 
+from luminal.builder import functional as F
 from luminal.builder.graph import Graph
 from luminal.builder.tensor import Tensor
 from luminal.hlir import constants as C
@@ -41,6 +42,8 @@ DEFINITIONS = {
     Op.KAHAN_SUM: lambda src, arg: src[0]._reduce_prim(Op.SUM_REDUCE, arg, False),  # the plain sum: Kahan rounds less
     Op.MAT_MUL: lambda src, arg: src[0].matmul(src[1]),  # broadcast-multiply a[.., M, 1, K] * bT[.., 1, N, K], sum K
     Op.FUSED_ELEMENTWISE: lambda src, arg: fused_elementwise(arg, src),
+    Op.SELECT: lambda src, arg: F.where(*src),  # gather(stack([b, a], -1), cast(cond)), reshaped
+    Op.CONCAT: lambda src, arg: F.concat(src, arg),  # scatters of a, b into zeros at their spans
 }
 
 

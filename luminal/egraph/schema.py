@@ -23,6 +23,8 @@ CONSTRUCTORS: dict[Op, tuple[int, tuple[str, ...]]] = {
     Op.SUM_REDUCE: (1, ("axis", "dtype")),
     Op.CAST: (1, ("src_dtype", "dtype")),
     Op.VIEW: (1, ("tracker",)),
+    Op.SELECT: (3, ()),
+    Op.CONCAT: (2, ("axis",)),
 }
 OPAQUE = frozenset(Op) - CONSTRUCTORS.keys()  # leaves, indexing, copies, FusedElementwise
 OPS = {op.title: op for op in CONSTRUCTORS}  # constructor name -> op
@@ -45,6 +47,8 @@ DECLARATIONS = f"""
 (function MatB (i64 i64) i64 :merge old)
 (relation Repr (f64 String))
 (relation Widens (String String))
+(relation SelectOf (Expr Expr Expr Expr))
+(relation ConcatOf (Expr Expr))
 """
 
 # exact round trips: every value of the first dtype is a value of the second

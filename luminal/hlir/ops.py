@@ -38,6 +38,11 @@ exact arithmetic, a primitive decomposition (`luminal/egraph/reference.py`), and
   the POINTWISE group (a CAST converts to its dtype) over two leaves: `Expr(INPUT, dt, arg=i)`
   reads input i, `Expr(CONSTANT, dt, arg=value)` is a scalar. Float intermediates may be kept
   wider than dt (one rounding at the end); comparisons and fmod see dt values.
+- SELECT (src = cond (bool), a, b, all of the output's shape): a where cond holds, else b; the
+  chosen value moves unchanged (NaN, ±inf, -0.0). Pointwise, so regions absorb it. It is what
+  `where` means (the builder spells it as a Gather from the stacked pair (b, a)).
+- CONCAT (src = a, b; arg = axis): a then b along axis (the builder spells concat and stack as
+  Scatters of the pieces into a zero buffer); more pieces nest.
 """
 
 from __future__ import annotations
@@ -88,6 +93,8 @@ class Op(enum.Enum):
     KAHAN_SUM = enum.auto()
     MAT_MUL = enum.auto()
     FUSED_ELEMENTWISE = enum.auto()
+    SELECT = enum.auto()
+    CONCAT = enum.auto()
 
     @staticmethod
     def from_name(name: str) -> Op:
@@ -113,8 +120,9 @@ REDUCE = frozenset({Op.SUM_REDUCE, Op.MAX_REDUCE})
 INDEXING = frozenset({Op.GATHER, Op.SCATTER})
 MOVEMENT = frozenset({Op.VIEW, Op.CONTIGUOUS})
 ELEMENTWISE = UNARY | BINARY | {Op.CAST}
-POINTWISE = ELEMENTWISE | {Op.EXP, Op.SIGMOID}  # what a FusedElementwise expression may apply
-FUSED = frozenset({Op.EXP, Op.SIGMOID, Op.SOFTMAX, Op.KAHAN_SUM, Op.MAT_MUL, Op.FUSED_ELEMENTWISE})
+POINTWISE = ELEMENTWISE | {Op.EXP, Op.SIGMOID, Op.SELECT}  # what a FusedElementwise expression may apply
+FUSED = frozenset({Op.EXP, Op.SIGMOID, Op.SOFTMAX, Op.KAHAN_SUM, Op.MAT_MUL, Op.FUSED_ELEMENTWISE, Op.SELECT,
+                   Op.CONCAT})
 
 
 class ConstantArray:

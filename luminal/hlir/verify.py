@@ -21,7 +21,7 @@ from luminal.hlir.shape import ShapeTracker
 
 N_SRC = {**dict.fromkeys(LEAF, 0), **dict.fromkeys(UNARY | REDUCE, 1), **dict.fromkeys(BINARY, 2),
          Op.CAST: 1, Op.VIEW: 1, Op.CONTIGUOUS: 1, Op.GATHER: 2, Op.SCATTER: 3, Op.EXP: 1, Op.SIGMOID: 1,
-         Op.SOFTMAX: 1, Op.KAHAN_SUM: 1, Op.MAT_MUL: 2}
+         Op.SOFTMAX: 1, Op.KAHAN_SUM: 1, Op.MAT_MUL: 2, Op.SELECT: 3, Op.CONCAT: 2}
 SAME_AS_SOURCE = UNARY | {Op.CONTIGUOUS, Op.EXP, Op.SIGMOID, Op.SOFTMAX}
 SCATTER_REDUCE = (None, "add", "mul", "max", "min")
 PROBES = (1, 2, 3, 5)  # values given to every symbol when checking a symbolic view
@@ -86,6 +86,21 @@ def check_node(n: Node) -> None:
             raise ShapeError(f"MatMul of {_fmt(a.shape)} and {_fmt(b.shape)} has shape {_fmt(n.shape)}")
         if not (n.dtype is a.dtype is b.dtype):
             raise DTypeError("MatMul operands and output must have one dtype")
+    elif op is Op.SELECT:
+        cond, a, b = src
+        if cond.dtype is not DType.BOOL or not (n.dtype is a.dtype is b.dtype):
+            raise DTypeError(f"Select needs a bool condition and values of its dtype {n.dtype.short}")
+        if not all(_same(n.shape, s.shape) for s in src):
+            raise ShapeError(f"Select of shapes {', '.join(_fmt(s.shape) for s in src)} has shape {_fmt(n.shape)}")
+    elif op is Op.CONCAT:
+        a, b = src
+        axis = _axis(n.arg, len(n.shape), op)
+        if not (n.dtype is a.dtype is b.dtype):
+            raise DTypeError("Concat operands and output must have one dtype")
+        whole = a.shape[:axis] + (sym.norm(a.shape[axis] + b.shape[axis]),) + a.shape[axis + 1:] if axis < len(a.shape) else None
+        if whole is None or len(b.shape) != len(a.shape) or not (_same(n.shape, whole) and _same(
+                b.shape[:axis] + b.shape[axis + 1:], a.shape[:axis] + a.shape[axis + 1:])):
+            raise ShapeError(f"Concat on axis {axis} of {_fmt(a.shape)} and {_fmt(b.shape)} has shape {_fmt(n.shape)}")
     elif op is Op.FUSED_ELEMENTWISE:
         _check_expression(n)
         for s in src:
@@ -116,7 +131,7 @@ def _check_expression(n: Node) -> None:
             raise ShapeError(f"FusedElementwise reads input {e.arg!r} ({e.dtype.short}) of {len(n.src)} inputs")
         if e.op is Op.CONSTANT and (e.src or not isinstance(e.arg, (bool, int, float))):
             raise ShapeError(f"FusedElementwise constant {e.arg!r} must be a number")
-        arity = 2 if e.op in BINARY else 0 if e.op in (Op.INPUT, Op.CONSTANT) else 1
+        arity = 2 if e.op in BINARY else 3 if e.op is Op.SELECT else 0 if e.op in (Op.INPUT, Op.CONSTANT) else 1
         if len(e.src) != arity:
             raise ShapeError(f"FusedElementwise {e.op.title} takes {arity} operand(s), has {len(e.src)}")
 

@@ -15,13 +15,11 @@ float64 graphs compute in float64 either way. Measurements: `benchmarks/results/
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from luminal.errors import LuminalError
 from luminal.hlir.ops import Expr, Op
-from luminal.runtime.numpy_runtime import BINARY_FNS, UNARY_FNS, _shape, check_divisor, compact, impl
+from luminal.runtime.numpy_runtime import BINARY_FNS, TERNARY_FNS, UNARY_FNS, _shape, check_divisor, impl
 
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
@@ -69,22 +67,23 @@ def _pointwise(node, b, x):
 
 @impl(Op.SOFTMAX)
 def _softmax(node, b, x):
-    out = np.empty(x.shape, node.dtype.numpy)
-    if out.size == 0:  # an empty axis (or batch): torch returns the empty tensor
-        return out
-    for at in chunks(x.shape, keep=node.arg % max(x.ndim, 1)):
-        out[at] = _softmax_rows(x[at] if at else x, node.arg)
-    return out
-
-
-def _softmax_rows(x: np.ndarray, axis: int) -> np.ndarray:
     # the same formula as the decomposition (so -inf rows give NaN as torch does), in the
-    # working precision with a float64 sum; in place on the lifted copy, or on a fresh array
+    # working precision with a float64 sum
+    if x.size == 0:  # an empty axis (or batch): torch returns the empty tensor
+        return np.empty(x.shape, node.dtype.numpy)
     w = _lift(x, _work())
-    e = np.subtract(w, np.max(w, axis=axis, keepdims=True), out=w if w is not x else None)
-    np.exp(e, out=e)
-    e /= np.sum(e, axis=axis, keepdims=True, dtype=_F64)
-    return e
+    e = np.exp(w - np.max(w, axis=node.arg, keepdims=True))
+    return (e / np.sum(e, axis=node.arg, keepdims=True, dtype=_F64)).astype(node.dtype.numpy)
+
+
+@impl(Op.SELECT)
+def _select(node, b, cond, x, y):
+    return np.where(cond, x, y)
+
+
+@impl(Op.CONCAT)
+def _concat(node, b, x, y):
+    return np.concatenate((x, y), axis=node.arg)
 
 
 @impl(Op.KAHAN_SUM)
@@ -115,83 +114,45 @@ def _matmul(node, b, x, y):
     return out.astype(node.dtype.numpy, copy=False)
 
 
-# --- FusedElementwise: an expression over input slots, evaluated in one pass ---------------
+# --- FusedElementwise: an expression over input slots ------------------------------------
 # decisions (comparisons, fmod, casts to integers) see values rounded to their declared dtype,
 # so a wider intermediate never flips a comparison the unfused graph would make
 _DECIDING = {Op.LESS_THAN, Op.MOD}
 
 
-def _eval(e: Expr, inputs: list[np.ndarray], wide: dict, work: np.dtype) -> tuple[np.ndarray, bool]:
-    """(value, owned): owned values are temporaries nothing else refers to (ufuncs return
-    NumPy scalars for 0-d operands: those are never written into). Floats are computed in
+def _eval(e: Expr, inputs: list[np.ndarray], values: dict, work: np.dtype) -> np.ndarray:
+    """The value of `e` (each level object once, kept in `values` by id); floats are computed in
     `work` (float64 values stay float64)."""
+    if id(e) in values:
+        return values[id(e)]
     op, dtype = e.op, e.dtype
     if op is Op.INPUT:
-        if e.arg not in wide:
-            wide[e.arg] = _lift(compact(inputs[e.arg]), work)
-        return wide[e.arg], False
-    if op is Op.CONSTANT:
-        return np.asarray(e.arg, dtype=max(work, dtype.numpy, key=_size) if dtype.is_float else dtype.numpy), False
-    if op is Op.CAST:
-        child = _eval(e.src[0], inputs, wide, work)[0]
+        v = _lift(inputs[e.arg], work)
+    elif op is Op.CONSTANT:
+        v = np.asarray(e.arg, dtype=max(work, dtype.numpy, key=_size) if dtype.is_float else dtype.numpy)
+    elif op is Op.CAST:
+        child = _eval(e.src[0], inputs, values, work)
         if not dtype.is_float:
             child = child.astype(e.src[0].dtype.numpy, copy=False)
-        return _lift(child.astype(dtype.numpy), work), True
-    args = [_eval(c, inputs, wide, work) for c in e.src]
-    if op in _DECIDING:
-        args = [(r, r is not v or own) for (v, own), c in zip(args, e.src) for r in [v.astype(c.dtype.numpy, copy=False)]]
-    if op in UNARY_FNS:
-        v, own = args[0]
-        return UNARY_FNS[op](v, v if own and isinstance(v, np.ndarray) and v.dtype.kind == "f" else None), True
-    (a, own_a), (c, own_c) = args
-    fn = BINARY_FNS[op]
-    if op is Op.LESS_THAN:
-        return fn(a, c), True
-    # the output dtype of the op: the operands' (floats are all lifted to at least `work`)
-    want = np.result_type(a, c)
-    out = None
-    shape = np.broadcast_shapes(a.shape, c.shape)
-    check_divisor(op, dtype, 0 not in shape, c)
-    for v, own in ((a, own_a), (c, own_c)):
-        if own and isinstance(v, np.ndarray) and v.shape == shape and v.dtype == want:
-            out = v
-            break
-    return _lift(fn(a, c, out=out), work), True
+        v = _lift(child.astype(dtype.numpy), work)
+    else:
+        args = [_eval(c, inputs, values, work) for c in e.src]
+        if op in _DECIDING:
+            args = [a.astype(c.dtype.numpy, copy=False) for a, c in zip(args, e.src)]
+        if op in UNARY_FNS:
+            v = UNARY_FNS[op](args[0])
+        elif op in TERNARY_FNS:
+            v = TERNARY_FNS[op](*args)
+        else:
+            check_divisor(op, dtype, np.broadcast(*args).size, args[1])
+            v = _lift(np.asarray(BINARY_FNS[op](*args)), work)
+    values[id(e)] = v
+    return v
 
 
 @impl(Op.FUSED_ELEMENTWISE)
 def _fused_elementwise(node, b, *inputs):
-    """The expression over each chunk; floats kept in the working precision (`_work`: float64
-    by default) between ops and rounded once. Broadcast inputs are read compacted (`compact`)
-    and lifted once each; every op then writes into a temporary this evaluation made, when one
-    of its operands is such a temporary of the result's shape and dtype: the same values as
-    fresh arrays, with far fewer passes over memory and allocations."""
-    shape = _shape(node, b)
-    out = np.empty(shape, node.dtype.numpy)
-    for at in chunks(shape):  # sequential: a thread pool over the pieces measured slower on 2 cores
-        out[at] = _eval(node.arg, [x[at] for x in inputs] if at else list(inputs), {}, _work())[0]
-    return out
-
-
-# Elements per piece of a large elementwise op: its float64 temporaries then stay in the L2
-# cache and are reused by the allocator, instead of fresh pages per temporary of the whole array.
-CHUNK = 1 << 16
-
-
-def chunks(shape: tuple[int, ...], keep: int | None = None):
-    """Index tuples that split an array of `shape` into pieces of about CHUNK elements (the
-    empty tuple, the whole array, when it is small), never splitting axis `keep` (a softmax's)."""
-    inner, split = 1, None
-    for axis in reversed(range(len(shape))):
-        if axis != keep and inner * shape[axis] > CHUNK:
-            split = axis
-            break
-        inner *= shape[axis]
-    if split is None:
-        yield ()
-        return
-    step = max(1, CHUNK // inner)
-    outer = [[slice(None)] if a == keep else [slice(i, i + 1) for i in range(n)] for a, n in enumerate(shape[:split])]
-    for at in itertools.product(*outer):
-        for lo in range(0, shape[split], step):
-            yield (*at, slice(lo, lo + step))
+    """The expression over whole arrays; floats kept in the working precision (`_work`:
+    float64 by default) between ops and rounded once, at the end."""
+    out = _eval(node.arg, list(inputs), {}, _work())
+    return np.broadcast_to(out, _shape(node, b)).astype(node.dtype.numpy)

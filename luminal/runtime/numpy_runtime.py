@@ -3,16 +3,16 @@
 `NumpyRuntime(outputs)` plans once (topological order, the last use of every buffer) and can
 then be called many times with different values of the symbolic dims. Buffers are dropped as
 soon as their last consumer ran; views are NumPy views of their source buffer (no copy).
+It stays plain (DESIGN.md): no run-time pattern detection, no values kept between calls, no
+in-place or chunked evaluation. Speed belongs to the graph rewrites (`where` runs as Select,
+`concat` as Concat, see `luminal/egraph/rules_fusion.py`) and to the compiled backends.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 from collections.abc import Callable
 
 import numpy as np
-import sympy
 
 from luminal.errors import DivisionByZero, IndexOutOfRange, LuminalError, UnsupportedError
 from luminal.hlir import symbolic as sym
@@ -37,12 +37,9 @@ def _shape(node: Node, b) -> tuple[int, ...]:
     return tuple(sym.evaluate(d, b) for d in node.shape)
 
 
-def sigmoid(v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """1 / (1 + e**-v), in place on `out` when given; an array for 0-d values too."""
-    t = np.negative(v, out=np.empty_like(v) if out is None else out)
-    np.exp(t, out=t)
-    t += 1.0
-    return np.reciprocal(t, out=t)
+def sigmoid(v: np.ndarray) -> np.ndarray:
+    """1 / (1 + e**-v)."""
+    return np.reciprocal(np.exp(np.negative(v)) + v.dtype.type(1))
 
 
 # the pointwise ops (hlir.ops.POINTWISE but CAST) by Op: the primitives' impls below and the
@@ -51,6 +48,7 @@ def sigmoid(v: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 UNARY_FNS = {Op.EXP2: np.exp2, Op.LOG2: np.log2, Op.SIN: np.sin, Op.SQRT: np.sqrt, Op.RECIP: np.reciprocal,
              Op.EXP: np.exp, Op.SIGMOID: sigmoid}
 BINARY_FNS = {Op.ADD: np.add, Op.MUL: np.multiply, Op.MOD: np.fmod, Op.LESS_THAN: np.less}
+TERNARY_FNS = {Op.SELECT: np.where}  # (cond, a, b): the chosen value moves, nothing is computed on it
 SCATTER_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
@@ -67,7 +65,7 @@ def _binary(node, b, x, y):
 
 def check_divisor(op: Op, dtype, size: int, y) -> None:
     """An integer MOD by zero raises DivisionByZero, as torch does (NumPy would give 0)."""
-    if op is Op.MOD and dtype.is_int and size and not compact(np.asarray(y)).all():
+    if op is Op.MOD and dtype.is_int and size and not np.all(y):
         raise DivisionByZero("integer division or remainder by zero (Mod)")
 
 
@@ -103,61 +101,21 @@ def _constant(node, b):
 
 def _check_index(node, data, index, axis):
     n = data.shape[axis]
-    index = compact(index)  # a broadcast index holds few distinct values: check those once
     if index.size and (index.min() < 0 or index.max() >= n):
         bad = index[(index < 0) | (index >= n)].ravel()[0]
         raise IndexOutOfRange(f"{node.op.title}: index {bad} is out of range for axis {axis} of size {n}")
 
 
-def compact(x: np.ndarray) -> np.ndarray:
-    """`x` with each broadcast (stride-0) dim cut to length 1: the same values, which still
-    broadcast to x's shape, without reading (or converting) the repeats."""
-    if 0 not in x.strides or x.size == 0:
-        return x
-    return x[tuple(slice(0, 1) if s == 0 else slice(None) for s in x.strides)]
-
-
 @impl(Op.GATHER)
 def _gather(node, b, data, index):
-    axis = node.arg
-    _check_index(node, data, index, axis)
-    if index.size == 0 or index.shape[:axis] + index.shape[axis + 1:] != data.shape[:axis] + data.shape[axis + 1:]:
-        return np.take_along_axis(data, index.astype(np.intp, copy=False), axis=axis)
-    if data.shape[axis] == 2 and index.shape[axis] == 1:  # `where`: a pick from a stacked pair
-        at = (slice(None),) * axis
-        return np.where(index != 0, data[at + (slice(1, 2),)], data[at + (slice(0, 1),)])
-    # as one `take` of flat positions: several times faster than take_along_axis's fancy indexing
-    outer, n, inner = math.prod(data.shape[:axis]), data.shape[axis], math.prod(data.shape[axis + 1:])
-    flat = index.reshape(outer, index.shape[axis], inner).astype(np.intp)
-    if inner != 1:
-        flat *= inner
-        flat += _positions(inner, 1)
-    if outer != 1:
-        flat += _positions(outer, n * inner)[:, None, None]
-    return np.ascontiguousarray(data).reshape(-1).take(flat).reshape(index.shape)
-
-
-@functools.lru_cache(maxsize=256)
-def _positions(count: int, step: int) -> np.ndarray:
-    """0, step, 2*step, ...: the flat offsets of a gather's rows (the same at every call)."""
-    out = np.arange(count, dtype=np.intp) * step
-    out.flags.writeable = False
-    return out
+    _check_index(node, data, index, node.arg)
+    return np.take_along_axis(data, index.astype(np.intp, copy=False), axis=node.arg)
 
 
 @impl(Op.SCATTER)
 def _scatter(node, b, data, index, updates):
     axis, reduce = node.arg
     _check_index(node, data, index, axis)
-    span = _constant_span(index, axis) if reduce is None else None
-    if span is not None:  # e.g. concat: a block of consecutive positions, as slice copies
-        lo, hi = span
-        out = np.empty(data.shape, data.dtype)
-        at = (slice(None),) * axis
-        out[at + (slice(lo, hi),)] = updates
-        out[at + (slice(0, lo),)] = data[at + (slice(0, lo),)]
-        out[at + (slice(hi, None),)] = data[at + (slice(hi, None),)]
-        return out
     out = np.array(data, copy=True)
     index = index.astype(np.intp, copy=False)
     if reduce is None:
@@ -167,16 +125,6 @@ def _scatter(node, b, data, index, updates):
         grid[axis] = index
         SCATTER_UFUNCS[reduce].at(out, tuple(grid), updates)
     return out
-
-
-def _constant_span(index: np.ndarray, axis: int) -> tuple[int, int] | None:
-    """(lo, hi) when `index` is lo, lo+1, ..., hi-1 along `axis` at every other position (a
-    broadcast range, as concat and stack build): writing it is a slice copy. None otherwise."""
-    if index.size == 0 or any(s != 0 and n != 1 for i, (s, n) in enumerate(zip(index.strides, index.shape)) if i != axis):
-        return None
-    line = index[tuple(slice(None) if i == axis else 0 for i in range(index.ndim))]
-    lo = int(line[0])
-    return (lo, lo + line.size) if np.array_equal(line, np.arange(lo, lo + line.size)) else None
 
 
 @impl(Op.CONTIGUOUS)
@@ -191,7 +139,7 @@ def _view(node, b, x):
 
 def read_view(buf: np.ndarray, st: ShapeTracker, b) -> np.ndarray:
     """The elements `st` describes, read out of the contiguous buffer `buf` (no copy unless masked)."""
-    shape, strides, offset, box = _view_plan(st) or _evaluate_view(st, b)
+    shape, strides, offset, box = _evaluate_view(st, b)
     if 0 in shape:
         return np.zeros(shape, buf.dtype)
     flat = buf.reshape(-1)
@@ -218,13 +166,6 @@ def _evaluate_view(st: ShapeTracker, b) -> tuple:
     return shape, strides, offset, box
 
 
-@functools.lru_cache(maxsize=8192)
-def _view_plan(st: ShapeTracker) -> tuple | None:
-    """`_evaluate_view` once per tracker without symbols (views are the most frequent op, and
-    evaluating their dims was most of their cost); None for a symbolic tracker."""
-    return _evaluate_view(st, {}) if all(sym.is_static(d) for d in st.dims) else None
-
-
 def _strided(flat: np.ndarray, offset: int, shape, strides) -> np.ndarray:
     lo = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
     hi = offset + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
@@ -238,14 +179,9 @@ def _strided(flat: np.ndarray, offset: int, shape, strides) -> np.ndarray:
 
 
 class NumpyRuntime:
-    """Executes the graph that computes `outputs` on NumPy arrays.
+    """Executes the graph that computes `outputs` on NumPy arrays, every op at every call.
 
-    Values that are the same at every call are computed once and kept: nodes that depend on no
-    input, no weight and no symbolic dim (causal masks, position tables, concat index ranges),
-    and views of weights (they alias the weight, so an in-place update of it is still seen).
-    Only what a per-call node reads is kept (`cached_bytes` says how much memory that holds).
-    Safe to call from several threads: each call has its own buffers, and a kept value is the
-    same whichever call stores it (two racing first calls may both compute it; either is kept)."""
+    Safe to call from several threads: the plan is read-only and each call has its own buffers."""
 
     def __init__(self, outputs: list[Node]):
         self.outputs = list(outputs)
@@ -264,36 +200,6 @@ class NumpyRuntime:
         for nid, i in last.items():
             if nid not in keep:
                 self.frees[i].append(nid)
-        self._plan_cache()
-
-    def _plan_cache(self):
-        # pure: depends on no input, no weight and no symbolic dim, so its value never changes.
-        # weight views: unmasked views of weights (chains of them): NumPy views, so a cached one
-        # still shows an in-place update of the weight. Anything computed *from* a weight is
-        # neither (it would go stale), so weight views do not make their consumers pure.
-        pure: set[int] = set()
-        weights: set[int] = set()  # the weights and their views
-        for node in self.order:
-            if not _binds_no_symbol(node) or node.op is Op.INPUT:
-                continue
-            if node.op is Op.CONSTANT:
-                (weights if isinstance(node.arg, ConstantArray) else pure).add(id(node))
-            elif node.op is Op.VIEW and node.arg.mask is None and id(node.src[0]) in weights:
-                weights.add(id(node))
-            elif all(id(s) in pure for s in node.src):
-                pure.add(id(node))
-        # a weight itself is only looked up; its views are worth keeping
-        fixed = pure | {id(n) for n in self.order if id(n) in weights and n.op is Op.VIEW}
-        read_per_call = {id(s) for n in self.order if id(n) not in fixed for s in n.src}
-        read_per_call |= {id(n) for n in self.outputs}
-        self._kept = fixed & read_per_call  # filled by the first call that gets there
-        self._warm_steps = [i for i, n in enumerate(self.order) if id(n) not in fixed or id(n) in self._kept]
-        self._cache: dict[int, np.ndarray] = {}
-
-    @property
-    def cached_bytes(self) -> int:
-        """Memory held by the values computed once (views of weights count nothing)."""
-        return sum(a.nbytes for a in list(self._cache.values()) if a.flags.owndata)  # a copy: calls may add
 
     def __call__(self, feeds: dict) -> list[np.ndarray]:
         arrays, bindings = bind_inputs(self.inputs, feeds)
@@ -301,41 +207,20 @@ class NumpyRuntime:
 
     def run(self, arrays: dict[str, np.ndarray], bindings: dict[str, int]) -> list[np.ndarray]:
         buffers: dict[int, np.ndarray] = {}
-        cache = self._cache
-        warm = len(cache) == len(self._kept)
-        order = self.order
         with np.errstate(all="ignore"):
-            for i in self._warm_steps if warm else range(len(order)):
-                node = order[i]
-                nid = id(node)
-                if nid in cache:
-                    out = cache[nid]
-                elif node.op is Op.INPUT:
-                    out = arrays[node.arg]
+            for node, dead in zip(self.order, self.frees):
+                if node.op is Op.INPUT:
+                    buffers[id(node)] = arrays[node.arg]
                 else:
-                    out = IMPLS[node.op](node, bindings, *(buffers[id(s)] for s in node.src))
-                    if nid in self._kept:
-                        cache[nid] = out
-                buffers[nid] = out
-                for dead in self.frees[i]:
-                    buffers.pop(dead, None)  # a skipped (cached) producer may never have been put
+                    buffers[id(node)] = IMPLS[node.op](node, bindings, *(buffers[id(s)] for s in node.src))
+                for nid in dead:
+                    del buffers[nid]
         results, handed_out = [], set()
         for node in self.outputs:
             out = np.asarray(buffers[id(node)])
-            # never hand out a view of a weight, an input, another output or a kept value
-            if (node.op in (Op.INPUT, Op.CONSTANT) or not out.flags.owndata or id(node) in handed_out
-                    or id(node) in cache):
+            # never hand out a view of a weight, an input or another output
+            if node.op in (Op.INPUT, Op.CONSTANT) or not out.flags.owndata or id(node) in handed_out:
                 out = np.array(out)
             handed_out.add(id(node))
             results.append(out)
         return results
-
-
-def _binds_no_symbol(node: Node) -> bool:
-    """Whether the node's value cannot depend on the binding of symbolic dims."""
-    arg = node.arg
-    if isinstance(arg, ShapeTracker):
-        dims = arg.dims
-    else:
-        dims = list(node.shape) + ([arg] if node.op in (Op.CONSTANT, Op.IOTA) and not isinstance(arg, ConstantArray) else [])
-    return all(not isinstance(d, sympy.Basic) for d in dims)

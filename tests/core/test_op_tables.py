@@ -21,7 +21,7 @@ from luminal.hlir.ops import (
 )
 from luminal.kernels.render import GENERATORS, NO_KERNEL
 from luminal.kernels.render.cstyle import code_for_op
-from luminal.runtime.numpy_runtime import BINARY_FNS, IMPLS, UNARY_FNS
+from luminal.runtime.numpy_runtime import BINARY_FNS, IMPLS, TERNARY_FNS, UNARY_FNS
 from luminal.saving import decode_arg, encode_arg
 
 ALL = set(Op)
@@ -34,7 +34,7 @@ def test_groups_partition_the_ops():
 
 def test_numpy_runtime_implements_every_op():
     assert IMPLS.keys() == ALL - {Op.INPUT}  # inputs are fed, not computed
-    assert UNARY_FNS.keys() | BINARY_FNS.keys() == POINTWISE - {Op.CAST}  # what FusedElementwise applies
+    assert UNARY_FNS.keys() | BINARY_FNS.keys() | TERNARY_FNS.keys() == POINTWISE - {Op.CAST}  # what FusedElementwise applies
 
 
 def test_cuda_renderer_covers_every_op():
@@ -58,7 +58,8 @@ def test_save_format_names_every_op():
     x = Expr(Op.INPUT, DType.F32, (), 0)
     leaves = (x, Expr(Op.CONSTANT, DType.F32, (), -0.0))
     for op in POINTWISE:
-        e = Expr(op, DType.BOOL if op is Op.LESS_THAN else DType.F32, leaves[: 2 if op in BINARY else 1])
+        src = (Expr(Op.INPUT, DType.BOOL, (), 1), *leaves) if op is Op.SELECT else leaves[: 2 if op in BINARY else 1]
+        e = Expr(op, DType.BOOL if op is Op.LESS_THAN else DType.F32, src)
         back = decode_arg(encode_arg(e, {}), {})
         assert back == e and back.src == e.src
     assert Expr(Op.CONSTANT, DType.F32, (), 0.0) != leaves[1]  # -0.0 is not 0.0

@@ -57,6 +57,47 @@ def test_axis_ops(op):
         check(Node(op, DType.F32, out_shape, (x,), axis), {"x": vals}, atol=2e-5 if op is Op.KAHAN_SUM else 1e-6)
 
 
+def _specials(rng, shape):
+    v = values(rng, shape, special=False)
+    return np.where(rng.random(shape) < 0.3, rng.choice(np.array([np.nan, np.inf, -np.inf, -0.0], np.float32), shape), v)
+
+
+def test_select_moves_values_as_where():
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        shape = tuple(int(d) for d in rng.integers(1, 5, rng.integers(0, 4)))
+        c, a, b = (Node(Op.INPUT, dt, shape, (), k) for k, dt in (("c", DType.BOOL), ("a", DType.F32), ("b", DType.F32)))
+        feeds = {"c": rng.random(shape) < 0.5, "a": _specials(rng, shape), "b": _specials(rng, shape)}
+        fused = Node(Op.SELECT, DType.F32, shape, (c, a, b))
+        (ref,) = reference.decompose([fused])
+        got, want = run(fused, feeds), run(ref, feeds)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("dtype", [DType.F32, DType.I32, DType.BOOL])
+def test_concat(dtype):
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        shape = tuple(int(d) for d in rng.integers(1, 5, rng.integers(1, 4)))
+        axis = int(rng.integers(len(shape)))
+        other = shape[:axis] + (int(rng.integers(1, 4)),) + shape[axis + 1 :]
+        a, b = Node(Op.INPUT, dtype, shape, (), "a"), Node(Op.INPUT, dtype, other, (), "b")
+        out = shape[:axis] + (shape[axis] + other[axis],) + shape[axis + 1 :]
+        feeds = {k: (_specials(rng, s) if dtype is DType.F32 else rng.integers(0, 2 if dtype is DType.BOOL else 9, s)).astype(
+            dtype.numpy) for k, s in (("a", shape), ("b", other))}
+        fused = Node(Op.CONCAT, dtype, out, (a, b), axis)
+        (ref,) = reference.decompose([fused])
+        got, want = run(fused, feeds), run(ref, feeds)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    empty = Node(Op.INPUT, dtype, (2, 0), (), "b")  # an empty piece adds nothing
+    a = Node(Op.INPUT, dtype, (2, 3), (), "a")
+    ones = np.ones((2, 3), dtype.numpy)
+    np.testing.assert_array_equal(run(Node(Op.CONCAT, dtype, (2, 3), (a, empty), 1), {"a": ones, "b": ones[:, :0]}), ones)
+
+
 def test_kahan_sum_is_more_accurate_than_f32():
     x = np.full(1 << 16, 0.1, np.float32)
     node = Node(Op.KAHAN_SUM, DType.F32, (), (Node(Op.INPUT, DType.F32, x.shape, (), "x"),), 0)

@@ -64,6 +64,40 @@ def sum_case(g, rng):
     return x.sum(int(rng.integers(len(shape)))), {"x": (rng.standard_normal(shape) * 1e3).astype(np.float32)}
 
 
+def _special(rng, shape):
+    """Random f32 values with NaN, ±inf and -0.0 among them."""
+    vals = rng.standard_normal(shape).astype(np.float32)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0], np.float32)
+    return np.where(rng.random(shape) < 0.3, specials[rng.integers(0, 4, shape)], vals)
+
+
+def where_case(g, rng):
+    """where(c, a, b) with c, a and b broadcast against each other (a scalar b, sometimes)."""
+    shape = _shape(rng, 1, 3)
+    part = lambda: tuple(d if rng.integers(2) else 1 for d in shape)  # noqa: E731
+    sc, sa, sb = part(), part(), part()
+    c, a = g.input("c", sc, lm.bool_), g.input("a", sa)
+    feeds = {"c": rng.random(sc) < 0.5, "a": _special(rng, sa)}
+    if rng.integers(3) == 0:
+        return lm.where(c, a, float(rng.choice([-np.inf, np.nan, -0.0]))), feeds
+    feeds["b"] = _special(rng, sb)
+    return lm.where(c, a, g.input("b", sb)), feeds
+
+
+def concat_case(g, rng):
+    """concat (or stack) of 2 or 3 pieces along a random axis; f32 or int32."""
+    shape = _shape(rng, 1, 3)
+    axis = int(rng.integers(len(shape)))
+    dtype = [lm.f32, lm.int32][int(rng.integers(2))]
+    stack = bool(rng.integers(2))
+    pieces, feeds = [], {}
+    for k in range(int(rng.integers(2, 4))):
+        s = shape if stack else shape[:axis] + (int(rng.integers(1, 4)),) + shape[axis + 1:]
+        feeds[f"x{k}"] = _special(rng, s) if dtype is lm.f32 else rng.integers(-9, 9, s).astype(np.int32)
+        pieces.append(g.input(f"x{k}", s, dtype))
+    return (lm.stack(pieces, axis) if stack else lm.concat(pieces, axis)), feeds
+
+
 def cast_same(x):
     return x._new(Op.CAST, x.dtype, x.shape, (x,)).sin()
 
@@ -90,7 +124,10 @@ CASES = {
     "fold recip(c)": unary(lambda x: x.mean(-1)),
     "view(c) = c": unary(lambda x: x.mean(-1)),
     "(x*c1)*c2 = x*(c1*c2)": unary(lambda x: x.mul(3.0).mul(0.1).sin()),
+    "gather(stack(b,a), c) = Select(c,a,b)": where_case,
+    "scatter spans into zeros = Concat": concat_case,
 }
+EXACT = {"gather(stack(b,a), c) = Select(c,a,b)", "scatter spans into zeros = Concat"}
 ALL_RULES = [r.name for r in rules_fusion.RULES + rules_numerics.RULES + rules_algebra.RULES]
 
 
@@ -111,6 +148,9 @@ def test_rule_is_sound(name):
         (rhs,) = cg(feeds)
         assert rhs.dtype == lhs.dtype and rhs.shape == lhs.shape
         np.testing.assert_allclose(rhs, lhs, rtol=2e-5, atol=1e-6, err_msg=f"{name}, seed {seed}")
+        if name in EXACT:  # values move unchanged: NaN, ±inf and the sign of zero included
+            np.testing.assert_array_equal(rhs, lhs)
+            np.testing.assert_array_equal(np.signbit(rhs), np.signbit(lhs))
         fired += cg.report().rules_fired.get(name, 0)
     assert fired > 0, f"rule {name!r} never fired on its own cases"
 
@@ -142,3 +182,30 @@ def test_negative_zero_and_nan_constants_are_not_merged():
     g.output(x.mul(-0.0).reciprocal().add(x.mul(0.0).reciprocal()))  # -inf + inf = nan
     vals = np.array([1.0, 2.0, 3.0], np.float32)
     np.testing.assert_array_equal(np.isnan(g.compile()(x=vals)[0]), np.isnan(g.run(x=vals)[0]))
+
+
+def test_where_and_concat_become_select_and_concat():
+    """The builder's spellings leave no Gather or Scatter behind, on symbolic dims too."""
+    g = lm.Graph()
+    x, y = g.input("x", ("seq", 4)), g.input("y", (2, 4))
+    c = x.lt(0.0)
+    g.output(lm.concat([y, lm.where(c, x, -np.inf)], 0))
+    cg = g.compile()
+    ops = cg.report().ops_after
+    assert "Gather" not in ops and "Scatter" not in ops and ops.get("Concat") == 1, ops
+    for n in (0, 1, 5):
+        feeds = {"x": _special(np.random.default_rng(n), (n, 4)), "y": np.ones((2, 4), np.float32)}
+        np.testing.assert_array_equal(cg(feeds)[0], g.run(feeds)[0])
+
+
+def test_gather_by_an_integer_index_is_not_a_select():
+    """Only a bool cast to integers is known to be 0 or 1: another index may be out of range."""
+    g = lm.Graph()
+    a, b = g.input("a", (3,)), g.input("b", (3,))
+    pair = lm.stack([b, a], -1)
+    i = g.input("i", (3, 1), lm.int32)
+    g.output(pair._new(Op.GATHER, lm.f32, (3, 1), (pair, i), 1).reshape((3,)))
+    cg = g.compile()
+    assert "Select" not in cg.report().ops_after and cg.report().ops_after.get("Concat") == 1
+    with pytest.raises(lm.IndexOutOfRange):
+        cg(a=np.zeros(3, np.float32), b=np.ones(3, np.float32), i=np.array([[0], [1], [2]], np.int32))

@@ -72,6 +72,19 @@ def _cases():
     add("softmax_1d", lambda g, x: _fused(x, Op.SOFTMAX, lm.f32, (5,), [x], 0), {"x": f32(5)})
     add("kahan_to_0d", lambda g, x: _fused(x, Op.KAHAN_SUM, lm.f32, (), [x], 0), {"x": f32(7)})
     add("matmul_1x1x1", lambda g, a, b: _fused(a, Op.MAT_MUL, lm.f32, (1, 1), [a, b]), {"a": f32(1, 1), "b": f32(1, 1)})
+    special = np.array([[np.nan, np.inf, -np.inf, -0.0, 1.5]], np.float32)
+    add("select_broadcast_specials", lambda g, c, a, b: _fused(a, Op.SELECT, lm.f32, (3, 5), [c, a, b.expand(3, 5)]),
+        {"c": RNG.random((3, 5)) < 0.5, "a": f32(3, 5), "b": special}, 0)
+    add("select_bf16_0d", lambda g, c, a, b: _fused(a, Op.SELECT, lm.bf16, (), [c, a, b]),
+        {"c": np.array(True), "a": np.array(-0.0, ml_dtypes.bfloat16), "b": np.array(2, ml_dtypes.bfloat16)}, 0)
+    x0, c1 = Expr(Op.INPUT, lm.f32, (), 0), Expr(Op.INPUT, lm.bool_, (), 1)
+    masked = Expr(Op.SIN, lm.f32, (Expr(Op.SELECT, lm.f32, (c1, x0, Expr(Op.CONSTANT, lm.f32, (), float("-inf")))),))
+    add("fused_select_mask", lambda g, x, c: _fused(x, Op.FUSED_ELEMENTWISE, lm.f32, (4, 6), [x, c.expand(4, 6)], masked),
+        {"x": f32(4, 6), "c": RNG.random((1, 6)) < 0.5})
+    add("concat_axis1_permuted", lambda g, a, b: _fused(a, Op.CONCAT, lm.f32, (3, 7), [a, b.permute(1, 0)], 1),
+        {"a": f32(3, 2), "b": f32(5, 3)}, 0)
+    add("concat_int_axis0", lambda g, a, b: _fused(a, Op.CONCAT, lm.int32, (5, 2), [a, b], 0),
+        {"a": RNG.integers(-9, 9, (1, 2)).astype(np.int32), "b": RNG.integers(-9, 9, (4, 2)).astype(np.int32)}, 0)
     return cases
 
 

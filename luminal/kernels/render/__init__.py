@@ -21,6 +21,7 @@ GENERATORS = {
     Op.SOFTMAX: fused.softmax,
     Op.KAHAN_SUM: fused.kahan_sum,
     Op.MAT_MUL: fused.matmul,
+    Op.CONCAT: fused.concat,
 }
 NO_KERNEL = frozenset({Op.INPUT, Op.CONSTANT, Op.VIEW})  # scalars are inlined, buffers and views read
 

@@ -32,6 +32,7 @@ code_for_op = {
     Op.LESS_THAN: lambda t, a, b: f"({a} < {b})",
     Op.EXP: lambda t, x: f"exp{LIBM[t]}({x})",
     Op.SIGMOID: lambda t, x: f"(({t})1 / (({t})1 + exp{LIBM[t]}(-({x}))))",
+    Op.SELECT: lambda t, c, a, b: f"({c} ? {a} : {b})",  # t is the condition's (bool): the value moves
 }
 
 

@@ -6,6 +6,7 @@
   warp shuffles; then one pass writes exp(x - max) / sum.
 - KahanSum: a warp per output; each lane sums with Neumaier compensation, partials merged
   with a compensated two-sum through the shuffles.
+- Concat: one thread per element, reading the first or the second operand (slice copies).
 - MatMul: 32x32 output tiles of 256 threads (2x2 outputs each), K in steps of 16 through
   shared memory, f32 accumulation (f16/bf16 widen on load); a GEMV form (a warp per output)
   when M is 1, as in decode.
@@ -232,3 +233,17 @@ def matmul(node, name) -> list[KernelSpec]:
 """
     grid = sym.norm(n_batch * tiles_m * tiles_n)
     return [KernelSpec(name, code, node, inputs, symbols, grid, 256, dtypes=dtypes_of(node))]
+
+
+def concat(node, name) -> list[KernelSpec]:
+    """out[.., i, ..] = a[.., i, ..] for i < len_a along the axis, else b[.., i - len_a, ..]."""
+    a, b = node.src
+    axis = node.arg
+    split = c_dim(a.shape[axis])
+
+    def value(idx, inputs):
+        shifted = idx[:axis] + [f"({idx[axis]} - {split})"] + idx[axis + 1 :]
+        return f"({idx[axis]} < {split} ? {read(a, idx, pointer_of(a, inputs))} : {read(b, shifted, pointer_of(b, inputs))})"
+
+    return pointwise(node, name, value)
+

@@ -1,0 +1,121 @@
+"""Facts about the builder's spellings of `where` and `concat`, read off the HLIR at encode time.
+
+The builder spells `concat(pieces, axis)` as Scatters of each piece into a zero buffer at the
+positions iota + offset (`builder/functional.py`), and `where(cond, a, b)` as a Gather, by
+cast(cond) along a new last axis, from the pair stack([b, a], -1) (a concat), reshaped back.
+Whether an index tensor is such a span, or a view unsqueezes, is a question about strides and
+constants that Python answers exactly (symbolic dims included), as `encode.tracker_facts` does
+for matmul; the fusion rules `SelectOf`/`ConcatOf` then put the fused op into the e-class.
+"""
+
+from __future__ import annotations
+
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Node, Op
+from luminal.hlir.shape import ShapeTracker, contiguous_strides
+
+
+def _scalar(n: Node):
+    """The value of a scalar constant, read directly or through a broadcast view, else None."""
+    if n.op is Op.VIEW and n.arg.mask is None and all(sym.equal(s, 0) for s in n.arg.strides) and sym.equal(n.arg.offset, 0):
+        n = n.src[0]
+    if n.op is Op.CONSTANT and n.shape == () and not hasattr(n.arg, "array"):
+        return n.arg
+    return None
+
+
+def _span_start(index: Node, axis: int, shape):
+    """`lo` when `index` holds lo + j at position j along `axis`, the same at every other
+    position (a broadcast iota plus a constant, as concat builds it), with the given shape."""
+    if index.op is not Op.VIEW:
+        return None
+    st = index.arg
+    if st.mask is not None or not sym.equal(st.offset, 0) or len(st.shape) != len(shape) or not all(
+            sym.equal(a, b) for a, b in zip(st.shape, shape)):
+        return None
+    for i, (d, s) in enumerate(zip(st.shape, st.strides)):
+        if not (sym.equal(d, 1) or sym.equal(s, 1 if i == axis else 0)):
+            return None
+    src = index.src[0]
+    lo = 0
+    if src.op is Op.ADD:
+        a, b = src.src
+        lo, src = (_scalar(b), a) if _scalar(b) is not None else (_scalar(a), b)
+        if lo is None or isinstance(lo, (bool, float)):
+            return None
+    if src.op is not Op.IOTA or not sym.equal(src.arg, shape[axis]):
+        return None
+    return lo
+
+
+def concat_pieces(n: Node) -> tuple[int, list[Node]] | None:
+    """(axis, pieces) when `n` is the last of a chain of Scatters whose spans tile the axis from
+    its end down to 0 (each piece covering the whole buffer off the axis): the builder's concat
+    of `pieces`. What the chain started from is overwritten everywhere (zeros, as built)."""
+    if n.op is not Op.SCATTER or n.arg[1] is not None:
+        return None
+    axis, shape = n.arg[0], n.shape
+    hi, pieces = shape[axis], []
+    while not sym.equal(hi, 0):
+        if n.op is not Op.SCATTER or n.arg != (axis, None):
+            return None
+        data, index, piece = n.src
+        if not all(sym.equal(a, b) for i, (a, b) in enumerate(zip(piece.shape, shape)) if i != axis):
+            return None
+        lo = _span_start(index, axis, piece.shape)
+        if lo is None or not sym.equal(sym.norm(lo + piece.shape[axis]), hi):
+            return None
+        pieces.append(piece)
+        hi, n = sym.norm(lo), data
+    return (axis, pieces[::-1]) if len(pieces) > 1 else None
+
+
+def _drops_last_unit(st: ShapeTracker) -> ShapeTracker | None:
+    """The tracker reading element [..., 0] of `st` at [...] (for a view that unsqueezed)."""
+    if st.mask is not None and not (sym.equal(st.mask[-1][0], 0) and sym.equal(st.mask[-1][1], 1)):
+        return None
+    return ShapeTracker(st.shape[:-1], st.strides[:-1], st.offset, None if st.mask is None else st.mask[:-1])
+
+
+def _reads_as(st: ShapeTracker, shape) -> bool:
+    """`st` reads a contiguous buffer of `shape` at the same positions, a unit dim added last."""
+    if st.mask is not None or not sym.equal(st.offset, 0) or len(st.shape) != len(shape) + 1:
+        return False
+    want = contiguous_strides(tuple(shape))
+    return sym.equal(st.shape[-1], 1) and all(
+        sym.equal(d, e) and (sym.equal(d, 1) or sym.equal(s, w)) for d, e, s, w in zip(st.shape, shape, st.strides, want))
+
+
+def select_operands(n: Node):
+    """(cond, (a, tracker), (b, tracker)) when `n` is the builder's `where(cond, a, b)`: the
+    reshape of a Gather by a bool cast to integers from the stacked pair (b, a). A value is read
+    through the tracker (its unsqueezed view without the unit dim), or None when it is the piece."""
+    if n.op is not Op.VIEW or n.src[0].op is not Op.GATHER or not n.arg.is_contiguous():
+        return None
+    gather = n.src[0]
+    pair, index = gather.src
+    ax = gather.arg
+    if ax != len(gather.shape) - 1 or not sym.equal(gather.shape[ax], 1) or not all(
+            sym.equal(a, b) for a, b in zip(n.shape, gather.shape[:-1])) or len(n.shape) != ax:
+        return None
+    found = concat_pieces(pair)
+    if found is None or found[0] != ax or len(found[1]) != 2:
+        return None
+    b, a = found[1]
+    if index.op is not Op.VIEW or not _reads_as(index.arg, n.shape):
+        return None
+    cast = index.src[0]
+    if cast.op is not Op.CAST or cast.src[0].dtype is not DType.BOOL or not cast.dtype.is_int or not (
+            len(cast.shape) == len(n.shape) and all(sym.equal(x, y) for x, y in zip(cast.shape, n.shape))):
+        return None
+    operands = []
+    for piece in (a, b):
+        if piece.op is Op.VIEW:
+            st = _drops_last_unit(piece.arg)
+            if st is None:
+                return None
+            operands.append((piece.src[0], st))
+        else:
+            operands.append((piece, ShapeTracker.contiguous(n.shape)))
+    return cast.src[0], operands[0], operands[1]
