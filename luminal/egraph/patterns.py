@@ -28,23 +28,20 @@ def _scalar(n: Node):
 def _span_start(index: Node, axis: int, shape):
     """`lo` when `index` holds lo + j at position j along `axis`, the same at every other
     position (a broadcast iota plus a constant, as concat builds it), with the given shape."""
-    if index.op is not Op.VIEW:
-        return None
-    st = index.arg
+    st, src = (index.arg, index.src[0]) if index.op is Op.VIEW else (ShapeTracker.contiguous(index.shape), index)
     if st.mask is not None or not sym.equal(st.offset, 0) or len(st.shape) != len(shape) or not all(
             sym.equal(a, b) for a, b in zip(st.shape, shape)):
         return None
     for i, (d, s) in enumerate(zip(st.shape, st.strides)):
         if not (sym.equal(d, 1) or sym.equal(s, 1 if i == axis else 0)):
             return None
-    src = index.src[0]
     lo = 0
     if src.op is Op.ADD:
         a, b = src.src
         lo, src = (_scalar(b), a) if _scalar(b) is not None else (_scalar(a), b)
         if lo is None or isinstance(lo, (bool, float)):
             return None
-    if src.op is not Op.IOTA or not sym.equal(src.arg, shape[axis]):
+    if src.op is not Op.IOTA or not sym.equal(src.arg, shape[axis]):  # (1-D: the view reads src[j])
         return None
     return lo
 

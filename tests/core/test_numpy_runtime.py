@@ -1,5 +1,5 @@
-"""The NumPy runtime's own behaviour: the values it keeps between calls (nothing stale, nothing
-leaking out) and the matmul precision setting."""
+"""The NumPy runtime's own behaviour (device="numpy": "cpu" is the C backend): nothing stale
+between calls, nothing of its own leaking out, and the precision setting."""
 
 import numpy as np
 import pytest
@@ -13,10 +13,10 @@ def test_values_from_weights_follow_in_place_updates(optimize):
     g = lm.Graph()
     x = g.input("x", ("n", 4))
     wc = g.constant(w, name="w")
-    mask = g.ones((4, 3), lm.bool_).tril()  # pure: may be kept
-    scaled = lm.where(mask, wc.transpose(0, 1) * 2.0, 0.0)  # from a view of a weight: not kept
+    mask = g.ones((4, 3), lm.bool_).tril()
+    scaled = lm.where(mask, wc.transpose(0, 1) * 2.0, 0.0)  # a Select once optimized
     g.output(x.matmul(scaled), "y")
-    compiled = g.compile(optimize=optimize)
+    compiled = g.compile(device="numpy", optimize=optimize)
     xv = np.ones((2, 4), np.float32)
 
     def want():
@@ -31,10 +31,10 @@ def test_values_from_weights_follow_in_place_updates(optimize):
 def test_kept_outputs_are_handed_out_as_copies():
     g = lm.Graph()
     x = g.input("x", (3,))
-    table = g.arange(3, dtype=lm.f32) * 2.0  # depends on nothing: computed once
+    table = g.arange(3, dtype=lm.f32) * 2.0  # depends on nothing
     g.output(table, "table")
     g.output(x + table, "y")
-    compiled = g.compile(optimize=False)
+    compiled = g.compile(device="numpy", optimize=False)
     first, _ = compiled(x=np.zeros(3, np.float32))
     first[:] = -1  # the caller owns its result
     again, y = compiled(x=np.ones(3, np.float32))
@@ -47,7 +47,7 @@ def test_precision_setting():
     a, b = rng.standard_normal((8, 300)).astype(np.float32), rng.standard_normal((300, 5)).astype(np.float32)
     g = lm.Graph()
     g.output(g.input("a", (8, 300)).matmul(g.input("b", (300, 5))), "c")
-    compiled = g.compile()
+    compiled = g.compile(device="numpy")
     exact = a.astype(np.float64) @ b.astype(np.float64)
     assert lm.get_precision() == "float64"
     try:
@@ -72,7 +72,7 @@ def test_exponentials_at_each_precision(precision):
     g.output(xi.silu(), "silu")
     g.output(xi.softmax(-1), "softmax")
     g.output(xi.exp() * 0.5, "exp")
-    compiled = g.compile()
+    compiled = g.compile(device="numpy")
     xd = x.astype(np.float64)
     want = [xd / (1 + np.exp(-xd)), np.exp(xd - xd.max(-1, keepdims=True)), np.exp(xd) * 0.5]
     want[1] /= want[1].sum(-1, keepdims=True)
@@ -95,7 +95,7 @@ def test_float64_graphs_stay_float64_at_float32_precision():
     xi = g.input("x", (1001,), lm.f64)
     g.output(xi.silu(), "silu")
     g.output(xi.matmul(xi.reshape(1001, 1)), "dot")
-    compiled = g.compile()
+    compiled = g.compile(device="numpy")
     lm.set_precision("float32")
     try:
         silu, dot = compiled(x=x)
@@ -104,3 +104,24 @@ def test_float64_graphs_stay_float64_at_float32_precision():
     assert silu.dtype == dot.dtype == np.float64
     np.testing.assert_allclose(silu, x / (1 + np.exp(-x)), rtol=1e-14)
     np.testing.assert_allclose(dot, [x @ x], rtol=1e-14)
+
+
+def test_select_and_concat_keep_edge_values():
+    """where and concat, optimized into Select (inside a region here) and Concat, move NaN, ±inf
+    and -0.0 unchanged, on empty and 0-d shapes too, as the unoptimized graph does."""
+    g = lm.Graph()
+    x, y, s = g.input("x", ("n", 3)), g.input("y", (2, 3)), g.input("s", ())
+    picked = lm.where(x.lt(0.5), x, -np.inf).mul(2.0)
+    g.output(lm.concat([y, picked, y], 0), "cat")
+    g.output(lm.where(s.lt(0.0), s, -0.0), "scalar")
+    compiled = g.compile(device="numpy")
+    ops = compiled.report().ops_after
+    assert "Gather" not in ops and "Scatter" not in ops and ops.get("Concat") == 2, ops
+    special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, -2.0], np.float32)
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 4):
+        feeds = {"x": rng.choice(special, (n, 3)), "y": rng.choice(special, (2, 3)), "s": np.float32(rng.choice(special))}
+        for got, want in zip(compiled(feeds), g.run(feeds)):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
