@@ -98,18 +98,26 @@ class ElementwiseMixin:
                 return self.rsqrt()
             if not self.dtype.is_float:
                 raise DTypeError(f"pow of a {self.dtype} tensor by {exponent}; cast to float first")
-            base = self.abs().log2().mul(e).exp2()
-            return base.where_(self.ge(0), self._scalar(float("nan")))
+            base = self.abs().log2().mul(e).exp2()  # C pow: NaN for a finite negative base
+            return self._scalar(float("nan")).where_(self.lt(0).logical_and(self.gt(-float("inf"))), base)
         y = self._operand(exponent, "Pow")
         if not self.dtype.is_float:
             raise DTypeError(f"pow with a tensor exponent needs float tensors, got {self.dtype}")
-        mag = self.abs().log2().mul(y).exp2()  # |x|^y
-        nan = self._scalar(float("nan"))
-        # a negative base needs an integer exponent: its parity gives the sign
-        odd = y.fmod(2.0).ne(0)
-        negative_base = mag.neg().where_(odd, mag).where_(y.floor().eq(y), nan)
-        out = negative_base.where_(self.lt(0), mag)
-        return self._scalar(1.0).where_(y.eq(0), out)  # x ** 0 = 1, even for NaN
+        return self._pow_tensor(y)
+
+    def _pow_tensor(self, y):
+        """C99 pow (torch's): |x|^y = exp2(y log2|x|), the sign from an odd integer y on a
+        negative base (-0.0 and -inf included), NaN for a finite negative base and a non-integer
+        y, and the exact cases: x ** 0 = 1 and 1 ** y = 1 (even NaN), (-1) ** ±inf = 1."""
+        inf = float("inf")
+        mag = self.abs().log2().mul(y).exp2()
+        odd = y.fmod(2.0).abs().eq(1)  # false for ±inf and NaN
+        negative = self.lt(0).logical_or(self.reciprocal().lt(0))  # -0.0 too: 1 / -0.0 = -inf
+        out = mag.neg().where_(odd, mag).where_(negative, mag)
+        non_integer = y.floor().eq(y).logical_not()  # ±inf count as (even) integers
+        out = self._scalar(float("nan")).where_(self.lt(0).logical_and(self.gt(-inf)).logical_and(non_integer), out)
+        one = self.eq(-1).logical_and(y.abs().eq(inf)).logical_or(self.eq(1)).logical_or(y.eq(0))
+        return self._scalar(1.0).where_(one, out)
 
     def _int_pow(self, n: int):
         if n == 0:

@@ -210,3 +210,21 @@ def test_zero_d_tensors(name, value):
     if got.dtype.kind == "f" and name not in UNSIGNED_ZERO:
         number = ~np.isnan(want)
         assert np.array_equal(np.signbit(got)[number], np.signbit(want)[number]), (got, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pow_special_values_as_torch(device):
+    """C99 pow, as torch: (-inf) ** 2.5 = inf, (-0.0) ** -3 = -inf, 1 ** NaN = 1, (-1) ** inf = 1, ..."""
+    x = np.array([-0.0, -INF, -2.0, 1.0, -1.0, NAN, 0.5, 2.0, 0.0, INF, -0.5, 3.0], np.float32)
+    y = np.array([INF, -INF, NAN, 0.0, 3.0, -3.0, 2.5, -2.5, 1.0, -1.0, 0.5, 4.0], np.float32)
+    a, b = np.repeat(x, y.size), np.tile(y, x.size)
+    g = lm.Graph()
+    ta, tb = g.input("a", a.shape), g.input("b", b.shape)
+    for out in (ta.pow(tb), ta**2.5, ta**-2.5, ta**3, ta**-3.0, ta**0.5, ta**-0.5):
+        g.output(out)
+    xa, xb = torch.from_numpy(a), torch.from_numpy(b)
+    want = [xa.pow(xb), xa**2.5, xa**-2.5, xa**3, xa**-3.0, xa**0.5, xa**-0.5]
+    for got, w in zip(_run(g, {"a": a, "b": b}, device), want):
+        np.testing.assert_allclose(got, w.numpy(), rtol=1e-5, atol=1e-6)
+        number = ~np.isnan(w.numpy())
+        assert np.array_equal(np.signbit(got[number]), np.signbit(w.numpy()[number]))
