@@ -67,7 +67,15 @@ def machine_flags() -> tuple[str, ...]:
             cpu = next((line.split() for line in f if line.startswith("flags")), [])
     except OSError:
         return ()
-    return tuple(f"-m{x}" for x in ("avx2", "f16c") if x in cpu)
+    flags = tuple(f"-m{x}" for x in ("avx2", "f16c") if x in cpu)
+    if "avx2" in cpu and _has_libmvec():
+        flags += ("-DLUM_LIBMVEC", "-lmvec")
+    return flags
+
+
+def _has_libmvec() -> bool:
+    """glibc's vector math library (libmvec.so, in libc6-dev) is there to link."""
+    return any(Path(d, "libmvec.so").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib"))
 
 
 def flags() -> tuple[str, ...]:
@@ -117,7 +125,9 @@ def build(source: str, cc: str | None = None) -> Path:
         write_atomic(c_file, source.encode())
         tmp = directory / f"{key}.{os.getpid()}.so"
         stats.builds += 1
-        result = subprocess.run([cc, *options, str(c_file), "-o", str(tmp), "-lm"], capture_output=True, text=True)
+        libs = [f for f in options if f.startswith("-l")]  # after the source: the linker reads left to right
+        command = [cc, *(f for f in options if not f.startswith("-l")), str(c_file), "-o", str(tmp), *libs, "-lm"]
+        result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode:
             tmp.unlink(missing_ok=True)
             raise CpuBuildError(f"{cc} could not build {c_file}:\n{result.stderr.strip()[-4000:]}")

@@ -8,8 +8,10 @@ by one native call per call of the model.
   threads)` runs every step in C with the GIL released. The error flag (1: a Gather/Scatter index
   out of range, 2: an integer Mod by zero) is the call's own and read after it.
 - **threads**: OpenMP gets `torch.get_num_threads()` when torch is already imported, else
-  `os.cpu_count()`; the BLAS (the OpenBLAS NumPy ships, found in `numpy.libs` and passed to the
-  library as function pointers: no link-time dependency) gets the same count.
+  `os.cpu_count()`. The BLAS (the OpenBLAS NumPy ships, found in `numpy.libs` and passed to the
+  library as function pointers: no link-time dependency) gets the same count for a large GEMM
+  and one thread for a small one (set by the C code before each call). Loops under `PAR_MIN`
+  elements of work stay on one core.
 - **no C compiler**: `make` warns once and returns the NumPy reference runtime.
 """
 
@@ -63,10 +65,7 @@ def make(outputs, **_options):
 # --- BLAS: the OpenBLAS NumPy ships --------------------------------------------------------------
 class _Blas:
     def __init__(self):
-        self.sgemm = self.dgemm = None
-        self.set_threads = None
-        self.threads = None
-        self.lock = threading.Lock()
+        self.sgemm = self.dgemm = self.set_threads_ptr = None  # function pointers the C code calls
         libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
         for path in sorted(glob.glob(os.path.join(libs, "*openblas*.so*"))):
             try:
@@ -85,16 +84,9 @@ class _Blas:
                     continue
                 setter = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
                 if setter is not None:
-                    setter.argtypes = [ctypes.c_int]
-                    self.set_threads = setter
+                    self.set_threads_ptr = ctypes.cast(setter, ctypes.c_void_p).value
                 self.path = path
                 return
-
-    def use_threads(self, n: int) -> None:
-        if self.set_threads is not None and n != self.threads:
-            with self.lock:
-                self.set_threads(n)
-                self.threads = n
 
 
 _BLAS: _Blas | None = None
@@ -120,7 +112,7 @@ class CpuRuntime:
     """Runs a graph as compiled C: one shared library, one native call per call.
     Safe to call from several threads at once (each call has its own arena, outputs and flag)."""
 
-    def __init__(self, outputs):
+    def __init__(self, outputs, profile: bool = False):
         program = render_program(list(outputs))
         self.program = program
         sched = program.schedule
@@ -139,16 +131,17 @@ class CpuRuntime:
             for b in st.inputs:
                 last[id(b)] = i
         self.intervals = [(first[id(n)], last.get(id(n), first[id(n)])) for n in self.intermediates]
-        self.source = program.source + "\n" + entry_point(program, lambda n: slot[id(n)])
+        self.source = program.source + "\n" + entry_point(program, lambda n: slot[id(n)], profile)
         self.library_path = build.build(self.source)
         lib = ctypes.CDLL(str(self.library_path))
         b = blas()
-        lib.lum_set_blas(ctypes.c_void_p(b.sgemm), ctypes.c_void_p(b.dgemm))
+        lib.lum_set_blas(ctypes.c_void_p(b.sgemm), ctypes.c_void_p(b.dgemm), ctypes.c_void_p(b.set_threads_ptr))
         self._run = lib.lum_run
         self._run.restype = None
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                               ctypes.c_int]
         self._lib = lib
+        self._profile = profile
         self._weights = [np.ascontiguousarray(w.arg.array) for w in sched.weights]
         self._n_weights, self._n_inputs = len(sched.weights), len(sched.inputs)
         self._template = (ctypes.c_void_p * len(bufs))(*(w.ctypes.data for w in self._weights))
@@ -197,14 +190,24 @@ class CpuRuntime:
         for i, o in enumerate(outs):
             bufs[k + i] = o.ctypes.data
         err = ctypes.c_int(0)
-        n = threads()
-        blas().use_threads(n)
-        self._run(bufs, dims.ctypes.data, arena.ctypes.data, offsets.ctypes.data, ctypes.byref(err), n)
+        self._run(bufs, dims.ctypes.data, arena.ctypes.data, offsets.ctypes.data, ctypes.byref(err), threads())
         if err.value:
             if err.value & 2 and not err.value & 1:
                 raise DivisionByZero("integer division or remainder by zero (flagged by the compiled C)")
             raise IndexOutOfRange("a Gather/Scatter index was out of range (flagged by the compiled C)")
         return outs
+
+    def profile(self, top: int = 15) -> list[tuple[str, float, int]]:
+        """(kernel, seconds, steps) summed over the calls so far, slowest first (`profile=True` only)."""
+        if not self._profile:
+            raise ValueError("built without profile=True")
+        times = (ctypes.c_double * max(1, len(self.program.steps))).in_dll(self._lib, "lum_step_seconds")
+        by: dict[str, list] = {}
+        for st, t in zip(self.program.steps, times):
+            entry = by.setdefault(st.name, [0.0, 0])
+            entry[0] += t
+            entry[1] += 1
+        return sorted(((k, v[0], v[1]) for k, v in by.items()), key=lambda r: -r[1])[:top]
 
     def stats(self) -> dict:
         return {"device": "cpu", "kernels": len({s.name for s in self.program.steps}),
