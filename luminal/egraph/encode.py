@@ -112,7 +112,7 @@ def pattern_facts(enc: Encoding, index: dict, slot_index: dict, ref) -> list:
             cond, *values = found
             if known(cond) and all(known(v) for v, _ in values):
                 terms = [eg.call("View", ref(v), eg.i64(enc.tracker(st))) for v, st in values]
-                cmds.append(eg.fact(eg.call("SelectOf", eg.call("N", eg.i64(i)), ref(cond), *terms)))
+                cmds.append(eg.fact(eg.call("SelectOf", eg.call("N", eg.i64(i)), ref(cond), *terms, eg.i64(enc.tracker(n.arg)))))
         elif n.op is Op.SCATTER and (found := concat_pieces(n)) is not None:
             axis, pieces = found
             if all(known(p) for p in pieces):

@@ -85,26 +85,27 @@ def _reads_as(st: ShapeTracker, shape) -> bool:
 
 
 def select_operands(n: Node):
-    """(cond, (a, tracker), (b, tracker)) when `n` is the builder's `where(cond, a, b)`: the
-    reshape of a Gather by a bool cast to integers from the stacked pair (b, a). A value is read
-    through the tracker (its unsqueezed view without the unit dim), or None when it is the piece."""
-    if n.op is not Op.VIEW or n.src[0].op is not Op.GATHER or not n.arg.is_contiguous():
+    """(cond, (a, tracker), (b, tracker)) when `n` is a view of the builder's `where(cond, a, b)`:
+    a Gather by a bool cast to integers from the stacked pair (b, a), along a new last unit axis.
+    A value is read through the tracker (its unsqueezed view without the unit dim). A buffer of
+    shape (..., 1) has the layout of one of shape (...), so `n`'s tracker reads the Select too."""
+    if n.op is not Op.VIEW or n.src[0].op is not Op.GATHER:
         return None
     gather = n.src[0]
     pair, index = gather.src
     ax = gather.arg
-    if ax != len(gather.shape) - 1 or not sym.equal(gather.shape[ax], 1) or not all(
-            sym.equal(a, b) for a, b in zip(n.shape, gather.shape[:-1])) or len(n.shape) != ax:
+    if ax != len(gather.shape) - 1 or not sym.equal(gather.shape[ax], 1):
         return None
+    shape = gather.shape[:-1]
     found = concat_pieces(pair)
     if found is None or found[0] != ax or len(found[1]) != 2:
         return None
     b, a = found[1]
-    if index.op is not Op.VIEW or not _reads_as(index.arg, n.shape):
+    if index.op is not Op.VIEW or not _reads_as(index.arg, shape):
         return None
     cast = index.src[0]
     if cast.op is not Op.CAST or cast.src[0].dtype is not DType.BOOL or not cast.dtype.is_int or not (
-            len(cast.shape) == len(n.shape) and all(sym.equal(x, y) for x, y in zip(cast.shape, n.shape))):
+            len(cast.shape) == len(shape) and all(sym.equal(x, y) for x, y in zip(cast.shape, shape))):
         return None
     operands = []
     for piece in (a, b):
@@ -114,5 +115,5 @@ def select_operands(n: Node):
                 return None
             operands.append((piece.src[0], st))
         else:
-            operands.append((piece, ShapeTracker.contiguous(n.shape)))
+            operands.append((piece, ShapeTracker.contiguous(shape)))
     return cast.src[0], operands[0], operands[1]

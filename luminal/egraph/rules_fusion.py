@@ -34,8 +34,9 @@ RULES = [
     rule("sum_k(bT[1,n,k]*a[m,1,k]) = MatMul(a,b)",
          "(rule ((= e (SumReduce (Mul (View b sb) (View a sa)) k dt)) (= la (MatA sa k)) (= lb (MatB sb k)))"
          " ((union e (MatMul (View a la) (View b lb)))))"),
-    # where(c, a, b), spelled gather(stack([b, a], -1), cast(c)), is a pick: Select (`patterns.py`)
-    rule("gather(stack(b,a), c) = Select(c,a,b)", "(rule ((SelectOf o c a b)) ((union o (Select c a b))))"),
+    # where(c, a, b), spelled gather(stack([b, a], -1), cast(c)), is a pick: Select (`patterns.py`);
+    # a view of the gather (shape (..., 1)) reads the Select (shape (...)) with the same tracker
+    rule("gather(stack(b,a), c) = Select(c,a,b)", "(rule ((SelectOf o c a b t)) ((union o (View (Select c a b) t))))"),
     # concat spelled as scatters of its pieces into zeros at consecutive spans: slice copies
     rule("scatter spans into zeros = Concat", "(rule ((ConcatOf o x)) ((union o x)))"),
 ]

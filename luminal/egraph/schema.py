@@ -47,7 +47,7 @@ DECLARATIONS = f"""
 (function MatB (i64 i64) i64 :merge old)
 (relation Repr (f64 String))
 (relation Widens (String String))
-(relation SelectOf (Expr Expr Expr Expr))
+(relation SelectOf (Expr Expr Expr Expr i64))
 (relation ConcatOf (Expr Expr))
 """
 
