@@ -98,7 +98,7 @@ def select_operands(n: Node):
         return None
     shape = gather.shape[:-1]
     found = concat_pieces(pair)
-    if found is None or found[0] != ax or len(found[1]) != 2:
+    if found is None or found[0] != ax or len(found[1]) != 2 or not all(sym.equal(p.shape[ax], 1) for p in found[1]):
         return None
     b, a = found[1]
     if index.op is not Op.VIEW or not _reads_as(index.arg, shape):

@@ -209,3 +209,19 @@ def test_gather_by_an_integer_index_is_not_a_select():
     assert "Select" not in cg.report().ops_after and cg.report().ops_after.get("Concat") == 1
     with pytest.raises(lm.IndexOutOfRange):
         cg(a=np.zeros(3, np.float32), b=np.ones(3, np.float32), i=np.array([[0], [1], [2]], np.int32))
+
+
+def test_select_under_a_merged_view():
+    """The where's reshape merges with a following transpose or expand into one view of the
+    Gather; that view reads the Select with the same tracker."""
+    g = lm.Graph()
+    c, a = g.input("c", (3, 4), lm.bool_), g.input("a", (3, 4))
+    picked = lm.where(c, a, -np.inf)
+    g.output(picked.transpose(0, 1).sin())
+    g.output(picked.reshape(3, 4, 1).expand(3, 4, 2).cos())
+    cg = g.compile(device="numpy")
+    assert "Gather" not in cg.report().ops_after, cg.report().ops_after
+    rng = np.random.default_rng(0)
+    feeds = {"c": rng.random((3, 4)) < 0.5, "a": _special(rng, (3, 4))}
+    for got, want in zip(cg(feeds), g.run(feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
