@@ -193,3 +193,21 @@ def test_0d_graph_compiles_and_runs_fused():
     for got, want in zip(compiled({"x": v}), g.run({"x": v})):
         assert got.shape == () and got.dtype == want.dtype
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_select_and_concat_survive_save_and_load(tmp_path):
+    from luminal.saving import load
+
+    g = lm.Graph()
+    c, a, x = g.input("c", (3, 4), lm.bool_), g.input("a", (3, 4)), g.input("x", (3, 2))
+    g.output(lm.where(c, a, -np.inf))  # a Select node
+    g.output(lm.where(c, a, 0.5).sin())  # a Select inside a FusedElementwise expression
+    g.output(lm.concat([a, x], 1))
+    cg = g.compile(device="numpy")
+    assert {"Select", "Concat", "FusedElementwise"} <= cg.report().ops_after.keys()
+    cg.save(tmp_path / "m.lum")
+    rng = np.random.default_rng(0)
+    feeds = {"c": rng.random((3, 4)) < 0.5, "a": rng.standard_normal((3, 4)).astype(np.float32),
+             "x": rng.standard_normal((3, 2)).astype(np.float32)}
+    for got, want in zip(load(tmp_path / "m.lum", device="numpy")(feeds), cg(feeds)):
+        np.testing.assert_array_equal(got, want)
