@@ -212,3 +212,28 @@ def test_a_second_build_is_a_verified_cache_hit(tmp_path, monkeypatch):
     assert build.stats.builds == builds + 2
     a = np.linspace(-3, 3, 11, dtype=np.float32)
     np.testing.assert_allclose(third({"x": a})[0], np.sin(a) * 2, rtol=1e-6, atol=1e-6)
+
+
+def test_every_loop_split_over_three_threads(monkeypatch):
+    """Each thread's range of rows starts mid-tensor (indices split once, then carried): forced
+    here on small tensors (no work threshold, no dynamic team sizing)."""
+    from luminal.kernels.cpu import render
+
+    monkeypatch.setattr(render, "PAR_MIN", 1)
+    entry = render.entry_point
+    monkeypatch.setattr(cpu_runtime, "entry_point",
+                        lambda *a, **k: entry(*a, **k).replace("omp_set_dynamic(1)", "omp_set_dynamic(0)"))
+    monkeypatch.setattr(cpu_runtime, "threads", lambda: 3)
+    g = lm.Graph("split")
+    x, i = g.input("x", (3, 5, 7)), g.input("i", (3, 5, 2), lm.int64)
+    g.output(x.softmax(-1))
+    g.output(x.permute(2, 0, 1).sum(-1))
+    g.output(x.max(1))
+    g.output((x[:, 1:, ::2].exp() + 1).sqrt())
+    g.output(x.gather(2, i))
+    cg = g.compile(device="cpu")
+    assert "omp_set_dynamic(0)" in cg.runtime.source
+    rng = np.random.default_rng(9)
+    feeds = {"x": rng.standard_normal((3, 5, 7)).astype(np.float32), "i": rng.integers(0, 7, (3, 5, 2))}
+    for (name, _), out, want in zip(g.outputs, cg(feeds), g.run(feeds)):
+        _same(out, want, name)

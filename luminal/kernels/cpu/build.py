@@ -28,7 +28,8 @@ from luminal.errors import LuminalError
 from luminal.kernels.cache import cache_dir, write_atomic
 
 FLAGS = (
-    "-O2", "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
+    "-O2", "-ftree-partial-pre",  # partial PRE: lets -O2 if-convert (and so vectorize) select chains
+    "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
     "-fno-strict-aliasing",
     "-ffp-contract=off",  # no a*b+c -> fma: the NumPy runtime's rounding, on every host
     "-fno-math-errno",  # libm calls may vectorize/inline; results are unchanged (errno is never read)

@@ -97,11 +97,22 @@ static lum_sgemm_fn lum_sgemm;
 static lum_dgemm_fn lum_dgemm;
 typedef void (*lum_threads_fn)(int);
 static lum_threads_fn lum_blas_set_threads;
-static int lum_threads = 1, lum_blas_threads = -1;
+static int lum_threads = 1, lum_blas_cap = 1, lum_blas_threads = -1;
 /* BLAS threads: one for a small GEMM (waking a pool costs more than it saves, and its spinning
-   workers would take the cores the next OpenMP loop needs), the call's count for a large one */
+   workers would take the cores the next OpenMP loop needs), else the call's count capped by the
+   cores the machine's load leaves free (as libgomp's dynamic teams: a busy-waiting BLAS pool on
+   an oversubscribed machine is many times slower than one thread) */
+static void lum_blas_limit(int threads) {
+  double load;
+  int cap = threads;
+  if (getloadavg(&load, 1) == 1) {
+    int free_cores = omp_get_num_procs() - (int)(load + 0.5) + 1;  /* + 1: the calling thread itself */
+    cap = free_cores < cap ? free_cores : cap;
+  }
+  lum_blas_cap = cap < 1 ? 1 : cap;
+}
 static void lum_blas_threads_for(long long M, long long N, long long K) {
-  int want = M * N * K < (1LL << 21) ? 1 : lum_threads;
+  int want = M * N * K < (1LL << 21) ? 1 : lum_blas_cap;
   if (lum_blas_set_threads && want != __atomic_load_n(&lum_blas_threads, __ATOMIC_RELAXED)) {
     lum_blas_set_threads(want);
     __atomic_store_n(&lum_blas_threads, want, __ATOMIC_RELAXED);
@@ -158,8 +169,32 @@ def _signature(name: str, out: Node, inputs: list[Node], symbols: list[str], err
     return f"static void {name}({', '.join(params)})"
 
 
-def _par(work: str, rows: str) -> str:
-    return f"#pragma omp parallel for schedule(static) if ({rows} > 1 && {work} >= {PAR_MIN})"
+def _rows(shape, prefix: str, work: str, body: str) -> str:
+    """`body` for every row of `shape` (index names `<prefix>0..`, flat number `row`): each thread
+    (OpenMP, when `work` reaches PAR_MIN) takes a contiguous range of rows, splits its first row
+    into indices once and then steps them with carries (no division per row)."""
+    names, init = unravel("lo", shape, prefix)
+    # build the carry chain from the outside in
+    chain = ""
+    for k in range(len(shape)):
+        if k == 0:
+            chain = f"++{names[0]};"
+        else:
+            chain = f"if (++{names[k]} == {c_dim(shape[k])}) {{ {names[k]} = 0; {chain} }}"
+    setup = "\n      ".join(init)
+    return f"""const long long n_rows = {c_dim(sym.product(shape))};
+  #pragma omp parallel if (n_rows > 1 && {work} >= {PAR_MIN})
+  {{
+    const long long nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const long long lo = n_rows * t / nt, hi = n_rows * (t + 1) / nt;
+    if (lo < hi) {{
+      {setup}
+      for (long long row = lo; row < hi; ++row) {{
+        {body}
+        {chain}
+      }}
+    }}
+  }}"""
 
 
 def _loops(node: Node, body_of, simd: bool = True) -> tuple[str, list[str]]:
@@ -170,21 +205,15 @@ def _loops(node: Node, body_of, simd: bool = True) -> tuple[str, list[str]]:
     if not shape:
         return "{\n    const long long row = 0;\n    " + body_of([], "0LL") + "\n  }", []
     outer, last = shape[:-1], shape[-1]
-    names, lines = unravel("row", outer, "i")
+    names = [f"i{k}" for k in range(len(outer))]
     inner = f"i{len(shape) - 1}"
-    rows, n = c_dim(sym.product(outer)), c_dim(last)
-    setup = "\n    ".join(lines)
     body = body_of(names + [inner], f"row * n_in + {inner}")
     vector = "#pragma omp simd" if simd and "err" not in body else ""
-    code = f"""const long long n_rows = {rows}, n_in = {n};
-  {_par("n_rows * n_in", "n_rows")}
-  for (long long row = 0; row < n_rows; ++row) {{
-    {setup}
-    {vector}
-    for (long long {inner} = 0; {inner} < n_in; ++{inner}) {{
-      {body}
-    }}
-  }}"""
+    row_body = f"""{vector}
+        for (long long {inner} = 0; {inner} < n_in; ++{inner}) {{
+          {body}
+        }}"""
+    code = f"const long long n_in = {c_dim(last)};\n  " + _rows(outer, "i", "n_rows * n_in", row_body)
     return code, names + [inner]
 
 
@@ -242,22 +271,12 @@ def _acc_type(node: Node) -> str:
     return t if t in ("double", "int", "long long") else "int"  # bool reduces as int
 
 
-def _row_loop(n_rows: str, work: str, setup: list[str], body: str) -> str:
-    lines = "\n    ".join(setup)
-    return f"""const long long n_rows = {n_rows};
-  {_par(work, "n_rows")}
-  for (long long row = 0; row < n_rows; ++row) {{
-    {lines}
-    {body}
-  }}"""
-
-
 def reduce(node: Node, name: str):
     (src,) = node.src
     axis = node.arg
     inputs = buffer_sources(node)
     symbols = symbols_of(node, extra=[src.shape])
-    o, lines = unravel("row", node.shape, "o")
+    o = [f"o{i}" for i in range(len(node.shape))]
     value = read(src, o[:axis] + ["r"] + o[axis:], pointer_of(src, inputs))
     k = c_dim(src.shape[axis])
     if node.op is Op.SUM_REDUCE or node.op is Op.KAHAN_SUM:
@@ -286,8 +305,7 @@ def reduce(node: Node, name: str):
         body = f"""{acc} acc = {lowest};
     for (long long r = 0; r < {k}; ++r) acc = lum_max_nan(acc, ({acc})({value}));
     out[row] = {store_value(node.dtype, "acc")};"""
-    n_out = c_dim(sym.product(node.shape))
-    return _kernel(name, node, inputs, symbols, False, _row_loop(n_out, f"n_rows * {k}", lines, body))
+    return _kernel(name, node, inputs, symbols, False, _rows(node.shape, "o", f"n_rows * {k}", body))
 
 
 def kahan_sum(node: Node, name: str):
@@ -303,7 +321,7 @@ def softmax(node: Node, name: str):
     t = compute_type(node.dtype)
     e = LIBM[t]
     row_shape = src.shape[:axis] + src.shape[axis + 1:]
-    o, lines = unravel("row", row_shape, "o")
+    o = [f"o{i}" for i in range(len(row_shape))]
     full = o[:axis] + ["j"] + o[axis:]
     x = read(src, full, pointer_of(src, inputs))
     out_addr = " + ".join(f"{i} * {c_dim(s)}" for i, s in zip(full, contiguous_strides(node.shape)))
@@ -338,7 +356,7 @@ def softmax(node: Node, name: str):
     {t} inv = ({t})(1.0 / s);  // a row of -inf gives 0 * inf = NaN, as the decomposition does
     #pragma omp simd
     for (long long j = 0; j < {n}; ++j) out[{out_addr}] = {store_value(node.dtype, f"exp{e}(({x}) - m) * inv")};"""
-    code = _row_loop(c_dim(sym.product(row_shape)), f"n_rows * {n} * 8", lines, body)
+    code = _rows(row_shape, "o", f"n_rows * {n} * 8", body)
     return _kernel(name, node, inputs, symbols_of(node), False, code)
 
 
@@ -539,7 +557,8 @@ def entry_point(program: CProgram, slot_of, profile: bool = False) -> str:
              "int* err, int threads) {",
              "  omp_set_num_threads(threads);",
              "  omp_set_dynamic(1);  // libgomp sizes each team by the machine's load: no oversubscription",
-             "  lum_threads = threads;"]
+             "  lum_threads = threads;",
+             "  lum_blas_limit(threads);"]
     lines += [f"  const long long d_{s} = dims[{i}];" for i, s in enumerate(program.symbols)]
 
     def ptr(node: Node, const: bool) -> str:
