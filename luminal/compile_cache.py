@@ -44,6 +44,8 @@ load-dependent result) are not stored.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import logging
 import os
@@ -61,6 +63,20 @@ FOLDER = "graphs"
 FORMAT_TAG = 1  # of the compile_cache block; bump when what an entry means changes
 CODE = ("egraph", "hlir", "saving.py", "compile_cache.py")  # the source the optimized graph depends on
 _context: list[str] = []  # computed once per process
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Pause the cyclic garbage collector (as `egraph.pipeline.optimize` does): decoding and
+    spelling graphs allocate many small objects, none in cycles, and inside torch.compile every
+    collection walks Dynamo's whole heap (seconds at 32 layers)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Uncacheable(Exception):
@@ -115,6 +131,11 @@ class Key:
     @staticmethod
     def of(outputs: list[Node], device: str) -> Key:
         """The key of the lowered graph computing `outputs`; Uncacheable if an argument has no spelling."""
+        with gc_paused():
+            return Key._of(outputs, device)
+
+    @staticmethod
+    def _of(outputs: list[Node], device: str) -> Key:
         order = toposort(outputs)
         index: dict[int, int] = {}
         weights: list[ConstantArray] = []
@@ -177,46 +198,74 @@ def _spell(v, memo: dict):
 
 
 # --- reading -------------------------------------------------------------------------------
-def lookup(key: Key, outputs: list[Node]) -> tuple[list[Node], dict] | None:
-    """(the optimized graph, the miss's report fields) of `key`, or None: absent, or refused."""
-    path = folder() / f"{key.digest}.lum"
+def read(digest: str, text: str, bound: dict[str, ConstantArray]) -> tuple[dict, list[Node], dict[str, Node]] | None:
+    """(meta.json's compile_cache block, optimized outputs, inputs by name) of the entry `digest`
+    whose key reads `text`, its references bound to `bound`; None: absent, or refused."""
+    path = folder() / f"{digest}.lum"
     if not path.exists():
         return None
     from luminal.kernels.cache import touch
     from luminal.saving import read_archive
 
-    bound = {f"w{i}": w for i, w in enumerate(key.weights)}
     try:
-        meta, optimized, inputs = read_archive(path, bound=bound)
+        with gc_paused():
+            meta, optimized, inputs = read_archive(path, bound=bound)
         block = meta.get("compile_cache")
-        if not isinstance(block, dict) or block.get("key") != key.text or block.get("digest") != key.digest:
+        if not isinstance(block, dict) or block.get("key") != text or block.get("digest") != digest:
             raise ValueError("a foreign entry (another key)")
-        if len(optimized) != len(outputs) or any(
-                o.dtype is not n.dtype or o.shape != n.shape for o, n in zip(optimized, outputs)):
-            raise ValueError("its outputs differ from the graph's in dtype or shape")
-        stray = [n for n in inputs.values() if id(n) not in key.inputs]
-        if stray:
-            raise ValueError(f"it reads input {stray[0]!r}, which the graph does not have")
-        report = {k: block[k] for k in ("rules_fired", "egraph_size", "notes") if k in block}
-        if not isinstance(report.get("rules_fired", {}), dict) or not isinstance(report.get("notes", []), list):
+        if not isinstance(block.get("rules_fired", {}), dict) or not isinstance(block.get("notes", []), list):
             raise ValueError("a malformed compile_cache block")
     except Exception as exc:  # noqa: BLE001 - any bad entry is a miss, rebuilt and replaced
         LOG.debug("compile cache: ignoring %s: %s: %s", path, type(exc).__name__, exc)
         return None
     touch(path)  # the most recently used now
-    return optimized, report
+    return block, optimized, inputs
+
+
+def lookup(key: Key, outputs: list[Node]) -> tuple[list[Node], dict] | None:
+    """(the optimized graph, the miss's report fields) of `key`, or None: absent, or refused."""
+    found = read(key.digest, key.text, {f"w{i}": w for i, w in enumerate(key.weights)})
+    if found is None:
+        return None
+    block, optimized, inputs = found
+    if len(optimized) != len(outputs) or any(
+            o.dtype is not n.dtype or o.shape != n.shape for o, n in zip(optimized, outputs)):
+        return refused(key.digest, "its outputs differ from the graph's in dtype or shape")
+    stray = [n for n in inputs.values() if id(n) not in key.inputs]
+    if stray:
+        return refused(key.digest, f"it reads input {stray[0]!r}, which the graph does not have")
+    return optimized, {k: block[k] for k in ("rules_fired", "egraph_size", "notes") if k in block}
+
+
+def refused(digest: str, why: str) -> None:
+    LOG.debug("compile cache: ignoring %s: %s", folder() / f"{digest}.lum", why)
+    return None
 
 
 # --- writing -------------------------------------------------------------------------------
 def store(key: Key, outputs: list[Node], optimized: list[Node], report) -> Path | None:
     """Write the entry of `key` (atomically) and prune the folder; None when not stored."""
-    if any(("failed" in n or "MAX_SECONDS" in n) for n in report.notes):
-        return None  # a fallback or a load-dependent result: compile afresh next time
+    refs = {id(w): f"w{i}" for i, w in enumerate(key.weights)}
+    return write(key.digest, key.text, refs, optimized, report)
+
+
+def storable(report) -> bool:
+    """Not a fallback (rewriting failed) nor a load-dependent result (a time limit was hit)."""
+    return not any(("failed" in n or "MAX_SECONDS" in n) for n in report.notes)
+
+
+def write(digest: str, text: str, refs: dict[int, str], optimized: list[Node], report,
+          extra: dict | None = None) -> Path | None:
+    """Write an entry: `optimized` with each weight in `refs` (id of a ConstantArray -> name)
+    stored as a reference, any other by value; `extra` joins the compile_cache block."""
+    if not storable(report):
+        return None
     try:
-        data, meta_json = _entry(key, optimized, report)
+        with gc_paused():
+            data, meta_json = _entry(digest, text, refs, optimized, report, extra or {})
         directory = folder()
-        path = directory / f"{key.digest}.lum"
-        fd, tmp = tempfile.mkstemp(prefix=f"{key.digest}.", suffix=".tmp", dir=directory)
+        path = directory / f"{digest}.lum"
+        fd, tmp = tempfile.mkstemp(prefix=f"{digest}.", suffix=".tmp", dir=directory)
         try:
             with os.fdopen(fd, "wb") as f:
                 with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
@@ -245,12 +294,13 @@ def _text(d, memo: dict) -> str:
     return s
 
 
-def _entry(key: Key, optimized: list[Node], report) -> tuple[tuple[str, bytes], str]:
+def _entry(digest: str, text: str, refs: dict[int, str], optimized: list[Node], report,
+           extra: dict) -> tuple[tuple[str, bytes], str]:
     import json
 
     from luminal.saving import FORMAT, VERSION, _weights_bytes, encode_arg
 
-    refs = {id(w): f"w{i}" for i, w in enumerate(key.weights)}
+    refs = dict(refs)
     embedded: dict[str, object] = {}
     order = toposort(optimized)
     index = {id(n): i for i, n in enumerate(order)}
@@ -258,7 +308,7 @@ def _entry(key: Key, optimized: list[Node], report) -> tuple[tuple[str, bytes], 
     for n in order:
         if isinstance(n.arg, ConstantArray):
             name = refs.get(id(n.arg))
-            if name is None:  # a weight a rewrite made: stored by value
+            if name is None:  # a weight a rewrite (or a frontend) made: stored by value
                 name = refs[id(n.arg)] = f"e{len(embedded)}"
                 embedded[name] = n.arg.array
             arg = {"weight": name}
@@ -276,7 +326,8 @@ def _entry(key: Key, optimized: list[Node], report) -> tuple[tuple[str, bytes], 
             "inputs": [{"name": n.arg, "dtype": n.dtype.short, "shape": [str(d) for d in n.shape]} for n in inputs],
             "output_names": [f"out{i}" for i in range(len(optimized))], "weight_dtypes": dtypes, "weight_specs": {},
             "frontend": {}, "cubins": [], "cubins_sha256": {},
-            "compile_cache": {"key": key.text, "digest": key.digest, "references": len(key.weights),
+            "compile_cache": {"key": text, "digest": digest, "references": sorted(set(refs.values()) - set(embedded)),
                               "rules_fired": report.rules_fired, "egraph_size": report.egraph_size,
-                              "notes": list(report.notes)}}
+                              "ops_before": report.ops_before, "ops_after": report.ops_after,
+                              "notes": list(report.notes), **extra}}
     return (json.dumps(graph), blob), json.dumps(meta)

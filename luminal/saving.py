@@ -35,7 +35,7 @@ from luminal.errors import LuminalError
 from luminal.hlir import symbolic as sym
 from luminal.hlir import verify
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import POINTWISE, ConstantArray, Expr, Node, Op, _key, toposort
+from luminal.hlir.ops import POINTWISE, ConstantArray, Expr, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
 
 FORMAT = "luminal-compiled"
@@ -198,8 +198,10 @@ def decode_graph(data: dict, weights) -> list[Node]:
                 op = ops[entry["op"]] = Op.from_name(entry["op"])
             node = Node(op, DType.of(entry["dtype"]),
                         tuple(_dim(d) for d in entry["shape"]), src, decode_arg(entry["arg"], weights))
-            seen = (node.op, node.dtype, _key(node.shape), tuple((s.dtype, _key(s.shape)) for s in src), _key(node.arg))
-            if seen not in checked:  # check_node reads exactly these (of the node, and of its sources)
+            # check_node reads the node (spelled exactly as the file does) and its sources' dtypes and
+            # shapes (by value only: through sym.equal, len and slices)
+            seen = (entry["op"], entry["dtype"], tuple(entry["shape"]), repr(arg), tuple((s.dtype, s.shape) for s in src))
+            if seen not in checked:
                 verify.check_node(node)
                 checked.add(seen)
             static = [d for d in node.shape if isinstance(d, int)]
@@ -406,8 +408,9 @@ def read_archive(path, bound: dict[str, ConstantArray] | None = None) -> tuple[d
             raise SaveFormatError(f"meta.json names {len(meta['output_names'])} outputs, graph.json has {len(outputs)}")
     except SaveFormatError as exc:
         raise SaveFormatError(f"{path}: {exc}") from None
-    inputs = {n.arg: n for n in toposort(outputs) if n.op is Op.INPUT}
-    if len(inputs) != sum(n.op is Op.INPUT for n in toposort(outputs)):
+    declared = [n for n in toposort(outputs) if n.op is Op.INPUT]
+    inputs = {n.arg: n for n in declared}
+    if len(inputs) != len(declared):
         raise SaveFormatError(f"{path}: graph.json declares an input name twice (with different shapes or dtypes)")
     return meta, outputs, inputs
 

@@ -92,14 +92,24 @@ def test_torch_compile_hit_uses_the_new_model_weights(cache):
         torch.manual_seed(seed)
         return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).eval()
 
+    from luminal.compiler import STATS
+
     x = torch.randn(4, 16)
+    reports = []
     with torch.no_grad():
-        for seed in (0, 1):
+        for seed in (0, 1, 1):
             torch._dynamo.reset()
             m = model(seed)
-            out = torch.compile(m, backend="luminal", options={"device": "numpy"})(x)
-            torch.testing.assert_close(out, m(x), rtol=1e-5, atol=1e-5)
-    assert len(entries(cache)) == 1  # the second model hit the first one's entry
+            fast = torch.compile(m, backend="luminal", options={"device": "numpy"})
+            torch.testing.assert_close(fast(x), m(x), rtol=1e-5, atol=1e-5)
+            reports.append(STATS.compiled[-1].report())
+            if seed == 1 and len(reports) == 3:  # new values in place, after the hit: seen
+                m[0].weight.mul_(2)
+                torch.testing.assert_close(fast(x), m(x), rtol=1e-5, atol=1e-5)
+    assert reports[0].cache == {"optimize": "miss"}
+    assert reports[1].cache == reports[2].cache == {"dynamo graph": "hit", "optimize": "hit"}  # lowering skipped too
+    assert not {"lower", "import", "saturate"} & set(reports[1].phases)
+    assert len(entries(cache)) == 2  # one of the lowered HLIR graph, one of Dynamo's graph
 
 
 def corrupt(path: Path, how: str, other: Path) -> None:

@@ -29,6 +29,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from luminal import devices
 from luminal.errors import DeviceError, LuminalError, UnsupportedError
+from luminal.frontends.torch import fx_cache
 from luminal.frontends.torch.decompose import decompose_graph
 from luminal.frontends.torch.fx_import import FxImporter
 
@@ -73,8 +74,10 @@ class LuminalFunction:
     _boxed_call = True  # aot_autograd's calling convention: one list of arguments
 
     def __init__(self, gm, weight_ids: set[int], name: str, opts: dict, lowering: tuple[float, str],
-                 mutated: frozenset[int] = frozenset()):
+                 mutated: frozenset[int] = frozenset(), restore_from=None):
         self.gm, self.weight_ids, self.name, self.opts = gm, weight_ids, name, opts
+        self.restore_from = restore_from  # a compile cache entry of Dynamo's graph `gm` (fx_cache): built from it
+        self.cache_entry = None  # where to store what this (lowered) graph compiles to
         self.mutated = mutated  # positions of inputs the graph mutates: always fed, never constants
         self.lowering = lowering  # (seconds, how) of Dynamo's graph -> core ATen
         self.imported = None
@@ -86,10 +89,17 @@ class LuminalFunction:
         self.weights = {i: a for i, a in enumerate(args) if id(a) in self.weight_ids and i not in self.mutated}
         constants = {placeholders[i].name: a for i, a in self.weights.items()}
         self.weight_ptrs = {i: a.data_ptr() for i, a in self.weights.items()}
+        if self.restore_from is not None:  # a hit of the compile cache: no lowering, import or egglog
+            self.imported = fx_cache.restore(self.restore_from, args, self.name, self.opts)
+            if self.imported is None:
+                raise LuminalError(f"the compile cache entry of graph {self.name} is gone or refused")
+            return
         imported = FxImporter(self.gm, self.name).build(constants)
         seconds, how = self.lowering
         self.imported = imported.compile(device=self.opts["device"], optimize=self.opts["optimize"], name=self.name,
                                          phases={"lower": seconds}, notes=[f"lowered to core ATen by {how}"])
+        if self.cache_entry is not None:
+            fx_cache.store(self.cache_entry, self.imported, imported.weight_arrays)
 
     def __call__(self, args):
         if self.eager is not None:
@@ -158,9 +168,19 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
     def bw_compiler(agm, _fake_inputs):  # training: luminal runs the forward, eager the backward
         return make_boxed_func(agm.forward)
 
+    entry = fx_cache.key(gm, example_inputs, weight_ids, opts) if opts["lowering"] == "auto" else None
+    if entry is not None:  # the compile cache may hold what this graph becomes
+        cached = LuminalFunction(gm, weight_ids, name, opts, (0.0, "the compile cache"), restore_from=entry)
+        try:
+            cached._build(list(example_inputs))
+            return lambda *args: cached(list(args))
+        except LuminalError:  # a miss: compile it (and store it) below
+            pass
     aten = decompose_graph(gm, example_inputs) if opts["lowering"] == "auto" else None
     if aten is not None:  # the fast path: Dynamo calls the result directly, unboxed
         boxed = fw_compiler(aten, None, aten.meta["luminal_lowering"])
+        if isinstance(boxed, LuminalFunction):
+            boxed.cache_entry = entry
         return lambda *args: boxed(list(args))
 
     from torch._decomp import core_aten_decompositions

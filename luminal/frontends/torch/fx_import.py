@@ -74,9 +74,12 @@ class FxImporter:
         self.hints = hints_of(vals)
         bound: set[str] = set()
         feeds: list = []  # per placeholder: ("tensor", input name) | ("dim", carrier name) | None
-        for node, val in zip(placeholders, vals):
+        weight_arrays = {}  # placeholder position -> the ConstantArray of that weight (the compile cache's references)
+        for i, (node, val) in enumerate(zip(placeholders, vals)):
             if node.name in constants:
                 env[node] = _constant(g, constants[node.name], node.name)
+                if hasattr(env[node], "node"):
+                    weight_arrays[i] = env[node].node.arg
                 feeds.append(None)
             elif node.name in values:
                 env[node] = values[node.name]
@@ -118,6 +121,7 @@ class FxImporter:
         outputs = torch.fx.node.map_arg(out_node.args[0], lambda n: env[n])
         imported = Imported(g, placeholders, feeds, outputs, list(carriers.values()))
         imported.import_s = time.perf_counter() - start
+        imported.weight_arrays = weight_arrays
         return imported
 
     def _call(self, g: Graph, node, env):
@@ -201,6 +205,16 @@ class Imported:
         self.out_nodes, self.out_names = nodes, names
         for node, name in zip(nodes, names):  # so `g` displays and runs like a builder graph
             g.output(Tensor(g, node), name)
+
+    @classmethod
+    def restored(cls, compiled, feeds, flat_kinds, spec) -> Imported:
+        """An imported graph from the compile cache (`fx_cache`): compiled, no builder graph."""
+        self = cls.__new__(cls)
+        self.g, self.placeholders, self.carriers, self.weight_arrays = None, None, [], {}
+        self.feeds, self.flat_kinds, self.spec = feeds, flat_kinds, spec
+        self.out_nodes, self.out_names = compiled.outputs, compiled.output_names
+        self.compiled, self.device, self.used = compiled, compiled.device.name, set(compiled.input_names)
+        return self
 
     def compile(self, *, device: str = "cpu", optimize: bool | None = None, name: str = "graph",
                 phases: dict[str, float] | None = None, notes: list[str] | None = None):

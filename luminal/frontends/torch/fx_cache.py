@@ -1,0 +1,166 @@
+"""The compile cache one level up, for torch.compile: Dynamo's graph -> the optimized HLIR graph
+and how to call it. A hit skips the lowering to ATen, the FX import and egglog.
+
+`luminal.compile_cache` caches the optimized graph of a lowered HLIR graph; lowering Dynamo's
+graph to core ATen and importing it cost more than that (seconds at 32 layers). So the Dynamo
+backend first looks here, under a key over what determines both:
+- Dynamo's graph as Python (`gm.code`: every call, its target and arguments, in order);
+- per placeholder: weight or input, and for a tensor its dtype, shape, strides, device and
+  requires_grad (for a plain value, the value);
+- torch's version, luminal's context (`compile_cache.context`), the device, optimize on/off,
+  grad mode.
+Graphs with `get_attr` or `call_module` nodes (state the code does not spell), symbolic shapes
+or fake example inputs are not cached here (the HLIR-level cache still serves them), nor are
+those lowered by aot_autograd (mutation, gradients: their placeholders differ from Dynamo's).
+
+An entry is a `compile_cache` entry whose weight references are `p<i>`, the weight placeholder
+of position i (a hit re-binds the tensors Dynamo passes, exactly as the FX import would, so new
+weight values are always seen), plus a `torch` block: per placeholder how it feeds the graph,
+the output structure (kinds, names, and the pytree spec, checked to import nothing), all
+validated before use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import torch
+
+from luminal import compile_cache
+from luminal.compiler import Report
+from luminal.errors import LuminalError
+
+
+class Entry:
+    """A readable entry: its key and the torch block (the graph is decoded per weight binding)."""
+
+    def __init__(self, digest: str, text: str, weights: list[int]):
+        self.digest, self.text, self.weights = digest, text, weights  # weights: placeholder positions
+        self.key_s = 0.0  # seconds spent computing the key
+        self.placeholders: list[str] = []  # of Dynamo's graph, in order
+
+
+def key(gm, example_inputs, weight_ids: set[int], opts: dict) -> Entry | None:
+    """The key of Dynamo's graph with these inputs, or None where this cache does not apply."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if not compile_cache.enabled() or any(n.op in ("get_attr", "call_module") for n in gm.graph.nodes):
+        return None
+    from luminal.compiler import optimize_enabled
+
+    spelled, weights = [], []
+    for i, v in enumerate(example_inputs):
+        if isinstance(v, torch.Tensor):
+            if isinstance(v, FakeTensor) or not all(type(d) is int for d in (*v.shape, *v.stride())):
+                return None
+            kind = "w" if id(v) in weight_ids else "t"
+            if kind == "w":
+                weights.append(i)
+            spelled.append((kind, str(v.dtype), tuple(v.shape), tuple(v.stride()), v.device.type, v.requires_grad))
+        elif v is None or isinstance(v, (bool, int, float, str)):
+            spelled.append(("v", repr(v)))
+        else:
+            return None
+    t0 = time.perf_counter()
+    text = (f"{compile_cache.context()}; torch {torch.__version__}; device {opts['device']}; "
+            f"optimize {optimize_enabled(opts['optimize'])}; grad {torch.is_grad_enabled()}; dynamo graph")
+    h = hashlib.sha256(text.encode())
+    h.update(gm.code.encode())
+    h.update(repr(spelled).encode())
+    entry = Entry(h.hexdigest(), text, weights)
+    entry.placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    entry.key_s = time.perf_counter() - t0
+    return entry
+
+
+def store(entry: Entry, imported, weight_arrays: dict[int, object]) -> None:
+    """Store the miss: `imported` (fx_import.Imported, compiled), `weight_arrays` the
+    ConstantArray the import made of each weight placeholder."""
+    from torch.utils._pytree import treespec_dumps
+
+    if [n.name for n in imported.placeholders] != entry.placeholders:
+        return  # the lowering renumbered the placeholders: the references would not be Dynamo's positions
+    kinds = []
+    for kind, v in imported.flat_kinds:
+        if kind == "value" and not (v is None or isinstance(v, (bool, int, float, str))):
+            return  # an output value JSON cannot hold
+        kinds.append([kind, v])
+    try:
+        spec = treespec_dumps(imported.spec)
+    except Exception:  # noqa: BLE001 - an output structure without a serialization: not cached
+        return
+    compiled = imported.compiled
+    extra = {"torch": {"feeds": [list(f) if f else None for f in imported.feeds], "flat_kinds": kinds,
+                       "spec": spec, "out_names": list(imported.out_names), "inputs": compiled.input_names,
+                       "unused": sorted(compiled.unused_inputs)}}
+    refs = {id(a): f"p{i}" for i, a in weight_arrays.items()}
+    compile_cache.write(entry.digest, entry.text, refs, compiled.outputs, compiled.report(), extra)
+
+
+def restore(entry: Entry, args, name: str, opts: dict):
+    """The compiled `Imported` of `entry`, its weights bound to `args`' weight tensors; None if
+    the entry is absent or refused (then the caller compiles afresh)."""
+    with compile_cache.gc_paused():
+        return _restore(entry, args, name, opts)
+
+
+def _restore(entry: Entry, args, name: str, opts: dict):
+    from luminal import devices
+    from luminal.builder import Graph
+    from luminal.compiler import STATS, CompiledGraph, _build_counts, op_counts
+    from luminal.debug import emit
+    from luminal.frontends.torch.fx_import import Imported, _constant
+    from luminal.saving import _check_pytree_spec
+
+    t0 = time.perf_counter()
+    scratch = Graph("bind")
+    bound = {f"p{i}": _constant(scratch, args[i], f"p{i}").node.arg for i in entry.weights}
+    found = compile_cache.read(entry.digest, entry.text, bound)
+    if found is None:
+        return None
+    block, optimized, by_name = found
+    try:
+        t = block["torch"]
+        feeds, kinds, out_names = t["feeds"], t["flat_kinds"], t["out_names"]
+        if not (isinstance(feeds, list) and len(feeds) == len(args) and all(
+                f is None or (isinstance(f, list) and len(f) == 2 and f[0] in ("tensor", "dim") and isinstance(f[1], str))
+                for f in feeds)):
+            raise ValueError("malformed feeds")
+        if not (isinstance(out_names, list) and len(out_names) == len(optimized)):
+            raise ValueError("malformed output names")
+        for kind, v in kinds:
+            if kind in ("tensor", "tensor_dim") and not (type(v) is int and 0 <= v < len(optimized)):
+                raise ValueError(f"output {v!r} out of range")
+            if kind not in ("tensor", "tensor_dim", "value"):
+                raise ValueError(f"unknown output kind {kind!r}")
+        _check_pytree_spec(t["spec"])
+        from torch.utils._pytree import treespec_loads
+
+        spec = treespec_loads(t["spec"])
+        inputs = [by_name[n] for n in t["inputs"] if n in by_name]
+        unused = tuple(n for n in t["unused"] if isinstance(n, str))
+    except (LuminalError, KeyError, TypeError, ValueError) as exc:
+        return compile_cache.refused(entry.digest, f"a malformed torch block: {type(exc).__name__}: {exc}")
+    report = Report(name=name, rules_fired=dict(block.get("rules_fired", {})), egraph_size=block.get("egraph_size"),
+                    notes=[f"compile cache hit ({entry.digest[:12]}) on Dynamo's graph: lowering, import and egglog "
+                           "skipped; the miss said:", *map(str, block.get("notes", []))])
+    report.phases["cache"] = entry.key_s + time.perf_counter() - t0
+    report.cache["dynamo graph"] = report.cache["optimize"] = "hit"
+    counts = {k: block.get(k) for k in ("ops_before", "ops_after")}
+    report.ops_before, report.ops_after = (
+        {str(k): v for k, v in c.items() if type(v) is int} if isinstance(c, dict) else {} for c in counts.values())
+    if not report.ops_after:
+        report.ops_after = op_counts(optimized)
+    device = devices.require(opts["device"])
+    t0 = time.perf_counter()
+    builds = _build_counts()
+    runtime = device.runtime(optimized)
+    report.phases[device.phase] = time.perf_counter() - t0
+    after = _build_counts()
+    if after != builds:
+        report.cache[device.phase] = "miss" if after[0] > builds[0] else "hit"
+    compiled = CompiledGraph(inputs, optimized, out_names, runtime, report, unused, device=opts["device"])
+    STATS.compiled.append(compiled)
+    emit(compiled)
+    return Imported.restored(compiled, [tuple(f) if f else None for f in feeds], [tuple(k) for k in kinds], spec)
