@@ -24,12 +24,28 @@ from luminal.hlir.ops import ConstantArray, Node, Op, _key, toposort
 MIN_PART_NODES = 16  # a repeated segment smaller than this is merged with its neighbours
 
 
+class Signature:
+    """A part's canonical listing with its hash computed once: the listing is a big nested tuple
+    (tuples do not cache their hash), looked up in several dicts per part."""
+
+    __slots__ = ("key", "_hash")
+
+    def __init__(self, key: tuple):
+        self.key, self._hash = key, hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or (isinstance(other, Signature) and self._hash == other._hash and self.key == other.key)
+
+
 @dataclass
 class Part:
     nodes: list[Node]  # canonical listing, operands first; slots excluded
     slots: list[Node]  # inputs, weights and values computed by earlier parts
     outputs: list[int]  # indices into nodes: the values used after this part
-    signature: tuple
+    signature: Signature
 
 
 def is_slot_leaf(n: Node) -> bool:
@@ -139,5 +155,5 @@ def make_part(roots: list[Node], members: set[int], active: set[int]) -> Part:
             nodes.append(n)
             entries.append((n.op, n.dtype, n.shape, _key(n.arg), refs))
     outs = [index[id(r)] if id(r) in index else -1 - slot_index[id(r)] for r in roots]
-    signature = (tuple(entries), tuple(slot_desc), tuple(outs))
+    signature = Signature((tuple(entries), tuple(slot_desc), tuple(outs)))
     return Part(nodes, slots, outs, signature)
