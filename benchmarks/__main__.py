@@ -2,6 +2,7 @@
 
     python -m benchmarks                 # everything (under 10 minutes on 2 cores)
     python -m benchmarks --quick         # tiny models only, no inductor (a smoke run)
+    python -m benchmarks --models llama-tiny bert-tiny   # some models: results/cpu_<models>.json/.md
 Writes benchmarks/results/cpu.json, cpu.md and cpu.png (the plot needs matplotlib).
 """
 
@@ -46,14 +47,18 @@ def table(rows: list[dict]) -> str:
     def f(row, key, fmt="{:.2f}"):
         return fmt.format(row[key]) if key in row else "–"
 
-    lines = ["| model | tokens | eager ms | luminal ms (×eager) | luminal float32 ms (×eager) | inductor ms (×eager) | onnxruntime ms (×eager) | luminal compile s | inductor compile s | luminal max err |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | tokens | eager ms | luminal cpu ms (×eager) | C build s | luminal numpy ms (×eager) | "
+             "numpy float32 ms (×eager) | inductor ms (×eager) | onnxruntime ms (×eager) | luminal compile s (cpu) | "
+             "inductor compile s | cpu max err | numpy max err |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
-            f"| {r['model']} | {r['tokens']} | {f(r, 'eager_ms')} | {f(r, 'luminal_ms')} ({f(r, 'luminal_vs_eager')}) | "
-            f"{f(r, 'luminal_f32_ms')} ({f(r, 'luminal_f32_vs_eager')}) | "
+            f"| {r['model']} | {r['tokens']} | {f(r, 'eager_ms')} | {f(r, 'cpu_ms')} ({f(r, 'cpu_vs_eager')}) | "
+            f"{f(r, 'cpu_build_s')} | {f(r, 'numpy_ms')} ({f(r, 'numpy_vs_eager')}) | "
+            f"{f(r, 'numpy_f32_ms')} ({f(r, 'numpy_f32_vs_eager')}) | "
             f"{f(r, 'inductor_ms')} ({f(r, 'inductor_vs_eager')}) | {f(r, 'onnxruntime_ms')} ({f(r, 'onnxruntime_vs_eager')}) | "
-            f"{f(r, 'luminal_compile_s')} | {f(r, 'inductor_compile_s')} | {f(r, 'luminal_max_err', '{:.1e}')} |")
+            f"{f(r, 'cpu_compile_s')} | {f(r, 'inductor_compile_s')} | {f(r, 'cpu_max_err', '{:.1e}')} | "
+            f"{f(r, 'numpy_max_err', '{:.1e}')} |")
     return "\n".join(lines)
 
 
@@ -76,11 +81,10 @@ def plot(rows: list[dict], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    keys = [("eager_ms", "PyTorch eager"), ("luminal_ms", "luminal (NumPy)"),
-            ("luminal_f32_ms", "luminal (NumPy, set_precision float32)"), ("inductor_ms", "inductor"),
-            ("onnxruntime_ms", "onnxruntime")]
+    keys = [("eager_ms", "PyTorch eager"), ("cpu_ms", "luminal cpu (compiled C)"), ("numpy_ms", "luminal numpy"),
+            ("numpy_f32_ms", "luminal numpy, float32"), ("inductor_ms", "inductor"), ("onnxruntime_ms", "onnxruntime")]
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    width = 0.16
+    width = 0.14
     for i, (key, label) in enumerate(keys):
         ax.bar([j + i * width for j in range(len(rows))], [r.get(key, 0) for r in rows], width, label=label)
     ax.set_xticks([j + 2 * width for j in range(len(rows))], [r["model"] for r in rows], rotation=20)
@@ -119,6 +123,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("--quick", action="store_true", help="tiny models only, no inductor or ONNX")
     parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--models", nargs="+", metavar="NAME", help=f"only these models (of {', '.join(FULL)}); "
+                        "no compile-time scaling, README untouched")
     opts = parser.parse_args(argv)
     cold_inductor()
     RESULTS.mkdir(exist_ok=True)
@@ -126,15 +132,17 @@ def main(argv=None) -> int:
     env = environment()
     print(f"luminal benchmarks on {env['platform']} ({env['cpu_count']} threads), torch {env['torch']}", flush=True)
     rows = []
-    for name in QUICK if opts.quick else FULL:
+    for name in opts.models or (QUICK if opts.quick else FULL):
         print(f"- {name}", flush=True)
         rows.append(bench_model(name, make(name), example_inputs(name), inductor=not opts.quick, onnx=not opts.quick))
         print("  " + ", ".join(f"{k}={v:.3g}" for k, v in rows[-1].items() if isinstance(v, float)), flush=True)
-    print("- compile-time scaling (Llama, hidden 64)", flush=True)
-    scaling = compile_scaling((1, 2, 4) if opts.quick else (1, 2, 4, 8, 16, 32))
+    if not opts.models:
+        print("- compile-time scaling (Llama, hidden 64)", flush=True)
+    scaling = [] if opts.models else compile_scaling((1, 2, 4) if opts.quick else (1, 2, 4, 8, 16, 32))
     elapsed = time.perf_counter() - started
     result = {"environment": env, "latency": rows, "compile_scaling": scaling, "elapsed_s": elapsed}
-    (RESULTS / "cpu.json").write_text(json.dumps(result, indent=1))
+    stem = "cpu_" + "_".join(opts.models) if opts.models else "cpu"  # a partial run keeps the full results
+    (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1))
     markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} threads, torch {env['torch']}, "
                 f"numpy {env['numpy']}, egglog {env['egglog']} (`python -m benchmarks`, {elapsed:.0f} s). "
                 "Batch 1; medians.\n\n" + table(rows) + "\n\nCompile time over depth (one process: from the second "
@@ -142,13 +150,15 @@ def main(argv=None) -> int:
                 "extract are paid once). Phases are `luminal.compile`'s: `export` is torch.export itself, "
                 "`lower` the lowering to core ATen, the rest luminal; `backend='eager'` is Dynamo's tracing alone, "
                 "the floor under any backend's first call:\n\n" + scaling_table(scaling))
-    (RESULTS / "cpu.md").write_text(markdown + "\n")
-    if plot(rows, RESULTS / "cpu.png"):
+    if opts.models:
+        markdown = markdown.split("\n\nCompile time over depth")[0]  # no scaling in a partial run
+    (RESULTS / f"{stem}.md").write_text(markdown + "\n")
+    if not opts.models and plot(rows, RESULTS / "cpu.png"):
         markdown += "\n\n![latency](benchmarks/results/cpu.png)"
-    if not opts.no_readme and not opts.quick:
+    if not opts.no_readme and not opts.quick and not opts.models:
         update_readme(markdown)
     print(markdown)
-    print(f"wrote {RESULTS}/cpu.json, cpu.md{', cpu.png' if (RESULTS / 'cpu.png').exists() else ''} in {elapsed:.0f} s")
+    print(f"wrote {RESULTS}/{stem}.json, {stem}.md{', cpu.png' if not opts.models else ''} in {elapsed:.0f} s")
     return 0
 
 

@@ -1,9 +1,10 @@
 """CPU latency and compile time, side by side in one process, same inputs and weights.
 
 For each model: PyTorch eager, torch.compile (inductor), onnxruntime on the same model exported
-to ONNX, and luminal (NumPy runtime) through `luminal.compile`, at its default precision and
-with `luminal.set_precision("float32")` (f32 GEMMs and exps). Medians (eager and
-luminal measured in alternating rounds), ratios to eager.
+to ONNX, and luminal through `luminal.compile`: `device="cpu"` (the compiled C backend; its
+"C build s" is the report's `build` phase: render, C compiler, load) and `device="numpy"` (the
+reference runtime) at its default precision and with `luminal.set_precision("float32")` (f32
+GEMMs and exps). Medians (eager and luminal measured in alternating rounds), ratios to eager.
 """
 
 from __future__ import annotations
@@ -72,21 +73,26 @@ def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool
     with torch.no_grad():
         ref = _first(model(*args)).numpy()
         t0 = time.perf_counter()
-        compiled = luminal.compile(model, args)
-        row["luminal_compile_s"] = time.perf_counter() - t0
+        compiled = luminal.compile(model, args, device="cpu")  # the compiled C backend
+        row["cpu_compile_s"] = time.perf_counter() - t0
         row["luminal_phases_s"] = {k: round(v, 4) for k, v in compiled.report().phases.items()}
-        row["luminal_max_err"] = _err(_first(compiled(*args)), ref)
+        row["cpu_build_s"] = compiled.report().phases.get("build", float("nan"))  # C render + cc + load
+        row["cpu_max_err"] = _err(_first(compiled(*args)), ref)
+        t0 = time.perf_counter()
+        reference = luminal.compile(model, args, device="numpy")  # the NumPy reference runtime
+        row["numpy_compile_s"] = time.perf_counter() - t0
+        row["numpy_max_err"] = _err(_first(reference(*args)), ref)
 
-        def luminal_f32():
+        def numpy_f32():
             luminal.set_precision("float32")
             try:
-                return compiled(*args)
+                return reference(*args)
             finally:
                 luminal.set_precision("float64")
 
-        row["luminal_f32_max_err"] = _err(_first(luminal_f32()), ref)
-        medians = interleaved_medians({"eager": lambda: model(*args), "luminal": lambda: compiled(*args),
-                                       "luminal_f32": luminal_f32})
+        row["numpy_f32_max_err"] = _err(_first(numpy_f32()), ref)
+        medians = interleaved_medians({"eager": lambda: model(*args), "cpu": lambda: compiled(*args),
+                                       "numpy": lambda: reference(*args), "numpy_f32": numpy_f32})
         row.update({f"{k}_ms": v * 1e3 for k, v in medians.items()})
 
         if inductor:
@@ -102,7 +108,7 @@ def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool
         except Exception as exc:  # recorded, not hidden: the table says why the column is empty
             row["onnxruntime_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             traceback.print_exc()
-    for k in ("luminal", "luminal_f32", "inductor", "onnxruntime"):
+    for k in ("cpu", "numpy", "numpy_f32", "inductor", "onnxruntime"):
         if f"{k}_ms" in row:
             row[f"{k}_vs_eager"] = row[f"{k}_ms"] / row["eager_ms"]
     return row
