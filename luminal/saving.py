@@ -180,6 +180,8 @@ def decode_graph(data: dict, weights) -> list[Node]:
     built: list[Node] = []
     checked: set = set()  # what check_node reads of nodes already checked: repeated layers are checked once
     ops: dict[str, Op] = {}
+    values: dict[str, tuple] = {}  # an argument's JSON text -> (its value,): repeated layers decode each once
+    shapes: dict[tuple, tuple] = {}
     for i, entry in enumerate(data["nodes"]):
         what = f"graph.json node {i}"
         try:
@@ -189,18 +191,25 @@ def decode_graph(data: dict, weights) -> list[Node]:
             if not all(type(j) is int and 0 <= j < i for j in entry["src"]):
                 raise ValueError(f"sources {entry['src']} must be indices of earlier nodes")
             src = tuple(built[j] for j in entry["src"])
-            arg = entry.get("arg")
-            nests = isinstance(arg, dict) and ("t" in arg or "expr" in arg)  # the tags decode_arg recurses into
-            if nests and _depth(arg) > MAX_ARG_DEPTH:  # decoding and hashing recurse (in C, too)
-                raise ValueError(f"its argument is nested more than {MAX_ARG_DEPTH} deep")
+            arg = entry["arg"]
+            spelled = repr(arg)  # exact: the same text decodes to the same (immutable) value
+            value = values.get(spelled)
+            if value is None:
+                nests = isinstance(arg, dict) and ("t" in arg or "expr" in arg)  # the tags decode_arg recurses into
+                if nests and _depth(arg) > MAX_ARG_DEPTH:  # decoding and hashing recurse (in C, too)
+                    raise ValueError(f"its argument is nested more than {MAX_ARG_DEPTH} deep")
+                value = values[spelled] = (decode_arg(arg, weights),)
+            shape_text = tuple(entry["shape"])
+            shape = shapes.get(shape_text)
+            if shape is None:
+                shape = shapes[shape_text] = tuple(_dim(d) for d in shape_text)
             op = ops.get(entry["op"]) if isinstance(entry["op"], str) else None
             if op is None:
                 op = ops[entry["op"]] = Op.from_name(entry["op"])
-            node = Node(op, DType.of(entry["dtype"]),
-                        tuple(_dim(d) for d in entry["shape"]), src, decode_arg(entry["arg"], weights))
+            node = Node(op, DType.of(entry["dtype"]), shape, src, value[0])
             # check_node reads the node (spelled exactly as the file does) and its sources' dtypes and
             # shapes (by value only: through sym.equal, len and slices)
-            seen = (entry["op"], entry["dtype"], tuple(entry["shape"]), repr(arg), tuple((s.dtype, s.shape) for s in src))
+            seen = (entry["op"], entry["dtype"], shape_text, spelled, tuple((s.dtype, s.shape) for s in src))
             if seen not in checked:
                 verify.check_node(node)
                 checked.add(seen)
