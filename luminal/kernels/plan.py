@@ -40,7 +40,9 @@ class Schedule:
     def build(outputs: list[Node]) -> Schedule:
         final = []
         for n in outputs:  # every output gets a buffer of its own
-            if n.op in (Op.VIEW, Op.INPUT, Op.CONSTANT) or any(n is f for f in final):
+            if n.op in (Op.VIEW, Op.INPUT, Op.CONSTANT):
+                n = Node(Op.CONTIGUOUS, n.dtype, n.shape, (n,))
+            while any(n is f for f in final):  # an output listed twice: nodes are interned, so copy a copy
                 n = Node(Op.CONTIGUOUS, n.dtype, n.shape, (n,))
             final.append(n)
         order = toposort(final)
