@@ -9,7 +9,8 @@ anyway) plus the vector extensions this CPU has (`-mavx2 -mf16c` on x86-64 when 
 them). Libraries live in `<cache>/cpu/<key>.so`, key = sha256 of the source, the flags and the
 compiler's version. A library is written atomically (built to a temporary name, then
 renamed) with its own sha256 beside it; a cached library is loaded only from our cache folder and
-only when its bytes match that sha256 — anything else is deleted and rebuilt.
+only when its bytes match that sha256 — anything else is deleted and rebuilt. The folder is pruned
+to `$LUMINAL_CACHE_MAX_MB` after each build (`cache.prune`, least recently used first).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from luminal.errors import LuminalError
-from luminal.kernels.cache import cache_dir, write_atomic
+from luminal.kernels.cache import cache_dir, prune, touch, write_atomic
 
 FLAGS = (
     "-O2", "-ftree-partial-pre",  # partial PRE: lets -O2 if-convert (and so vectorize) select chains
@@ -116,6 +117,7 @@ def build(source: str, cc: str | None = None) -> Path:
     library = directory / f"{key}.so"
     if library.exists() and _verified(library):
         stats.cache_hits += 1
+        touch(library)  # most recently used: the last to be pruned
         return library
     with open(directory / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same key: wait for it
@@ -134,4 +136,5 @@ def build(source: str, cc: str | None = None) -> Path:
             raise CpuBuildError(f"{cc} could not build {c_file}:\n{result.stderr.strip()[-4000:]}")
         write_atomic(library.with_suffix(".sha256"), _sha256(tmp).encode())
         os.replace(tmp, library)  # atomic: a reader never sees a half-written library
+    prune(directory)  # the folder stays under $LUMINAL_CACHE_MAX_MB (least recently used go first)
     return library
