@@ -237,3 +237,18 @@ def test_every_loop_split_over_three_threads(monkeypatch):
     feeds = {"x": rng.standard_normal((3, 5, 7)).astype(np.float32), "i": rng.integers(0, 7, (3, 5, 2))}
     for (name, _), out, want in zip(g.outputs, cg(feeds), g.run(feeds)):
         _same(out, want, name)
+
+
+def test_a_failing_compiler_warns_and_runs_numpy(monkeypatch, tmp_path):
+    fake = tmp_path / "cc"
+    fake.write_text("#!/bin/sh\necho 'cc: error: unrecognized option' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    monkeypatch.setattr(cpu_runtime, "_warned", set())
+    monkeypatch.setattr(build, "_version", lambda cc: "fake 1.0")
+    g = lm.Graph()
+    x = g.input("x", (3,))
+    g.output(x.sqrt())
+    with pytest.warns(RuntimeWarning, match="unrecognized option"):
+        cg = g.compile(device="cpu")
+    assert isinstance(cg.runtime, NumpyRuntime)

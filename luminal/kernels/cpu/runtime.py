@@ -46,7 +46,8 @@ def _warn_once(key: str, message: str) -> None:
 
 def make(outputs, **_options):
     """The runtime of `device="cpu"`: compiled C, or the NumPy runtime (warned once) when this
-    machine has no C compiler or the graph holds an op the C dialect cannot render."""
+    machine has no C compiler, the compiler fails, or the graph holds an op the C dialect cannot
+    render. (`CpuRuntime` itself raises: the tests build it directly.)"""
     from luminal.runtime import NumpyRuntime
 
     if build.compiler() is None:
@@ -59,6 +60,11 @@ def make(outputs, **_options):
         return CpuRuntime(outputs)
     except UnsupportedError as exc:
         _warn_once(f"unsupported:{exc}", f'device="cpu": {exc}; this graph runs on the NumPy reference runtime')
+        return NumpyRuntime(outputs)
+    except build.CpuBuildError as exc:  # a compiler that rejects our flags (no OpenMP, say): correct, slower
+        first = str(exc).splitlines()[:6]
+        _warn_once(f"build:{build.compiler()}", 'device="cpu": the C compiler failed; running the NumPy reference '
+                                                "runtime instead:\n" + "\n".join(first))
         return NumpyRuntime(outputs)
 
 
