@@ -201,7 +201,11 @@ def _spell(v, memo: dict):
 def read(digest: str, text: str, bound: dict[str, ConstantArray]) -> tuple[dict, list[Node], dict[str, Node]] | None:
     """(meta.json's compile_cache block, optimized outputs, inputs by name) of the entry `digest`
     whose key reads `text`, its references bound to `bound`; None: absent, or refused."""
-    path = folder() / f"{digest}.lum"
+    try:
+        path = folder() / f"{digest}.lum"
+    except OSError as exc:  # no cache folder can be made (a read-only home): compile without
+        LOG.debug("compile cache: unavailable: %s", exc)
+        return None
     if not path.exists():
         return None
     from luminal.kernels.cache import touch
@@ -238,7 +242,7 @@ def lookup(key: Key, outputs: list[Node]) -> tuple[list[Node], dict] | None:
 
 
 def refused(digest: str, why: str) -> None:
-    LOG.debug("compile cache: ignoring %s: %s", folder() / f"{digest}.lum", why)
+    LOG.debug("compile cache: ignoring entry %s: %s", digest, why)
     return None
 
 

@@ -195,3 +195,12 @@ def test_processes_fill_the_cache_at_once(cache, tmp_path):
     outs = [np.load(tmp_path / f"out{i}.npy") for i in range(3)]
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_array_equal(outs[0], outs[2])
+
+
+def test_an_unwritable_cache_folder_only_costs_the_cache(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(blocker))  # <file>/graphs cannot be made
+    monkeypatch.setenv("LUMINAL_COMPILE_CACHE", "1")
+    g = build_block(make_weights())
+    np.testing.assert_array_equal(g.compile(device="numpy")(x=X)[0], g.compile(device="numpy")(x=X)[0])
