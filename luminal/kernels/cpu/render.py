@@ -276,6 +276,9 @@ def reduce(node: Node, name: str):
     axis = node.arg
     inputs = buffer_sources(node)
     symbols = symbols_of(node, extra=[src.shape])
+    small = src.shape[axis] if sym.is_static(src.shape[axis]) and 1 <= int(src.shape[axis]) <= SMALL_AXIS else None
+    if small is not None and not (node.op is Op.KAHAN_SUM and node.dtype is DType.F64):
+        return _small_reduce(node, name, int(small), inputs, symbols)
     o = [f"o{i}" for i in range(len(node.shape))]
     value = read(src, o[:axis] + ["r"] + o[axis:], pointer_of(src, inputs))
     k = c_dim(src.shape[axis])
@@ -306,6 +309,32 @@ def reduce(node: Node, name: str):
     for (long long r = 0; r < {k}; ++r) acc = lum_max_nan(acc, ({acc})({value}));
     out[row] = {store_value(node.dtype, "acc")};"""
     return _kernel(name, node, inputs, symbols, False, _rows(node.shape, "o", f"n_rows * {k}", body))
+
+
+SMALL_AXIS = 8  # reductions over a static axis this short are unrolled into a vectorized elementwise loop
+
+
+def _small_reduce(node: Node, name: str, k: int, inputs, symbols):
+    """A reduction over a short static axis as an elementwise kernel over the output: the terms
+    combined in axis order (as the row loop does), the output's last dim an `omp simd` loop."""
+    (src,) = node.src
+    axis = node.arg
+    if node.op is Op.MAX_REDUCE:
+        acc = compute_type(node.dtype)
+        acc = acc if acc in ("float", "double", "int", "long long") else "int"
+    else:
+        acc = _acc_type(node)
+
+    def body(idx, flat):
+        terms = [f"(({acc})({read(src, idx[:axis] + [f'{r}LL'] + idx[axis:], pointer_of(src, inputs))}))"
+                 for r in range(k)]
+        expr = terms[0]
+        for t in terms[1:]:
+            expr = f"lum_max_nan({expr}, {t})" if node.op is Op.MAX_REDUCE else f"({expr} + {t})"
+        return f"out[{flat}] = {store_value(node.dtype, expr)};"
+
+    code, _ = _loops(node, body)
+    return _kernel(name, node, inputs, symbols, False, code)
 
 
 def kahan_sum(node: Node, name: str):
