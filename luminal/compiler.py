@@ -84,6 +84,11 @@ class CompiledLog:
     def __iter__(self):
         return iter(self[:])
 
+    def numbered(self) -> list[tuple[int, CompiledGraph]]:
+        """(compile number, graph) of the graphs still alive, in compile order."""
+        refs = ((i, self._live.get(i)) for i in range(self.total))  # by key: callbacks may pop meanwhile
+        return [(i, g) for i, g in ((i, r() if r is not None else None) for i, r in refs) if g is not None]
+
     def __getitem__(self, key):
         if isinstance(key, slice):
             graphs = (self._live.get(i) for i in range(self.total)[key])
@@ -99,11 +104,13 @@ class _Stats:
         self.compiled = CompiledLog()
 
     def snapshot(self) -> dict:
-        live = self.compiled[:]
+        live = self.compiled.numbered()
         return {
             "graphs_compiled": len(self.compiled),
-            "calls": [g.calls for g in live],
-            "graphs": [{"name": g.name, "calls": g.calls} for g in live],
+            "calls": [g.calls for _, g in live],
+            # "number": the compile order (graphs_compiled before it), so a caller can pick the
+            # graphs compiled since an earlier snapshot even after older ones were freed
+            "graphs": [{"number": i, "name": g.name, "calls": g.calls} for i, g in live],
         }
 
 
