@@ -8,7 +8,8 @@ scalars, symbolic dims). The importer casts every tensor result to the dtype on 
 for comparisons (torch compares in the promoted dtype, then returns bool).
 
 The families live in their own modules (`aten_elementwise`, `aten_movement`, `aten_reduce`,
-`aten_index`, `aten_nn`); `table()` imports them all and returns the registry.
+`aten_index`, `aten_nn`) and import this one; `aten_table.table()` imports them all and returns
+the registry.
 """
 
 from __future__ import annotations
@@ -52,19 +53,6 @@ def op_key(target) -> Any:
 def op_name(target) -> str:
     key = op_key(target)
     return key if isinstance(key, str) else getattr(target, "__qualname__", None) or str(target)
-
-
-@functools.cache
-def table() -> dict:
-    from luminal.frontends.torch import (  # noqa: F401 - imported for their registrations
-        aten_elementwise,
-        aten_index,
-        aten_movement,
-        aten_nn,
-        aten_reduce,
-    )
-
-    return ATEN
 
 
 @dataclass

@@ -33,7 +33,8 @@ import operator
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from luminal.frontends.torch.aten_ops import op_key, table
+from luminal.frontends.torch.aten_ops import op_key
+from luminal.frontends.torch.aten_table import table
 from luminal.frontends.torch.fx_import import NO_OPS, fetch_attr
 
 # calls recorded for their side effects only (logging, shape asserts): none changes what the

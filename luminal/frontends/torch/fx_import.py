@@ -25,7 +25,8 @@ import torch
 from luminal.builder import Graph, Tensor
 from luminal.compiler import Report, compile_outputs
 from luminal.errors import ShapeError, UnsupportedError
-from luminal.frontends.torch.aten_ops import TORCH_OF, Ctx, ldtype, op_key, op_name, promote, table
+from luminal.frontends.torch.aten_ops import TORCH_OF, Ctx, ldtype, op_key, op_name, promote
+from luminal.frontends.torch.aten_table import table
 from luminal.frontends.torch.dims import SYM_TYPES, conform, hints_of, shape_of, to_dim
 from luminal.hlir.dtypes import DType
 from luminal.runtime.torch_arrays import numpy_to_torch, torch_to_numpy
