@@ -299,3 +299,6 @@ class CupyLauncher:
                     self.stream = cupy.cuda.ExternalStream(ts.cuda_stream, ts.device.index or 0)
         else:
             self.stream = cupy.cuda.get_current_stream()
+
+
+LAUNCHERS = {"cuda": CupyLauncher, "cuda-emulator": EmulatorLauncher}  # device name -> launcher class

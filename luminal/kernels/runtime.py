@@ -53,7 +53,7 @@ from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Op, toposort
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import ArenaLayout, plan_arena
-from luminal.kernels.launchers import DEVICE_WEIGHTS
+from luminal.kernels.launchers import DEVICE_WEIGHTS, LAUNCHERS
 from luminal.kernels.plan import KernelPlan
 from luminal.runtime.binding import bind_inputs
 from luminal.runtime.torch_arrays import bf16_of_bits, bits_of, numpy_to_torch
@@ -164,16 +164,13 @@ class KernelRuntime:
 
     def __init__(self, outputs, device: str, schedule: int | None = None, graphs: bool | None = None,
                  plan: KernelPlan | None = None, binaries: dict[str, bytes] | None = None):
-        from luminal import devices
-
-        entry = devices.get(device)
-        if entry.launcher is None:
-            runs = [d.name for d in devices.DEVICES.values() if d.launcher is not None]
-            raise DeviceError(f"KernelRuntime runs on {runs}, not {device!r}")
+        launcher = LAUNCHERS.get(device)
+        if launcher is None:
+            raise DeviceError(f"KernelRuntime runs on {list(LAUNCHERS)}, not {device!r}")
         self.plan = plan or KernelPlan.build(outputs)
         self._views = [n for n in toposort(self.plan.outputs) if n.op is Op.VIEW]  # checked per binding
         self.device = device
-        self.launcher = entry.launcher(self.plan.source, schedule=schedule, binaries=binaries)
+        self.launcher = launcher(self.plan.source, schedule=schedule, binaries=binaries)
         self.graphs_enabled = graphs if graphs is not None else os.environ.get("LUMINAL_CUDA_GRAPHS", "1") != "0"
         self.inputs = self.plan.inputs
         self._weights = [DEVICE_WEIGHTS.get(self.launcher, w.arg.array) for w in self.plan.weights]
