@@ -31,7 +31,7 @@ def __getattr__(name):
 
         return getattr(torch_frontend, name)
     if name == "load":
-        from luminal.saving import load
+        from luminal.loading import load
 
         return load
     raise AttributeError(f"module 'luminal' has no attribute {name!r}")

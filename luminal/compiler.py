@@ -136,7 +136,7 @@ class CompiledGraph:
         self._report = report
         self.name = report.name
         self.device = devices.get(device)  # the registry entry the runtime came from
-        self.frontend_meta = dict(frontend_meta or {})  # a loaded model's frontend metadata (saving.load)
+        self.frontend_meta = dict(frontend_meta or {})  # a loaded model's frontend metadata (luminal.loading.load)
         self.weight_mode = weight_mode  # "embed", or "seeded" for a model loaded with seeded weights
         self.calls = 0
         self._calls_lock = threading.Lock()

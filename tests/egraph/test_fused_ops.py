@@ -196,7 +196,7 @@ def test_0d_graph_compiles_and_runs_fused():
 
 
 def test_select_and_concat_survive_save_and_load(tmp_path):
-    from luminal.saving import load
+    from luminal.loading import load
 
     g = lm.Graph()
     c, a, x = g.input("c", (3, 4), lm.bool_), g.input("a", (3, 4)), g.input("x", (3, 2))
