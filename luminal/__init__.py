@@ -5,6 +5,7 @@ from luminal.builder.functional import arange, chunk, concat, full, split, stack
 from luminal.compiler import CompiledGraph, Report, compile_graph, stats
 from luminal.errors import (
     DeviceError,
+    DivisionByZero,
     DTypeError,
     IndexOutOfRange,
     InputError,
@@ -39,7 +40,7 @@ def __getattr__(name):
 __version__ = "0.1.0"
 
 __all__ = [
-    "CompiledGraph", "DType", "DeviceError", "DTypeError", "Report", "compile_graph", "stats", "Graph", "IndexOutOfRange", "InputError", "LuminalError", "Op",
+    "CompiledGraph", "DType", "DeviceError", "DivisionByZero", "DTypeError", "Report", "compile_graph", "stats", "Graph", "IndexOutOfRange", "InputError", "LuminalError", "Op",
     "ShapeError", "Tensor", "UnknownOpError", "UnsupportedError", "arange", "bf16", "bool_",
     "cat", "chunk", "concat", "f16", "f32", "f64", "full", "int32", "int64", "split", "stack",
     "where", "get_precision", "set_precision",

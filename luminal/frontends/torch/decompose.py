@@ -2,9 +2,9 @@
 at a time.
 
 aot_autograd lowers Dynamo's graph by functionalizing and tracing all of it, twice, under fake
-tensors: about 2 ms per ATen node on this kind of machine, 8 s for a 32-layer Llama, most of a
-first `torch.compile(backend="luminal")` call once Dynamo itself is paid; for torch.export,
-`run_decompositions()` does the same at 16 s (against 5 s for the export). But a model's graph
+tensors, a cost per ATen node that made it most of a first `torch.compile(backend="luminal")`
+call once Dynamo itself is paid (for torch.export, `run_decompositions()` does the same; the
+`lower` column of `benchmarks/results/egraph_scaling.json` has the current figures). But a model's graph
 is the same few calls over and over (32 layers of the same linear, rms-norm and attention on
 the same shapes), and without mutation the ATen a call decomposes into depends only on its
 target and the *signature* of its arguments: every tensor's shape, strides, dtype and device,
