@@ -277,7 +277,8 @@ def test_fuzz_load(good, tmp_path, monkeypatch):
     assert loaded < 40  # most mutants are refused
 
 
-def test_a_view_that_leaves_its_buffer_only_at_some_sizes_stops_the_kernel_runtime():
+@pytest.mark.parametrize("device", ["cpu", "cuda-emulator"])
+def test_a_view_that_leaves_its_buffer_only_at_some_sizes_stops_the_kernel_runtime(device):
     """`check_node` probes symbolic views at a few sizes; generated kernels read views without
     bounds checks, so the kernel runtime checks every view once per binding before launching."""
     from luminal.devices import get
@@ -285,13 +286,12 @@ def test_a_view_that_leaves_its_buffer_only_at_some_sizes_stops_the_kernel_runti
     from luminal.hlir.shape import ShapeTracker
     from luminal.hlir.verify import check_views
 
-    n = sym.symbol("n")
     x = Node(Op.INPUT, lm.f32, (sym.parse("2*n"),), (), "x")
     offset = sym.parse("max(0, n*n - 9*n)")  # 0 up to n = 9: in bounds wherever check_node probes
     view = Node(Op.VIEW, lm.f32, (2,), (x,), ShapeTracker((2,), (1,), offset))
     out = Node(Op.CONTIGUOUS, lm.f32, (2,), (view,))
     check_views([view], {"n": 3})
-    runtime = get("cuda-emulator").runtime([out])
+    runtime = get(device).runtime([out])
     np.testing.assert_array_equal(runtime({"x": np.arange(6, dtype=np.float32)})[0], [0, 1])
     with pytest.raises(lm.ShapeError, match="reads elements"):
         runtime({"x": np.arange(40, dtype=np.float32)})  # n = 20: offset 220 in a buffer of 40

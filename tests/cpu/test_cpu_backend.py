@@ -252,3 +252,18 @@ def test_a_failing_compiler_warns_and_runs_numpy(monkeypatch, tmp_path):
     with pytest.warns(RuntimeWarning, match="unrecognized option"):
         cg = g.compile(device="cpu")
     assert isinstance(cg.runtime, NumpyRuntime)
+
+
+@pytest.mark.parametrize("device", ["cpu", "numpy"])
+def test_division_by_a_subnormal_is_a_division(device):
+    """x / y is x * recip(y) in the primitives; an optimized region divides (exact arithmetic
+    allows it, and recip of a subnormal would overflow): the result is torch's."""
+    torch = pytest.importorskip("torch")
+    g = lm.Graph()
+    x, y = g.input("x", (4,)), g.input("y", (4,))
+    g.output(x / y)
+    xv = np.array([1e-45, 2e-45, 1.0, -3e-39], np.float32)
+    yv = np.array([1e-45, 1e-45, 3.0, 1e-39], np.float32)
+    want = (torch.from_numpy(xv) / torch.from_numpy(yv)).numpy()
+    (got,) = g.compile(device=device)({"x": xv, "y": yv})
+    np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -29,13 +29,14 @@ from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import contiguous_strides
 from luminal.kernels.plan import EXTERN, Schedule
-from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type
+from luminal.kernels.render.cexpr import c_dim, compute_type
 from luminal.kernels.render.cstyle import (
     INT_MOD,
     LIBM,
     buffer_sources,
     cast_value,
     code_for_op,
+    expression,
     load_value,
     pointer_of,
     read,
@@ -224,7 +225,7 @@ def _kernel(name, node, inputs, symbols, err, body) -> tuple[str, CStep]:
 def _value(node: Node, idx, inputs) -> str:
     """C for one element of a pointwise node or FusedElementwise region, compute type."""
     if node.op is Op.FUSED_ELEMENTWISE:
-        return _expression(node.arg, node, idx, inputs)
+        return expression(node.arg, lambda i: read(node.src[i], idx, pointer_of(node.src[i], inputs)))
     if node.op is Op.IOTA:
         return f"(({compute_type(node.dtype)}){idx[0]})"
     args = [read(s, idx, pointer_of(s, inputs)) for s in node.src]
@@ -235,20 +236,6 @@ def _value(node: Node, idx, inputs) -> str:
     if node.op not in code_for_op:
         raise UnsupportedError(f"no C for op {node.op.title}")
     return code_for_op[node.op](compute_type(node.src[0].dtype), *args)
-
-
-def _expression(e, node, idx, inputs) -> str:
-    if e.op is Op.INPUT:
-        src = node.src[e.arg]
-        return read(src, idx, pointer_of(src, inputs))
-    if e.op is Op.CONSTANT:
-        return c_literal(e.arg, e.dtype)
-    args = [_expression(c, node, idx, inputs) for c in e.src]
-    if e.op is Op.CAST:
-        return cast_value(e.src[0].dtype, e.dtype, args[0])
-    if e.op not in code_for_op:
-        raise UnsupportedError(f"FusedElementwise: no C for {e.op.title}")
-    return code_for_op[e.op](compute_type(e.src[0].dtype), *args)
 
 
 def elementwise(node: Node, name: str):

@@ -29,6 +29,8 @@ import numpy as np
 
 from luminal.errors import DivisionByZero, IndexOutOfRange, UnsupportedError
 from luminal.hlir import symbolic as sym
+from luminal.hlir.ops import Op, toposort
+from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build
 from luminal.kernels.cpu.render import entry_point, render_program
@@ -124,6 +126,7 @@ class CpuRuntime:
         sched = program.schedule
         self.inputs = sched.inputs
         self.outputs = sched.outputs
+        self._views = [n for n in toposort(self.outputs) if n.op is Op.VIEW]  # checked per binding
         slot: dict[int, tuple[str, int]] = {}
         bufs = [*sched.weights, *sched.inputs, *sched.outputs]
         for i, n in enumerate(bufs):
@@ -162,6 +165,8 @@ class CpuRuntime:
             if hit is not None:
                 self._layouts.move_to_end(key)
                 return hit
+
+        check_views(self._views, bindings)  # the C reads views unchecked: a bad file stops here
 
         def shape(n):
             return tuple(int(sym.evaluate(d, bindings)) for d in n.shape)

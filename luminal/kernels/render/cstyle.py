@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import ConstantArray, Node, Op
+from luminal.hlir.ops import ConstantArray, Expr, Node, Op
 from luminal.hlir.shape import ShapeTracker
 from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type, dims_symbols
 
@@ -34,6 +35,28 @@ code_for_op = {
     Op.SIGMOID: lambda t, x: f"(({t})1 / (({t})1 + exp{LIBM[t]}(-({x}))))",
     Op.SELECT: lambda t, c, a, b: f"({c} ? {a} : {b})",  # t is the condition's (bool): the value moves
 }
+
+
+def expression(e: Expr, leaf) -> str:
+    """C for a FusedElementwise expression (`luminal/hlir/ops.py`) in its compute type; `leaf(i)`
+    reads input slot i. Shared by every dialect.
+
+    `x * recip(y)` on floats is written `x / y`: equal in exact arithmetic, rounded once, and
+    finite where the reciprocal of a subnormal `y` would overflow (torch divides too)."""
+    if e.op is Op.INPUT:
+        return leaf(e.arg)
+    if e.op is Op.CONSTANT:
+        return c_literal(e.arg, e.dtype)
+    if e.op is Op.MUL and e.dtype.is_float:
+        for num, den in (e.src, e.src[::-1]):
+            if den.op is Op.RECIP:
+                return f"({expression(num, leaf)} / {expression(den.src[0], leaf)})"
+    args = [expression(c, leaf) for c in e.src]
+    if e.op is Op.CAST:
+        return cast_value(e.src[0].dtype, e.dtype, args[0])
+    if e.op not in code_for_op:
+        raise UnsupportedError(f"FusedElementwise: no C for {e.op.title}")
+    return code_for_op[e.op](compute_type(e.src[0].dtype), *args)
 
 
 def load_value(dtype: DType, expr: str) -> str:

@@ -17,17 +17,16 @@ from __future__ import annotations
 from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Expr, Op
+from luminal.hlir.ops import Op
 from luminal.hlir.shape import contiguous_strides
-from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type
+from luminal.kernels.render.cexpr import c_dim, compute_type
 from luminal.kernels.render.cstyle import (
     LIBM,
     WARPS_PER_BLOCK,
     KernelSpec,
     buffer_sources,
-    cast_value,
-    code_for_op,
     dtypes_of,
+    expression,
     pointer_of,
     pointwise,
     read,
@@ -39,23 +38,9 @@ from luminal.kernels.render.cstyle import (
 from luminal.kernels.render.kernels import reduce
 
 
-def _expression(e: Expr, node, idx, inputs) -> str:
-    """C for a FusedElementwise expression (see luminal/hlir/ops.py)."""
-    if e.op is Op.INPUT:
-        src = node.src[e.arg]
-        return read(src, idx, pointer_of(src, inputs))
-    if e.op is Op.CONSTANT:
-        return c_literal(e.arg, e.dtype)
-    args = [_expression(c, node, idx, inputs) for c in e.src]
-    if e.op is Op.CAST:
-        return cast_value(e.src[0].dtype, e.dtype, args[0])
-    if e.op not in code_for_op:
-        raise UnsupportedError(f"FusedElementwise: no C for {e.op.title}")
-    return code_for_op[e.op](compute_type(e.src[0].dtype), *args)
-
-
 def fused_elementwise(node, name) -> list[KernelSpec]:
-    specs = pointwise(node, name, lambda idx, inputs: _expression(node.arg, node, idx, inputs))
+    specs = pointwise(node, name, lambda idx, inputs: expression(
+        node.arg, lambda i: read(node.src[i], idx, pointer_of(node.src[i], inputs))))
     for k in specs:  # casts inside the region need their dtype's header too
         k.dtypes |= {e.dtype for e in node.arg.toposort()}
     return specs
