@@ -34,12 +34,12 @@ from luminal.kernels.render.cstyle import (
     INT_MOD,
     LIBM,
     buffer_sources,
-    cast_value,
     code_for_op,
-    expression,
     load_value,
     pointer_of,
+    pointwise_value,
     read,
+    signature,
     store_value,
     symbols_of,
     unravel,
@@ -162,12 +162,7 @@ class CStep:
 
 
 def _signature(name: str, out: Node, inputs: list[Node], symbols: list[str], err: bool) -> str:
-    params = [f"{out.dtype.ctype}* restrict out"]
-    params += [f"const {b.dtype.ctype}* restrict in{k}" for k, b in enumerate(inputs)]
-    if err:
-        params.append("int* restrict err")
-    params += [f"long long d_{s}" for s in symbols]
-    return f"static void {name}({', '.join(params)})"
+    return signature(name, out, inputs, symbols, err, kind="static void", restrict="restrict")
 
 
 def _rows(shape, prefix: str, work: str, body: str) -> str:
@@ -222,28 +217,12 @@ def _kernel(name, node, inputs, symbols, err, body) -> tuple[str, CStep]:
     return f"{_signature(name, node, inputs, symbols, err)} {{\n  {body}\n}}\n", CStep(name, node, inputs, symbols, err)
 
 
-def _value(node: Node, idx, inputs) -> str:
-    """C for one element of a pointwise node or FusedElementwise region, compute type."""
-    if node.op is Op.FUSED_ELEMENTWISE:
-        return expression(node.arg, lambda i: read(node.src[i], idx, pointer_of(node.src[i], inputs)))
-    if node.op is Op.IOTA:
-        return f"(({compute_type(node.dtype)}){idx[0]})"
-    args = [read(s, idx, pointer_of(s, inputs)) for s in node.src]
-    if node.op is Op.CONTIGUOUS:
-        return args[0]
-    if node.op is Op.CAST:
-        return cast_value(node.src[0].dtype, node.dtype, args[0])
-    if node.op not in code_for_op:
-        raise UnsupportedError(f"no C for op {node.op.title}")
-    return code_for_op[node.op](compute_type(node.src[0].dtype), *args)
-
-
 def elementwise(node: Node, name: str):
     inputs = buffer_sources(node)
     values = []
 
     def body(idx, flat):
-        values.append(_value(node, idx, inputs))
+        values.append(pointwise_value(node, idx, inputs))
         return f"out[{flat}] = {store_value(node.dtype, values[-1])};"
 
     code, _ = _loops(node, body)

@@ -59,6 +59,26 @@ def expression(e: Expr, leaf) -> str:
     return code_for_op[e.op](compute_type(e.src[0].dtype), *args)
 
 
+def pointwise_value(node: Node, idx: list[str], inputs) -> str:
+    """C for one element of a pointwise node or FusedElementwise region (compute type), with
+    `idx` the output index (one C expression per dim) and `inputs` the kernel's buffers."""
+    def leaf(i: int) -> str:
+        return read(node.src[i], idx, pointer_of(node.src[i], inputs))
+
+    if node.op is Op.FUSED_ELEMENTWISE:
+        return expression(node.arg, leaf)
+    if node.op is Op.IOTA:
+        return f"(({compute_type(node.dtype)}){idx[0]})"
+    args = [leaf(i) for i in range(len(node.src))]
+    if node.op is Op.CONTIGUOUS:
+        return args[0]
+    if node.op is Op.CAST:
+        return cast_value(node.src[0].dtype, node.dtype, args[0])
+    if node.op not in code_for_op:
+        raise UnsupportedError(f"no C for op {node.op.title}")
+    return code_for_op[node.op](compute_type(node.src[0].dtype), *args)
+
+
 def load_value(dtype: DType, expr: str) -> str:
     """A stored element as its compute type."""
     if dtype is DType.F16:
@@ -184,13 +204,16 @@ def buffer_sources(node: Node, sources=None) -> list[Node]:
     return out
 
 
-def signature(name: str, out: Node, inputs: list[Node], symbols: list[str], err: bool) -> str:
-    params = [f"{out.dtype.ctype}* __restrict__ out"]
-    params += [f"const {b.dtype.ctype}* __restrict__ in{k}" for k, b in enumerate(inputs)]
+def signature(name: str, out: Node, inputs: list[Node], symbols: list[str], err: bool,
+              kind: str = 'extern "C" __global__ void', restrict: str = "__restrict__") -> str:
+    """A kernel's C signature: out, the input buffers, the error flag, the symbolic dims. The
+    CUDA dialect's by default; the C dialect passes its own `kind` and `restrict`."""
+    params = [f"{out.dtype.ctype}* {restrict} out"]
+    params += [f"const {b.dtype.ctype}* {restrict} in{k}" for k, b in enumerate(inputs)]
     if err:
-        params.append("int* __restrict__ err")
+        params.append(f"int* {restrict} err")
     params += [f"long long d_{s}" for s in symbols]
-    return f'extern "C" __global__ void {name}({", ".join(params)})'
+    return f"{kind} {name}({', '.join(params)})"
 
 
 def pointer_of(src: Node, inputs: list[Node]) -> str | None:

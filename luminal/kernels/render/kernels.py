@@ -21,11 +21,10 @@ from luminal.kernels.render.cstyle import (
     WARPS_PER_BLOCK,
     KernelSpec,
     buffer_sources,
-    cast_value,
-    code_for_op,
     dtypes_of,
     pointer_of,
     pointwise,
+    pointwise_value,
     read,
     signature,
     store_value,
@@ -34,21 +33,8 @@ from luminal.kernels.render.cstyle import (
 )
 
 
-def _elementwise_value(node: Node, idx: list[str], inputs) -> str:
-    if node.op is Op.IOTA:
-        return f"(({compute_type(node.dtype)}){idx[0]})"
-    args = [read(s, idx, pointer_of(s, inputs)) for s in node.src]
-    if node.op is Op.CONTIGUOUS:
-        return args[0]
-    if node.op is Op.CAST:
-        return cast_value(node.src[0].dtype, node.dtype, args[0])
-    if node.op not in code_for_op:
-        raise UnsupportedError(f"no CUDA kernel for op {node.op.title}")
-    return code_for_op[node.op](compute_type(node.src[0].dtype), *args)
-
-
 def elementwise(node: Node, name: str) -> list[KernelSpec]:
-    return pointwise(node, name, lambda idx, inputs: _elementwise_value(node, idx, inputs))
+    return pointwise(node, name, lambda idx, inputs: pointwise_value(node, idx, inputs))
 
 
 _SHFL_TYPES = {"float", "double", "int", "long long"}
