@@ -207,11 +207,12 @@ def save_checked(name: str, cm, inputs, weights: str = "embed") -> dict:
     import luminal
 
     path = cm.save(MODELS / f"{name}.lum", weights=weights, archs=ARCHS)
-    loaded = luminal.load(path, device="cpu")  # the reference comes from the file, seeded weights and all
+    loaded = luminal.load(path, device="numpy")  # the reference: the NumPy runtime on the file, seeded weights and all
     from torch.utils._pytree import tree_leaves
 
     flat = tree_leaves(list(inputs))
-    feeds = {n: _numpy(v) for n, v in zip(cm._user_inputs, flat) if n in loaded.input_names}  # by placeholder name
+    graph_names = [cm._rename.get(n, n) for n in cm._user_inputs]  # a user input's name in the graph
+    feeds = {n: _numpy(v) for n, v in zip(graph_names, flat) if n in loaded.input_names}
     missing = [n for n in loaded.input_names if n not in feeds]
     if missing:
         raise ValueError(f"graph inputs {missing} are not user inputs (symbolic-size carriers)")
