@@ -48,19 +48,20 @@ def test_optimized_matches_unoptimized(llama2):
     np.testing.assert_allclose(opt, plain, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("device", ["cpu", "numpy"])  # the compiled C backend and the reference
 @pytest.mark.parametrize("layers", [2, 8])
-def test_precision_at_least_torch_f32(layers):
+def test_precision_at_least_torch_f32(layers, device):
     w = L.make_weights(layers)
     g = L.build(w)
     ref = L.torch_forward(w, IDS, torch.float64)
     eager = L.torch_forward(w, IDS, torch.float32)
-    (opt,) = g.compile()(ids=IDS)
-    (plain,) = g.compile(optimize=False)(ids=IDS)
+    (opt,) = g.compile(device=device)(ids=IDS)
+    (plain,) = g.compile(device=device, optimize=False)(ids=IDS)
 
     def err(a):
         return float(np.abs(a.astype(np.float64) - ref).max())
 
-    print(f"\nllama {layers} layers, max |x - float64 torch|: luminal optimized {err(opt):.3e}, "
+    print(f"\nllama {layers} layers on {device}, max |x - float64 torch|: luminal optimized {err(opt):.3e}, "
           f"luminal unoptimized {err(plain):.3e}, torch f32 eager {err(eager):.3e}")
     assert err(opt) <= err(eager)
     np.testing.assert_allclose(opt, eager, rtol=1e-5, atol=1e-5)
