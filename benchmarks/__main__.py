@@ -3,6 +3,7 @@
     python -m benchmarks                 # everything (under 10 minutes on 2 cores)
     python -m benchmarks --quick         # tiny models only, no inductor (a smoke run)
     python -m benchmarks --models llama-tiny bert-tiny   # some models: results/cpu_<models>.json/.md
+    python -m benchmarks --models llama-small-decode     # greedy generate() with the KV cache, per token
 Writes benchmarks/results/cpu.json, cpu.md and cpu.png (the plot needs matplotlib).
 """
 
@@ -18,12 +19,14 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.cpu import bench_model, compile_scaling
+from benchmarks.cpu import bench_decode, bench_model, compile_scaling
 from benchmarks.models import example_inputs, make
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent.parent / "README.md"
-FULL = ["llama-tiny", "llama-small", "qwen3-tiny", "qwen3-small", "bert-tiny", "bert-small", "minilm"]
+FULL = ["llama-tiny", "llama-small", "qwen3-tiny", "qwen3-small", "bert-tiny", "bert-small", "minilm", "resnet-ish",
+        "mobilenet-ish", "llama-small-decode"]
+DECODE_PROMPT, DECODE_NEW = 16, 48
 QUICK = ["llama-tiny", "bert-tiny"]
 
 
@@ -59,6 +62,16 @@ def table(rows: list[dict]) -> str:
             f"{f(r, 'inductor_ms')} ({f(r, 'inductor_vs_eager')}) | {f(r, 'onnxruntime_ms')} ({f(r, 'onnxruntime_vs_eager')}) | "
             f"{f(r, 'cpu_compile_s')} | {f(r, 'inductor_compile_s')} | {f(r, 'cpu_max_err', '{:.1e}')} | "
             f"{f(r, 'numpy_max_err', '{:.1e}')} |")
+    return "\n".join(lines)
+
+
+def decode_table(rows: list[dict]) -> str:
+    lines = ["| model | prompt + new tokens | eager ms/token | luminal cpu ms/token (×eager) | luminal first call s | "
+             "tokens identical |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['prompt']} + {r['new_tokens']} | {r['eager_ms_per_token']:.2f} | "
+                     f"{r['luminal_ms_per_token']:.2f} ({r['luminal_vs_eager']:.2f}) | {r['luminal_first_call_s']:.2f} | "
+                     f"{'yes' if r['tokens_identical'] else 'NO'} |")
     return "\n".join(lines)
 
 
@@ -131,21 +144,29 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     env = environment()
     print(f"luminal benchmarks on {env['platform']} ({env['cpu_count']} threads), torch {env['torch']}", flush=True)
-    rows = []
+    rows, decode = [], []
     for name in opts.models or (QUICK if opts.quick else FULL):
         print(f"- {name}", flush=True)
+        if name.endswith("-decode"):
+            base = name.removesuffix("-decode")
+            decode.append(bench_decode(name, make(base), example_inputs(base, DECODE_PROMPT)[0], DECODE_NEW))
+            print("  " + ", ".join(f"{k}={v}" for k, v in decode[-1].items()), flush=True)
+            continue
         rows.append(bench_model(name, make(name), example_inputs(name), inductor=not opts.quick, onnx=not opts.quick))
         print("  " + ", ".join(f"{k}={v:.3g}" for k, v in rows[-1].items() if isinstance(v, float)), flush=True)
     if not opts.models:
         print("- compile-time scaling (Llama, hidden 64)", flush=True)
     scaling = [] if opts.models else compile_scaling((1, 2, 4) if opts.quick else (1, 2, 4, 8, 16, 32))
     elapsed = time.perf_counter() - started
-    result = {"environment": env, "latency": rows, "compile_scaling": scaling, "elapsed_s": elapsed}
+    result = {"environment": env, "latency": rows, "decode": decode, "compile_scaling": scaling, "elapsed_s": elapsed}
     stem = "cpu_" + "_".join(opts.models) if opts.models else "cpu"  # a partial run keeps the full results
     (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1))
     markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} threads, torch {env['torch']}, "
                 f"numpy {env['numpy']}, egglog {env['egglog']} (`python -m benchmarks`, {elapsed:.0f} s). "
-                "Batch 1; medians.\n\n" + table(rows) + "\n\nCompile time over depth (one process: from the second "
+                "Batch 1; medians.\n\n" + (table(rows) if rows else "")
+                + (("\n\nDecode: greedy `generate()` with the KV cache, eager against `luminal.compile_forward` "
+                    "(device cpu); per new token, prefill included:\n\n" + decode_table(decode)) if decode else "")
+                + "\n\nCompile time over depth (one process: from the second "
                 "depth on, the repeated layer's optimized template comes from the cache, so encode/saturate/"
                 "extract are paid once). Phases are `luminal.compile`'s: `export` is torch.export itself, "
                 "`lower` the lowering to core ATen, the rest luminal; `backend='eager'` is Dynamo's tracing alone, "

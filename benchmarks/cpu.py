@@ -67,8 +67,9 @@ def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool
     """A forward pass without KV cache (prefill-shaped), batch 1."""
     import luminal
 
-    row: dict = {"model": name, "tokens": int(args[0].shape[-1])}
-    if hasattr(model.config, "use_cache"):
+    x = args[0]
+    row: dict = {"model": name, "tokens": int(x.shape[-1]) if x.dim() == 2 else "x".join(map(str, x.shape[-2:]))}
+    if hasattr(getattr(model, "config", None), "use_cache"):
         model.config.use_cache = False
     with torch.no_grad():
         ref = _first(model(*args)).numpy()
@@ -111,6 +112,31 @@ def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool
     for k in ("cpu", "numpy", "numpy_f32", "inductor", "onnxruntime"):
         if f"{k}_ms" in row:
             row[f"{k}_vs_eager"] = row[f"{k}_ms"] / row["eager_ms"]
+    return row
+
+
+def bench_decode(name: str, model, prompt: torch.Tensor, new_tokens: int = 48, rounds: int = 3) -> dict:
+    """Greedy `generate()` with the KV cache, batch 1: eager against `luminal.compile_forward`
+    (every forward step through `torch.compile(backend="luminal")`, device "cpu"). Latency per new
+    token is a whole `generate` call's median time (prefill included) over `new_tokens`; the
+    first luminal call's time is the compiles (prefill, then decode shapes) plus that call."""
+    import luminal
+
+    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, use_cache=True,
+              pad_token_id=0)
+    row: dict = {"model": name, "prompt": int(prompt.shape[-1]), "new_tokens": new_tokens}
+    with torch.no_grad():
+        torch._dynamo.reset()
+        ref = model.generate(prompt, **kw)
+        fast = luminal.compile_forward(copy.deepcopy(model))
+        t0 = time.perf_counter()
+        out = fast.generate(prompt, **kw)
+        row["luminal_first_call_s"] = time.perf_counter() - t0
+        row["tokens_identical"] = bool(torch.equal(out, ref))
+        medians = interleaved_medians({"eager": lambda: model.generate(prompt, **kw),
+                                       "luminal": lambda: fast.generate(prompt, **kw)}, rounds=rounds, budget_s=2.0)
+    row.update({f"{k}_ms_per_token": v * 1e3 / new_tokens for k, v in medians.items()})
+    row["luminal_vs_eager"] = row["luminal_ms_per_token"] / row["eager_ms_per_token"]
     return row
 
 
