@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from graph_helpers import renamed_inputs
 from op_cases import CASES, make
 
 import luminal as lm
 from luminal.errors import DivisionByZero
-from luminal.hlir.ops import Node, Op, toposort
+from luminal.hlir.ops import Op, toposort
 from luminal.kernels.cpu import build
 from luminal.kernels.cpu import runtime as cpu_runtime
 from luminal.kernels.cpu.runtime import CpuRuntime
@@ -68,22 +69,12 @@ def test_edge_values_through_the_fused_kernels():
         _same(out, want, name)
 
 
-def _renamed_inputs(outputs, prefix):
-    new = {}
-    for n in toposort(outputs):
-        if n.op is Op.INPUT:
-            new[id(n)] = Node(Op.INPUT, n.dtype, n.shape, (), prefix + n.arg)
-        else:
-            new[id(n)] = n.replace(src=tuple(new[id(s)] for s in n.src))
-    return [new[id(n)] for n in outputs]
-
-
 def test_the_zoo_in_one_library():
     outputs, feeds, wants = [], {}, []
     for i, path in enumerate(sorted(MODELS.glob("zoo_*.lum"))):
         _, outs, _ = read_archive(path)
         data = np.load(path.with_suffix(".npz"))
-        outputs += _renamed_inputs(outs, f"m{i}_")
+        outputs += renamed_inputs(outs, f"m{i}_")
         feeds.update({f"m{i}_{k[3:]}": data[k] for k in data.files if k.startswith("in:")})
         wants += [(path.stem, data[k]) for k in data.files if k.startswith("out:")]
     rt = CpuRuntime(outputs)

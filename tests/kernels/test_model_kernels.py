@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from graph_helpers import renamed_inputs
 
 from luminal.kernels.plan import KernelPlan
 from luminal.kernels.runtime import KernelRuntime
@@ -58,19 +59,6 @@ def test_tiny_model_on_the_emulator_two_schedules(name):
         np.testing.assert_allclose(a.astype(np.float64), w.astype(np.float64), rtol=1e-5, atol=1e-5)
 
 
-def _renamed_inputs(outputs, prefix):
-    """The same graph with every input renamed `prefix + name`, so many models share one plan."""
-    from luminal.hlir.ops import Node, Op, toposort
-
-    new = {}
-    for n in toposort(outputs):
-        if n.op is Op.INPUT:
-            new[id(n)] = Node(Op.INPUT, n.dtype, n.shape, (), prefix + n.arg)
-        else:
-            new[id(n)] = n.replace(src=tuple(new[id(s)] for s in n.src))
-    return [new[id(n)] for n in outputs]
-
-
 @pytest.fixture(scope="module")
 def zoo():
     """Every zoo model in one kernel plan (one g++ build): (outputs, feeds, [(name, want)], runtime)."""
@@ -78,7 +66,7 @@ def zoo():
     for i, path in enumerate(p for p in _checked_models() if p.stem.startswith("zoo_")):
         _, outs, _ = read_archive(path)
         data = np.load(path.with_suffix(".npz"))
-        outputs += _renamed_inputs(outs, f"m{i}_")
+        outputs += renamed_inputs(outs, f"m{i}_")
         feeds.update({f"m{i}_{k[3:]}": data[k] for k in data.files if k.startswith("in:")})
         wants += [(path.stem, data[k]) for k in data.files if k.startswith("out:")]
     forward = KernelRuntime(outputs, "cuda-emulator", schedule=0)
