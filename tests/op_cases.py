@@ -37,6 +37,23 @@ def make(spec, rng):
     raise ValueError(kind)
 
 
+def case_graph(cases, seed: int, prefix: str):
+    """All `cases` as outputs of one graph (one egglog run, one build): (graph, feeds, the
+    input arrays of each case), inputs named `<prefix><case>_<i>`."""
+    g = lm.Graph(prefix)
+    rng = np.random.default_rng(seed)
+    feeds, inputs = {}, []
+    for ci, (name, specs, lum, _) in enumerate(cases):
+        arrays = [make(s, rng) for s in specs]
+        tensors = []
+        for i, a in enumerate(arrays):
+            feeds[f"{prefix}{ci}_{i}"] = a
+            tensors.append(g.input(f"{prefix}{ci}_{i}", a.shape, lm.DType.of(a.dtype)))
+        g.output(lum(*tensors), name)
+        inputs.append(arrays)
+    return g, feeds, inputs
+
+
 def _edge_rows(x):
     """Row r (of the last axis) gets: 0 a NaN, 1 a +inf, 2 all -inf, 3 a -inf and signed
     zeros, 4 +inf and -inf, 5 nothing; the column of the special value moves with r."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from graph_helpers import renamed_inputs
-from op_cases import CASES, make
+from op_cases import CASES, case_graph
 
 import luminal as lm
 from luminal.errors import DivisionByZero
@@ -37,21 +37,8 @@ def _same(got, want, name="", tol=1e-5):
         np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=name)
 
 
-def _graph_of(cases, seed, prefix):
-    g = lm.Graph(prefix)
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for ci, (name, specs, lum, _) in enumerate(cases):
-        tensors = []
-        for i, a in enumerate(make(s, rng) for s in specs):
-            feeds[f"{prefix}{ci}_{i}"] = a
-            tensors.append(g.input(f"{prefix}{ci}_{i}", a.shape, lm.DType.of(a.dtype)))
-        g.output(lum(*tensors), name)
-    return g, feeds
-
-
 def test_every_op_case_matches_the_numpy_runtime():
-    g, feeds = _graph_of(CASES, 0, "c")
+    g, feeds = case_graph(CASES, 0, "c")[:2]
     rt = CpuRuntime(g.output_nodes)
     got = rt({n.arg: feeds[n.arg] for n in rt.inputs})
     for (name, _), want, out in zip(g.outputs, g.run(feeds), got):
@@ -59,7 +46,7 @@ def test_every_op_case_matches_the_numpy_runtime():
 
 
 def test_edge_values_through_the_fused_kernels():
-    g, feeds = _graph_of([c for c in CASES if c[0].startswith("edge_")], 3, "e")
+    g, feeds = case_graph([c for c in CASES if c[0].startswith("edge_")], 3, "e")[:2]
     cpu, ref = g.compile(device="cpu"), g.compile(device="numpy")
     assert isinstance(cpu.runtime, CpuRuntime)
     assert {Op.SOFTMAX, Op.KAHAN_SUM, Op.FUSED_ELEMENTWISE} <= {n.op for n in toposort(cpu.outputs)}

@@ -6,7 +6,7 @@ build cover every kernel (both cached on disk)."""
 
 import numpy as np
 import pytest
-from op_cases import CASES, make
+from op_cases import CASES, case_graph
 
 import luminal as lm
 from luminal.kernels.plan import KernelPlan
@@ -15,16 +15,7 @@ from luminal.kernels.runtime import KernelRuntime
 
 @pytest.fixture(scope="module")
 def all_cases():
-    g = lm.Graph("op_cases")
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for ci, (name, specs, lum, _) in enumerate(CASES):
-        arrays = [make(s, rng) for s in specs]
-        tensors = []
-        for i, a in enumerate(arrays):
-            feeds[f"c{ci}_{i}"] = a
-            tensors.append(g.input(f"c{ci}_{i}", a.shape, lm.DType.of(a.dtype)))
-        g.output(lum(*tensors), name)
+    g, feeds, _ = case_graph(CASES, 0, "c")
     return g, feeds, g.run(feeds)
 
 

@@ -8,7 +8,7 @@ see the same cases in tests/kernels/test_codegen.py."""
 import numpy as np
 import pytest
 import torch
-from op_cases import CASES, make
+from op_cases import CASES, case_graph
 
 import luminal as lm
 from luminal.errors import DivisionByZero
@@ -19,17 +19,8 @@ EDGE = [c for c in CASES if c[0].startswith("edge_")]
 
 @pytest.fixture(scope="module")
 def compiled():
-    g = lm.Graph("edge_cases")
-    rng = np.random.default_rng(3)
-    feeds, wants = {}, []
-    for ci, (name, specs, lum, ref) in enumerate(EDGE):
-        arrays = [make(s, rng) for s in specs]
-        tensors = []
-        for i, a in enumerate(arrays):
-            feeds[f"e{ci}_{i}"] = a
-            tensors.append(g.input(f"e{ci}_{i}", a.shape, lm.DType.of(a.dtype)))
-        g.output(lum(*tensors), name)
-        wants.append(ref(*[torch.from_numpy(a) for a in arrays]).numpy())
+    g, feeds, inputs = case_graph(EDGE, 3, "e")
+    wants = [ref(*[torch.from_numpy(a) for a in arrays]).numpy() for (_, _, _, ref), arrays in zip(EDGE, inputs)]
     cg = g.compile(device="cuda-emulator")
     return cg, feeds, wants
 
