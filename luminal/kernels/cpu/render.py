@@ -14,8 +14,12 @@ instead of a grid:
   (the BLAS NumPy ships, passed in at load) on the operand views when they are plain,
   possibly transposed, matrices, else on contiguous copies (f16/bf16 always widened to f32).
 
-One exported entry point, `lum_run`, runs every step in order over the liveness-planned arena:
-Python is crossed once per call. Symbolic dims are `long long` values of the `dims` argument.
+The library holds each distinct kernel once (named by a hash of its body) and one exported,
+fixed driver, `lum_run`, that interprets a launch table (data, built in Python: per step a
+kernel index, its buffers as slots of `bufs` or offsets into the liveness-planned arena, and its
+symbolic dims as indices into `dims`). Python is crossed once per call, and the library is a
+function of the set of distinct kernels only: a 32-layer model builds the same library as a
+2-layer one. Symbolic dims are `long long` values of the `dims` argument.
 """
 
 from __future__ import annotations
@@ -517,59 +521,106 @@ def _generator(node: Node):
 
 @dataclass
 class CProgram:
-    """The C source of a graph and the steps its entry point runs (buffers by role)."""
+    """A graph's C library and the steps its launch table runs (buffers by role).
+
+    The library holds only the graph's distinct kernels (sorted by name: the same set of kernels
+    gives the same source, whatever the depth or the model) and the fixed driver `lum_run`; the
+    order of launches is data (`launch_table`), so the source and its build time do not grow
+    with the number of layers."""
 
     source: str
     steps: list[CStep]
     schedule: Schedule
     symbols: list[str]  # the order of the `dims` argument
+    kernels: list[str]  # the library's kernels, in the order of its `lum_kernels` table
+
+
+# The driver: every launch of the table in order. A step of the table is
+#   kernel, n_ptrs, n_dims, ptr codes (>= 0: bufs[code]; < 0: arena + offsets[-1 - code]), dim codes (dims[code])
+DRIVER = r"""typedef void (*lum_kernel_fn)(void* const* p, const long long* d, int* err);
+static const lum_kernel_fn lum_kernels[] = {@KERNELS@};
+const int lum_kernel_count = @COUNT@;
+const int lum_kernel_arity[] = {@ARITY@};  /* pointers, dims and err flag of each kernel */
+const char lum_kernel_names[] = "@NAMES@";
+void lum_run(const long long* table, long long n_steps, void* const* bufs, const long long* dims, char* arena,
+             const long long* offsets, int* err, int threads, double* seconds) {
+  omp_set_num_threads(threads);
+  omp_set_dynamic(1);  // libgomp sizes each team by the machine's load: no oversubscription
+  lum_threads = threads;
+  lum_blas_limit(threads);
+  void* p[@MAXP@];
+  long long d[@MAXD@];
+  const long long* t = table;
+  for (long long s = 0; s < n_steps; ++s) {
+    const long long np = t[1], nd = t[2];
+    for (long long i = 0; i < np; ++i) { long long c = t[3 + i]; p[i] = c >= 0 ? bufs[c] : (void*)(arena + offsets[-1 - c]); }
+    for (long long i = 0; i < nd; ++i) d[i] = dims[t[3 + np + i]];
+    if (seconds) {
+      double t0 = omp_get_wtime();
+      lum_kernels[t[0]](p, d, err);
+      seconds[s] += omp_get_wtime() - t0;
+    } else {
+      lum_kernels[t[0]](p, d, err);
+    }
+    t += 3 + np + nd;
+  }
+}
+"""
+
+
+def _wrapper(step: CStep) -> str:
+    """`lum_w_<name>(p, d, err)`: the kernel called with its pointers and dims from arrays."""
+    args = [f"p[{i}]" for i in range(1 + len(step.inputs))]
+    if step.err:
+        args.append("err")
+    args += [f"d[{i}]" for i in range(len(step.symbols))]
+    unused = "" if step.err else " (void)err;"
+    return f"static void lum_w_{step.name}(void* const* p, const long long* d, int* err) {{{unused} " \
+           f"{step.name}({', '.join(args)}); }}"
 
 
 def render_program(outputs: list[Node]) -> CProgram:
-    """The graph computing `outputs` as one C translation unit (its entry point: `entry_point`)."""
+    """The graph computing `outputs` as one C library: its distinct kernels and the driver."""
     schedule = Schedule.build(outputs)
-    bodies: dict[str, str] = {}
+    bodies: dict[str, tuple[str, CStep]] = {}
     steps: list[CStep] = []
     for node in schedule.nodes:  # one step per node (a scatter's copy and updates are one function)
         code, step = _generator(node)(node, "@KERNEL@")
         h = hashlib.sha1(code.encode()).hexdigest()[:12]
         step.name = f"{node.op.title.lower()}_{h}"
-        bodies.setdefault(step.name, code.replace("@KERNEL@", step.name))
+        bodies.setdefault(step.name, (code.replace("@KERNEL@", step.name), step))
         steps.append(step)
     symbols = sorted({s for st in steps for s in st.symbols})
-    source = PRELUDE + "\n" + "\n".join(bodies.values())
-    return CProgram(source, steps, schedule, symbols)
+    return CProgram(library_source(bodies), steps, schedule, symbols, sorted(bodies))
 
 
-def entry_point(program: CProgram, slot_of, profile: bool = False) -> str:
-    """`lum_run(bufs, dims, arena, offsets, err, threads)`: every step in order. `slot_of(node)` is
-    ("buf", i) for weights, inputs and outputs (`bufs[i]`) or ("tmp", j) (`arena + offsets[j]`).
-    `profile`: each step's wall time is added to `lum_step_seconds[step]`."""
-    lines = []
-    if profile:
-        lines.append(f"double lum_step_seconds[{max(1, len(program.steps))}];")
-    lines += ["void lum_run(void* const* bufs, const long long* dims, char* arena, const long long* offsets, "
-             "int* err, int threads) {",
-             "  omp_set_num_threads(threads);",
-             "  omp_set_dynamic(1);  // libgomp sizes each team by the machine's load: no oversubscription",
-             "  lum_threads = threads;",
-             "  lum_blas_limit(threads);"]
-    lines += [f"  const long long d_{s} = dims[{i}];" for i, s in enumerate(program.symbols)]
+def library_source(bodies: dict[str, tuple[str, CStep]]) -> str:
+    """The library of the kernels `bodies` (name -> (code, a step running it)): a function of
+    the set of kernels only."""
+    names = sorted(bodies)
+    kernels = [bodies[n][0] for n in names]
+    wrappers = [_wrapper(bodies[n][1]) for n in names]
+    arity = [(1 + len(bodies[n][1].inputs), len(bodies[n][1].symbols), int(bodies[n][1].err)) for n in names]
+    driver = (DRIVER.replace("@KERNELS@", ", ".join(f"lum_w_{n}" for n in names) or "0")
+              .replace("@COUNT@", str(len(names)))
+              .replace("@ARITY@", ", ".join(f"{a}, {b}, {c}" for a, b, c in arity) or "0")
+              .replace("@NAMES@", " ".join(names))
+              .replace("@MAXP@", str(max([a for a, _, _ in arity], default=1)))
+              .replace("@MAXD@", str(max([b for _, b, _ in arity] + [1]))))
+    return "\n".join([PRELUDE, *kernels, *wrappers, driver])
 
-    def ptr(node: Node, const: bool) -> str:
-        kind, i = slot_of(node)
-        where = f"bufs[{i}]" if kind == "buf" else f"(arena + offsets[{i}])"
-        return f"({'const ' if const else ''}{node.dtype.ctype}*){where}"
 
-    for i, st in enumerate(program.steps):
-        args = [ptr(st.output, False)] + [ptr(b, True) for b in st.inputs]
-        if st.err:
-            args.append("err")
-        args += [f"d_{s}" for s in st.symbols]
-        call = f"{st.name}({', '.join(args)});"
-        if profile:
-            call = f"{{ double t0 = omp_get_wtime(); {call} lum_step_seconds[{i}] += omp_get_wtime() - t0; }}"
-        lines.append("  " + call)
-    lines += [f"  (void)d_{s};" for s in program.symbols]
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+def launch_table(program: CProgram, slot_of) -> list[int]:
+    """The launch table `lum_run` interprets: per step its kernel (index into `program.kernels`),
+    pointer codes and dim codes. `slot_of(node)` is ("buf", i) for weights, inputs and outputs
+    (`bufs[i]`) or ("tmp", j) (`arena + offsets[j]`)."""
+    index = {name: i for i, name in enumerate(program.kernels)}
+    dim = {s: i for i, s in enumerate(program.symbols)}
+    table: list[int] = []
+    for st in program.steps:
+        ptrs = []
+        for n in (st.output, *st.inputs):
+            kind, i = slot_of(n)
+            ptrs.append(i if kind == "buf" else -1 - i)
+        table += [index[st.name], len(ptrs), len(st.symbols), *ptrs, *(dim[s] for s in st.symbols)]
+    return table

@@ -4,8 +4,9 @@ by one native call per call of the model.
 - **binding**: the symbolic dims are bound from the input shapes; per distinct binding (cached)
   the intermediates' arena layout (`arena.plan_arena`, by liveness over the steps) is resolved.
 - **a call**: outputs and the arena are fresh NumPy arrays of the call (so concurrent calls from
-  several threads never share a buffer), then `lum_run(bufs, dims, arena, offsets, err,
-  threads)` runs every step in C with the GIL released. The error flag (1: a Gather/Scatter index
+  several threads never share a buffer), then `lum_run(table, steps, bufs, dims, arena, offsets,
+  err, threads, seconds)` runs every step of the launch table (built once, in Python, by
+  `render.launch_table`) in C with the GIL released. The error flag (1: a Gather/Scatter index
   out of range, 2: an integer Mod by zero) is the call's own and read after it.
 - **threads**: OpenMP gets `torch.get_num_threads()` when torch is already imported, else
   `os.cpu_count()`. The BLAS (the OpenBLAS NumPy ships, found in `numpy.libs` and passed to the
@@ -33,7 +34,7 @@ from luminal.hlir.ops import Op, toposort
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build
-from luminal.kernels.cpu.render import entry_point, render_program
+from luminal.kernels.cpu.render import launch_table, render_program
 from luminal.runtime.binding import bind_inputs
 
 BINDINGS_KEPT = 256  # resolved arena layouts kept per runtime (least recently used dropped first)
@@ -140,17 +141,19 @@ class CpuRuntime:
             for b in st.inputs:
                 last[id(b)] = i
         self.intervals = [(first[id(n)], last.get(id(n), first[id(n)])) for n in self.intermediates]
-        self.source = program.source + "\n" + entry_point(program, lambda n: slot[id(n)], profile)
+        self.source = program.source
         self.library_path = build.build(self.source)
         lib = ctypes.CDLL(str(self.library_path))
         b = blas()
         lib.lum_set_blas(ctypes.c_void_p(b.sgemm), ctypes.c_void_p(b.dgemm), ctypes.c_void_p(b.set_threads_ptr))
         self._run = lib.lum_run
         self._run.restype = None
-        self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_int]
+        self._run.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
         self._lib = lib
-        self._profile = profile
+        self._table = np.array(launch_table(program, lambda n: slot[id(n)]) or [0], np.int64)
+        self._n_steps = len(program.steps)
+        self._seconds = np.zeros(max(1, self._n_steps)) if profile else None
         self._weights = [np.ascontiguousarray(w.arg.array) for w in sched.weights]
         self._n_weights, self._n_inputs = len(sched.weights), len(sched.inputs)
         self._template = (ctypes.c_void_p * len(bufs))(*(w.ctypes.data for w in self._weights))
@@ -201,7 +204,9 @@ class CpuRuntime:
         for i, o in enumerate(outs):
             bufs[k + i] = o.ctypes.data
         err = ctypes.c_int(0)
-        self._run(bufs, dims.ctypes.data, arena.ctypes.data, offsets.ctypes.data, ctypes.byref(err), threads())
+        self._run(self._table.ctypes.data, self._n_steps, bufs, dims.ctypes.data, arena.ctypes.data,
+                  offsets.ctypes.data, ctypes.byref(err), threads(),
+                  None if self._seconds is None else self._seconds.ctypes.data)
         if err.value:
             if err.value & 2 and not err.value & 1:
                 raise DivisionByZero("integer division or remainder by zero (flagged by the compiled C)")
@@ -210,9 +215,9 @@ class CpuRuntime:
 
     def profile(self, top: int = 15) -> list[tuple[str, float, int]]:
         """(kernel, seconds, steps) summed over the calls so far, slowest first (`profile=True` only)."""
-        if not self._profile:
+        if self._seconds is None:
             raise ValueError("built without profile=True")
-        times = (ctypes.c_double * max(1, len(self.program.steps))).in_dll(self._lib, "lum_step_seconds")
+        times = self._seconds.tolist()
         by: dict[str, list] = {}
         for st, t in zip(self.program.steps, times):
             entry = by.setdefault(st.name, [0.0, 0])
