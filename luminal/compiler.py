@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -35,6 +35,7 @@ class Report:
     egraph_size: int | None = None
     notes: list[str] = field(default_factory=list)
     cache: dict[str, str] = field(default_factory=dict)  # phase -> "hit" / "miss" (a disk cache's answer)
+    sections: list[str] = field(default_factory=list)  # lines about the running model (roofline, CUDA graphs)
 
     def __str__(self) -> str:
         lines = [f"luminal compile report: {self.name}"]
@@ -53,6 +54,7 @@ class Report:
             lines.append("  rules fired:")
             lines += [f"    {k:<40} {v:>6}" for k, v in sorted(self.rules_fired.items(), key=lambda kv: -kv[1])]
         lines += [f"  note: {n}" for n in self.notes]
+        lines += self.sections
         return "\n".join(lines)
 
     _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731 - IPython
@@ -158,7 +160,47 @@ class CompiledGraph:
         return self.runtime(feeds)
 
     def report(self) -> Report:
-        return self._report
+        """The compile report, plus the runtime's own lines (kernel devices: the CUDA-graph cache)
+        and the roofline summary on an H200 (`roofline`) where the dims are known."""
+        from luminal.kernels.roofline import format_summary
+
+        sections = list(getattr(self.runtime, "report_lines", list)())
+        try:
+            sections.append(format_summary(self.roofline_summary(), "h200"))
+        except LuminalError as exc:
+            sections.append(f"  roofline: {exc}")
+        return replace(self._report, sections=sections)
+
+    def kernel_plan(self):
+        """The kernel plan of this graph (the runtime's own on a kernel device; built once otherwise)."""
+        plan = getattr(self.runtime, "plan", None)
+        if plan is None:
+            plan = self.__dict__.get("_plan")
+            if plan is None:
+                from luminal.kernels.plan import KernelPlan
+
+                plan = self._plan = KernelPlan.build(self.outputs)
+        return plan
+
+    def roofline(self, gpu: str = "h200", bindings: dict[str, int] | None = None, **options) -> list[dict]:
+        """Per launch: `kernel, class, bytes, flops, predicted_us` on `gpu` (`luminal.kernels.roofline`),
+        symbolic dims from `bindings` or else from the last call."""
+        from luminal.kernels import roofline as rl
+
+        return rl.roofline(self.kernel_plan(), self._bindings(bindings), gpu, **options)
+
+    def roofline_summary(self, gpu: str = "h200", bindings: dict[str, int] | None = None, **options) -> dict:
+        """`roofline`'s totals: predicted time per call, GEMM share, bytes against the compulsory bytes."""
+        from luminal.kernels import roofline as rl
+
+        bindings = self._bindings(bindings)
+        plan = self.kernel_plan()
+        return rl.summary(rl.roofline(plan, bindings, gpu, **options), rl.compulsory_bytes(plan, bindings))
+
+    def _bindings(self, bindings: dict[str, int] | None) -> dict[str, int]:
+        from luminal.kernels.roofline import last_bindings
+
+        return dict(bindings) if bindings is not None else (last_bindings(self.runtime) or {})
 
     def __repr__(self) -> str:
         return f"<CompiledGraph {self.name!r}: {len(self.inputs)} inputs, {len(self.outputs)} outputs, {self.calls} calls>"

@@ -4,6 +4,7 @@ A launcher allocates, uploads, copies, launches, captures and replays for one de
 `EmulatorLauncher` (NumPy buffers, kernels run on the CPU by the emulator) and `CupyLauncher`
 (CuPy buffers, kernels compiled by `luminal.kernels.nvrtc` and loaded as a cubin). The device
 registry (`luminal.devices`) names the launcher of each kernel device; `KernelRuntime` drives it.
+(The device-weight cache, once here, is `luminal.kernels.weights`.)
 """
 
 from __future__ import annotations
@@ -12,55 +13,12 @@ import contextlib
 import hashlib
 import threading
 import warnings
-import weakref
 
 import numpy as np
 
 from luminal.errors import DeviceError
 from luminal.hlir.dtypes import DType
-
-
-# --- weights: on a device once per process -------------------------------------------------------
-class DeviceWeights:
-    """Weights on a device, uploaded once per process and shared by every runtime and recompile.
-
-    Keyed by the device and the memory a weight's array views (address, shape, strides, dtype):
-    two arrays over the same memory (each Dynamo recompile views the same parameters anew) share
-    one device copy. An entry lives while some array registered under its key is alive — that
-    array keeps the memory from being freed and reused, so a key never names other data — and is
-    dropped when the last one dies (a runtime still holding the device copy keeps it until it
-    goes). Like every upload, it assumes a weight is not changed in place after compiling."""
-
-    def __init__(self):
-        self._entries: dict[tuple, list] = {}  # key -> [device array, registered arrays alive]
-        self._lock = threading.RLock()  # reentrant: a finalizer may run inside `get` (gc)
-        self.uploads = 0
-
-    def get(self, launcher, array: np.ndarray):
-        key = (launcher.weights_key, array.__array_interface__["data"][0], array.shape, array.strides,
-               array.dtype.str)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                entry = self._entries[key] = [launcher.upload(array), 0]
-                self.uploads += 1
-            entry[1] += 1
-        weakref.finalize(array, self._release, key)
-        return entry[0]
-
-    def _release(self, key) -> None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                entry[1] -= 1
-                if entry[1] <= 0:
-                    del self._entries[key]
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-
-DEVICE_WEIGHTS = DeviceWeights()
+from luminal.kernels.weights import DEVICE_WEIGHTS, DeviceWeights  # noqa: F401 - the registry's home is weights.py
 
 
 # --- launchers: the only device-specific code ---------------------------------------------------

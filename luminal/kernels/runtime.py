@@ -30,8 +30,15 @@ Everything that does not need a GPU is device-independent and runs in CI on the 
   cache are under the runtime's lock. Streams, the capture tape and the error flag are per thread.
   An evicted graph's buffers return to CuPy's pool only after its last replay's event.
 
-Weights are uploaded once per process (`DEVICE_WEIGHTS`, shared by every runtime and
-recompile). Gather/scatter kernels set a sticky error flag (one per thread) for an index out of
+Weights are on the device once per process (`luminal.kernels.weights.DEVICE_WEIGHTS`, shared
+by every runtime and recompile; a torch CUDA tensor is taken by DLPack, never copied). Inputs no
+launch reads (the carriers of a symbolic dim) are never uploaded, so a decode step on "cuda" fed
+device tensors copies nothing between host and device but host inputs it was given.
+
+The graph cache is bounded (`LUMINAL_CUDA_GRAPHS_MAX` captured bindings, 16 by default, and
+`LUMINAL_CUDA_GRAPH_MB` MiB of buffers they own, 2048 by default; least recently used dropped
+first; a binding whose buffers alone exceed the bytes limit runs eagerly) and says what it holds
+(`stats()`, `report_lines()`, printed by `report()`). Gather/scatter kernels set a sticky error flag (one per thread) for an index out of
 range; it is read after each call that returns host arrays (that call synchronises anyway);
 device-resident calls never synchronise, so their flag is read by `synchronize()` or by the next
 call of that thread that returns host arrays.
@@ -53,12 +60,14 @@ from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Op, toposort
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import ArenaLayout, plan_arena
-from luminal.kernels.launchers import DEVICE_WEIGHTS, LAUNCHERS
+from luminal.kernels.launchers import LAUNCHERS
 from luminal.kernels.plan import KernelPlan
+from luminal.kernels.weights import DEVICE_WEIGHTS
 from luminal.runtime.binding import bind_inputs
 from luminal.runtime.torch_arrays import bf16_of_bits, bits_of, numpy_to_torch
 
-GRAPH_CACHE_SIZE = 16  # captured bindings kept (least recently used dropped first)
+GRAPH_CACHE_SIZE = 16  # captured bindings kept (least recently used dropped first); $LUMINAL_CUDA_GRAPHS_MAX
+GRAPH_CACHE_MB = 2048  # MiB of buffers the captured graphs may own together; $LUMINAL_CUDA_GRAPH_MB
 BINDINGS_KEPT = 256  # resolved launch sequences (and eager-run counts) kept per runtime, likewise
 
 
@@ -93,15 +102,26 @@ class CapturedGraph:
     arena: object
     err: object  # the graph's own error flag, merged into the caller's after each replay
     replays: int = 0
+    nbytes: int = 0  # device bytes it owns (staging, outputs, arena)
     fence: list = field(default_factory=lambda: [None])  # [event after the last replay] (CuPy), else [None]
     lock: threading.Lock = field(default_factory=threading.Lock)  # one replay at a time
 
 
 @dataclass
-class GraphCache:
-    """Captured graphs by binding key; counts what happened (tests and `stats()` read it)."""
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    try:
+        return int(value) if value.strip() else default
+    except ValueError:
+        raise DeviceError(f"${name} must be an integer, got {value!r}") from None
 
-    capacity: int = GRAPH_CACHE_SIZE
+
+class GraphCache:
+    """Captured graphs by binding key, bounded in number and bytes; counts what happened (tests,
+    `stats()` and `report()` read it)."""
+
+    capacity: int = field(default_factory=lambda: _env_int("LUMINAL_CUDA_GRAPHS_MAX", GRAPH_CACHE_SIZE))
+    max_bytes: int = field(default_factory=lambda: _env_int("LUMINAL_CUDA_GRAPH_MB", GRAPH_CACHE_MB) << 20)
     entries: collections.OrderedDict = field(default_factory=collections.OrderedDict)
     seen: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # key -> eager runs (bounded)
     captures: int = 0
@@ -109,6 +129,14 @@ class GraphCache:
     eager: int = 0
     evictions: int = 0
 
+    too_big: int = 0  # bindings not captured: their buffers alone exceed max_bytes
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self.entries.values())
+
+    def fits(self, nbytes: int) -> bool:
+        return self.capacity > 0 and nbytes <= self.max_bytes
     def get(self, key) -> CapturedGraph | None:
         entry = self.entries.get(key)
         if entry is not None:
@@ -118,13 +146,18 @@ class GraphCache:
     def put(self, key, entry: CapturedGraph) -> None:
         self.entries[key] = entry
         self.captures += 1
-        while len(self.entries) > self.capacity:
+        while len(self.entries) > 1 and (len(self.entries) > self.capacity or self.nbytes > self.max_bytes):
             self.entries.popitem(last=False)
             self.evictions += 1
 
     def stats(self) -> dict:
         return {"bindings": len(self.seen), "captured": len(self.entries), "captures": self.captures,
-                "replays": self.replays, "eager": self.eager, "evictions": self.evictions}
+                "replays": self.replays, "eager": self.eager, "evictions": self.evictions, "too_big": self.too_big,
+                "bytes": self.nbytes, "capacity": self.capacity, "max_bytes": self.max_bytes}
+
+    def held(self) -> list[dict]:
+        """What it holds, least recently used first: binding, bytes owned, replays."""
+        return [{"binding": dict(k), "bytes": e.nbytes, "replays": e.replays} for k, e in self.entries.items()]
 
 
 class _DeviceArray:
@@ -138,11 +171,14 @@ def _is_torch(value) -> bool:
     return type(value).__module__.split(".")[0] == "torch"
 
 
-def _is_device_array(value) -> bool:
-    """A CuPy array or a CUDA torch tensor (checked without importing either)."""
+def _is_device_array(value, xp=None) -> bool:
+    """A CuPy array (an array of the launcher's `xp`) or a CUDA torch tensor (checked without
+    importing either)."""
     if _is_torch(value):
         return getattr(getattr(value, "device", None), "type", None) == "cuda"
     return type(value).__module__.split(".")[0] == "cupy"
+    if xp is not None and xp is not np and isinstance(value, xp.ndarray):
+        return True
 
 
 def _release_after(fence: list, _buffers) -> None:
@@ -193,6 +229,9 @@ class KernelRuntime:
         self._lock = threading.Lock()  # the graph cache and captures
         self._local = threading.local()  # .err: this thread's sticky error flag
 
+        read = {id(b) for k in self.plan.launches for b in k.inputs}
+        self._unread = {i for i, n in enumerate(self.inputs) if id(n) not in read}  # dim carriers: never uploaded
+        self.last_bindings: dict[str, int] | None = None  # the latest call's (roofline() reads it)
     # -- binding -> launch sequence (cached) --
     def sequence(self, bindings: dict[str, int]) -> LaunchSequence:
         key = tuple(sorted(bindings.items()))
@@ -277,7 +316,7 @@ class KernelRuntime:
         torch_io = any(_is_torch(v) for v in feeds.values())
         # device-resident exchange: CuPy arrays or CUDA torch tensors on "cuda"; on the emulator,
         # and for host data, torch tensors are NumPy arrays (`.numpy()`, no copy)
-        device_io = self.launcher.resident and any(_is_device_array(v) for v in feeds.values())
+        device_io = self.launcher.resident and any(_is_device_array(v, self.launcher.xp) for v in feeds.values())
         self.launcher.use_stream(torch_io)
         if device_io:
             with self.launcher.on_stream():  # DLPack producers order their work before this stream
@@ -299,7 +338,7 @@ class KernelRuntime:
         """Run on `ins` (one array per input, in `self.inputs` order) under `bindings`."""
         seq = self.sequence(bindings)
         if not host:
-            ins = [a if isinstance(a, self.launcher.xp.ndarray) else self.launcher.upload(a) for a in ins]
+            ins = [a if a is None or isinstance(a, self.launcher.xp.ndarray) else self.launcher.upload(a) for a in ins]
         err = self._flag()
         entry = self._graph_for(seq)
         if entry is not None:
@@ -307,6 +346,8 @@ class KernelRuntime:
         else:
             dev_ins = [self.launcher.upload(a) if isinstance(a, np.ndarray) else a for a in ins]
             outs = self._new_outputs(seq)
+        self.last_bindings = bindings
+        ins = [None if i in self._unread else a for i, a in enumerate(ins)]  # read by no kernel: not uploaded
             self._issue(seq, dev_ins, outs, self._tmp_views(seq, self._new_arena(seq)), err)
         if host:
             self._check_flag(err)
@@ -319,7 +360,10 @@ class KernelRuntime:
         with self._lock:
             entry = cache.get(seq.key) if self.graphs_enabled else None
             if entry is None and self.graphs_enabled and cache.seen.get(seq.key, 0) >= 1 and seq.launches:
-                entry = self._capture(seq)
+                if cache.fits(self._graph_bytes(seq)):
+                    entry = self._capture(seq)
+                else:
+                    cache.too_big += 1
             if entry is None:
                 cache.seen[seq.key] = cache.seen.pop(seq.key, 0) + 1
                 while len(cache.seen) > BINDINGS_KEPT:
@@ -331,14 +375,21 @@ class KernelRuntime:
             return entry
 
     def _capture(self, seq: LaunchSequence) -> CapturedGraph:
-        staging = [self.launcher.empty(s, n.dtype.numpy) for n, s in zip(self.inputs, seq.input_shapes)]
+        staging = [None if i in self._unread else self.launcher.empty(s, n.dtype.numpy)
+                   for i, (n, s) in enumerate(zip(self.inputs, seq.input_shapes))]
         outputs = self._new_outputs(seq)
         arena = self._new_arena(seq)  # owned by the graph: eager calls never touch it
         tmps, err = self._tmp_views(seq, arena), self._new_flag()
         self.launcher.prepare({ln.name for ln in seq.launches})
         graph = self.launcher.capture(lambda: self._issue(seq, staging, outputs, tmps, err))
-        entry = CapturedGraph(graph, staging, outputs, arena, err)
+        entry = CapturedGraph(graph, staging, outputs, arena, err, self._graph_bytes(seq))
         # once evicted and dropped, its buffers go back to the memory pool only after its last
+    def _graph_bytes(self, seq: LaunchSequence) -> int:
+        """Device bytes a captured graph of `seq` owns: staging inputs, outputs, arena."""
+        shapes = [(s, n) for i, (n, s) in enumerate(zip(self.inputs, seq.input_shapes)) if i not in self._unread]
+        shapes += list(zip(seq.output_shapes, self.plan.outputs))
+        return max(seq.layout.total, 1) + sum(int(np.prod(s, dtype=np.int64)) * n.dtype.itemsize for s, n in shapes)
+
         # replay (on whichever stream) is over: the finalizer holds them until then
         weakref.finalize(entry, _release_after, entry.fence, (graph, staging, outputs, arena, err))
         self.graph_cache.put(seq.key, entry)
@@ -350,7 +401,8 @@ class KernelRuntime:
         with entry.lock:
             launcher.wait(entry.fence[0])  # the previous replay (maybe another thread's stream) is over
             for buf, a in zip(entry.staging, ins):
-                launcher.copy_into(buf, a)
+                if buf is not None:
+                    launcher.copy_into(buf, a)
             launcher.replay(entry.graph)
             outs = [launcher.copy(o) for o in entry.outputs]  # the next replay overwrites entry.outputs
             launcher.merge_flag(err, entry.err)
@@ -403,3 +455,19 @@ class KernelRuntime:
         return {"device": self.device, "kernels": len({k.name for k in self.plan.launches}),
                 "launches": len(self.plan.launches), "arena_bytes": int(self.arena_bytes),
                 **self.graph_cache.stats()}
+    def report_lines(self) -> list[str]:
+        """`report()`'s lines on this runtime: device weights and the CUDA-graph cache."""
+        c = self.graph_cache
+        lines = [f"  {self.device}: {len(self.plan.weights)} weights on the device "
+                 f"({sum(int(w.nbytes) for w in self._weights) / 2**20:.1f} MiB, shared by every graph using them); "
+                 f"largest arena {self.arena_bytes / 2**20:.2f} MiB"]
+        if not self.graphs_enabled:
+            return lines + ["  CUDA graphs: off (LUMINAL_CUDA_GRAPHS=0)"]
+        lines.append(f"  CUDA graphs: {len(c.entries)} of at most {c.capacity} held, {c.nbytes / 2**20:.2f} MiB of at most "
+                     f"{c.max_bytes / 2**20:.0f} MiB (LUMINAL_CUDA_GRAPHS_MAX, LUMINAL_CUDA_GRAPH_MB); "
+                     f"{c.captures} captures, {c.replays} replays, {c.eager} eager calls, {c.evictions} evicted, "
+                     f"{c.too_big} too big")
+        lines += [f"    {h['binding'] or 'static shapes'}: {h['bytes'] / 2**20:.2f} MiB, {h['replays']} replays"
+                  for h in c.held()[-8:]]
+        return lines
+

@@ -3,9 +3,18 @@
 NumPy has no bfloat16 of its own (luminal's is ml_dtypes'), and torch's `.numpy()` refuses
 bf16: a bf16 tensor crosses as its int16 bits, viewed as bfloat16 on the other side. torch is
 imported only when a torch tensor is at hand, never at luminal import time.
+
+A torch tensor on a GPU crosses to the host once per process, not once per compile: its host
+copy is kept (keyed by the tensor's storage, offset, shape, strides, dtype and version) while
+that copy is alive, and `torch_source(copy)` names the tensor it came from, so the kernel
+runtime takes the tensor itself by DLPack on "cuda" instead of uploading the copy again
+(`luminal.kernels.weights`).
 """
 
 from __future__ import annotations
+
+import threading
+import weakref
 
 import numpy as np
 
@@ -34,13 +43,78 @@ def bf16_of_bits(t):
 
 
 def torch_to_numpy(t) -> np.ndarray:
-    """A torch tensor as a NumPy array (sharing memory when it is on the CPU; bf16 as ml_dtypes')."""
+    """A torch tensor as a NumPy array (sharing memory when it is on the CPU; bf16 as ml_dtypes').
+    A GPU tensor's host copy is made once and reused while it lives (see the module docstring)."""
     t = t.detach()
     if t.device.type != "cpu":
-        t = t.cpu()
+        return _host_copy(t)
     bits, bf16 = bits_of(t)
     arr = bits.numpy()
     return arr.view(DType.BF16.numpy) if bf16 else arr
+
+
+class _HostCopies:
+    """Host copies of device tensors: key -> [tensor (held: its memory is not reused meanwhile),
+    weak reference to the host copy]; an entry goes with its host copy."""
+
+    def __init__(self):
+        self.by_key: dict[tuple, list] = {}
+        self.by_address: dict[int, tuple] = {}  # host copy's data address -> key
+        self.lock = threading.Lock()
+        self.copies = 0  # device-to-host copies made
+
+    def key(self, t) -> tuple:
+        return (str(t.device), t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()),
+                str(t.dtype), t._version)
+
+    def get(self, t) -> np.ndarray:
+        key = self.key(t)
+        with self.lock:
+            entry = self.by_key.get(key)
+            host = entry[1]() if entry is not None else None
+            if host is not None:
+                return host
+        bits, bf16 = bits_of(t)
+        host = bits.cpu().numpy()
+        host = host.view(DType.BF16.numpy) if bf16 else host
+        host.flags.writeable = False  # shared by every caller until the tensor changes
+        address = host.__array_interface__["data"][0]
+        with self.lock:
+            self.copies += 1
+            self.by_key[key] = [t, weakref.ref(host)]
+            self.by_address[address] = key
+        weakref.finalize(host, self._drop, key, address)
+        return host
+
+    def _drop(self, key, address) -> None:
+        with self.lock:
+            entry = self.by_key.get(key)
+            if entry is not None and entry[1]() is None:
+                del self.by_key[key]
+            if self.by_address.get(address) == key:
+                del self.by_address[address]
+
+    def source(self, array: np.ndarray):
+        """The device tensor `array` (or a view of all of it) is the host copy of, else None."""
+        address = array.__array_interface__["data"][0]
+        with self.lock:
+            key = self.by_address.get(address)
+            entry = self.by_key.get(key) if key is not None else None
+        if entry is None or tuple(entry[0].shape) != array.shape:
+            return None
+        return entry[0]
+
+
+HOST_COPIES = _HostCopies()
+
+
+def _host_copy(t) -> np.ndarray:
+    return HOST_COPIES.get(t)
+
+
+def torch_source(array: np.ndarray):
+    """The torch device tensor whose host copy `array` is (see the module docstring), else None."""
+    return HOST_COPIES.source(array)
 
 
 def numpy_to_torch(a: np.ndarray):

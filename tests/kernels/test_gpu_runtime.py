@@ -55,7 +55,10 @@ def test_one_capture_per_binding_then_replays(graph):
     rt = KernelRuntime(graph.output_nodes, "cuda-emulator")
     for seed in range(4):  # same binding, new data each call: the replay reads the staging buffers
         _check(rt, graph, _feeds(5, 3, seed))
-    assert rt.graph_cache.stats() == {"bindings": 1, "captured": 1, "captures": 1, "replays": 3, "eager": 1, "evictions": 0}
+    s = rt.graph_cache.stats()
+    assert {k: s[k] for k in ("bindings", "captured", "captures", "replays", "eager", "evictions", "too_big")} == {
+        "bindings": 1, "captured": 1, "captures": 1, "replays": 3, "eager": 1, "evictions": 0, "too_big": 0}
+    assert s["bytes"] == rt.graph_cache.held()[0]["bytes"] > 0 and s["capacity"] == 16
     for seed in range(3):  # a second binding: its own warm-up, capture, replay
         _check(rt, graph, _feeds(9, 2, seed))
     _check(rt, graph, _feeds(5, 3, 7))  # back to the first: still captured

@@ -1,0 +1,79 @@
+"""Weights on a device once per process, shared by every compiled graph and recompile.
+
+`DEVICE_WEIGHTS.get(launcher, array)` is the device copy of the weight `array` (a
+`ConstantArray`'s host array) for `launcher`'s device:
+- a weight whose host array is the host copy of a torch CUDA tensor (`torch_arrays.torch_source`)
+  is taken from that tensor by DLPack on a "cuda" launcher: no copy and no upload at all, keyed
+  by the tensor's identity (storage address, offset, shape, strides, dtype, version);
+- any other weight is uploaded once, keyed by the memory its array views (address, shape,
+  strides, dtype): two arrays over the same memory (each Dynamo recompile views the same
+  parameters anew; a CPU torch tensor's NumPy view is its own memory) share one device copy.
+An entry lives while some array registered under its key is alive — that array keeps the
+memory from being freed and reused, so a key never names other data — and is dropped when the
+last one dies (a runtime still holding the device copy keeps it until it goes): the device copy
+is freed with the model. Like every upload, it assumes a weight is not changed in place after
+compiling (a torch tensor changed in place has a new version, hence a new entry).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from luminal.runtime.torch_arrays import bits_of, torch_source
+
+
+class DeviceWeights:
+    def __init__(self):
+        self._entries: dict[tuple, list] = {}  # key -> [device array, registered arrays alive]
+        self._lock = threading.RLock()  # reentrant: a finalizer may run inside `get` (gc)
+        self.uploads = 0  # host-to-device copies made
+        self.shared = 0  # device arrays taken from torch CUDA tensors by DLPack (no copy)
+
+    def key(self, launcher, array: np.ndarray) -> tuple:
+        tensor = torch_source(array) if getattr(launcher, "resident", False) else None
+        if tensor is not None and tensor.device.type == "cuda":
+            return (launcher.weights_key, "torch", tensor.untyped_storage().data_ptr(), tensor.storage_offset(),
+                    tuple(tensor.shape), tuple(tensor.stride()), str(tensor.dtype), tensor._version)
+        return (launcher.weights_key, array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)
+
+    def get(self, launcher, array: np.ndarray):
+        key = self.key(launcher, array)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = [self._place(launcher, array, key), 0]
+            entry[1] += 1
+        weakref.finalize(array, self._release, key)
+        return entry[0]
+
+    def _place(self, launcher, array: np.ndarray, key: tuple):
+        if key[1] == "torch":  # the torch CUDA tensor itself, by DLPack
+            bits, bf16 = bits_of(torch_source(array).detach())
+            with launcher.on_stream():
+                dev = launcher.xp.from_dlpack(bits)
+            self.shared += 1
+            return dev.view(np.uint16) if bf16 else dev
+        self.uploads += 1
+        return launcher.upload(array)
+
+    def _release(self, key) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self._entries[key]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def nbytes(self) -> int:
+        """Bytes of the device copies held (DLPack views of torch tensors included)."""
+        with self._lock:
+            return sum(int(e[0].nbytes) for e in self._entries.values())
+
+
+DEVICE_WEIGHTS = DeviceWeights()
