@@ -101,13 +101,12 @@ class CapturedGraph:
     outputs: list  # output buffers the replay writes: copied out to the caller
     arena: object
     err: object  # the graph's own error flag, merged into the caller's after each replay
-    replays: int = 0
     nbytes: int = 0  # device bytes it owns (staging, outputs, arena)
+    replays: int = 0
     fence: list = field(default_factory=lambda: [None])  # [event after the last replay] (CuPy), else [None]
     lock: threading.Lock = field(default_factory=threading.Lock)  # one replay at a time
 
 
-@dataclass
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name, "")
     try:
@@ -116,6 +115,7 @@ def _env_int(name: str, default: int) -> int:
         raise DeviceError(f"${name} must be an integer, got {value!r}") from None
 
 
+@dataclass
 class GraphCache:
     """Captured graphs by binding key, bounded in number and bytes; counts what happened (tests,
     `stats()` and `report()` read it)."""
@@ -128,7 +128,6 @@ class GraphCache:
     replays: int = 0
     eager: int = 0
     evictions: int = 0
-
     too_big: int = 0  # bindings not captured: their buffers alone exceed max_bytes
 
     @property
@@ -137,6 +136,7 @@ class GraphCache:
 
     def fits(self, nbytes: int) -> bool:
         return self.capacity > 0 and nbytes <= self.max_bytes
+
     def get(self, key) -> CapturedGraph | None:
         entry = self.entries.get(key)
         if entry is not None:
@@ -176,9 +176,9 @@ def _is_device_array(value, xp=None) -> bool:
     importing either)."""
     if _is_torch(value):
         return getattr(getattr(value, "device", None), "type", None) == "cuda"
-    return type(value).__module__.split(".")[0] == "cupy"
     if xp is not None and xp is not np and isinstance(value, xp.ndarray):
         return True
+    return type(value).__module__.split(".")[0] == "cupy"
 
 
 def _release_after(fence: list, _buffers) -> None:
@@ -228,10 +228,10 @@ class KernelRuntime:
         self.arena_bytes = 0  # the largest arena allocated
         self._lock = threading.Lock()  # the graph cache and captures
         self._local = threading.local()  # .err: this thread's sticky error flag
-
         read = {id(b) for k in self.plan.launches for b in k.inputs}
         self._unread = {i for i, n in enumerate(self.inputs) if id(n) not in read}  # dim carriers: never uploaded
         self.last_bindings: dict[str, int] | None = None  # the latest call's (roofline() reads it)
+
     # -- binding -> launch sequence (cached) --
     def sequence(self, bindings: dict[str, int]) -> LaunchSequence:
         key = tuple(sorted(bindings.items()))
@@ -337,6 +337,8 @@ class KernelRuntime:
     def run(self, ins: list, bindings: dict, host: bool = True) -> list:
         """Run on `ins` (one array per input, in `self.inputs` order) under `bindings`."""
         seq = self.sequence(bindings)
+        self.last_bindings = bindings
+        ins = [None if i in self._unread else a for i, a in enumerate(ins)]  # read by no kernel: not uploaded
         if not host:
             ins = [a if a is None or isinstance(a, self.launcher.xp.ndarray) else self.launcher.upload(a) for a in ins]
         err = self._flag()
@@ -346,8 +348,6 @@ class KernelRuntime:
         else:
             dev_ins = [self.launcher.upload(a) if isinstance(a, np.ndarray) else a for a in ins]
             outs = self._new_outputs(seq)
-        self.last_bindings = bindings
-        ins = [None if i in self._unread else a for i, a in enumerate(ins)]  # read by no kernel: not uploaded
             self._issue(seq, dev_ins, outs, self._tmp_views(seq, self._new_arena(seq)), err)
         if host:
             self._check_flag(err)
@@ -374,6 +374,12 @@ class KernelRuntime:
                 cache.replays += 1
             return entry
 
+    def _graph_bytes(self, seq: LaunchSequence) -> int:
+        """Device bytes a captured graph of `seq` owns: staging inputs, outputs, arena."""
+        shapes = [(s, n) for i, (n, s) in enumerate(zip(self.inputs, seq.input_shapes)) if i not in self._unread]
+        shapes += list(zip(seq.output_shapes, self.plan.outputs))
+        return max(seq.layout.total, 1) + sum(int(np.prod(s, dtype=np.int64)) * n.dtype.itemsize for s, n in shapes)
+
     def _capture(self, seq: LaunchSequence) -> CapturedGraph:
         staging = [None if i in self._unread else self.launcher.empty(s, n.dtype.numpy)
                    for i, (n, s) in enumerate(zip(self.inputs, seq.input_shapes))]
@@ -384,12 +390,6 @@ class KernelRuntime:
         graph = self.launcher.capture(lambda: self._issue(seq, staging, outputs, tmps, err))
         entry = CapturedGraph(graph, staging, outputs, arena, err, self._graph_bytes(seq))
         # once evicted and dropped, its buffers go back to the memory pool only after its last
-    def _graph_bytes(self, seq: LaunchSequence) -> int:
-        """Device bytes a captured graph of `seq` owns: staging inputs, outputs, arena."""
-        shapes = [(s, n) for i, (n, s) in enumerate(zip(self.inputs, seq.input_shapes)) if i not in self._unread]
-        shapes += list(zip(seq.output_shapes, self.plan.outputs))
-        return max(seq.layout.total, 1) + sum(int(np.prod(s, dtype=np.int64)) * n.dtype.itemsize for s, n in shapes)
-
         # replay (on whichever stream) is over: the finalizer holds them until then
         weakref.finalize(entry, _release_after, entry.fence, (graph, staging, outputs, arena, err))
         self.graph_cache.put(seq.key, entry)
@@ -451,10 +451,6 @@ class KernelRuntime:
             return bf16_of_bits(torch.from_dlpack(buf.view(np.int16)))
         return torch.from_dlpack(buf)
 
-    def stats(self) -> dict:
-        return {"device": self.device, "kernels": len({k.name for k in self.plan.launches}),
-                "launches": len(self.plan.launches), "arena_bytes": int(self.arena_bytes),
-                **self.graph_cache.stats()}
     def report_lines(self) -> list[str]:
         """`report()`'s lines on this runtime: device weights and the CUDA-graph cache."""
         c = self.graph_cache
@@ -471,3 +467,7 @@ class KernelRuntime:
                   for h in c.held()[-8:]]
         return lines
 
+    def stats(self) -> dict:
+        return {"device": self.device, "kernels": len({k.name for k in self.plan.launches}),
+                "launches": len(self.plan.launches), "arena_bytes": int(self.arena_bytes),
+                **self.graph_cache.stats()}
