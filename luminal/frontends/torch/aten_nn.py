@@ -1,22 +1,18 @@
 """Normalizations, convolution and pooling.
 
-Convolution is im2col on a *free* view: the sliding windows of an (unmasked) strided input are
-themselves a strided view with shape (N, G, C/G, *out, *kernel) — window strides are the input
-strides times the conv stride, kernel strides the input strides times the dilation — so the
-only copy is the one materialization a matmul needs, then one matmul per group.
+Convolution and pooling lower through the builder (`luminal/builder/nn.py`: `conv`, `max_pool`,
+`avg_pool`), which the ONNX frontend shares.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from luminal.builder import Tensor
+from luminal.builder import nn
 from luminal.errors import UnsupportedError
 from luminal.frontends.torch.aten_ops import aten
 from luminal.frontends.torch.dims import shape_of
 from luminal.hlir import symbolic as sym
-from luminal.hlir.ops import Node, Op
-from luminal.hlir.shape import ShapeTracker
 
 
 def _channel(t, ndim):
@@ -81,69 +77,18 @@ def native_group_norm(cx, x, weight, bias, n, c, hw, group, eps):
     return out, mean.reshape(mean.shape[:2]), rstd.reshape(rstd.shape[:2])
 
 
-def windows(x: Tensor, kernel, stride, dilation, out_sizes, groups: int = 1) -> Tensor:
-    """The view (N, G, C/G, *out, *kernel) of x (N, C, *spatial): no copy unless x is padded."""
-    base, st = x._tracker()
-    if st.mask is not None:
-        x = x.contiguous()
-        base, st = x._tracker()
-    nsp = x.ndim - 2
-    c = x.shape[1]
-    cg = sym.exact_div(c, groups)
-    sp = st.strides[2:]
-    shape = (x.shape[0], groups, cg, *out_sizes, *kernel)
-    strides = (st.strides[0], sym.norm(st.strides[1] * cg), st.strides[1],
-               *(sym.norm(s * k) for s, k in zip(sp, stride)), *(sym.norm(s * d) for s, d in zip(sp, dilation)))
-    assert len(shape) == len(strides) == 3 + 2 * nsp
-    tracker = ShapeTracker(tuple(shape), tuple(strides), st.offset)
-    return Tensor(x.graph, Node(Op.VIEW, x.dtype, tracker.shape, (base,), tracker))
-
-
 @aten("convolution.default")
 def convolution(cx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     if transposed:
         raise UnsupportedError("transposed convolution")
-    nsp = x.ndim - 2
-    if isinstance(padding, str):
-        raise UnsupportedError(f"convolution padding={padding!r}")
-    if any(p for p in padding):
-        x = x.pad([(0, 0), (0, 0)] + [(p, p) for p in padding])
-    kernel = weight.shape[2:]
-    out_sizes = cx.shape[2:]
-    win = windows(x, kernel, stride, dilation, out_sizes, groups)  # (N, G, Cg, *O, *K)
-    order = (0, 1, *range(3, 3 + nsp), 2, *range(3 + nsp, 3 + 2 * nsp))
-    n = x.shape[0]
-    p = sym.product(out_sizes)
-    ck = sym.product(win.shape[2:3] + tuple(kernel))
-    cols = win.permute(order).reshape((n, groups, p, ck))  # im2col: the one copy
-    cout = weight.shape[0]
-    w = weight.reshape((groups, sym.exact_div(cout, groups), ck)).transpose(-1, -2)  # (G, CK, Cout/G)
-    out = cols.matmul(w)  # (N, G, P, Cout/G)
-    out = out.permute(0, 1, 3, 2).reshape((n, cout, *out_sizes))
-    return out if bias is None else out.add(_channel(bias, out.ndim))
-
-
-def _pool_windows(x, kernel, stride, padding, dilation, out_sizes, pad_value):
-    nsp = len(kernel)
-    lead = x.shape[: x.ndim - nsp]
-    x4 = x.reshape((sym.product(lead) if lead else 1, 1) + x.shape[x.ndim - nsp :])
-    if any(padding):
-        x4 = x4.pad([(0, 0), (0, 0)] + [(p, p) for p in padding], pad_value)
-    win = windows(x4, kernel, stride or kernel, dilation, out_sizes)  # (M, 1, 1, *O, *K)
-    flat = win.reshape(win.shape[: 3 + nsp] + (sym.product(kernel),))
-    return flat, lead
+    return nn.conv(x, weight, bias, stride, padding, dilation, groups)
 
 
 @aten("avg_pool2d.default", "avg_pool1d.default")
 def avg_pool(cx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
     nsp = len(kernel_size)
     padding = [padding] * nsp if isinstance(padding, int) else list(padding) or [0] * nsp
-    if ceil_mode or (any(padding) and not count_include_pad):
-        raise UnsupportedError("avg_pool with ceil_mode or count_include_pad=False")
-    out_sizes = cx.shape[x.ndim - nsp :]
-    flat, lead = _pool_windows(x, kernel_size, stride, padding, (1,) * nsp, out_sizes, 0)
-    div = divisor_override or sym.product(kernel_size)
-    return flat.sum(-1).mul(1.0 / div).reshape(cx.shape)
+    return nn.avg_pool(x, kernel_size, stride or None, padding, ceil_mode, count_include_pad, divisor_override)
 
 
 @aten("max_pool2d.default", "max_pool1d.default")
@@ -160,19 +105,20 @@ def _max_pool(cx, x, kernel_size, stride, padding, dilation, ceil_mode, with_ind
     nsp = len(kernel_size)
     padding = [padding] * nsp if isinstance(padding, int) else list(padding) or [0] * nsp
     dilation = [dilation] * nsp if isinstance(dilation, int) else list(dilation) or [1] * nsp
-    if ceil_mode:
-        raise UnsupportedError("max_pool with ceil_mode")
-    out_sizes = cx.shape[x.ndim - nsp :]
-    flat, lead = _pool_windows(x, kernel_size, stride, padding, dilation, out_sizes, float("-inf"))
-    values = flat.max(-1).reshape(cx.shape)
+    values = nn.max_pool(x, kernel_size, stride or None, padding, dilation, ceil_mode)
     if not with_indices:
         return values
     spatial = x.shape[x.ndim - nsp :]
     if not all(sym.is_static(d) for d in spatial):
         raise UnsupportedError("max_pool indices over symbolic spatial dims")
-    pos = np.arange(int(np.prod(spatial)), dtype=np.int64).reshape((1, 1, *spatial))
-    pos = np.pad(pos, [(0, 0), (0, 0)] + [(p, p) for p in padding], constant_values=-1)
-    pos_win, _ = _pool_windows(cx.g.constant(pos), kernel_size, stride, [0] * nsp, dilation, out_sizes, 0)
+    kernel, stride, dilation, pads, _ = nn._pool_geometry(x, kernel_size, stride or None, padding, dilation, ceil_mode)
+    flat = nn._pool_windows(x, kernel, stride, dilation, pads, float("-inf"))
+    flat = flat.reshape(flat.shape[: flat.ndim - nsp] + (sym.product(kernel),))
+    lead = x.ndim - nsp
+    pos = np.arange(int(np.prod(spatial)), dtype=np.int64).reshape((1,) * lead + tuple(spatial))
+    pos = np.pad(pos, [(0, 0)] * lead + list(pads), constant_values=-1)
+    pos_win = nn.windows(cx.g.constant(pos), kernel, stride, dilation)
+    pos_win = pos_win.reshape(pos_win.shape[: pos_win.ndim - nsp] + (sym.product(kernel),))
     best = flat.argmax(-1, keepdim=True)
     index = pos_win.expand(flat.shape).gather(-1, best)
     return values, index.reshape(cx.shape)
