@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import threading
 import warnings
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from luminal.errors import DeviceError
 from luminal.hlir.dtypes import DType
+from luminal.kernels.cublas import cupy_gemm, standin_gemm
 from luminal.kernels.weights import DEVICE_WEIGHTS, DeviceWeights  # noqa: F401 - the registry's home is weights.py
 
 
@@ -28,6 +30,8 @@ class EmulatorLauncher:
 
     weights_key = "cuda-emulator"
     resident = False  # takes no device arrays: everything is host memory
+    # extern steps it runs: none by default (the generated MatMul is what the emulator verifies);
+    # LUMINAL_EMULATOR_EXTERNS=gemm runs GEMMs through the cuBLAS stand-in (cublas.standin_gemm)
 
     def __init__(self, source: str, *, schedule: int | None = None, binaries=None):
         from luminal.kernels.emulator import build
@@ -36,6 +40,7 @@ class EmulatorLauncher:
         self.xp = np
         self.schedule = schedule  # thread order within a block: 0 forward, 1 reverse, 2 shuffled
         self._capturing = threading.local()  # .tape while this thread captures
+        self.externs = frozenset(os.environ.get("LUMINAL_EMULATOR_EXTERNS", "").split(",")) & {"gemm"}
 
     def storage(self, dtype: np.dtype) -> np.dtype:
         return np.dtype(dtype)
@@ -55,6 +60,15 @@ class EmulatorLauncher:
             tape.append((name, grid, block, tuple(args)))
             return
         self.module.launch(name, grid=(grid,), block=(block,), args=args, schedule=self.schedule)
+
+    def extern(self, calls, args) -> None:
+        """The "gemm" extern step on the cuBLAS stand-in: args are out, then the kernel's inputs."""
+        tape = getattr(self._capturing, "tape", None)
+        if tape is not None:
+            tape.append((None, calls, None, tuple(args)))
+            return
+        for call in calls:
+            standin_gemm(call, {-1: args[0], **{i: a for i, a in enumerate(args[1:])}})
 
     def copy_into(self, dst, src) -> None:
         np.copyto(dst, src)
@@ -76,6 +90,9 @@ class EmulatorLauncher:
 
     def replay(self, tape) -> None:
         for name, grid, block, args in tape:
+            if name is None:  # an extern step: grid holds its call
+                self.extern(grid, args)
+                continue
             self.module.launch(name, grid=(grid,), block=(block,), args=args, schedule=self.schedule)
 
     def read_flag(self, err) -> int:
@@ -123,6 +140,8 @@ class CupyLauncher:
     (capture is not allowed on the legacy default stream) and launched on the caller's stream."""
 
     resident = True  # takes CuPy arrays and CUDA torch tensors as they are
+    # MatMuls go to cuBLAS (the plan's "gemm" extern step); LUMINAL_CUBLAS=0 keeps the generated kernels
+    externs = frozenset() if os.environ.get("LUMINAL_CUBLAS", "1") == "0" else frozenset({"gemm"})
 
     def __init__(self, source: str, *, schedule: int | None = None, binaries: dict[str, bytes] | None = None):
         try:
@@ -182,6 +201,11 @@ class CupyLauncher:
     def launch(self, name, grid, block, args):
         with self.stream:
             self.function(name)((grid,), (block,), tuple(args))
+
+    def extern(self, calls, args) -> None:
+        """The "gemm" extern step: cuBLAS calls on this thread's stream (captured in graphs)."""
+        for call in calls:
+            cupy_gemm(call, {-1: args[0], **{i: a for i, a in enumerate(args[1:])}}, self.stream)
 
     def copy_into(self, dst, src) -> None:
         with self.stream:

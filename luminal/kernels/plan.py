@@ -10,7 +10,9 @@ keeps the source NVRTC and g++ compile proportional to distinct layers, not dept
 Extern steps (`EXTERN`): ops a dialect may hand to a vendor library instead of a generated
 kernel, as inductor's `extern_kernels.mm`. MatMul is the "gemm" extern: the C dialect
 (`luminal.kernels.cpu`) calls BLAS for it; the CUDA dialect still renders its generated MatMul
-kernel (the fallback, and what the emulator verifies; cuBLAS later).
+kernel (the fallback, and what the emulator verifies) and attaches a `cublas.GemmDesc` to it:
+a device whose launcher runs "gemm" (CuPy: cuBLAS) binds it per call, falling back to the
+kernel where the layout is no cuBLAS call (`luminal.kernels.cublas`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import hashlib
 from dataclasses import dataclass
 
 from luminal.hlir.ops import ConstantArray, Node, Op, toposort
+from luminal.kernels.cublas import GemmDesc
 from luminal.kernels.render import KernelSpec, render_node
 from luminal.kernels.render.cstyle import is_inline_scalar, prelude, view_of
 
@@ -69,8 +72,11 @@ class KernelPlan:
         bodies: dict[str, str] = {}  # kernel name -> source, each distinct body once
         for node in sched.nodes:
             for k in render_node(node, f"k{len(launches)}_{node.op.title.lower()}"):
+                if EXTERN.get(node.op) == "gemm":
+                    k.extern = GemmDesc.of(node, k.inputs)
+                k.variants = [_dedup(v, node, bodies) for v in k.variants]
                 launches.append(_dedup(k, node, bodies))
-        dtypes = set().union(*(k.dtypes for k in launches)) if launches else set()
+        dtypes = set().union(*(v.dtypes for k in launches for v in (k, *k.variants))) if launches else set()
         source = prelude(dtypes) + "\n" + "\n".join(bodies.values())
         last_use: dict[int, int] = {}
         for i, k in enumerate(launches):

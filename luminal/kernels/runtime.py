@@ -78,6 +78,7 @@ class Launch:
     grid: int
     block: int
     args: tuple  # slots: ("w", i) weight, ("in", i) input, ("tmp", i) arena buffer, ("out", i), ("err",); or np.int64
+    extern: object = None  # `cublas.CublasGemm`s: run by the launcher's extern step, not a kernel
 
 
 @dataclass
@@ -259,10 +260,15 @@ class KernelRuntime:
         all_shapes.update({id(n): s for n, s in zip(self.plan.outputs, out_shapes)})
         launches = []
         for k in self.plan.launches:
+            k = k.pick(bindings)  # the variant for this binding (index width, GEMV)
             grid = int(sym.evaluate(k.grid, bindings))
             if grid <= 0 or int(np.prod(all_shapes[id(k.output)], dtype=np.int64)) == 0:
                 continue
             args = [self._slot[id(k.output)], *(self._slot[id(b)] for b in k.inputs)]
+            call = k.extern.bind(bindings) if k.extern and k.extern.kind in self.launcher.externs else None
+            if call is not None:  # the plan's extern step (cuBLAS), args: out, inputs
+                launches.append(Launch(k.extern.kind, 0, 0, tuple(args), call))
+                continue
             if k.uses_error_flag:
                 args.append(("err",))
             args += [np.int64(bindings[s]) for s in k.symbols]
@@ -294,7 +300,10 @@ class KernelRuntime:
         for ln in seq.launches:
             args = [a if isinstance(a, np.generic) else (err if a[0] == "err" else table[a[0]][a[1]])
                     for a in ln.args]
-            self.launcher.launch(ln.name, ln.grid, ln.block, args)
+            if ln.extern is not None:
+                self.launcher.extern(ln.extern, args)
+            else:
+                self.launcher.launch(ln.name, ln.grid, ln.block, args)
 
     def _new_outputs(self, seq: LaunchSequence) -> list:
         return [self.launcher.empty(s, n.dtype.numpy) for n, s in zip(self.plan.outputs, seq.output_shapes)]
@@ -346,13 +355,18 @@ class KernelRuntime:
         if entry is not None:
             outs = self._replay(entry, ins, err)
         else:
-            dev_ins = [self.launcher.upload(a) if isinstance(a, np.ndarray) else a for a in ins]
+            dev_ins = [self.launcher.upload(a) if self._on_host(a) else a for a in ins]
             outs = self._new_outputs(seq)
             self._issue(seq, dev_ins, outs, self._tmp_views(seq, self._new_arena(seq)), err)
         if host:
             self._check_flag(err)
             return [self._to_host(o, n) for o, n in zip(outs, self.plan.outputs)]
         return outs  # device arrays: bf16 stays as uint16 bits on CuPy (torch callers get bfloat16)
+
+    def _on_host(self, a) -> bool:
+        """Whether `a` is host data the kernels cannot read in place (a NumPy array on "cuda")."""
+        xp = self.launcher.xp
+        return isinstance(a, np.ndarray) and (xp is np or not isinstance(a, xp.ndarray))
 
     def _graph_for(self, seq: LaunchSequence) -> CapturedGraph | None:
         """The binding's captured graph (captured at its second call), or None: run eagerly."""
@@ -386,7 +400,7 @@ class KernelRuntime:
         outputs = self._new_outputs(seq)
         arena = self._new_arena(seq)  # owned by the graph: eager calls never touch it
         tmps, err = self._tmp_views(seq, arena), self._new_flag()
-        self.launcher.prepare({ln.name for ln in seq.launches})
+        self.launcher.prepare({ln.name for ln in seq.launches if ln.extern is None})
         graph = self.launcher.capture(lambda: self._issue(seq, staging, outputs, tmps, err))
         entry = CapturedGraph(graph, staging, outputs, arena, err, self._graph_bytes(seq))
         # once evicted and dropped, its buffers go back to the memory pool only after its last

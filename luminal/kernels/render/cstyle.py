@@ -191,6 +191,15 @@ class KernelSpec:
     block: int
     uses_error_flag: bool = False
     dtypes: set = field(default_factory=set)
+    extern: object = None  # a `cublas.GemmDesc`: a device with that extern step may run it instead
+    variants: list = field(default_factory=list)  # other builds of this launch (same arguments)
+    chooser: object = None  # bindings -> index into [self, *variants]: picked per binding
+
+    def pick(self, bindings: dict) -> KernelSpec:
+        """The build of this launch for `bindings` (32- or 64-bit index math, GEMV or tiles)."""
+        if not self.variants:
+            return self
+        return ([self, *self.variants])[self.chooser(bindings)]
 
 
 def buffer_sources(node: Node, sources=None) -> list[Node]:
