@@ -335,3 +335,63 @@ def _entry(digest: str, text: str, refs: dict[int, str], optimized: list[Node], 
                               "ops_before": report.ops_before, "ops_after": report.ops_after,
                               "notes": list(report.notes), **extra}}
     return (json.dumps(graph), blob), json.dumps(meta)
+
+
+# --- device artifacts: a runtime rebuilt without code generation -----------------------------
+# A runtime may offer `artifacts()`: plain JSON data from which a later process rebuilds it
+# without generating code (the `cpu` runtime: its library's cache key and its launch table). It
+# is stored beside an entry as `<digest>.<device>.json` with the sha256 of its payload, read as
+# untrusted data (parsed, checked against the digest and the sha256), and handed to the device's
+# runtime factory as `artifacts=`, which validates it again and generates its code when it does
+# not fit. Absent, corrupt or stale artifacts only cost the code generation.
+def build_runtime(device, optimized: list[Node], digest: str | None):
+    """`device.runtime(optimized)`, from the artifacts stored for entry `digest` when there are
+    some (and storing the ones the runtime offers when there were none)."""
+    found = device_artifacts(digest, device.name) if digest else None
+    runtime = device.runtime(optimized, artifacts=found) if found is not None else device.runtime(optimized)
+    offered = getattr(runtime, "artifacts", None)
+    if digest and callable(offered) and not getattr(runtime, "restored", False):
+        store_device_artifacts(digest, device.name, offered())
+    return runtime
+
+
+def _artifacts_path(digest: str, device: str) -> Path:
+    return folder() / f"{digest}.{device}.json"
+
+
+def device_artifacts(digest: str, device: str) -> dict | None:
+    """The artifacts stored for entry `digest` on `device`, or None: absent, or refused."""
+    import json
+
+    try:
+        path = _artifacts_path(digest, device)
+        if not path.exists():
+            return None
+        data = json.loads(path.read_bytes())
+        payload = data["artifacts"]
+        if data.get("digest") != digest or data.get("device") != device or not isinstance(payload, dict):
+            raise ValueError("a foreign file")
+        if data.get("sha256") != hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest():
+            raise ValueError("its sha256 does not match")
+    except Exception as exc:  # noqa: BLE001 - a bad file is only a miss
+        LOG.debug("compile cache: ignoring %s artifacts of %s: %s: %s", device, digest[:12], type(exc).__name__, exc)
+        return None
+    from luminal.kernels.cache import touch
+
+    touch(path)
+    return payload
+
+
+def store_device_artifacts(digest: str, device: str, artifacts: dict | None) -> None:
+    import json
+
+    if not artifacts or not enabled():
+        return
+    try:
+        from luminal.kernels.cache import write_atomic
+
+        sha = hashlib.sha256(json.dumps(artifacts, sort_keys=True).encode()).hexdigest()
+        data = {"digest": digest, "device": device, "sha256": sha, "artifacts": artifacts}
+        write_atomic(_artifacts_path(digest, device), json.dumps(data).encode())
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot write is only slower
+        LOG.debug("compile cache: %s artifacts not stored: %s: %s", device, type(exc).__name__, exc)

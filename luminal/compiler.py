@@ -256,13 +256,16 @@ def compile_outputs(
     report.ops_before = op_counts(outputs)
     optimized = list(outputs)
     progress = Progress(name, 2)
+    digest = None  # of the compile cache's entry: the runtime's artifacts are stored beside it
     if optimize_enabled(optimize):
-        optimized = _optimize_cached(optimized, entry.name, report)
+        optimized, digest = _optimize_cached(optimized, entry.name, report)
     progress.step("optimize")
     report.ops_after = op_counts(optimized)
     t0 = time.perf_counter()
     builds = _build_counts()
-    runtime = entry.runtime(optimized)
+    from luminal import compile_cache
+
+    runtime = compile_cache.build_runtime(entry, optimized, digest)
     report.phases[entry.phase] = time.perf_counter() - t0
     after = _build_counts()
     if after[0] > builds[0]:
@@ -281,9 +284,10 @@ def compile_outputs(
     return compiled
 
 
-def _optimize_cached(outputs: list[Node], device: str, report: Report) -> list[Node]:
+def _optimize_cached(outputs: list[Node], device: str, report: Report) -> tuple[list[Node], str | None]:
     """egglog's optimized graph, from the persistent compile cache when it holds it
-    (`luminal.compile_cache`: a hit skips egglog entirely), else computed and stored."""
+    (`luminal.compile_cache`: a hit skips egglog entirely), else computed and stored; and the
+    digest of its cache entry (None: not cached)."""
     from luminal import compile_cache
 
     t0 = time.perf_counter()
@@ -302,7 +306,7 @@ def _optimize_cached(outputs: list[Node], device: str, report: Report) -> list[N
             report.egraph_size = fields.get("egraph_size")
             report.notes += [f"compile cache hit ({key.digest[:12]}): egglog skipped; the miss said:"]
             report.notes += [str(n) for n in fields.get("notes", [])]
-            return optimized
+            return optimized, key.digest
         report.cache["optimize"] = "miss" if key else "off"
     t0 = time.perf_counter()
     from luminal import egraph
@@ -315,7 +319,8 @@ def _optimize_cached(outputs: list[Node], device: str, report: Report) -> list[N
         path = compile_cache.store(key, outputs, optimized, report)
         report.notes.append(f"compile cache miss ({key.digest[:12]}): " + ("stored" if path else "not stored"))
         report.phases["cache"] += time.perf_counter() - t0
-    return optimized
+        return optimized, key.digest if path else None
+    return optimized, None
 
 
 def _build_counts() -> tuple[int, int]:

@@ -60,10 +60,10 @@ def _numpy_runtime(outputs, **_options):
     return NumpyRuntime(outputs)
 
 
-def _cpu_runtime(outputs, **_options):
+def _cpu_runtime(outputs, artifacts=None, **_options):
     from luminal.kernels.cpu.runtime import make
 
-    return make(outputs)
+    return make(outputs, artifacts=artifacts)
 
 
 def _kernel_runtime(name: str):

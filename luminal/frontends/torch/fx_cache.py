@@ -95,7 +95,9 @@ def store(entry: Entry, imported, weight_arrays: dict[int, object]) -> None:
                        "spec": spec, "out_names": list(imported.out_names), "inputs": compiled.input_names,
                        "unused": sorted(compiled.unused_inputs)}}
     refs = {id(a): f"p{i}" for i, a in weight_arrays.items()}
-    compile_cache.write(entry.digest, entry.text, refs, compiled.outputs, compiled.report(), extra)
+    if compile_cache.write(entry.digest, entry.text, refs, compiled.outputs, compiled.report(), extra):
+        offered = getattr(compiled.runtime, "artifacts", None)  # the runtime's, for a hit's runtime
+        compile_cache.store_device_artifacts(entry.digest, compiled.device.name, offered() if callable(offered) else None)
 
 
 def restore(entry: Entry, args, name: str, opts: dict):
@@ -155,7 +157,7 @@ def _restore(entry: Entry, args, name: str, opts: dict):
     device = devices.require(opts["device"])
     t0 = time.perf_counter()
     builds = _build_counts()
-    runtime = device.runtime(optimized)
+    runtime = compile_cache.build_runtime(device, optimized, entry.digest)
     report.phases[device.phase] = time.perf_counter() - t0
     after = _build_counts()
     if after != builds:

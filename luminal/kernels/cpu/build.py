@@ -106,6 +106,19 @@ def _verified(library: Path) -> bool:
     return ok
 
 
+def cached(key: str) -> Path | None:
+    """The library of cache key `key` (the stem of a path `build` returned) when it is in the
+    cache and verified, else None: how a warm process loads a library without its source."""
+    if not (len(key) == 32 and all(c in "0123456789abcdef" for c in key)):
+        return None
+    library = cache_dir("cpu") / f"{key}.so"
+    if library.exists() and _verified(library):
+        stats.cache_hits += 1
+        touch(library)  # most recently used: the last to be pruned
+        return library
+    return None
+
+
 def build(source: str, cc: str | None = None) -> Path:
     """The shared library of `source` (built, or found in the cache and verified)."""
     cc = cc or compiler()
@@ -113,12 +126,11 @@ def build(source: str, cc: str | None = None) -> Path:
         raise CpuBuildError("no C compiler found (set CC, or apt-get install gcc)")
     options = flags()
     key = hashlib.sha256("\0".join((source, *options, _version(cc))).encode()).hexdigest()[:32]
+    found = cached(key)
+    if found is not None:
+        return found
     directory = cache_dir("cpu")
     library = directory / f"{key}.so"
-    if library.exists() and _verified(library):
-        stats.cache_hits += 1
-        touch(library)  # most recently used: the last to be pruned
-        return library
     with open(directory / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same key: wait for it
         if library.exists() and _verified(library):

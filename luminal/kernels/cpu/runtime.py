@@ -21,10 +21,13 @@ from __future__ import annotations
 import collections
 import ctypes
 import glob
+import hashlib
+import logging
 import os
 import sys
 import threading
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -34,9 +37,11 @@ from luminal.hlir.ops import Op, toposort
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build
-from luminal.kernels.cpu.render import launch_table, render_program
+from luminal.kernels.cpu.render import CProgram, CStep, launch_table, render_program
+from luminal.kernels.plan import Schedule
 from luminal.runtime.binding import bind_inputs
 
+LOG = logging.getLogger("luminal")
 BINDINGS_KEPT = 256  # resolved arena layouts kept per runtime (least recently used dropped first)
 _warned: set[str] = set()
 
@@ -47,7 +52,7 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
-def make(outputs, **_options):
+def make(outputs, artifacts: dict | None = None, **_options):
     """The runtime of `device="cpu"`: compiled C, or the NumPy runtime (warned once) when this
     machine has no C compiler, the compiler fails, or the graph holds an op the C dialect cannot
     render. (`CpuRuntime` itself raises: the tests build it directly.)"""
@@ -60,7 +65,7 @@ def make(outputs, **_options):
                                "(apt-get install gcc for the compiled backend)")
         return NumpyRuntime(outputs)
     try:
-        return CpuRuntime(outputs)
+        return CpuRuntime(outputs, artifacts=artifacts)
     except UnsupportedError as exc:
         _warn_once(f"unsupported:{exc}", f'device="cpu": {exc}; this graph runs on the NumPy reference runtime')
         return NumpyRuntime(outputs)
@@ -116,13 +121,101 @@ def threads() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+# --- artifacts: the runtime of a later process, without rendering --------------------------------
+ARTIFACTS_FORMAT = 1
+_code: list[str] = []
+
+
+def code_version() -> str:
+    """A hash of what decides the C of a graph (the renderers and the plan) and how it is
+    built (flags, compiler): stored artifacts of any other version are not used."""
+    if not _code:
+        root = Path(__file__).parent.parent
+        h = hashlib.sha256()
+        for f in sorted([*root.glob("cpu/*.py"), *root.glob("render/*.py"), root / "plan.py"]):
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+        h.update("\0".join(build.flags()).encode())
+        _code.append(h.hexdigest()[:16])
+    cc = build.compiler()
+    try:  # the compiler by its file (no `cc --version` process on the warm path)
+        st = os.stat(os.path.realpath(cc)) if cc else None
+    except OSError:
+        st = None
+    return f"{_code[0]} {cc} {st.st_size}:{st.st_mtime_ns}" if st else f"{_code[0]} none"
+
+
+def _restore(outputs: list, data) -> tuple[CProgram, Path] | None:
+    """(the program without source, the library) that `data` (an `artifacts()` dict) describes
+    for the graph `outputs`, or None (debug-logged) when anything fails to check out: a foreign
+    version, a library no longer cached, a table that does not fit the graph or the library."""
+    try:
+        return _restored(outputs, data)
+    except (ArtifactMismatch, AttributeError, KeyError, TypeError, ValueError, IndexError, OSError) as exc:
+        LOG.debug("cpu runtime: stored artifacts not used: %s: %s", type(exc).__name__, exc)
+        return None
+
+
+class ArtifactMismatch(Exception):
+    pass
+
+
+def _restored(outputs, data) -> tuple[CProgram, Path] | None:
+    if not isinstance(data, dict) or data.get("format") != ARTIFACTS_FORMAT or data.get("code") != code_version():
+        raise ArtifactMismatch("another format or code version")
+    kernels, symbols, table = data["kernels"], data["symbols"], data["steps"]
+    if not (isinstance(kernels, list) and isinstance(symbols, list) and isinstance(table, list)
+            and all(type(x) is str for x in kernels + symbols) and all(type(x) is int for x in table)):
+        raise ArtifactMismatch("malformed")
+    library = build.cached(str(data["library"]))
+    if library is None:
+        raise ArtifactMismatch("the library is no longer in the cache")
+    lib = ctypes.CDLL(str(library))
+    count = ctypes.c_int.in_dll(lib, "lum_kernel_count").value
+    names = ctypes.string_at(ctypes.addressof(ctypes.c_char.in_dll(lib, "lum_kernel_names"))).decode().split()
+    arity = list((ctypes.c_int * (3 * max(count, 1))).in_dll(lib, "lum_kernel_arity"))
+    if names != kernels or count != len(kernels):
+        raise ArtifactMismatch("the library holds other kernels")
+    sched = Schedule.build(outputs)
+    known = {str(s) for n in sched.inputs for d in n.shape for s in getattr(d, "free_symbols", ())}
+    if not set(symbols) <= known:
+        raise ArtifactMismatch("dims the inputs do not bind")
+    if any(x < 0 for x in table):
+        raise ArtifactMismatch("a negative entry")
+    buffers = [*sched.weights, *sched.inputs, *sched.nodes]
+    fixed = len(sched.weights) + len(sched.inputs)
+    steps, i = [], 0
+    for s, node in enumerate(sched.nodes):  # a step: kernel, n_in, input positions, n_sym, dim indices
+        k, n_in = table[i], table[i + 1]
+        where = table[i + 2:i + 2 + n_in]
+        n_sym = table[i + 2 + n_in]
+        syms = [symbols[j] for j in table[i + 3 + n_in:i + 3 + n_in + n_sym]]
+        i += 3 + n_in + n_sym
+        name = kernels[k]
+        if (arity[3 * k] != 1 + n_in or arity[3 * k + 1] != n_sym or len(syms) != n_sym or len(where) != n_in
+                or not name.startswith(node.op.title.lower() + "_") or any(j >= fixed + s for j in where)):
+            raise ArtifactMismatch(f"step {s} does not fit its node ({node.op.title}) or its kernel ({name})")
+        steps.append(CStep(name, node, [buffers[j] for j in where], syms, bool(arity[3 * k + 2])))
+    if i != len(table):
+        raise ArtifactMismatch("a table of another length")
+    return CProgram(None, steps, sched, symbols, kernels), library
+
+
 # --- the runtime ----------------------------------------------------------------------------------
 class CpuRuntime:
     """Runs a graph as compiled C: one shared library, one native call per call.
     Safe to call from several threads at once (each call has its own arena, outputs and flag)."""
 
-    def __init__(self, outputs, profile: bool = False):
-        program = render_program(list(outputs))
+    def __init__(self, outputs, profile: bool = False, artifacts: dict | None = None):
+        """`artifacts`: what `artifacts()` returned for this graph in an earlier process (the
+        compile cache stores it): the library is loaded by its key and the launch table read
+        from it, without rendering any C; anything that does not check out is rendered afresh."""
+        outputs = list(outputs)
+        restored = _restore(outputs, artifacts) if artifacts is not None else None
+        if restored is None:
+            program = render_program(outputs)
+            library = build.build(program.source)
+        else:
+            program, library = restored
         self.program = program
         sched = program.schedule
         self.inputs = sched.inputs
@@ -141,8 +234,8 @@ class CpuRuntime:
             for b in st.inputs:
                 last[id(b)] = i
         self.intervals = [(first[id(n)], last.get(id(n), first[id(n)])) for n in self.intermediates]
-        self.source = program.source
-        self.library_path = build.build(self.source)
+        self.library_path = library
+        self.restored = restored is not None  # built from stored artifacts (no C rendered)
         lib = ctypes.CDLL(str(self.library_path))
         b = blas()
         lib.lum_set_blas(ctypes.c_void_p(b.sgemm), ctypes.c_void_p(b.dgemm), ctypes.c_void_p(b.set_threads_ptr))
@@ -160,6 +253,32 @@ class CpuRuntime:
         self._layouts: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
         self._lock = threading.Lock()
         self.arena_bytes = 0
+
+    @property
+    def source(self) -> str:
+        """The library's C source (read back from beside the library, or rendered, when restored)."""
+        if self.program.source is None:
+            c_file = self.library_path.with_suffix(".c")
+            try:
+                self.program.source = c_file.read_text()
+            except OSError:
+                self.program.source = render_program(self.outputs).source
+        return self.program.source
+
+    def artifacts(self) -> dict:
+        """What a later process needs to rebuild this runtime without rendering C (plain JSON
+        data, stored by the compile cache): the library's cache key, its kernels, the dims, and per
+        step its kernel, its input buffers (positions among weights, inputs and steps) and dims."""
+        sched = self.program.schedule
+        pos = {id(n): i for i, n in enumerate([*sched.weights, *sched.inputs, *sched.nodes])}
+        kernel = {k: i for i, k in enumerate(self.program.kernels)}
+        dim = {s: i for i, s in enumerate(self.program.symbols)}
+        steps: list[int] = []
+        for st in self.program.steps:
+            steps += [kernel[st.name], len(st.inputs), *(pos[id(b)] for b in st.inputs),
+                      len(st.symbols), *(dim[s] for s in st.symbols)]
+        return {"format": ARTIFACTS_FORMAT, "code": code_version(), "library": self.library_path.stem,
+                "kernels": list(self.program.kernels), "symbols": list(self.program.symbols), "steps": steps}
 
     def _layout(self, bindings: dict[str, int]):
         key = tuple(sorted(bindings.items()))
