@@ -117,3 +117,52 @@ def select_operands(n: Node):
         else:
             operands.append((piece, ShapeTracker.contiguous(shape)))
     return cast.src[0], operands[0], operands[1]
+
+
+# --- direct convolutions and pooling: a product of window views reduced over its kernel axes --
+WINDOW_KINDS = {Op.SUM_REDUCE: "sum", Op.MAX_REDUCE: "max"}
+
+
+def _overlaps(st: ShapeTracker) -> bool:
+    """The view reads some element twice along axes it does not broadcast: overlapping windows
+    (a matmul operand, a transpose or a slice reads each element at most once per position)."""
+    dims = [(d, s) for d, s in zip(st.shape, st.strides) if not sym.equal(s, 0) and not sym.equal(d, 1)]
+    if not all(sym.is_static(d) and sym.is_static(s) for d, s in dims):
+        return False
+    count, span = 1, 1
+    for d, s in dims:
+        count *= int(d)
+        span += (int(d) - 1) * abs(int(s))
+    return count > span
+
+
+def window_reduce_of(n: Node) -> tuple[str, int, tuple[Node, ...]] | None:
+    """(kind, r, operands) when `n` ends a chain of SumReduces (or MaxReduces) over exactly the
+    last r axes, all static, of the product of two views (sum) or of one view, one of them
+    overlapping windows: the builder's direct convolution or pooling (`builder/nn.py`), which
+    a WindowReduce computes without materializing the product. A max over r >= 2 short axes of
+    a view is one too (non-overlapping pooling; max is exact, whatever the order)."""
+    kind = WINDOW_KINDS.get(n.op)
+    if kind is None or n.dtype is DType.BOOL:
+        return None
+    chain, cur = [], n
+    while cur.op is n.op and cur.dtype is n.dtype:
+        chain.append(cur)
+        cur = cur.src[0]
+    base, r = cur, len(chain)
+    remaining = list(range(base.ndim))
+    removed = [remaining.pop(red.arg) for red in reversed(chain)]
+    if sorted(removed) != list(range(base.ndim - r, base.ndim)) or not all(sym.is_static(d) for d in base.shape[-r:]):
+        return None
+    if base.op is Op.MUL and kind == "sum" and base.dtype is n.dtype:
+        operands = base.src
+    elif base.op is Op.VIEW and base.dtype is n.dtype:
+        operands = (base,)
+    else:
+        return None
+    if not all(v.op is Op.VIEW and len(v.shape) == len(base.shape) for v in operands):
+        return None
+    short_max = kind == "max" and r >= 2 and sym.product(base.shape[-r:]) <= 64
+    if not (short_max or any(_overlaps(v.arg) for v in operands)):
+        return None
+    return kind, r, tuple(operands)

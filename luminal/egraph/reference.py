@@ -34,6 +34,13 @@ def fused_elementwise(expr: Expr, inputs: list[Tensor]) -> Tensor:
     return kids[0]._new(expr.op, expr.dtype, kids[0].shape, tuple(kids))
 
 
+def window_reduce(src: list[Tensor], arg) -> Tensor:
+    """The product of the operands reduced over the last r axes, one SumReduce (MaxReduce) each."""
+    kind, r = arg
+    x = src[0] if len(src) == 1 else src[0].mul(src[1])
+    return x._reduce_prim(Op.SUM_REDUCE if kind == "sum" else Op.MAX_REDUCE, tuple(range(x.ndim - r, x.ndim)), False)
+
+
 # every fused op (group FUSED): its definition over operand tensors and the node's arg
 DEFINITIONS = {
     Op.EXP: lambda src, arg: src[0].mul(C.LOG2E).exp2(),  # exp(x) = exp2(x * log2 e)
@@ -44,6 +51,7 @@ DEFINITIONS = {
     Op.FUSED_ELEMENTWISE: lambda src, arg: fused_elementwise(arg, src),
     Op.SELECT: lambda src, arg: F.where(*src),  # gather(stack([b, a], -1), cast(cond)), reshaped
     Op.CONCAT: lambda src, arg: F.concat(src, arg),  # scatters of a, b into zeros at their spans
+    Op.WINDOW_REDUCE: window_reduce,  # sum_k window(x)[o, k] * w[o, k], reduced an axis at a time
 }
 
 

@@ -39,4 +39,7 @@ RULES = [
     rule("gather(stack(b,a), c) = Select(c,a,b)", "(rule ((SelectOf o c a b t)) ((union o (View (Select c a b) t))))"),
     # concat spelled as scatters of its pieces into zeros at consecutive spans: slice copies
     rule("scatter spans into zeros = Concat", "(rule ((ConcatOf o x)) ((union o x)))"),
+    # a product of overlapping window views (or one view) reduced over its last axes, one at a
+    # time: a direct convolution or a pooling, one WindowReduce (`patterns.window_reduce_of`)
+    rule("reduce_k(window*w) = WindowReduce", "(rule ((WindowOf o x)) ((union o x)))"),
 ]

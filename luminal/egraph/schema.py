@@ -49,6 +49,7 @@ DECLARATIONS = f"""
 (relation Widens (String String))
 (relation SelectOf (Expr Expr Expr Expr i64))
 (relation ConcatOf (Expr Expr))
+(relation WindowOf (Expr Expr))
 """
 
 # exact round trips: every value of the first dtype is a value of the second

@@ -43,6 +43,11 @@ exact arithmetic, a primitive decomposition (`luminal/egraph/reference.py`), and
   `where` means (the builder spells it as a Gather from the stacked pair (b, a)).
 - CONCAT (src = a, b; arg = axis): a then b along axis (the builder spells concat and stack as
   Scatters of the pieces into a zero buffer); more pieces nest.
+- WINDOW_REDUCE (src = one or two operands of one shape (*out, K1..Kr), typically overlapping
+  window views; arg = ("sum" | "max", r)): out[o] = the sum (or NaN-propagating max) over the
+  last r axes of src0[o, k] (* src1[o, k]), in the operands' dtype: a direct convolution
+  (window view times broadcast weight) or a pooling, never materializing the product. The
+  builder spells it as the product reduced one axis at a time (`builder/nn.py`).
 """
 
 from __future__ import annotations
@@ -95,6 +100,7 @@ class Op(enum.Enum):
     FUSED_ELEMENTWISE = enum.auto()
     SELECT = enum.auto()
     CONCAT = enum.auto()
+    WINDOW_REDUCE = enum.auto()
 
     @staticmethod
     def from_name(name: str) -> Op:
@@ -122,7 +128,7 @@ MOVEMENT = frozenset({Op.VIEW, Op.CONTIGUOUS})
 ELEMENTWISE = UNARY | BINARY | {Op.CAST}
 POINTWISE = ELEMENTWISE | {Op.EXP, Op.SIGMOID, Op.SELECT}  # what a FusedElementwise expression may apply
 FUSED = frozenset({Op.EXP, Op.SIGMOID, Op.SOFTMAX, Op.KAHAN_SUM, Op.MAT_MUL, Op.FUSED_ELEMENTWISE, Op.SELECT,
-                   Op.CONCAT})
+                   Op.CONCAT, Op.WINDOW_REDUCE})
 
 
 class ConstantArray:

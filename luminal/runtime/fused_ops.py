@@ -156,3 +156,22 @@ def _fused_elementwise(node, b, *inputs):
     float64 by default) between ops and rounded once, at the end."""
     out = _eval(node.arg, list(inputs), {}, _work())
     return np.broadcast_to(out, _shape(node, b)).astype(node.dtype.numpy)
+
+
+@impl(Op.WINDOW_REDUCE)
+def _window_reduce(node, b, *operands):
+    """The product of the operands (window views) reduced over the last r axes: floats in the
+    working precision (sums accumulate in float64), as the decomposition computes it."""
+    kind, r = node.arg
+    axes = tuple(range(operands[0].ndim - r, operands[0].ndim))
+    dt = node.dtype.numpy
+    if kind == "max":
+        lowest = -np.inf if node.dtype.is_float else np.iinfo(dt).min
+        x = operands[0] if len(operands) == 1 else operands[0] * operands[1]
+        return np.max(x, axis=axes, initial=lowest).astype(dt, copy=False)
+    if node.dtype.is_float:
+        work = _work()
+        operands = [_lift(x, work) for x in operands]
+    x = operands[0] if len(operands) == 1 else operands[0] * operands[1]
+    acc = _F64 if node.dtype.is_float else dt
+    return np.sum(x, axis=axes, dtype=acc).astype(dt, copy=False)

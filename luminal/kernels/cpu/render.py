@@ -32,6 +32,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import contiguous_strides
+from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.plan import EXTERN, Schedule
 from luminal.kernels.render.cexpr import c_dim, compute_type
 from luminal.kernels.render.cstyle import (
@@ -509,6 +510,7 @@ GENERATORS = {  # every other op (pointwise, iota, contiguous copies) is `elemen
 }
 if hasattr(Op, "CONCAT"):
     GENERATORS[Op.CONCAT] = concat
+GENERATORS[Op.WINDOW_REDUCE] = lambda node, name: _kernel(name, node, *cpu_conv.window_reduce(node))  # conv, pooling
 EXTERNS = {"gemm": matmul}  # extern steps of the plan (`luminal.kernels.plan.EXTERN`) in this dialect
 
 

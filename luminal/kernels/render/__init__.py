@@ -5,11 +5,12 @@ that launch nothing, their consumers read them).
     cstyle.py   the CUDA dialect (`code_for_op`, types, reads through views) and what every
                 generator shares (signatures, `KernelSpec`, the pointwise skeleton)
     kernels.py  pointwise ops, reduce, gather, scatter; fused.py  regions, softmax, Kahan sum, matmul
+    conv.py     WindowReduce: direct convolutions and pooling
 """
 
 from luminal.errors import UnsupportedError
 from luminal.hlir.ops import POINTWISE, REDUCE, Node, Op
-from luminal.kernels.render import fused, kernels
+from luminal.kernels.render import conv, fused, kernels
 from luminal.kernels.render.cstyle import KernelSpec
 
 GENERATORS = {
@@ -22,6 +23,7 @@ GENERATORS = {
     Op.KAHAN_SUM: fused.kahan_sum,
     Op.MAT_MUL: fused.matmul,
     Op.CONCAT: fused.concat,
+    Op.WINDOW_REDUCE: conv.window_reduce,
 }
 NO_KERNEL = frozenset({Op.INPUT, Op.CONSTANT, Op.VIEW})  # scalars are inlined, buffers and views read
 

@@ -1,0 +1,190 @@
+"""Convolutions and pooling (`luminal/builder/nn.py`) against torch eager, on every device.
+
+One graph holds a grid of convs (stride, padding, dilation, groups; 1-D, 2-D, 3-D; regular,
+grouped, depthwise, 1x1) and pools (max/avg, ceil_mode, count_include_pad), so each device
+compiles once. NaN and ±inf sit in the inputs; the NumPy runtime (the spec) is compared with
+torch, every other device with both. The op counts prove the lowering: a GEMM (no copy for a
+1x1 conv), one WindowReduce for a depthwise conv or a pool, never a reduction over a
+materialized product much larger than the output.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal import devices
+from luminal.builder import nn
+from luminal.egraph import reference
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import REDUCE, Node, Op, toposort
+from luminal.hlir.shape import ShapeTracker
+from luminal.runtime import NumpyRuntime
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+# (name, input shape, weight shape, stride, padding, dilation, groups)
+CONVS = [
+    ("3x3_pad1", (2, 4, 9, 8), (6, 4, 3, 3), 1, 1, 1, 1),
+    ("1x1", (2, 4, 9, 8), (6, 4, 1, 1), 1, 0, 1, 1),
+    ("1x1_stride2", (1, 4, 9, 8), (6, 4, 1, 1), 2, 0, 1, 1),
+    ("stride2_pad2_dil2", (2, 4, 9, 8), (6, 4, 3, 3), 2, 2, 2, 1),
+    ("asym_kernel_groups2", (1, 4, 7, 6), (6, 2, 3, 1), 1, (1, 0), 1, 2),
+    ("depthwise", (2, 4, 9, 8), (4, 1, 3, 3), 1, 1, 1, 4),
+    ("depthwise_stride2_mult2", (2, 4, 9, 8), (8, 1, 3, 3), 2, 1, 1, 4),
+    ("depthwise_dil2_5x5", (1, 4, 11, 10), (4, 1, 5, 5), 1, 4, 2, 4),
+    ("depthwise_10x10_loops", (1, 2, 12, 12), (2, 1, 10, 10), 1, 1, 1, 2),  # 100 terms: loops, not unrolled
+    ("conv1d_stride2", (2, 3, 11), (5, 3, 3), 2, 1, 1, 1),
+    ("conv1d_depthwise", (2, 3, 11), (3, 1, 3), 1, 1, 1, 3),
+    ("conv3d", (1, 2, 4, 5, 6), (3, 2, 3, 3, 3), 1, 1, 1, 1),
+    ("stem_7x7_stride2", (1, 3, 16, 16), (8, 3, 7, 7), 2, 3, 1, 1),
+]
+# (name, input shape, torch function, luminal function)
+POOLS = [
+    ("max3_s2_p1", (2, 3, 9, 8), lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: nn.max_pool(x, (3, 3), 2, 1)),
+    ("max2", (2, 3, 8, 8), lambda x: F.max_pool2d(x, 2), lambda x: nn.max_pool(x, (2, 2))),
+    ("max_ceil", (1, 3, 10, 8), lambda x: F.max_pool2d(x, 3, 2, 0, ceil_mode=True),
+     lambda x: nn.max_pool(x, (3, 3), 2, 0, ceil_mode=True)),
+    ("max_dil2", (1, 3, 9, 8), lambda x: F.max_pool2d(x, 2, 1, 0, dilation=2), lambda x: nn.max_pool(x, (2, 2), 1, 0, 2)),
+    ("max1d", (2, 3, 9), lambda x: F.max_pool1d(x, 3, 2, 1), lambda x: nn.max_pool(x, (3,), 2, 1)),
+    ("avg3_s2_p1", (2, 3, 9, 8), lambda x: F.avg_pool2d(x, 3, 2, 1), lambda x: nn.avg_pool(x, (3, 3), 2, 1)),
+    ("avg_no_pad_count", (2, 3, 9, 8), lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+     lambda x: nn.avg_pool(x, (3, 3), 2, 1, count_include_pad=False)),
+    ("avg_ceil", (1, 3, 10, 8), lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
+     lambda x: nn.avg_pool(x, (3, 3), 2, 1, ceil_mode=True)),
+    ("avg_ceil_no_pad_count", (1, 3, 10, 8), lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+     lambda x: nn.avg_pool(x, (3, 3), 2, 1, ceil_mode=True, count_include_pad=False)),
+    ("avg_divisor", (1, 3, 8, 8), lambda x: F.avg_pool2d(x, 2, divisor_override=3), lambda x: nn.avg_pool(x, (2, 2), divisor_override=3)),
+]
+
+
+def _values(rng, shape, specials: bool) -> np.ndarray:
+    v = rng.standard_normal(shape).astype(np.float32)
+    if specials and v.size > 12:
+        v.flat[[3, 10]] = [np.nan, np.inf]
+        v.flat[-2] = -np.inf
+    return v
+
+
+def _build():
+    rng = np.random.default_rng(0)
+    g, feeds, want = lm.Graph("convs"), {}, {}
+    for name, xs, ws, stride, padding, dilation, groups in CONVS:
+        x, w, b = (_values(rng, xs, True), _values(rng, ws, False), _values(rng, ws[:1], False))
+        feeds.update({f"{name}_x": x, f"{name}_w": w})
+        out = nn.conv(g.input(f"{name}_x", xs), g.input(f"{name}_w", ws), g.constant(b), stride, padding, dilation, groups)
+        g.output(out, name)
+        want[name] = getattr(F, f"conv{len(xs) - 2}d")(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b),
+                                                                    stride, padding, dilation, groups).numpy()
+    for name, xs, fn, lfn in POOLS:
+        x = _values(rng, xs, True)
+        feeds[f"{name}_x"] = x
+        g.output(lfn(g.input(f"{name}_x", xs)), name)
+        want[name] = fn(torch.from_numpy(x)).numpy()
+    return g, feeds, want
+
+
+@pytest.fixture(scope="module")
+def grid():
+    g, feeds, want = _build()
+    names = [n for n, *_ in CONVS] + [n for n, *_ in POOLS]
+    spec = dict(zip(names, g.run(feeds)))
+    return g, feeds, want, spec
+
+
+def _close(got, want, what):
+    assert got.shape == want.shape, what
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=what)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=what)
+
+
+def test_numpy_runtime_matches_torch(grid):
+    _, _, want, spec = grid
+    for name, value in spec.items():
+        _close(value, want[name], name)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda-emulator"])
+def test_device_matches_numpy_runtime_and_torch(grid, device):
+    if not devices.get(device).available:
+        pytest.skip(devices.get(device).missing())
+    g, feeds, want, spec = grid
+    got = dict(zip(spec, g.compile(device=device)(feeds)))
+    for name in spec:
+        _close(got[name], spec[name], f"{name} on {device} vs the NumPy runtime")
+        _close(got[name], want[name], f"{name} on {device} vs torch")
+
+
+def _optimized(build) -> list[Node]:
+    g = lm.Graph("one")
+    g.output(build(g))
+    return g.compile(device="numpy").outputs
+
+
+def _materialized_reduce_inputs(outputs) -> list[int]:
+    """Element counts of the materialized operands (no view, no input) of every reduction."""
+    sizes = []
+    for n in toposort(outputs):
+        if n.op in REDUCE or n.op in (Op.KAHAN_SUM, Op.WINDOW_REDUCE):
+            for s in n.src:
+                base = s.src[0] if s.op is Op.VIEW else s
+                if base.op not in (Op.INPUT, Op.CONSTANT):
+                    sizes.append(int(np.prod(base.shape)))
+    return sizes
+
+
+@pytest.mark.parametrize("kind, ws, groups, want_op", [("regular", (16, 8, 3, 3), 1, Op.MAT_MUL),
+                                                       ("grouped", (16, 2, 3, 3), 4, Op.MAT_MUL),
+                                                       ("depthwise", (8, 1, 3, 3), 8, Op.WINDOW_REDUCE)])
+def test_conv_never_reduces_a_materialized_product(kind, ws, groups, want_op):
+    outputs = _optimized(lambda g: nn.conv(g.input("x", (1, 8, 14, 14)), g.input("w", ws), None, 1, 1, 1, groups))
+    ops = collections.Counter(n.op for n in toposort(outputs))
+    assert ops[want_op] == 1, ops
+    assert not ops[Op.MUL] and not ops[Op.SUM_REDUCE] and not ops[Op.KAHAN_SUM], ops  # no product, no reduce of it
+    out = 16 * 14 * 14 if kind != "depthwise" else 8 * 14 * 14
+    assert all(size <= 2 * out for size in _materialized_reduce_inputs(outputs)), kind
+    copies = [n for n in toposort(outputs) if n.op is Op.CONTIGUOUS]
+    assert all(int(np.prod(c.shape)) <= 9 * 8 * 14 * 14 for c in copies)  # the padded input, the im2col
+
+
+def test_1x1_conv_is_one_gemm_on_the_input_and_pools_one_window_reduce():
+    outputs = _optimized(lambda g: nn.conv(g.input("x", (2, 8, 7, 7)), g.input("w", (16, 8, 1, 1))))
+    assert collections.Counter(n.op for n in toposort(outputs) if n.op not in (Op.INPUT, Op.VIEW)) == {Op.MAT_MUL: 1}
+    for pool in (lambda x: nn.max_pool(x, (3, 3), 2), lambda x: nn.avg_pool(x, (3, 3), 1)):
+        outputs = _optimized(lambda g, pool=pool: pool(g.input("x", (2, 8, 9, 9))))
+        ops = collections.Counter(n.op for n in toposort(outputs))
+        assert ops[Op.WINDOW_REDUCE] == 1 and not (ops[Op.MAX_REDUCE] or ops[Op.SUM_REDUCE] or ops[Op.CONTIGUOUS]), ops
+
+
+def test_empty_batch():
+    g = lm.Graph("empty")
+    g.output(nn.conv(g.input("x", (0, 4, 6, 6)), g.input("w", (4, 1, 3, 3)), None, 1, 1, 1, 4), "dw")
+    g.output(nn.max_pool(g.input("y", (0, 2, 6, 6)), (2, 2)), "pool")
+    feeds = {"x": np.zeros((0, 4, 6, 6), np.float32), "w": np.ones((4, 1, 3, 3), np.float32),
+             "y": np.zeros((0, 2, 6, 6), np.float32)}
+    for device in ("numpy", "cpu"):
+        dw, pool = g.compile(device=device)(feeds)
+        assert dw.shape == (0, 4, 6, 6) and pool.shape == (0, 2, 3, 3)
+
+
+def test_window_reduce_matches_its_definition():
+    """The fused op's NumPy implementation against its decomposition (egraph/reference.py)."""
+    rng = np.random.default_rng(1)
+    x = Node(Op.INPUT, DType.F32, (1, 3, 6, 6), (), "x")
+    w = Node(Op.INPUT, DType.F32, (3, 3, 3), (), "w")
+    shape = (1, 3, 4, 4, 3, 3)
+    xv = Node(Op.VIEW, DType.F32, shape, (x,), ShapeTracker(shape, (108, 36, 6, 1, 6, 1), 0))
+    wv = Node(Op.VIEW, DType.F32, shape, (w,), ShapeTracker(shape, (0, 9, 0, 0, 3, 1), 0))
+    feeds = {"x": _values(rng, (1, 3, 6, 6), True), "w": _values(rng, (3, 3, 3), False)}
+    for fused in (Node(Op.WINDOW_REDUCE, DType.F32, shape[:4], (xv, wv), ("sum", 2)),
+                  Node(Op.WINDOW_REDUCE, DType.F32, shape[:4], (xv,), ("max", 2)),
+                  Node(Op.WINDOW_REDUCE, DType.F32, shape[:5], (xv, wv), ("sum", 1))):
+        (ref,) = reference.decompose([fused])
+        used = {k: v for k, v in feeds.items() if k in ("x", "w")[: len(fused.src)]}
+        got, want = NumpyRuntime([fused])(used)[0], NumpyRuntime([ref])(used)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
