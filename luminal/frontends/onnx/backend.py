@@ -24,9 +24,12 @@ class BackendRep(_BackendRep):
 
 
 class Backend(_Backend):
-    """The luminal ONNX backend. `optimize` (class attribute) is passed to `compile`."""
+    """The luminal ONNX backend. `optimize` and `luminal_device` (class attributes, or keyword
+    arguments of `prepare` / `run_node`) are passed to `compile`; `luminal_device` None maps
+    onnx's device ("CPU" -> "cpu", "CUDA" -> "cuda")."""
 
     optimize: bool | None = None
+    luminal_device: str | None = None
 
     @classmethod
     def is_compatible(cls, model, device: str = "CPU", **kwargs) -> bool:
@@ -34,7 +37,7 @@ class Backend(_Backend):
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs) -> BackendRep:
-        return BackendRep(compile(model, device=_device(device), optimize=kwargs.get("optimize", cls.optimize)))
+        return BackendRep(compile(model, device=cls._target(device, kwargs), optimize=kwargs.get("optimize", cls.optimize)))
 
     @classmethod
     def run_model(cls, model, inputs, device: str = "CPU", **kwargs):
@@ -53,8 +56,12 @@ class Backend(_Backend):
         graph = onnx.helper.make_graph([node], "run_node", value_infos, outputs)
         opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
         model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid(node.domain or "", opset)])
-        compiled = compile(model, device=_device(device), optimize=kwargs.get("optimize", cls.optimize), check=False)
+        compiled = compile(model, device=cls._target(device, kwargs), optimize=kwargs.get("optimize", cls.optimize), check=False)
         return tuple(compiled(*arrays))
+
+    @classmethod
+    def _target(cls, device: str, kwargs: dict) -> str:
+        return kwargs.get("luminal_device") or cls.luminal_device or _device(device)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
