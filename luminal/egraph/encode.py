@@ -153,10 +153,11 @@ def tracker_facts(enc: Encoding) -> list:
                 cmds.append(eg.fact(eg.call("KeepDim", eg.i64(tid), eg.i64(a))))
             if _expands_only(st, a):
                 cmds.append(eg.fact(eg.call("ExpandDim", eg.i64(tid), eg.i64(a))))
-        if r >= 3 and sym.equal(st.strides[r - 2], 0):  # a[..., M, (N), K]: constant along N
+        # a dim of size 1 is constant along itself whatever its stride (a GEMV: M or N is 1)
+        if r >= 3 and (sym.equal(st.strides[r - 2], 0) or sym.equal(st.shape[r - 2], 1)):  # a[..., M, (N), K]: constant along N
             la = ShapeTracker(st.shape[: r - 2] + st.shape[r - 1 :], st.strides[: r - 2] + st.strides[r - 1 :], st.offset)
             cmds.append(eg.set_value("MatA", [eg.i64(tid), eg.i64(r - 1)], eg.i64(enc.tracker(la))))
-        if r >= 3 and sym.equal(st.strides[r - 3], 0):  # bT[..., (M), N, K]: constant along M
+        if r >= 3 and (sym.equal(st.strides[r - 3], 0) or sym.equal(st.shape[r - 3], 1)):  # bT[..., (M), N, K]: constant along M
             shape = st.shape[: r - 3] + (st.shape[r - 1], st.shape[r - 2])
             strides = st.strides[: r - 3] + (st.strides[r - 1], st.strides[r - 2])
             lb = ShapeTracker(shape, strides, st.offset)
