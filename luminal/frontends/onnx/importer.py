@@ -77,6 +77,12 @@ class NodeContext:
         v = self.importer.values[self.node.input[i]]
         return None if v.known is None else v.known.array
 
+    def elem_type(self, i: int) -> int | None:
+        """The declared ONNX element type of input `i` (graph inputs, initializers, value_info)."""
+        if i >= len(self.node.input) or not self.node.input[i]:
+            return None
+        return self.importer.elem_types.get(self.node.input[i])
+
     def subgraph(self, graph: onnx.GraphProto, feeds: dict[str, Value]) -> list[Value]:
         return self.importer.run_subgraph(graph, feeds)
 
@@ -121,6 +127,11 @@ class Importer:
         self.inputs: list[tuple[str, int, tuple]] = []  # (name, onnx elem type, shape spec)
         self.functions = {(f.domain, f.name): f for f in proto.functions}
         self.assumptions: list[tuple] = []  # (a, b): dims with a <= b, checked at every call
+        g = proto.graph
+        self.elem_types = {i.name: i.data_type for i in g.initializer}
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                self.elem_types.setdefault(vi.name, vi.type.tensor_type.elem_type)
 
     def assume(self, a, b) -> None:
         if (a, b) not in self.assumptions:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from luminal.builder import functional as F
+from luminal.frontends.onnx import narrow
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
@@ -169,6 +170,8 @@ def clip_v6(c, x, min=-3.4028234663852886e38, max=3.4028234663852886e38):  # noq
 @onnx_op("Cast")
 def cast(c, x, to, saturate=1, round_mode="up"):
     dtype = c.dtype(to)
+    if narrow.is_narrow(to):
+        return narrow.cast_to_narrow(x, to, bool(saturate))
     if x.dtype.is_float and dtype is DType.BOOL:
         return x.ne(0.0)
     return x.cast(dtype)
@@ -176,6 +179,9 @@ def cast(c, x, to, saturate=1, round_mode="up"):
 
 @onnx_op("CastLike")
 def cast_like(c, x, like, saturate=1, round_mode="up"):
+    to = c.elem_type(1)
+    if to is not None and narrow.is_narrow(to):
+        return narrow.cast_to_narrow(x, to, bool(saturate))
     if x.dtype.is_float and like.dtype is DType.BOOL:
         return x.ne(0.0)
     return x.cast(like.dtype)

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 
 from luminal.frontends.onnx.errors import OnnxImportError
+from luminal.frontends.onnx.narrow import WIDENED
 from luminal.hlir.dtypes import DType
 
 TP = onnx.TensorProto
@@ -20,13 +21,14 @@ DTYPES = {
     TP.INT32: DType.I32, TP.INT64: DType.I64, TP.BOOL: DType.BOOL,
     TP.INT8: DType.I32, TP.INT16: DType.I32, TP.UINT8: DType.I32, TP.UINT16: DType.I32,
     TP.UINT32: DType.I64, TP.UINT64: DType.I64,
+    **WIDENED,  # float8 / float4 as f32, int4 / int2 as i32: see narrow.py
 }
 
 
 def hlir_dtype(elem_type: int, what: str = "") -> DType:
     if elem_type not in DTYPES:
         name = TP.DataType.Name(elem_type) if elem_type in TP.DataType.values() else str(elem_type)
-        raise OnnxImportError(f"{what}ONNX element type {name} is not supported (luminal has f32 f64 f16 bf16 i32 i64 bool)")
+        raise OnnxImportError(f"{what}ONNX element type {name} is not supported (luminal has f32 f64 f16 bf16 i32 i64 bool, and carries narrower types widened)")
     return DTYPES[elem_type]
 
 
