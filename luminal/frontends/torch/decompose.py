@@ -28,9 +28,11 @@ This is exactly what aot_autograd would produce only where nothing needs its mac
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import torch
+from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from luminal.frontends.torch.aten_ops import op_key
@@ -49,13 +51,30 @@ class _Fallback(Exception):
 def decompose_graph(gm: torch.fx.GraphModule, example_inputs=None) -> torch.fx.GraphModule | None:
     """The core-ATen graph of `gm`, or None where aot_autograd must do it. The example inputs
     default to the placeholders' `meta['val']` (torch.export's graphs carry them)."""
+    from luminal.compile_cache import gc_paused
+
     try:
-        return _Decomposer(gm, example_inputs).run()
+        # lazy graph modules: the traced templates and the result are only ever read as graphs
+        # (the Python code FX would generate for each is written only if someone calls it);
+        # the collector paused, as in the egraph pipeline (Dynamo's heap is large)
+        with gc_paused(), _use_lazy_graph_module(True):
+            return _Decomposer(gm, example_inputs).run()
     except _Fallback as exc:
         from luminal.debug import LOG
 
         LOG.debug("torch frontend: aot_autograd for this graph (%s)", exc)
         return None
+
+
+@functools.lru_cache(maxsize=1)
+def decompositions() -> dict:
+    """torch's core-ATen decomposition table (aot_autograd's) as a plain dict, built once per
+    process: `core_aten_decompositions()` walks every registered op to build it (a third of a
+    second) and its lookups re-check that walk on every dispatched op."""
+    from torch._decomp import core_aten_decompositions
+
+    table = core_aten_decompositions()
+    return {op: table[op] for op in table}
 
 
 def _is_tensor(v) -> bool:
@@ -64,7 +83,6 @@ def _is_tensor(v) -> bool:
 
 class _Decomposer:
     def __init__(self, gm, example_inputs):
-        from torch._decomp import core_aten_decompositions
         from torch._guards import detect_fake_mode
 
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -74,7 +92,7 @@ class _Decomposer:
         self.fake_mode = detect_fake_mode(self.example_inputs)
         if self.fake_mode is None:
             raise _Fallback("no fake mode")
-        self.decompositions = core_aten_decompositions()
+        self.decompositions = decompositions()
         self.graph = torch.fx.Graph()
         self.attrs: dict[str, torch.Tensor] = {}
         self.templates: dict[tuple, torch.fx.GraphModule] = {}
@@ -100,7 +118,7 @@ class _Decomposer:
                 elif node.op != "placeholder":
                     raise _Fallback(f"{node.op} node {node.name}")
         self.graph.eliminate_dead_code()
-        out = torch.fx.GraphModule(self.attrs, self.graph, class_name="LuminalAten")
+        out = _LazyGraphModule(self.attrs, self.graph, class_name="LuminalAten")
         calls = sum(n.op in ("call_function", "call_method") for n in self.gm.graph.nodes)
         out.meta["luminal_lowering"] = f"decomposing {len(self.templates)} distinct of {calls} calls once each"
         return out
@@ -110,10 +128,23 @@ class _Decomposer:
             raise _Fallback(f"symbolic shape at {node.name}")
         new = self.graph.placeholder(node.name)
         if _is_tensor(value):
-            new.meta["val"] = self._fake_like(value)
+            new.meta["val"] = self._known_fake(node, value)
         else:
             new.meta["val"] = value
         return new
+
+    def _known_fake(self, node, value: torch.Tensor) -> torch.Tensor:
+        """A fake tensor with `value`'s metadata: the one Dynamo (or torch.export) already made for
+        the placeholder when it fits (only its metadata is ever read: the traces make their own
+        fakes from it), else a new one."""
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        for fake in (value, node.meta.get("example_value"), node.meta.get("val")):
+            if (isinstance(fake, FakeTensor) and fake.shape == value.shape
+                    and fake.stride() == value.stride() and fake.dtype == value.dtype and fake.device == value.device
+                    and fake.storage_offset() == value.storage_offset()):
+                return fake
+        return self._fake_like(value)
 
     def _get_attr(self, tensor):
         name = f"_const{len(self.attrs)}"

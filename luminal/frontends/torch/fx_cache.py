@@ -4,7 +4,9 @@ and how to call it. A hit skips the lowering to ATen, the FX import and egglog.
 `luminal.compile_cache` caches the optimized graph of a lowered HLIR graph; lowering Dynamo's
 graph to core ATen and importing it cost more than that (seconds at 32 layers). So the Dynamo
 backend first looks here, under a key over what determines both:
-- Dynamo's graph as Python (`gm.code`: every call, its target and arguments, in order);
+- Dynamo's graph, node by node (`spell_graph`: every node's kind, name, target by qualified
+  name and arguments, in order; read from the graph itself, so no Python code is generated for
+  it; an argument that is not plain data makes the graph uncacheable here);
 - per placeholder: weight or input, and for a tensor its dtype, shape, strides, device and
   requires_grad (for a plain value, the value);
 - torch's version, luminal's context (`compile_cache.context`), the device, optimize on/off,
@@ -63,15 +65,60 @@ def key(gm, example_inputs, weight_ids: set[int], opts: dict) -> Entry | None:
         else:
             return None
     t0 = time.perf_counter()
+    graph = spell_graph(gm.graph)
+    if graph is None:
+        return None
     text = (f"{compile_cache.context()}; torch {torch.__version__}; device {opts['device']}; "
             f"optimize {optimize_enabled(opts['optimize'])}; grad {torch.is_grad_enabled()}; dynamo graph")
     h = hashlib.sha256(text.encode())
-    h.update(gm.code.encode())
+    h.update(graph.encode())
     h.update(repr(spelled).encode())
     entry = Entry(h.hexdigest(), text, weights)
     entry.placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     entry.key_s = time.perf_counter() - t0
     return entry
+
+
+class _Unspellable(Exception):
+    pass
+
+
+def spell_graph(graph) -> str | None:
+    """Dynamo's graph as text, every node in order (None: something in it is not plain data)."""
+    from torch.fx.node import _get_qualified_name
+
+    lines = []
+    try:
+        for n in graph.nodes:
+            target = n.target
+            if n.op == "call_function":
+                try:
+                    target = _get_qualified_name(target)
+                except Exception as exc:  # noqa: BLE001 - a lambda or a local function: no stable name
+                    raise _Unspellable from exc
+            elif not isinstance(target, str):
+                raise _Unspellable
+            lines.append(f"{n.op} {n.name} {target} {_spell(n.args)} {_spell(n.kwargs)}")
+    except _Unspellable:
+        return None
+    return "\n".join(lines)
+
+
+def _spell(a) -> str:
+    if isinstance(a, torch.fx.Node):
+        return f"%{a.name}"
+    if a is None or a is Ellipsis or isinstance(a, (bool, int, float, complex, str)):
+        return repr(a)  # 1, 1.0, True and -0.0 stay distinct
+    if isinstance(a, (tuple, list)):
+        inner = ", ".join(_spell(x) for x in a)
+        return f"({inner},)" if isinstance(a, tuple) else f"[{inner}]"
+    if isinstance(a, dict) and all(isinstance(k, str) for k in a):
+        return "{" + ", ".join(f"{k!r}: {_spell(v)}" for k, v in a.items()) + "}"
+    if isinstance(a, slice):
+        return f"slice({_spell(a.start)}, {_spell(a.stop)}, {_spell(a.step)})"
+    if isinstance(a, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return f"{type(a).__name__}({a})"
+    raise _Unspellable
 
 
 def store(entry: Entry, imported, weight_arrays: dict[int, object]) -> None:
@@ -95,7 +142,7 @@ def store(entry: Entry, imported, weight_arrays: dict[int, object]) -> None:
                        "spec": spec, "out_names": list(imported.out_names), "inputs": compiled.input_names,
                        "unused": sorted(compiled.unused_inputs)}}
     refs = {id(a): f"p{i}" for i, a in weight_arrays.items()}
-    if compile_cache.write(entry.digest, entry.text, refs, compiled.outputs, compiled.report(), extra):
+    if compile_cache.write(entry.digest, entry.text, refs, compiled.outputs, compiled._report, extra):
         offered = getattr(compiled.runtime, "artifacts", None)  # the runtime's, for a hit's runtime
         compile_cache.store_device_artifacts(entry.digest, compiled.device.name, offered() if callable(offered) else None)
 

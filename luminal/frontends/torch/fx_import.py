@@ -64,7 +64,15 @@ class FxImporter:
 
     def build(self, constants: dict[str, torch.Tensor] | None = None, values: dict | None = None) -> Imported:
         """Import the graph. Placeholders named in `constants` become weights (no copy), in
-        `values` Python values baked in; the others become luminal inputs of the same name."""
+        `values` Python values baked in; the others become luminal inputs of the same name.
+        The cyclic collector is paused meanwhile (as in the egraph pipeline: the import makes many
+        small acyclic objects, and inside torch.compile a collection walks Dynamo's whole heap)."""
+        from luminal.compile_cache import gc_paused
+
+        with gc_paused():
+            return self._build(constants, values)
+
+    def _build(self, constants, values) -> Imported:
         start = time.perf_counter()
         constants, values = constants or {}, values or {}
         self.check()
@@ -223,8 +231,11 @@ class Imported:
         inputs = list(self.g.inputs.values())
         self.device = device
         report = Report(name=name, phases={**(phases or {}), "import": self.import_s}, notes=list(notes or []))
-        self.compiled = compile_outputs(inputs, self.out_nodes, self.out_names, device=device,
-                                        optimize=optimize, name=name, report=report)
+        from luminal.compile_cache import gc_paused
+
+        with gc_paused():  # see `build`
+            self.compiled = compile_outputs(inputs, self.out_nodes, self.out_names, device=device,
+                                            optimize=optimize, name=name, report=report)
         self.used = set(self.compiled.input_names)
         return self
 
