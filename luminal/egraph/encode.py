@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from luminal.egraph import compat as eg
-from luminal.egraph.patterns import concat_pieces, select_operands, window_reduce_of
+from luminal.egraph.patterns import concat_pieces, maximum_operands, select_operands, window_reduce_of
 from luminal.egraph.schema import CONSTRUCTORS
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
@@ -104,8 +104,9 @@ def encode(nodes: list[Node], slots: list[Node]) -> Encoding:
 
 
 def pattern_facts(enc: Encoding, index: dict, slot_index: dict, ref) -> list:
-    """`SelectOf`, `ConcatOf` and `WindowOf` facts: the part's spellings of where, concat and
-    direct convolutions / pooling (`patterns.py`), with operands this part can refer to."""
+    """`SelectOf`, `ConcatOf`, `MaximumOf` and `WindowOf` facts: the part's spellings of where,
+    concat, maximum and direct convolutions / pooling (`patterns.py`), with operands this part
+    can refer to."""
     known = lambda n: id(n) in index or id(n) in slot_index  # noqa: E731
     cmds = []
     for i, n in enumerate(enc.nodes):
@@ -121,7 +122,11 @@ def pattern_facts(enc: Encoding, index: dict, slot_index: dict, ref) -> list:
                 for p in pieces[1:]:
                     term = eg.call("Concat", term, ref(p), eg.i64(axis))
                 cmds.append(eg.fact(eg.call("ConcatOf", eg.call("N", eg.i64(i)), term)))
-        elif n.op in WINDOW_REDUCERS and (found := window_reduce_of(n)) is not None:
+        elif n.op is Op.MAX_REDUCE and (found := maximum_operands(n)) is not None:
+            if all(known(v) for v, _ in found):
+                terms = [eg.call("View", ref(v), eg.i64(enc.tracker(st))) for v, st in found]
+                cmds.append(eg.fact(eg.call("MaximumOf", eg.call("N", eg.i64(i)), *terms)))
+        if n.op in WINDOW_REDUCERS and (found := window_reduce_of(n)) is not None:
             kind, r, operands = found
             if all(known(v) for v in operands):  # the fused node, opaque to the rules
                 enc.opaque.append(Node(Op.WINDOW_REDUCE, n.dtype, n.shape, operands, (kind, r)))

@@ -166,3 +166,26 @@ def window_reduce_of(n: Node) -> tuple[str, int, tuple[Node, ...]] | None:
     if not (short_max or any(_overlaps(v.arg) for v in operands)):
         return None
     return kind, r, tuple(operands)
+
+
+def maximum_operands(n: Node):
+    """((a, tracker), (b, tracker)) when `n` is the builder's `maximum(a, b)`: a MaxReduce over
+    the last axis, of length 2, of the stack (a concat of unit pieces) of a and b. A value is
+    read through the tracker (its unsqueezed view without the unit dim)."""
+    if n.op is not Op.MAX_REDUCE or not n.src[0].shape or n.arg != len(n.src[0].shape) - 1:
+        return None
+    found = concat_pieces(n.src[0])
+    if found is None or found[0] != n.arg or len(found[1]) != 2 or not all(sym.equal(p.shape[-1], 1) for p in found[1]):
+        return None
+    operands = []
+    for piece in found[1]:
+        if piece.dtype is not n.dtype:
+            return None
+        if piece.op is Op.VIEW:
+            st = _drops_last_unit(piece.arg)
+            if st is None:
+                return None
+            operands.append((piece.src[0], st))
+        else:  # a buffer of shape (..., 1) has the layout of one of shape (...)
+            operands.append((piece, ShapeTracker.contiguous(n.shape)))
+    return tuple(operands)

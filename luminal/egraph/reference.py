@@ -51,7 +51,8 @@ DEFINITIONS = {
     Op.FUSED_ELEMENTWISE: lambda src, arg: fused_elementwise(arg, src),
     Op.SELECT: lambda src, arg: F.where(*src),  # gather(stack([b, a], -1), cast(cond)), reshaped
     Op.CONCAT: lambda src, arg: F.concat(src, arg),  # scatters of a, b into zeros at their spans
-    Op.WINDOW_REDUCE: window_reduce,  # sum_k window(x)[o, k] * w[o, k], reduced an axis at a time
+    Op.WINDOW_REDUCE: window_reduce,
+    Op.MAXIMUM: lambda src, arg: src[0].maximum(src[1]),  # max(stack([a, b], -1), -1)  # sum_k window(x)[o, k] * w[o, k], reduced an axis at a time
 }
 
 

@@ -42,4 +42,6 @@ RULES = [
     # a product of overlapping window views (or one view) reduced over its last axes, one at a
     # time: a direct convolution or a pooling, one WindowReduce (`patterns.window_reduce_of`)
     rule("reduce_k(window*w) = WindowReduce", "(rule ((WindowOf o x)) ((union o x)))"),
+    # maximum(a, b), spelled max(stack([a, b], -1), -1): one pointwise op that regions absorb
+    rule("max(stack(a,b)) = Maximum(a,b)", "(rule ((MaximumOf o a b)) ((union o (Maximum a b))))"),
 ]

@@ -25,6 +25,7 @@ CONSTRUCTORS: dict[Op, tuple[int, tuple[str, ...]]] = {
     Op.VIEW: (1, ("tracker",)),
     Op.SELECT: (3, ()),
     Op.CONCAT: (2, ("axis",)),
+    Op.MAXIMUM: (2, ()),
 }
 OPAQUE = frozenset(Op) - CONSTRUCTORS.keys()  # leaves, indexing, copies, FusedElementwise
 OPS = {op.title: op for op in CONSTRUCTORS}  # constructor name -> op
@@ -50,6 +51,7 @@ DECLARATIONS = f"""
 (relation SelectOf (Expr Expr Expr Expr i64))
 (relation ConcatOf (Expr Expr))
 (relation WindowOf (Expr Expr))
+(relation MaximumOf (Expr Expr Expr))
 """
 
 # exact round trips: every value of the first dtype is a value of the second

@@ -48,6 +48,9 @@ exact arithmetic, a primitive decomposition (`luminal/egraph/reference.py`), and
   last r axes of src0[o, k] (* src1[o, k]), in the operands' dtype: a direct convolution
   (window view times broadcast weight) or a pooling, never materializing the product. The
   builder spells it as the product reduced one axis at a time (`builder/nn.py`).
+- MAXIMUM (src = a, b of the output's shape and dtype): the larger of a and b, NaN if either
+  is NaN (torch.maximum; on bool, or). Pointwise, so regions absorb it: clamp, relu6 and
+  hardswish become one loop. The builder spells it as max(stack([a, b], -1), -1).
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ class Op(enum.Enum):
     SELECT = enum.auto()
     CONCAT = enum.auto()
     WINDOW_REDUCE = enum.auto()
+    MAXIMUM = enum.auto()
 
     @staticmethod
     def from_name(name: str) -> Op:
@@ -126,9 +130,9 @@ REDUCE = frozenset({Op.SUM_REDUCE, Op.MAX_REDUCE})
 INDEXING = frozenset({Op.GATHER, Op.SCATTER})
 MOVEMENT = frozenset({Op.VIEW, Op.CONTIGUOUS})
 ELEMENTWISE = UNARY | BINARY | {Op.CAST}
-POINTWISE = ELEMENTWISE | {Op.EXP, Op.SIGMOID, Op.SELECT}  # what a FusedElementwise expression may apply
+POINTWISE = ELEMENTWISE | {Op.EXP, Op.SIGMOID, Op.SELECT, Op.MAXIMUM}  # what a FusedElementwise expression may apply
 FUSED = frozenset({Op.EXP, Op.SIGMOID, Op.SOFTMAX, Op.KAHAN_SUM, Op.MAT_MUL, Op.FUSED_ELEMENTWISE, Op.SELECT,
-                   Op.CONCAT, Op.WINDOW_REDUCE})
+                   Op.CONCAT, Op.WINDOW_REDUCE, Op.MAXIMUM})
 
 
 class ConstantArray:

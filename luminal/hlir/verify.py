@@ -131,7 +131,7 @@ def _check_expression(n: Node) -> None:
             raise ShapeError(f"FusedElementwise reads input {e.arg!r} ({e.dtype.short}) of {len(n.src)} inputs")
         if e.op is Op.CONSTANT and (e.src or not isinstance(e.arg, (bool, int, float))):
             raise ShapeError(f"FusedElementwise constant {e.arg!r} must be a number")
-        arity = 2 if e.op in BINARY else 3 if e.op is Op.SELECT else 0 if e.op in (Op.INPUT, Op.CONSTANT) else 1
+        arity = 2 if e.op in BINARY or e.op is Op.MAXIMUM else 3 if e.op is Op.SELECT else 0 if e.op in (Op.INPUT, Op.CONSTANT) else 1
         if len(e.src) != arity:
             raise ShapeError(f"FusedElementwise {e.op.title} takes {arity} operand(s), has {len(e.src)}")
 

@@ -47,7 +47,8 @@ def sigmoid(v: np.ndarray) -> np.ndarray:
 # On bool, np.add and np.multiply are logical or / and, as the HLIR defines ADD and MUL.
 UNARY_FNS = {Op.EXP2: np.exp2, Op.LOG2: np.log2, Op.SIN: np.sin, Op.SQRT: np.sqrt, Op.RECIP: np.reciprocal,
              Op.EXP: np.exp, Op.SIGMOID: sigmoid}
-BINARY_FNS = {Op.ADD: np.add, Op.MUL: np.multiply, Op.MOD: np.fmod, Op.LESS_THAN: np.less}
+BINARY_FNS = {Op.ADD: np.add, Op.MUL: np.multiply, Op.MOD: np.fmod, Op.LESS_THAN: np.less,
+              Op.MAXIMUM: np.maximum}  # the fused Maximum: NaN-propagating, as MaxReduce
 TERNARY_FNS = {Op.SELECT: np.where}  # (cond, a, b): the chosen value moves, nothing is computed on it
 SCATTER_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 

@@ -59,7 +59,15 @@ POOLS = [
     ("avg_ceil_no_pad_count", (1, 3, 10, 8), lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
      lambda x: nn.avg_pool(x, (3, 3), 2, 1, ceil_mode=True, count_include_pad=False)),
     ("avg_divisor", (1, 3, 8, 8), lambda x: F.avg_pool2d(x, 2, divisor_override=3), lambda x: nn.avg_pool(x, (2, 2), divisor_override=3)),
+    # the activations of conv nets: maximum (a fused pointwise op) inside elementwise regions, and alone
+    ("relu6_hardswish", (2, 3, 5, 4), lambda x: F.hardswish(F.relu6(x * 3.0)), lambda x: _hardswish(x.mul(3.0).clamp(0.0, 6.0))),
+    ("maximum_alone", (2, 3, 5, 4), lambda x: torch.maximum(x, x.transpose(0, 1).reshape(2, 3, 5, 4)),
+     lambda x: x.maximum(x.transpose(0, 1).reshape((2, 3, 5, 4)))),
 ]
+
+
+def _hardswish(x):
+    return x.mul(x.add(3.0).clamp(0.0, 6.0)).mul(1.0 / 6.0)
 
 
 def _values(rng, shape, specials: bool) -> np.ndarray:
@@ -119,6 +127,18 @@ def test_device_matches_numpy_runtime_and_torch(grid, device):
         _close(got[name], want[name], f"{name} on {device} vs torch")
 
 
+def test_cuda_kernels_compile_with_nvrtc(grid):
+    nvrtc = pytest.importorskip("luminal.kernels.nvrtc")
+    if not nvrtc.nvrtc_available():
+        pytest.skip("NVRTC wheel not installed")
+    from luminal.kernels.plan import KernelPlan
+
+    source = KernelPlan.build(grid[0].compile(device="numpy").outputs).source
+    assert "windowreduce" in source.lower() and "lum_max_nan((float)" in source
+    for arch in ("sm_80", "sm_90"):
+        assert nvrtc.compile_cuda(source, arch).kernels
+
+
 def _optimized(build) -> list[Node]:
     g = lm.Graph("one")
     g.output(build(g))
@@ -169,6 +189,25 @@ def test_empty_batch():
     for device in ("numpy", "cpu"):
         dw, pool = g.compile(device=device)(feeds)
         assert dw.shape == (0, 4, 6, 6) and pool.shape == (0, 2, 3, 3)
+
+
+def test_activations_fuse_into_one_region():
+    """relu6 and hardswish (clamps: maximum of stacks) become elementwise regions (two: the
+    relu6 output has two users), no stack, no reduction."""
+    outputs = _optimized(lambda g: _hardswish(g.input("x", (2, 3, 5, 4)).clamp(0.0, 6.0)))
+    ops = collections.Counter(n.op for n in toposort(outputs) if n.op not in (Op.INPUT, Op.VIEW, Op.CONSTANT))
+    assert ops == {Op.FUSED_ELEMENTWISE: 2}, ops
+    assert any(e.op is Op.MAXIMUM for n in toposort(outputs) if n.op is Op.FUSED_ELEMENTWISE for e in n.arg.toposort())
+
+
+def test_maximum_matches_its_definition():
+    rng = np.random.default_rng(2)
+    a, b = (Node(Op.INPUT, DType.F32, (4, 5), (), k) for k in "ab")
+    feeds = {k: np.where(rng.random((4, 5)) < 0.3, rng.choice(np.array([np.nan, np.inf, -np.inf, -0.0], np.float32), (4, 5)),
+                         rng.standard_normal((4, 5)).astype(np.float32)) for k in "ab"}
+    fused = Node(Op.MAXIMUM, DType.F32, (4, 5), (a, b))
+    (ref,) = reference.decompose([fused])
+    np.testing.assert_array_equal(NumpyRuntime([fused])(feeds)[0], NumpyRuntime([ref])(feeds)[0])
 
 
 def test_window_reduce_matches_its_definition():

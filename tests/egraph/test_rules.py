@@ -98,6 +98,36 @@ def concat_case(g, rng):
     return (lm.stack(pieces, axis) if stack else lm.concat(pieces, axis)), feeds
 
 
+def window_case(g, rng):
+    """A depthwise conv (1-D or 2-D; stride, padding, dilation, channel multiplier) or a max/avg
+    pool: a product of window views (or one view) reduced over the kernel axes (builder/nn.py)."""
+    from luminal.builder import nn
+
+    nsp, c = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    k, s, d, p = (int(rng.integers(1, 4)) for _ in range(4))
+    xs = (int(rng.integers(1, 3)), c) + tuple(int(rng.integers(d * (k - 1) + 1, 9)) for _ in range(nsp))
+    feeds = {"x": _special(rng, xs)}
+    x, kind = g.input("x", xs), int(rng.integers(3))
+    if kind == 0:
+        m = int(rng.integers(1, 3))
+        feeds["w"] = rng.standard_normal((c * m, 1) + (k,) * nsp).astype(np.float32)
+        return nn.conv(x, g.input("w", feeds["w"].shape), None, s, min(p, k - 1), d, c), feeds
+    if kind == 1:
+        return nn.max_pool(x, (k,) * nsp, s, min(p, k // 2), d), feeds
+    return nn.avg_pool(x, (k,) * nsp, s, min(p, k // 2)), feeds
+
+
+def maximum_case(g, rng):
+    """maximum (and clamp, its use) of broadcast operands, NaN, ±inf and -0.0 among them."""
+    shape = _shape(rng, 1, 3)
+    sb = tuple(d if rng.integers(2) else 1 for d in shape)
+    a, feeds = g.input("a", shape), {"a": _special(rng, shape)}
+    if rng.integers(3) == 0:
+        return a.clamp(-0.5, 0.5), feeds
+    feeds["b"] = _special(rng, sb)
+    return a.maximum(g.input("b", sb)), feeds
+
+
 def cast_same(x):
     return x._new(Op.CAST, x.dtype, x.shape, (x,)).sin()
 
@@ -124,8 +154,10 @@ CASES = {
     "(x*c1)*c2 = x*(c1*c2)": unary(lambda x: x.mul(3.0).mul(0.1).sin()),
     "gather(stack(b,a), c) = Select(c,a,b)": where_case,
     "scatter spans into zeros = Concat": concat_case,
+    "reduce_k(window*w) = WindowReduce": window_case,
+    "max(stack(a,b)) = Maximum(a,b)": maximum_case,
 }
-EXACT = {"gather(stack(b,a), c) = Select(c,a,b)", "scatter spans into zeros = Concat"}
+EXACT = {"gather(stack(b,a), c) = Select(c,a,b)", "scatter spans into zeros = Concat", "max(stack(a,b)) = Maximum(a,b)"}
 ALL_RULES = [r.name for r in rules_fusion.RULES + rules_numerics.RULES + rules_algebra.RULES]
 
 

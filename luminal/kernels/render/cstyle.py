@@ -31,6 +31,7 @@ code_for_op = {
     # C fmod for floats; integer % truncates like fmod, and x % 0 sets the error flag (2)
     Op.MOD: lambda t, a, b: f"fmod{LIBM[t]}({a}, {b})" if t in LIBM else f"{INT_MOD}({a}, {b}, err)",
     Op.LESS_THAN: lambda t, a, b: f"({a} < {b})",
+    Op.MAXIMUM: lambda t, a, b: f"lum_max_nan(({t})({a}), ({t})({b}))",  # NaN if either is NaN, as MaxReduce
     Op.EXP: lambda t, x: f"exp{LIBM[t]}({x})",
     Op.SIGMOID: lambda t, x: f"(({t})1 / (({t})1 + exp{LIBM[t]}(-({x}))))",
     Op.SELECT: lambda t, c, a, b: f"({c} ? {a} : {b})",  # t is the condition's (bool): the value moves
