@@ -125,15 +125,21 @@ WINDOW_KINDS = {Op.SUM_REDUCE: "sum", Op.MAX_REDUCE: "max"}
 
 def _overlaps(st: ShapeTracker) -> bool:
     """The view reads some element twice along axes it does not broadcast: overlapping windows
-    (a matmul operand, a transpose or a slice reads each element at most once per position)."""
+    (a matmul operand, a transpose or a slice reads each element at most once per position).
+    Symbolic dims and strides are checked at two probe values (a heuristic that only decides
+    whether the fused form is offered: both forms are equal)."""
     dims = [(d, s) for d, s in zip(st.shape, st.strides) if not sym.equal(s, 0) and not sym.equal(d, 1)]
-    if not all(sym.is_static(d) and sym.is_static(s) for d, s in dims):
-        return False
-    count, span = 1, 1
-    for d, s in dims:
-        count *= int(d)
-        span += (int(d) - 1) * abs(int(s))
-    return count > span
+    free = {str(v) for d, s in dims for v in sym.free_symbols(d) | sym.free_symbols(s)}
+    for probe in (17, 29) if free else (0,):
+        bound = {name: probe for name in free}
+        count, span = 1, 1
+        for d, s in dims:
+            d, s = int(sym.evaluate(d, bound)), int(sym.evaluate(s, bound))
+            count *= d
+            span += (d - 1) * abs(s)
+        if count <= span:
+            return False
+    return True
 
 
 def window_reduce_of(n: Node) -> tuple[str, int, tuple[Node, ...]] | None:

@@ -227,3 +227,23 @@ def test_window_reduce_matches_its_definition():
         got, want = NumpyRuntime([fused])(used)[0], NumpyRuntime([ref])(used)[0]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+
+
+def test_symbolic_batch_and_spatial_dims():
+    """One build serves every size; the depthwise conv and the pool stay WindowReduces."""
+    g = lm.Graph("symbolic")
+    x = g.input("x", ("n", 4, "h", "w"))
+    g.output(nn.conv(x, g.input("w", (4, 1, 3, 3)), None, 2, 1, 1, 4), "dw")
+    g.output(nn.conv(x, g.input("w2", (6, 4, 3, 3)), None, 1, 1), "conv")
+    g.output(nn.max_pool(x, (3, 3), 2, 1), "pool")
+    cg = g.compile(device="cpu")
+    assert collections.Counter(n.op for n in toposort(cg.outputs))[Op.WINDOW_REDUCE] == 2
+    rng = np.random.default_rng(3)
+    w, w2 = _values(rng, (4, 1, 3, 3), False), _values(rng, (6, 4, 3, 3), False)
+    for shape in ((1, 4, 9, 8), (2, 4, 12, 7)):
+        xv = _values(rng, shape, True)
+        dw, conv, pool = cg({"x": xv, "w": w, "w2": w2})
+        t = torch.from_numpy(xv)
+        _close(dw, F.conv2d(t, torch.from_numpy(w), None, 2, 1, 1, 4).numpy(), f"depthwise {shape}")
+        _close(conv, F.conv2d(t, torch.from_numpy(w2), None, 1, 1).numpy(), f"conv {shape}")
+        _close(pool, F.max_pool2d(t, 3, 2, 1).numpy(), f"pool {shape}")
