@@ -6,11 +6,21 @@
 Layout: `loader` (reading, checking, upgrading to opset >= 13), `importer` (the graph walk,
 compile-time evaluation of known and symbolic values), `shape_eval` (shape arithmetic over
 symbolic dims), `registry` (the versioned op table), one module per op family (`ops_math`,
-`ops_tensor`, `ops_nn`, `ops_resize`, `ops_attention`, `ops_misc`), `model` (`compile` and the
+`ops_tensor`, `ops_nn`, `ops_resize`, `ops_attention`, `ops_loss`, `ops_quant`, `ops_misc`;
+`narrow` for float8 / 4-bit types), `model` (`compile` and the
 callable `OnnxModel`) and `backend` (`onnx.backend.base.Backend` for onnx's BackendTest).
 """
 
-from luminal.frontends.onnx import ops_attention, ops_math, ops_misc, ops_nn, ops_resize, ops_tensor  # noqa: F401 - registers ops
+from luminal.frontends.onnx import (  # noqa: F401 - registers ops
+    ops_attention,
+    ops_loss,
+    ops_math,
+    ops_misc,
+    ops_nn,
+    ops_quant,
+    ops_resize,
+    ops_tensor,
+)
 from luminal.frontends.onnx.backend import Backend, BackendRep
 from luminal.frontends.onnx.errors import (
     ExternalDataError,
