@@ -57,7 +57,7 @@ def test_what_travels_to_the_gpu_is_small():
     manifest = json.loads((MODELS / "manifest.json").read_text())
     names = {e["name"] for e in manifest["models"]}
     assert {"llama", "qwen3", "gpt2", "bert"} <= names
-    assert {"bench_big_f32_decode", "bench_big_bf16_prefill"} <= names
+    assert {"bench_big_bf16_decode", "bench_big_bf16_prefill"} <= names
     assert sum(n.startswith("zoo_") for n in names) >= 40
 
 
@@ -96,3 +96,28 @@ sys.exit(gpu_check.main())
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "pip install safetensors cupy-cuda13x" in out.stderr
+
+
+def test_roofline_of_tiny_llama(tiny_llama):
+    """`roofline()` from the plan of a saved tiny Llama: every launch a row, its bytes at least
+    the weights', the GEMM share stated in the summary and in report()."""
+    import torch
+
+    _, path = tiny_llama
+    loaded = luminal.load(path, device="cpu")
+    loaded(torch.randint(0, 128, (1, 8)).numpy())  # binds "seq" for the roofline
+    rows = loaded.roofline(gpu="h200")
+    assert len(rows) == len(loaded.kernel_plan().launches) and all(r["predicted_us"] > 0 for r in rows)
+    summary = loaded.roofline_summary(gpu="h200")
+    weights = sum(n.nbytes for n in (w.arg.array for w in loaded.kernel_plan().weights))
+    assert summary["bytes"] >= weights and summary["compulsory_bytes"] >= weights
+    assert summary["classes"]["gemm"]["launches"] >= 2 * 7 and 0 < summary["gemm_share"] < 1
+    assert summary["predicted_us"] == pytest.approx(sum(r["predicted_us"] for r in rows))
+    text = str(loaded.report())
+    assert "roofline (h200)" in text and "GEMMs" in text and "compulsory" in text
+    from luminal.kernels.roofline import last_bindings
+
+    bound = last_bindings(loaded.runtime)  # the sequence dim's name is Dynamo's ("s70")
+    assert list(bound.values()) == [8]
+    longer = loaded.roofline_summary(gpu="a100", bindings={k: 64 for k in bound})  # dims given: any length
+    assert longer["bytes"] > summary["bytes"] and longer["predicted_us"] > summary["predicted_us"]

@@ -49,6 +49,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 import weakref
 from dataclasses import dataclass, field
 
@@ -295,15 +296,20 @@ class KernelRuntime:
             views.append(arena[offset: offset + nbytes].view(self.launcher.storage(n.dtype.numpy)).reshape(shape))
         return views
 
-    def _issue(self, seq: LaunchSequence, ins: list, outs: list, tmps: list, err) -> None:
+    def _issue(self, seq: LaunchSequence, ins: list, outs: list, tmps: list, err, between=None) -> None:
+        """Issue every launch of `seq`; `between(i)` (profiling) is called before launch i and at the end."""
         table = {"w": self._weights, "in": ins, "out": outs, "tmp": tmps}
-        for ln in seq.launches:
+        for i, ln in enumerate(seq.launches):
+            if between is not None:
+                between(i)
             args = [a if isinstance(a, np.generic) else (err if a[0] == "err" else table[a[0]][a[1]])
                     for a in ln.args]
             if ln.extern is not None:
                 self.launcher.extern(ln.extern, args)
             else:
                 self.launcher.launch(ln.name, ln.grid, ln.block, args)
+        if between is not None:
+            between(len(seq.launches))
 
     def _new_outputs(self, seq: LaunchSequence) -> list:
         return [self.launcher.empty(s, n.dtype.numpy) for n, s in zip(self.plan.outputs, seq.output_shapes)]
@@ -321,7 +327,40 @@ class KernelRuntime:
         return err
 
     # -- calls --
-    def __call__(self, feeds: dict):
+    def profile(self, feeds: dict, repeats: int = 3) -> list[dict]:
+        """Each launch of the binding of `feeds` timed alone, eagerly, best of `repeats`: CUDA events
+        between launches on CuPy, the clock on the emulator. Rows in launch order: `kernel`,
+        `seconds` (what `benchmarks/gpu_check.py` holds `roofline()` to)."""
+        ins, bindings, device_io, _ = self._bind(feeds)
+        seq = self.sequence(bindings)
+        launcher = self.launcher
+        ins = [None if i in self._unread else (launcher.upload(a) if self._on_host(a) else a) for i, a in enumerate(ins)]
+        outs, tmps, err = self._new_outputs(seq), self._tmp_views(seq, self._new_arena(seq)), self._new_flag()
+        events = getattr(getattr(launcher.xp, "cuda", None), "Event", None) if launcher.resident else None
+        best, marks = [float("inf")] * len(seq.launches), []
+
+        def mark(_i):
+            marks.append(launcher.stream.record(events()) if events is not None else time.perf_counter())
+
+        for _ in range(repeats):
+            marks.clear()
+            if events is not None:  # the GPU busy while Python enqueues: spans time kernels, not issue rate
+                busy = launcher.xp.ones((4096, 4096), np.float32)
+                with launcher.stream:
+                    for _ in range(1 + len(seq.launches) // 100):
+                        busy @ busy
+            self._issue(seq, ins, outs, tmps, err, between=mark)
+            launcher.synchronize()
+            if events is not None:
+                spans = [launcher.xp.cuda.get_elapsed_time(a, b) / 1e3 for a, b in zip(marks, marks[1:])]
+            else:
+                spans = [b - a for a, b in zip(marks, marks[1:])]
+            best = [min(x, y) for x, y in zip(best, spans)]
+        self._check_flag(err)
+        return [{"kernel": ln.name, "seconds": t} for ln, t in zip(seq.launches, best)]
+
+    def _bind(self, feeds: dict):
+        """(input arrays in `self.inputs` order, bindings, device-resident, torch caller) for `feeds`."""
         torch_io = any(_is_torch(v) for v in feeds.values())
         # device-resident exchange: CuPy arrays or CUDA torch tensors on "cuda"; on the emulator,
         # and for host data, torch tensors are NumPy arrays (`.numpy()`, no copy)
@@ -336,7 +375,10 @@ class KernelRuntime:
                     v.dtype = np.dtype(DType.BF16.numpy)
         arrays, bindings = bind_inputs(self.inputs, feeds, convert=not device_io)
         ins = [arrays[n.arg] for n in self.inputs]
-        ins = [a.array if isinstance(a, _DeviceArray) else a for a in ins]
+        return [a.array if isinstance(a, _DeviceArray) else a for a in ins], bindings, device_io, torch_io
+
+    def __call__(self, feeds: dict):
+        ins, bindings, device_io, torch_io = self._bind(feeds)
         results = self.run(ins, bindings, host=not device_io)
         if torch_io:
             with self.launcher.on_stream():  # torch reads them on this very stream: no extra sync
