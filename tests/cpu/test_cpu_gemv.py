@@ -7,6 +7,7 @@ import pytest
 
 import luminal as lm
 from luminal.kernels.cpu import build
+from luminal.kernels.cpu.runtime import blas
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
 
@@ -25,3 +26,32 @@ def test_gemv_is_a_matmul(m, k, n):
     assert cg.report().ops_after.get("MatMul") == 2 and "KahanSum" not in cg.report().ops_after
     for got, want in zip(cg(feeds), [feeds["x"] @ w.T, feeds["x"] @ feeds["v"]]):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_gemv_operand_layouts():
+    """M or N of 1 at run time (BLAS gemv) with each operand plain or transposed, f32 and f64."""
+    g = lm.Graph("gemv")
+    x, xt = g.input("x", ("b", "m", 6)), g.input("xt", ("b", 6, "m"))
+    w, v, u = g.input("w", ("n", 6)), g.input("v", (6, "n")), g.input("u", (1, 6))
+    for dt in (lm.f32, lm.f64):
+        c = lambda t, dt=dt: t.cast(dt)  # noqa: E731
+        g.output(c(x) @ c(w).T)  # A plain, B transposed
+        g.output(c(x) @ c(v))  # A plain, B plain
+        g.output(c(xt).permute(0, 2, 1) @ c(w).T)  # A transposed
+        g.output(c(xt).permute(0, 2, 1) @ c(v))
+        g.output(c(x) @ c(u).T)  # N = 1, B transposed
+        g.output(c(xt).permute(0, 2, 1) @ c(u).T)  # N = 1, A transposed
+        g.output(c(u) @ c(v))  # M = 1 static
+    cpu = g.compile(device="cpu")
+    assert blas().sgemv is not None and blas().dgemv is not None  # NumPy's OpenBLAS: the gemv branch runs
+    rng = np.random.default_rng(2)
+    for b, m, n in [(2, 1, 5), (1, 4, 1), (3, 1, 1)]:
+        feeds = {"x": rng.standard_normal((b, m, 6)), "xt": rng.standard_normal((b, 6, m)),
+                 "w": rng.standard_normal((n, 6)), "v": rng.standard_normal((6, n)), "u": rng.standard_normal((1, 6))}
+        feeds = {k: a.astype(np.float32) for k, a in feeds.items()}
+        f = {k: a.astype(np.float64) for k, a in feeds.items()}
+        xt = f["xt"].transpose(0, 2, 1)
+        want = [f["x"] @ f["w"].T, f["x"] @ f["v"], xt @ f["w"].T, xt @ f["v"], f["x"] @ f["u"].T, xt @ f["u"].T,
+                f["u"] @ f["v"]] * 2
+        for i, (got, ref) in enumerate(zip(cpu(feeds), want)):
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, err_msg=f"output {i}, b={b} m={m} n={n}")

@@ -79,7 +79,7 @@ def make(outputs, artifacts: dict | None = None, **_options):
 # --- BLAS: the OpenBLAS NumPy ships --------------------------------------------------------------
 class _Blas:
     def __init__(self):
-        self.sgemm = self.dgemm = self.set_threads_ptr = None  # function pointers the C code calls
+        self.sgemm = self.dgemm = self.sgemv = self.dgemv = self.set_threads_ptr = None  # what the C code calls
         libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
         for path in sorted(glob.glob(os.path.join(libs, "*openblas*.so*"))):
             try:
@@ -96,6 +96,9 @@ class _Blas:
                 if not ilp64:  # the C code passes 64-bit ints: only an ILP64 BLAS fits
                     self.sgemm = self.dgemm = None
                     continue
+                for name in ("sgemv", "dgemv"):  # optional: gemm serves matrix-vector products without them
+                    fn = getattr(lib, f"{prefix}cblas_{name}{suffix}", None)
+                    setattr(self, name, None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value)
                 setter = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
                 if setter is not None:
                     self.set_threads_ptr = ctypes.cast(setter, ctypes.c_void_p).value
@@ -238,7 +241,7 @@ class CpuRuntime:
         self.restored = restored is not None  # built from stored artifacts (no C rendered)
         lib = ctypes.CDLL(str(self.library_path))
         b = blas()
-        lib.lum_set_blas(ctypes.c_void_p(b.sgemm), ctypes.c_void_p(b.dgemm), ctypes.c_void_p(b.set_threads_ptr))
+        lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (b.sgemm, b.dgemm, b.set_threads_ptr, b.sgemv, b.dgemv)))
         self._run = lib.lum_run
         self._run.restype = None
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
