@@ -12,6 +12,7 @@ from luminal.builder import functional as F
 from luminal.frontends.torch.aten_ops import aten, cast_to
 from luminal.frontends.torch.dims import to_dim
 from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
 
 
 @aten("view.default", "_unsafe_view.default", "reshape.default", "view_copy.default", "squeeze.dim",
@@ -105,6 +106,68 @@ def flip(cx, x, dims):
 @aten("unfold.default")
 def unfold(cx, x, dim, size, step):
     return x.unfold(dim, size, step)
+
+
+@aten("as_strided.default", "as_strided_copy.default")
+def as_strided(cx, x, size, stride, storage_offset=None):
+    """A strided view of x's *storage*: rebuilt from x and the layout torch reports for it
+    (dense: a permutation of a contiguous layout), then viewed with the given strides."""
+    from luminal.errors import UnsupportedError
+    from luminal.hlir.shape import ShapeTracker
+
+    val = cx.node.args[0].meta.get("val")
+    dims = [*size, *stride, *(val.shape if val is not None else ()), *(val.stride() if val is not None else ())]
+    if val is None or not all(isinstance(d, int) for d in dims):
+        raise UnsupportedError("as_strided over symbolic sizes or strides")
+    base_off = val.storage_offset()
+    offset = base_off if storage_offset is None else storage_offset
+    if not isinstance(offset, int):
+        raise UnsupportedError("as_strided with a symbolic storage offset")
+    order = sorted((d for d in range(x.ndim) if val.shape[d] != 1), key=lambda d: -val.stride()[d])
+    want, run = {}, 1
+    for d in reversed(order):
+        want[d], run = run, run * val.shape[d]
+    if any(val.stride()[d] != want[d] for d in order):
+        raise UnsupportedError(f"as_strided of a tensor with the non-dense strides {val.stride()}")
+    numel = run if val.numel() else 0
+    reach = offset - base_off + sum((n - 1) * st for n, st in zip(size, stride) if n > 0)
+    if any(st < 0 for st in stride) or (0 not in size and (offset < base_off or reach >= numel)):
+        raise UnsupportedError(f"as_strided(size={list(size)}, stride={list(stride)}, offset={offset}) reads "
+                               f"outside the storage of a tensor of {numel} elements")
+    flat = x.permute(order + [d for d in range(x.ndim) if d not in order]).reshape(numel)
+    flat = flat.contiguous() if flat._tracker()[1].mask is not None else flat
+    base, st = flat._tracker()
+    if not (len(st.strides) == 1 and st.strides[0] == 1):
+        base, st = flat.contiguous()._tracker()
+    tracker = ShapeTracker(tuple(size), tuple(stride), sym.norm(st.offset + offset - base_off))
+    return flat._view(base, tracker)
+
+
+def _spread(t, dim, n, start, step):
+    """t (m along dim) laid out at start, start + step, ... on an axis of length n, 0 elsewhere."""
+    m = t.shape[dim]
+    if step != 1:  # interleave step - 1 zeros after each element: (m, step) -> m * step
+        t = t.unsqueeze(dim + 1)
+        t = t.pad([(0, step - 1) if d == dim + 1 else (0, 0) for d in range(t.ndim)]).flatten(dim, dim + 1)
+    after = sym.norm(n - start - m * step)
+    return t.pad([(start, after) if d == dim else (0, 0) for d in range(t.ndim)])
+
+
+@aten("slice_scatter.default")
+def slice_scatter(cx, x, src, dim=0, start=None, end=None, step=1):
+    """x with x[dim][start:end:step] replaced by src: src and a mask spread to x's shape, where."""
+    dim = dim % max(x.ndim, 1)
+    n = x.shape[dim]
+    start = 0 if start is None else start
+    if isinstance(start, int) and start < 0:
+        start = sym.norm(start + n)
+    if isinstance(start, int) and sym.is_static(n):
+        start = max(0, min(start, int(n)))
+    if sym.equal(src.shape[dim], 0):
+        return x
+    src = src.cast(x.dtype)
+    mask = cx.full(src.shape, True, DType.BOOL)
+    return F.where(_spread(mask, dim, n, start, step), _spread(src, dim, n, start, step), x)
 
 
 @aten("roll.default")
