@@ -145,7 +145,7 @@ class Importer:
             if (domain, node.op_type) in self.functions:
                 continue
             opset = self.opsets.get(domain, 0)
-            if registry.lookup(node.op_type, domain, opset) is None:
+            if registry.lookup(node.op_type, domain, opset) is None and _schema(node, opset) is None:
                 missing.append((node.op_type, domain, node.name or "<unnamed>", opset))
         if missing:
             raise UnsupportedOpsError(missing)
@@ -227,6 +227,11 @@ class Importer:
             return self.run_function(node, self.functions[(domain, node.op_type)])
         opset = self.opsets.get(domain, 0)
         impl = registry.lookup(node.op_type, domain, opset)
+        if impl is None:
+            schema = _schema(node, opset)
+            if schema is None:  # an op inside a function body (check_supported sees the top level)
+                raise UnsupportedOpsError([(node.op_type, domain, node.name or "<unnamed>", opset)])
+            return self.run_function(node, self.schema_function(node, opset), schema)
         c = NodeContext(self, node, opset)
         attrs = {a.name: attr_value(a) for a in node.attribute}
         ins = []
@@ -268,10 +273,36 @@ class Importer:
                 c.fail(f"output {name!r} is not produced")
             self.values[name] = self.wrap(out)
 
-    def run_function(self, node: onnx.NodeProto, fn: onnx.FunctionProto) -> None:
-        """A model-local function: inline its body with inputs, outputs and attributes bound."""
+    def schema_function(self, node: onnx.NodeProto, opset: int) -> onnx.FunctionProto:
+        """The function body onnx defines for an op luminal has no lowering of (SwiGLU,
+        CenterCropPad, the window functions, ...): context-dependent ones are built for the
+        node's input types."""
+        schema = _schema(node, opset)
+        if schema.has_function:
+            body = schema.get_function_with_opset_version(opset) or schema.function_body
+            return onnx.FunctionProto.FromString(body) if isinstance(body, bytes) else body
+        types = []
+        for name in node.input:
+            v = self.values.get(name) if name else None
+            if v is None or v.seq is not None:
+                types.append(onnx.TypeProto().SerializeToString())
+                continue
+            dtype = v.tensor.dtype if v.tensor is not None else v.known.dtype
+            shape = v.tensor.shape if v.tensor is not None else v.known.array.shape
+            dims = [int(d) if sym.is_static(d) else None for d in shape]
+            elem = self.elem_types.get(name) or _ELEM[dtype]
+            types.append(onnx.helper.make_tensor_type_proto(elem, dims).SerializeToString())
+        body = schema.get_context_dependent_function_with_opset_version(opset, node.SerializeToString(), types)
+        return onnx.FunctionProto.FromString(body)
+
+    def run_function(self, node: onnx.NodeProto, fn: onnx.FunctionProto, schema=None) -> None:
+        """A function (model-local, or an op's onnx-defined body): inline its body with inputs,
+        outputs and attributes bound (the schema's attribute defaults where the node omits one)."""
         feeds = {formal: self.values[actual] for formal, actual in zip(fn.input, node.input) if actual}
         attrs = {a.name: a for a in node.attribute}
+        for name, spec in (schema.attributes.items() if schema is not None else ()):
+            if name not in attrs and spec.default_value.type:
+                attrs[name] = spec.default_value
         body = []
         for n in fn.node:
             n2 = onnx.NodeProto()
@@ -294,6 +325,12 @@ class Importer:
             self.values.update(feeds)
             self.run_nodes(body)
             outs = [self.values[o] for o in fn.output]
+        except NeedsValue as exc:  # name the node's own input the body needs the value of
+            formal, _ = _value_deps(body, set(feeds), exc.value_name)
+            actual = [a for f, a in zip(fn.input, node.input) if f in formal and a]
+            if not actual:
+                raise
+            raise NeedsValue(str(exc), actual[0]) from None
         finally:
             self.values, self.opsets = saved, saved_opsets
         for name, v in zip(node.output, outs):
@@ -350,8 +387,12 @@ def initializer_array(init: onnx.TensorProto) -> np.ndarray:
 def graph_input_deps(graph: onnx.GraphProto, value_name: str) -> tuple[set[str], set[str]]:
     """The graph inputs whose values, and those whose shapes only (through Shape / Size), the
     value `value_name` is computed from."""
-    producer = {o: n for n in graph.node for o in n.output}
     inputs = {vi.name for vi in graph.input} - {i.name for i in graph.initializer}
+    return _value_deps(graph.node, inputs, value_name)
+
+
+def _value_deps(nodes, inputs: set[str], value_name: str) -> tuple[set[str], set[str]]:
+    producer = {o: n for n in nodes for o in n.output}
     values: set[str] = set()
     shapes: set[str] = set()
     seen, stack = set(), [(value_name, False)]
@@ -370,6 +411,22 @@ def graph_input_deps(graph: onnx.GraphProto, value_name: str) -> tuple[set[str],
                 if attr.type == onnx.AttributeProto.GRAPH:
                     stack.extend((i, through_shape) for n in attr.g.node for i in n.input)
     return values, shapes - values
+
+
+_ELEM = {DType.F32: onnx.TensorProto.FLOAT, DType.F64: onnx.TensorProto.DOUBLE, DType.F16: onnx.TensorProto.FLOAT16,
+         DType.BF16: onnx.TensorProto.BFLOAT16, DType.I32: onnx.TensorProto.INT32, DType.I64: onnx.TensorProto.INT64,
+         DType.BOOL: onnx.TensorProto.BOOL}
+
+
+def _schema(node: onnx.NodeProto, opset: int):
+    """onnx's schema of `node` at `opset` when it defines the op as a function, else None."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, max(opset, 1), node.domain)
+    except onnx.defs.SchemaError:
+        return None
+    if schema.has_function or schema.has_context_dependent_function:
+        return schema
+    return None
 
 
 def _nodes(t: Tensor):
