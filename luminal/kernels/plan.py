@@ -73,7 +73,8 @@ class KernelPlan:
         for node in sched.nodes:
             for k in render_node(node, f"k{len(launches)}_{node.op.title.lower()}"):
                 if EXTERN.get(node.op) == "gemm":
-                    k.extern = GemmDesc.of(node, k.inputs)
+                    for v in (k, *k.variants):  # every build of the launch may yield to cuBLAS
+                        v.extern = GemmDesc.of(node, k.inputs)
                 k.variants = [_dedup(v, node, bodies) for v in k.variants]
                 launches.append(_dedup(k, node, bodies))
         dtypes = set().union(*(v.dtypes for k in launches for v in (k, *k.variants))) if launches else set()

@@ -7,6 +7,8 @@ nonnegative terms, which C integer division computes exactly.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import numpy as np
@@ -16,41 +18,62 @@ from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 
+_INDEX_TYPE = contextvars.ContextVar("luminal_index_type", default="long long")
+
+
+@contextlib.contextmanager
+def index_math(ctype: str):
+    """Render index math in `ctype` ("int" or "long long", the default) inside the block: the
+    CUDA dialect builds an elementwise or reduction kernel in 32-bit index math when every size
+    it indexes fits (`cstyle.index_variants`); the C dialect never enters it."""
+    token = _INDEX_TYPE.set(ctype)
+    try:
+        yield
+    finally:
+        _INDEX_TYPE.reset(token)
+
+
+def index_type() -> str:
+    """The C type of index variables in the kernel being rendered."""
+    return _INDEX_TYPE.get()
+
 
 def c_dim(d, ll: bool = True) -> str:
-    """A dim (int or sympy) as C integer arithmetic."""
-    suffix = "LL" if ll else ""
+    """A dim (int or sympy) as C integer arithmetic (32-bit inside `index_math("int")`:
+    no LL suffix, symbols narrowed from their `long long` arguments)."""
+    narrow = _INDEX_TYPE.get() == "int"
+    suffix = "LL" if ll and not narrow else ""
     if isinstance(d, int):
         return f"{d}{suffix}" if d >= 0 else f"({d}{suffix})"
-    return _c(sympy.sympify(d), suffix)
+    return _c(sympy.sympify(d), suffix, "(int)d_" if narrow else "d_")
 
 
-def _c(e, suffix: str) -> str:
+def _c(e, suffix: str, sym_prefix: str = "d_") -> str:
     if e.is_Integer:
         v = int(e)
         return f"{v}{suffix}" if v >= 0 else f"({v}{suffix})"
     if e.is_Symbol:
-        return f"d_{e.name}"
+        return f"({sym_prefix}{e.name})" if sym_prefix != "d_" else f"d_{e.name}"
     if e.is_Add:
-        return "(" + " + ".join(_c(a, suffix) for a in e.args) + ")"
+        return "(" + " + ".join(_c(a, suffix, sym_prefix) for a in e.args) + ")"
     if e.is_Mul:
         num, den = sympy.fraction(e)
         if den != 1:
             raise UnsupportedError(f"dim expression {e} is not an integer")
-        return "(" + " * ".join(_c(a, suffix) for a in e.args) + ")"
+        return "(" + " * ".join(_c(a, suffix, sym_prefix) for a in e.args) + ")"
     if e.is_Pow and e.exp.is_Integer and int(e.exp) > 0:
-        return "(" + " * ".join([_c(e.base, suffix)] * int(e.exp)) + ")"
+        return "(" + " * ".join([_c(e.base, suffix, sym_prefix)] * int(e.exp)) + ")"
     if isinstance(e, (sympy.floor, sympy.ceiling)):
         num, den = sympy.fraction(sympy.together(e.args[0]))
-        n, m = _c(num, suffix), _c(den, suffix)
+        n, m = _c(num, suffix, sym_prefix), _c(den, suffix, sym_prefix)
         return f"({n} / {m})" if isinstance(e, sympy.floor) else f"(({n} + {m} - 1) / {m})"
     if isinstance(e, sympy.Mod):
-        return f"({_c(e.args[0], suffix)} % {_c(e.args[1], suffix)})"
+        return f"({_c(e.args[0], suffix, sym_prefix)} % {_c(e.args[1], suffix, sym_prefix)})"
     if isinstance(e, (sympy.Min, sympy.Max)):
         fn = "lum_min" if isinstance(e, sympy.Min) else "lum_max"
-        out = _c(e.args[0], suffix)
+        out = _c(e.args[0], suffix, sym_prefix)
         for a in e.args[1:]:
-            out = f"{fn}({out}, {_c(a, suffix)})"
+            out = f"{fn}({out}, {_c(a, suffix, sym_prefix)})"
         return out
     raise UnsupportedError(f"cannot render dim expression {e} as C")
 

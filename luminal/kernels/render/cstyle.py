@@ -8,6 +8,7 @@ in their compute type (f16/bf16 widen to float) and narrowed only when stored.
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, field
 
 from luminal.errors import UnsupportedError
@@ -15,7 +16,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import ConstantArray, Expr, Node, Op
 from luminal.hlir.shape import ShapeTracker
-from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type, dims_symbols
+from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type, dims_symbols, index_math, index_type
 
 LIBM = {"float": "f", "double": ""}  # libm suffix per compute type
 INT_MOD = "lum_imod"  # a kernel whose C calls it takes the error flag
@@ -118,9 +119,16 @@ def is_inline_scalar(node: Node) -> bool:
     return node.op is Op.CONSTANT and not isinstance(node.arg, ConstantArray)
 
 
+_LANES: contextvars.ContextVar[dict | None] = contextvars.ContextVar("luminal_lanes", default=None)
+
+
 def read(node: Node, index: list[str], pointer: str | None) -> str:
-    """C expression for element `index` (one C expression per dim) of `node`, compute type."""
+    """C expression for element `index` (one C expression per dim) of `node`, compute type.
+    Inside a vectorized pointwise kernel, a source preloaded by 16-byte loads reads its lane."""
     base, st = view_of(node)
+    lanes = _LANES.get()
+    if lanes is not None and id(node) in lanes:
+        return load_value(base.dtype, lanes[id(node)])
     if is_inline_scalar(base):
         value = c_literal(base.arg, base.dtype)
     else:
@@ -143,13 +151,14 @@ def read(node: Node, index: list[str], pointer: str | None) -> str:
 def unravel(var: str, shape, prefix: str = "i") -> tuple[list[str], list[str]]:
     """C statements splitting linear index `var` into one index per dim of `shape`."""
     names = [f"{prefix}{k}" for k in range(len(shape))]
-    lines = [f"long long {prefix}_r = {var};"] if shape else []
+    it = index_type()
+    lines = [f"{it} {prefix}_r = {var};"] if shape else []
     for k in reversed(range(len(shape))):
         if k == 0:
-            lines.append(f"long long {names[k]} = {prefix}_r;")
+            lines.append(f"{it} {names[k]} = {prefix}_r;")
         else:
             d = c_dim(shape[k])
-            lines.append(f"long long {names[k]} = {prefix}_r % {d}; {prefix}_r /= {d};")
+            lines.append(f"{it} {names[k]} = {prefix}_r % {d}; {prefix}_r /= {d};")
     return names, lines
 
 
@@ -162,6 +171,7 @@ template <typename T> static __device__ __forceinline__ T lum_imod(T a, T b, int
   return b == (T)-1 ? (T)0 : (T)(a % b);  // lowest % -1 overflows (a trap on x86)
 }
 template <typename T> static __device__ __forceinline__ T lum_max_nan(T a, T b) { return (b > a || b != b) ? b : a; }
+static __device__ __forceinline__ bool lum_aligned16(const void* p) { return ((unsigned long long)p & 15ull) == 0; }
 """
 
 
@@ -253,8 +263,112 @@ def dtypes_of(node: Node) -> set:
     return {node.dtype} | {view_of(s)[0].dtype for s in node.src}
 
 
-def pointwise(node: Node, name: str, value_of) -> list[KernelSpec]:
-    """One thread per output element: `value_of(index names, input buffers)` gives its C value."""
+# --- 32- or 64-bit index math, chosen per binding ---------------------------------------------
+INDEX32_LIMIT = 2**31  # sizes below it index in 32 bits; tests lower it (monkeypatch) to cross it
+
+
+def index_extents(node: Node, extra=()) -> list[tuple]:
+    """Groups of dims whose absolute values sum to a bound on every index a kernel computing
+    `node` forms: the output's size, each source buffer's size, each view's largest address
+    (offset plus (dim - 1) * |stride| per dim: every partial sum of it too), mask bounds, and
+    each symbol on its own (narrowed to int)."""
+    groups = [(sym.product(node.shape),), *((d,) for d in extra)]
+    for s in node.src:
+        base, st = view_of(s)
+        if is_inline_scalar(base):
+            continue
+        groups.append((sym.product(base.shape),))
+        groups.append((st.offset, *(sym.norm((d - 1) * t) for d, t in zip(st.shape, st.strides))))
+        groups += [(lo,) for lo, _ in st.mask or ()] + [(hi,) for _, hi in st.mask or ()]
+    names = dims_symbols(*groups)
+    return groups + [(sym.symbol(n),) for n in names]
+
+
+def index_fits(groups: list[tuple], bindings: dict) -> bool:
+    """Whether every index of the kernel stays below `INDEX32_LIMIT` under `bindings`."""
+    return all(sum(abs(int(sym.evaluate(d, bindings))) for d in g) < INDEX32_LIMIT for g in groups)
+
+
+def index_variants(node: Node, render, extra=()) -> list[KernelSpec]:
+    """`render()` in 32-bit index math where every size fits, else 64-bit. Static sizes decide
+    now (one build); symbolic ones get both builds, the launch picking per binding."""
+    groups = index_extents(node, extra)
+    if all(sym.is_static(d) for g in groups for d in g):
+        with index_math("int" if index_fits(groups, {}) else "long long"):
+            return render()
+    (wide,) = render()
+    with index_math("int"):
+        (narrow,) = render()
+    wide.variants = [narrow]
+    wide.chooser = lambda bindings: int(index_fits(groups, bindings))
+    return [wide]
+
+
+def pointwise(node: Node, name: str, value_of, vector: bool = False) -> list[KernelSpec]:
+    """One thread per output element: `value_of(index names, input buffers)` gives its C value.
+    `vector`: 16 bytes of output per thread where the innermost dim allows (`_vector_pointwise`)."""
+    def render():
+        return (vector and _vector_pointwise(node, name, value_of)) or _pointwise(node, name, value_of)
+
+    return index_variants(node, render)
+
+
+def _vector_pointwise(node: Node, name: str, value_of) -> list[KernelSpec] | None:
+    """Each thread computes V = 16 / itemsize consecutive elements of the innermost dim (static,
+    a multiple of V): sources contiguous along it with the output's item size are read by one
+    16-byte load (when the address is aligned: checked per thread, else element by element),
+    the others element by element; the V results are written by one 16-byte store. None where
+    the output's dtype or innermost dim does not allow it."""
+    if not node.shape or node.dtype.itemsize not in (2, 4, 8) or not sym.is_static(node.shape[-1]):
+        return None
+    v = 16 // node.dtype.itemsize
+    if node.shape[-1] % v:
+        return None
+    inputs = buffer_sources(node)
+    symbols = symbols_of(node)
+    numel = sym.product(node.shape)
+    idx, lines = unravel("idx", node.shape)
+    it = index_type()
+    lane_idx = idx[:-1] + [f"({idx[-1]} + j)"]
+    loads, lanes = [], {}
+    for s in dict.fromkeys(node.src):  # each source view once
+        base, st = view_of(s)
+        if (is_inline_scalar(base) or st.mask is not None or base.dtype.itemsize != node.dtype.itemsize
+                or not sym.equal(st.strides[-1], 1)):
+            continue
+        k = len(lanes)
+        addr = " + ".join([c_dim(st.offset)] + [f"{i} * {c_dim(t)}" for i, t in zip(idx, st.strides) if t != 0])
+        loads.append(f"""alignas(16) {base.dtype.ctype} v{k}[{v}];
+    {{ const {base.dtype.ctype}* p = {pointer_of(s, inputs)} + {addr};
+      if (lum_aligned16(p)) *(uint4*)v{k} = *(const uint4*)p; else for (int j = 0; j < {v}; ++j) v{k}[j] = p[j]; }}""")
+        lanes[id(s)] = f"v{k}[j]"
+    token = _LANES.set(lanes)
+    try:
+        value = value_of(lane_idx, inputs)
+    finally:
+        _LANES.reset(token)
+    err = INT_MOD + "(" in value
+    body = "\n    ".join(lines + loads)
+    t = node.dtype.ctype
+    src = f"""{signature(name, node, inputs, symbols, err)} {{
+  {it} vi = ({it})blockIdx.x * blockDim.x + threadIdx.x;  // {v} elements per thread
+  if (vi >= {c_dim(sym.floordiv(numel, v))}) return;
+  {{
+    {it} idx = vi * {v};
+    {body}
+    alignas(16) {t} o[{v}];
+    #pragma unroll
+    for (int j = 0; j < {v}; ++j) o[j] = {store_value(node.dtype, value)};
+    if (lum_aligned16(out + idx)) *(uint4*)(out + idx) = *(const uint4*)o;
+    else for (int j = 0; j < {v}; ++j) out[idx + j] = o[j];
+  }}
+}}
+"""
+    grid = sym.ceildiv(sym.floordiv(numel, v), THREADS)
+    return [KernelSpec(name, src, node, inputs, symbols, grid, THREADS, err, dtypes_of(node))]
+
+
+def _pointwise(node: Node, name: str, value_of) -> list[KernelSpec]:
     inputs = buffer_sources(node)
     symbols = symbols_of(node)
     numel = sym.product(node.shape)
@@ -262,8 +376,9 @@ def pointwise(node: Node, name: str, value_of) -> list[KernelSpec]:
     value = value_of(idx, inputs)
     err = INT_MOD + "(" in value
     body = "\n    ".join(lines)
+    it = index_type()
     src = f"""{signature(name, node, inputs, symbols, err)} {{
-  long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  {it} idx = ({it})blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= {c_dim(numel)}) return;
   {{
     {body}

@@ -8,8 +8,8 @@
   with a compensated two-sum through the shuffles.
 - Concat: one thread per element, reading the first or the second operand (slice copies).
 - MatMul: 32x32 output tiles of 256 threads (2x2 outputs each), K in steps of 16 through
-  shared memory, f32 accumulation (f16/bf16 widen on load); a GEMV form (a warp per output)
-  when M is 1, as in decode.
+  shared memory, f32 accumulation (f16/bf16 widen on load); for M <= 8 (decode) the GEMV
+  kernel of gemv.py (128-bit loads, split-K across warps); integer M = 1: a warp per output.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Op
 from luminal.hlir.shape import contiguous_strides
-from luminal.kernels.render.cexpr import c_dim, compute_type
+from luminal.kernels.render.cexpr import c_dim, compute_type, index_type
 from luminal.kernels.render.cstyle import (
     LIBM,
     WARPS_PER_BLOCK,
@@ -27,6 +27,7 @@ from luminal.kernels.render.cstyle import (
     buffer_sources,
     dtypes_of,
     expression,
+    index_variants,
     pointer_of,
     pointwise,
     read,
@@ -35,12 +36,13 @@ from luminal.kernels.render.cstyle import (
     symbols_of,
     unravel,
 )
+from luminal.kernels.render.gemv import FLOAT_TYPES, GEMV_ROWS, gemv
 from luminal.kernels.render.kernels import reduce
 
 
 def fused_elementwise(node, name) -> list[KernelSpec]:
     specs = pointwise(node, name, lambda idx, inputs: expression(
-        node.arg, lambda i: read(node.src[i], idx, pointer_of(node.src[i], inputs))))
+        node.arg, lambda i: read(node.src[i], idx, pointer_of(node.src[i], inputs))), vector=True)
     for k in specs:  # casts inside the region need their dtype's header too
         k.dtypes |= {e.dtype for e in node.arg.toposort()}
     return specs
@@ -57,6 +59,10 @@ SOFTMAX_THREADS = 128
 
 
 def softmax(node, name) -> list[KernelSpec]:
+    return index_variants(node, lambda: _softmax(node, name))
+
+
+def _softmax(node, name) -> list[KernelSpec]:
     (src,) = node.src
     axis = node.arg
     if node.dtype not in (DType.F32, DType.F16, DType.BF16, DType.F64):
@@ -73,14 +79,15 @@ def softmax(node, name) -> list[KernelSpec]:
     n = c_dim(src.shape[axis])
     ninf = "-__int_as_float(0x7f800000)" if t == "float" else "-__longlong_as_double(0x7ff0000000000000LL)"
     body = "\n  ".join(lines)
+    it = index_type()
     code = f"""{signature(name, node, inputs, symbols, False)} {{
   __shared__ {t} s_max[{SOFTMAX_THREADS // 32}];
   __shared__ {t} s_sum[{SOFTMAX_THREADS // 32}];
-  long long row = blockIdx.x;
+  {it} row = blockIdx.x;
   {body}
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   {t} m = {ninf}, s = 0;  // online softmax: running max and the sum scaled to it
-  for (long long j = threadIdx.x; j < {n}; j += blockDim.x) {{
+  for ({it} j = threadIdx.x; j < {n}; j += blockDim.x) {{
     {t} v = {x};
     {t} m2 = lum_max_nan(m, v);  // a NaN max poisons the row, as in the decomposition
     s = (m == m2 ? s : s * exp{e}(m - m2)) + (v == {ninf} ? ({t})0 : exp{e}(v - m2));
@@ -101,7 +108,7 @@ def softmax(node, name) -> list[KernelSpec]:
     m = m2;
   }}
   {t} inv = ({t})1 / s;  // a row of -inf gives 0 * inf = NaN, as the decomposition does
-  for (long long j = threadIdx.x; j < {n}; j += blockDim.x) {{
+  for ({it} j = threadIdx.x; j < {n}; j += blockDim.x) {{
     out[{out_addr}] = {store_value(node.dtype, f"exp{e}(({x}) - m) * inv")};
   }}
 }}
@@ -111,9 +118,14 @@ def softmax(node, name) -> list[KernelSpec]:
 
 def kahan_sum(node, name) -> list[KernelSpec]:
     (src,) = node.src
-    axis = node.arg
     if not node.dtype.is_float:
         return reduce(node.replace(op=Op.SUM_REDUCE), name)  # integers sum exactly
+    return index_variants(node, lambda: _kahan_sum(node, name))
+
+
+def _kahan_sum(node, name) -> list[KernelSpec]:
+    (src,) = node.src
+    axis = node.arg
     inputs = buffer_sources(node)
     symbols = symbols_of(node, extra=[src.shape])
     t = compute_type(node.dtype)
@@ -123,13 +135,14 @@ def kahan_sum(node, name) -> list[KernelSpec]:
     full = o[:axis] + ["r"] + o[axis:]
     x = read(src, full, pointer_of(src, inputs))
     body = "\n  ".join(lines)
+    it = index_type()
     code = f"""{signature(name, node, inputs, symbols, False)} {{
-  long long row = (long long)blockIdx.x * {WARPS_PER_BLOCK} + threadIdx.x / 32;
+  {it} row = ({it})blockIdx.x * {WARPS_PER_BLOCK} + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= {c_dim(n_out)}) return;  // warp-uniform
   {body}
   {t} s = 0, c = 0;  // Neumaier: c collects the low-order bits s + v loses
-  for (long long r = lane; r < {c_dim(src.shape[axis])}; r += 32) {{
+  for ({it} r = lane; r < {c_dim(src.shape[axis])}; r += 32) {{
     {t} v = {x};
     {t} u = s + v;
     if (u - u == ({t})0)  // u finite: an inf sum must not turn the compensation into NaN (inf - inf)
@@ -153,6 +166,21 @@ TILE, KTILE = 32, 16
 
 
 def matmul(node, name) -> list[KernelSpec]:
+    """Float MatMuls: the GEMV kernel for M <= GEMV_ROWS, the tiled one above; a symbolic M gets
+    both, picked per binding (the launch's `chooser`)."""
+    m = node.shape[-2]
+    if node.dtype not in FLOAT_TYPES:
+        return _matmul(node, name)
+    if sym.is_static(m):
+        return gemv(node, name) if m <= GEMV_ROWS else _matmul(node, name)
+    (tiled,) = _matmul(node, name)
+    (small,) = gemv(node, f"{name}_gemv")
+    tiled.variants = [small]
+    tiled.chooser = lambda bindings: int(sym.evaluate(m, bindings) <= GEMV_ROWS)
+    return [tiled]
+
+
+def _matmul(node, name) -> list[KernelSpec]:
     a, b = node.src
     inputs = buffer_sources(node)
     symbols = symbols_of(node)

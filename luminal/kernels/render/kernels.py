@@ -15,13 +15,14 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import contiguous_strides
-from luminal.kernels.render.cexpr import c_dim, compute_type
+from luminal.kernels.render.cexpr import c_dim, compute_type, index_type
 from luminal.kernels.render.cstyle import (
     THREADS,
     WARPS_PER_BLOCK,
     KernelSpec,
     buffer_sources,
     dtypes_of,
+    index_variants,
     pointer_of,
     pointwise,
     pointwise_value,
@@ -34,14 +35,19 @@ from luminal.kernels.render.cstyle import (
 
 
 def elementwise(node: Node, name: str) -> list[KernelSpec]:
-    return pointwise(node, name, lambda idx, inputs: pointwise_value(node, idx, inputs))
+    return pointwise(node, name, lambda idx, inputs: pointwise_value(node, idx, inputs), vector=node.op is not Op.IOTA)
 
 
 _SHFL_TYPES = {"float", "double", "int", "long long"}
 
 
 def reduce(node: Node, name: str) -> list[KernelSpec]:
-    """A warp per output element: strided partial sums/maxes, then a shuffle tree."""
+    """A warp per output element: strided partial sums/maxes, then a shuffle tree (32-bit index
+    math where the sizes fit)."""
+    return index_variants(node, lambda: _reduce(node, name))
+
+
+def _reduce(node: Node, name: str) -> list[KernelSpec]:
     (src,) = node.src
     axis = node.arg
     inputs = buffer_sources(node)
@@ -62,13 +68,14 @@ def reduce(node: Node, name: str) -> list[KernelSpec]:
             lowest = "0"  # an empty `any` is false
         init, combine = lowest, "lum_max_nan(acc, v)"
     body = "\n    ".join(lines)
+    it = index_type()
     src_code = f"""{signature(name, node, inputs, symbols, False)} {{
-  long long row = (long long)blockIdx.x * {WARPS_PER_BLOCK} + threadIdx.x / 32;
+  {it} row = ({it})blockIdx.x * {WARPS_PER_BLOCK} + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= {c_dim(n_out)}) return;  // warp-uniform: whole warps leave together
   {body}
   {acc_t} acc = {init};
-  for (long long r = lane; r < {c_dim(k)}; r += 32) {{
+  for ({it} r = lane; r < {c_dim(k)}; r += 32) {{
     {acc_t} v = ({acc_t})({value});
     acc = {combine};
   }}
@@ -127,7 +134,8 @@ def scatter(node: Node, name: str) -> list[KernelSpec]:
     axis, reduce_kind = node.arg
     copy_node = Node(Op.CONTIGUOUS, node.dtype, node.shape, (data,))
     copy = elementwise(copy_node, f"{name}_copy")[0]
-    copy.output = node
+    for c in (copy, *copy.variants):
+        c.output = node
     inputs = buffer_sources(node, (index, updates))  # the scatter launch reads only these two
     symbols = symbols_of(node, extra=[index.shape])
     numel = sym.product(index.shape)

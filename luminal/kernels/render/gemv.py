@@ -1,0 +1,177 @@
+"""GEMV: a MatMul with M <= `GEMV_ROWS` (decode), at memory bandwidth.
+
+Decode reads every weight once per token, so the kernel's job is to stream B at full width:
+
+- `k`-contiguous B (a Linear's weight, `x @ W.T`: B[k, n] = W[n, k]): one block of 256 threads
+  per output column n (and batch); the block splits K, each thread loading 16 bytes at a time
+  (`uint4`: 4 floats or 8 halves) of the weight row and of each of the M activation rows, when
+  the rows are 16-byte aligned (checked in the kernel: block-uniform), else one element at a
+  time, coalesced. Per-thread partial sums are reduced by warp shuffles, then across the 8
+  warps through shared memory.
+- any other B (row-major `x @ W`: consecutive n are consecutive in memory): one block per 32
+  columns, a lane per column (coalesced along n), the 8 warps splitting K, the same reduction.
+
+Accumulates in f32 (f64 for f64); at most `GEMV_ROWS` rows, unrolled with a guard, so a symbolic
+M bound to 1..8 uses the same kernel. `fused.matmul` picks it (`matmul_variants`).
+"""
+
+from __future__ import annotations
+
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.shape import contiguous_strides
+from luminal.kernels.render.cexpr import c_dim
+from luminal.kernels.render.cstyle import (
+    KernelSpec,
+    buffer_sources,
+    dtypes_of,
+    load_value,
+    pointer_of,
+    read,
+    signature,
+    store_value,
+    symbols_of,
+    unravel,
+    view_of,
+)
+
+GEMV_ROWS = 8  # the most rows (M) one GEMV launch accumulates
+GEMV_THREADS = 256
+GEMV_WARPS = GEMV_THREADS // 32
+FLOAT_TYPES = (DType.F32, DType.F16, DType.BF16, DType.F64)
+
+
+def gemv(node, name) -> list[KernelSpec]:
+    a, b = node.src
+    inputs = buffer_sources(node)
+    symbols = symbols_of(node)
+    acc_t = "double" if node.dtype is DType.F64 else "float"
+    batch = node.shape[:-2]
+    m, n, k = node.shape[-2], node.shape[-1], a.shape[-1]
+    rows = min(GEMV_ROWS, m) if sym.is_static(m) else GEMV_ROWS
+    bnames, blines = unravel("bz", batch, "z")
+    out_base = " + ".join([f"{i} * {c_dim(s)}" for i, s in zip(bnames, contiguous_strides(node.shape))] + ["0LL"])
+    pa, pb = pointer_of(a, inputs), pointer_of(b, inputs)
+    a_at = lambda r, c: read(a, bnames + [r, c], pa)  # noqa: E731
+    b_at = lambda r, c: read(b, bnames + [r, c], pb)  # noqa: E731
+    bl = "\n  ".join(blines)
+    n_batch = sym.product(batch)
+    _, b_st = view_of(b)
+    _, a_st = view_of(a)
+    reduce = _reduction(rows, acc_t, f"out[{out_base} + r * N + col]", store_value(node.dtype, "s"))
+    head = f"""{signature(name, node, inputs, symbols, False)} {{
+  __shared__ {acc_t} part[{GEMV_WARPS}][{rows}];
+  const long long M = {c_dim(m)}, K = {c_dim(k)}, N = {c_dim(n)};
+  int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  {acc_t} acc[{rows}];
+  #pragma unroll
+  for (int r = 0; r < {rows}; ++r) acc[r] = 0;"""
+    if sym.equal(b_st.strides[-2], 1) and b_st.mask is None and a_st.mask is None:
+        vec = _vector_loop(node, a, b, inputs, bnames, rows, acc_t)
+        code = f"""{head}
+  long long col = blockIdx.x % N, bz = blockIdx.x / N;
+  {bl}
+  {vec}
+  {reduce}
+}}
+"""
+        grid = sym.norm(n_batch * n)
+    else:
+        code = f"""{head}
+  long long tiles = (N + 31) / 32;
+  long long col = (blockIdx.x % tiles) * 32 + lane, bz = blockIdx.x / tiles;
+  {bl}
+  if (col < N) {{
+    for (long long kk = warp; kk < K; kk += {GEMV_WARPS}) {{
+      {acc_t} bv = ({acc_t})({b_at("kk", "col")});
+      #pragma unroll
+      for (int r = 0; r < {rows}; ++r)
+        if (r < M) acc[r] += ({acc_t})({a_at("r", "kk")}) * bv;
+    }}
+  }}
+  __shared__ {acc_t} cols[{GEMV_WARPS}][{rows}][32];
+  #pragma unroll
+  for (int r = 0; r < {rows}; ++r) cols[warp][r][lane] = acc[r];
+  __syncthreads();
+  if (warp == 0 && col < N) {{
+    #pragma unroll
+    for (int r = 0; r < {rows}; ++r) {{
+      {acc_t} s = 0;
+      for (int w = 0; w < {GEMV_WARPS}; ++w) s += cols[w][r][lane];
+      if (r < M) out[{out_base} + r * N + col] = {store_value(node.dtype, "s")};
+    }}
+  }}
+  (void)part;
+}}
+"""
+        grid = sym.norm(n_batch * sym.ceildiv(n, 32))
+    return [KernelSpec(name, code, node, inputs, symbols, grid, GEMV_THREADS, dtypes=dtypes_of(node))]
+
+
+def _vector_loop(node, a, b, inputs, bnames, rows, acc_t) -> str:
+    """The split-K loop of the k-contiguous form: 16-byte loads when every row is aligned."""
+    base_a, a_st = view_of(a)
+    base_b, b_st = view_of(b)
+    pa, pb = pointer_of(a, inputs), pointer_of(b, inputs)
+
+    def addr(st, r, c):
+        return " + ".join([c_dim(st.offset)] + [f"{i} * {c_dim(s)}" for i, s in zip(bnames + [r, c], st.strides)])
+
+    s_t = node.dtype.ctype
+    lanes = 16 // node.dtype.itemsize
+    a_contig = sym.equal(a_st.strides[-1], 1)
+    a_row = c_dim(a_st.strides[-2])
+    cond = f"lum_aligned16(bp) && lum_aligned16(ap) && (M == 1 || (({a_row} * (long long)sizeof({s_t})) & 15) == 0)"
+    scalar = f"""for (long long kk = threadIdx.x; kk < K; kk += {GEMV_THREADS}) {{
+      {acc_t} bv = ({acc_t})({load_value(base_b.dtype, "bp[kk]")});
+      #pragma unroll
+      for (int r = 0; r < {rows}; ++r)
+        if (r < M) acc[r] += ({acc_t})({read(a, bnames + ["r", "kk"], pa)}) * bv;
+    }}"""
+    if not a_contig:
+        return f"""const {s_t}* bp = {pb} + {addr(b_st, "0", "col")};
+  {scalar}"""
+    return f"""const {s_t}* bp = {pb} + {addr(b_st, "0", "col")};
+  const {s_t}* ap = {pa} + {addr(a_st, "0", "0")};
+  if ({cond}) {{  // block-uniform: 16-byte loads of B's column and A's rows
+    const long long KV = K / {lanes};
+    for (long long q = threadIdx.x; q < KV; q += {GEMV_THREADS}) {{
+      alignas(16) {s_t} bv[{lanes}];
+      *(uint4*)bv = *(const uint4*)(bp + q * {lanes});
+      #pragma unroll
+      for (int r = 0; r < {rows}; ++r) {{
+        if (r < M) {{
+          alignas(16) {s_t} av[{lanes}];
+          *(uint4*)av = *(const uint4*)(ap + r * {a_row} + q * {lanes});
+          #pragma unroll
+          for (int j = 0; j < {lanes}; ++j)
+            acc[r] += ({acc_t})({load_value(base_a.dtype, "av[j]")}) * ({acc_t})({load_value(base_b.dtype, "bv[j]")});
+        }}
+      }}
+    }}
+    for (long long kk = KV * {lanes} + threadIdx.x; kk < K; kk += {GEMV_THREADS}) {{  // the tail
+      {acc_t} bv = ({acc_t})({load_value(base_b.dtype, "bp[kk]")});
+      #pragma unroll
+      for (int r = 0; r < {rows}; ++r)
+        if (r < M) acc[r] += ({acc_t})({load_value(base_a.dtype, f"ap[r * {a_row} + kk]")}) * bv;
+    }}
+  }} else {{
+    {scalar}
+  }}"""
+
+
+def _reduction(rows: int, acc_t: str, out_at: str, store: str) -> str:
+    """Each row's partial sums: a shuffle tree per warp, then warp 0 adds the warps' totals."""
+    return f"""#pragma unroll
+  for (int r = 0; r < {rows}; ++r) {{
+    {acc_t} v = acc[r];
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) part[warp][r] = v;
+  }}
+  __syncthreads();
+  if (threadIdx.x < {rows} && threadIdx.x < M) {{
+    int r = threadIdx.x;
+    {acc_t} s = 0;
+    for (int w = 0; w < {GEMV_WARPS}; ++w) s += part[w][r];
+    {out_at} = {store};
+  }}"""

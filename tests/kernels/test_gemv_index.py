@@ -1,0 +1,194 @@
+"""Decode-sized MatMuls (the GEMV kernel: 128-bit loads, split-K across warps) and the per-binding
+choice between 32- and 64-bit index math, on the CPU emulator against the NumPy runtime and
+float64 NumPy; and NVRTC compiles every such kernel for sm_80 and sm_90 without spills."""
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Node, Op
+from luminal.hlir.shape import ShapeTracker
+from luminal.hlir.symbolic import symbol
+from luminal.kernels.plan import KernelPlan
+from luminal.kernels.render import cstyle
+from luminal.kernels.runtime import KernelRuntime
+from luminal.runtime.numpy_runtime import NumpyRuntime
+
+DTYPES = [DType.F32, DType.F16, DType.BF16, DType.F64]
+N = 45
+
+
+def _matmul(m, k, dtype, k_contiguous: bool, tag: str) -> Node:
+    """x[m, k] @ B[k, N] with B = W.T (W[N, k] row-major: k-contiguous, a Linear) or B[k, N]."""
+    x = Node(Op.INPUT, dtype, (m, k), (), f"x{tag}")
+    if k_contiguous:
+        w = Node(Op.INPUT, dtype, (N, k), (), f"w{tag}")
+        b = Node(Op.VIEW, dtype, (k, N), (w,), ShapeTracker((k, N), (1, k)))
+    else:
+        b = Node(Op.INPUT, dtype, (k, N), (), f"w{tag}")
+    return Node(Op.MAT_MUL, dtype, (m, N), (x, b))
+
+
+def _check(outputs, feeds, got):
+    """Each MatMul against float64 NumPy: the f32 accumulation bound, plus the output rounding."""
+    for node, out in zip(outputs, got):
+        x = feeds[node.src[0].arg].astype(np.float64)
+        b_node = node.src[1]
+        w = feeds[(b_node.src[0] if b_node.op is Op.VIEW else b_node).arg].astype(np.float64)
+        b = w.T if b_node.op is Op.VIEW else w
+        want, bound = x @ b, np.abs(x) @ np.abs(b)
+        eps_acc = np.finfo(np.float64 if node.dtype is DType.F64 else np.float32).eps
+        eps_out = 2.0**-7 if node.dtype is DType.BF16 else float(np.finfo(node.dtype.numpy).eps)
+        err = np.abs(out.astype(np.float64) - want)
+        assert np.all(err <= x.shape[1] * eps_acc * bound + eps_out * np.abs(want)), (node.dtype, float(err.max()))
+
+
+def _feeds(runtime, bindings, rng):
+    out = {}
+    for n in runtime.inputs:
+        shape = tuple(bindings.get(str(d), d) if not isinstance(d, int) else d for d in n.shape)
+        out[n.arg] = rng.standard_normal(shape).astype(n.dtype.numpy)
+    return out
+
+
+@pytest.fixture(scope="module")
+def gemv_static():
+    """Static M in {1, 3, 8}, K 136 (rows 16-byte aligned: the vector path) and 101 (not)."""
+    outputs = [_matmul(m, k, dt, kc, f"{dt.short}_{m}_{k}_{int(kc)}")
+               for dt in DTYPES for m in (1, 3, 8) for k in (136, 101) for kc in (True, False)]
+    return outputs, KernelRuntime(outputs, "cuda-emulator")
+
+
+def test_static_decode_matmuls_are_gemv_kernels(gemv_static):
+    outputs, rt = gemv_static
+    assert all(" part[8][" in k.source and not k.variants for k in rt.plan.launches)  # GEMV only
+    assert all("uint4" in k.source for k, o in zip(rt.plan.launches, outputs) if o.src[1].op is Op.VIEW)
+    feeds = _feeds(rt, {}, np.random.default_rng(0))
+    _check(outputs, feeds, rt(feeds))
+
+
+def test_gemv_matches_numpy_runtime_with_edge_values(gemv_static):
+    outputs, rt = gemv_static
+    rng = np.random.default_rng(1)
+    feeds = _feeds(rt, {}, rng)
+    for arr in feeds.values():  # NaN, ±inf and -0.0 in the activations and the weights
+        flat = arr.reshape(-1)
+        flat[rng.integers(0, flat.size, 3)] = [np.nan, np.inf, -0.0]
+    got = rt(feeds)
+    want = NumpyRuntime(outputs)(feeds)
+    for node, out, ref in zip(outputs, got, want):
+        assert np.array_equal(np.isnan(out.astype(np.float64)), np.isnan(ref.astype(np.float64)))
+        finite = np.isfinite(ref.astype(np.float64))
+        np.testing.assert_array_equal(np.isinf(out.astype(np.float64)), np.isinf(ref.astype(np.float64)))
+        rtol = {DType.F32: 1e-4, DType.F64: 1e-10, DType.F16: 1e-2, DType.BF16: 5e-2}[node.dtype]
+        np.testing.assert_allclose(out.astype(np.float64)[finite], ref.astype(np.float64)[finite], rtol=rtol, atol=rtol)
+
+
+def test_symbolic_m_picks_gemv_up_to_8_rows_and_tiles_above():
+    outputs = [_matmul(symbol("m"), 128, DType.F32, kc, str(int(kc)))
+               for kc in (True, False)]
+    rt = KernelRuntime(outputs, "cuda-emulator")
+    rng = np.random.default_rng(2)
+    for m in (1, 5, 8, 9, 40):
+        feeds = _feeds(rt, {"m": m}, rng)
+        _check(outputs, feeds, rt(feeds))
+        seq = rt.sequence({"m": m})
+        names = {ln.name for ln in seq.launches}
+        gemv = {k.variants[0].name for k in rt.plan.launches}
+        assert (names == gemv) == (m <= 8), m
+
+
+# --- 32- or 64-bit index math -------------------------------------------------------------------
+def _index_graph():
+    g = lm.Graph()
+    x, y = g.input("x", ("n", 64)), g.input("y", (1, 64))
+    g.output((x * y + 1).exp())  # a fused region over a broadcast
+    g.output(x.sum(-1))
+    g.output(x.max(0))
+    g.output(x[1:, ::2] - 2)  # an offset, strided view
+    g.output(x.permute(1, 0).contiguous())
+    return g
+
+
+@pytest.fixture(scope="module")
+def index_graph():
+    g = _index_graph()
+    return g, g.compile(device="cuda-emulator")
+
+
+def _launch_widths(cg, bindings) -> list[str]:
+    """"i32"/"i64" for each launch of the binding that has both builds."""
+    specs = [k for k in cg.runtime.plan.launches if k.chooser is not None and "matmul" not in k.name]
+    wide, narrow = {k.name for k in specs}, {k.variants[0].name for k in specs}
+    seq = cg.runtime.sequence(bindings)
+    return ["i32" if ln.name in narrow else "i64" for ln in seq.launches if ln.name in wide | narrow]
+
+
+def test_both_index_widths_equal_the_numpy_runtime(index_graph, monkeypatch):
+    g, cg = index_graph
+    assert any(k.variants for k in cg.runtime.plan.launches)
+    x = np.random.default_rng(3).standard_normal((70, 64)).astype(np.float32)
+    x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    y = np.random.default_rng(4).standard_normal((1, 64)).astype(np.float32)
+    want = g.run(x=x, y=y)
+    got32 = cg(x=x, y=y)
+    assert set(_launch_widths(cg, {"n": 70})) == {"i32"}
+    monkeypatch.setattr(cstyle, "INDEX32_LIMIT", 64)  # every size of this call is past it
+    cg64 = g.compile(device="cuda-emulator")  # a fresh runtime: bindings are resolved anew
+    got64 = cg64(x=x, y=y)
+    assert set(_launch_widths(cg64, {"n": 70})) == {"i64"}
+    for a, b, w in zip(got32, got64, want):
+        np.testing.assert_array_equal(a, b)  # the same arithmetic, only the index type differs
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(w))
+        np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-5)
+        assert np.array_equal(np.signbit(a[a == 0]), np.signbit(w[a == 0]))
+
+
+def test_the_choice_crosses_the_threshold_per_binding(index_graph, monkeypatch):
+    g, _ = index_graph
+    monkeypatch.setattr(cstyle, "INDEX32_LIMIT", 64 * 64)  # the test hook: 4096 elements, not 2**31
+    cg = g.compile(device="cuda-emulator")
+    rng = np.random.default_rng(5)
+    y = rng.standard_normal((1, 64)).astype(np.float32)
+    for n, width in ((63, "i32"), (64, "i64"), (65, "i64"), (3, "i32")):
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        for a, w in zip(cg(x=x, y=y), g.run(x=x, y=y)):
+            np.testing.assert_allclose(a, w, rtol=1e-5, atol=1e-5)
+        assert set(_launch_widths(cg, {"n": n})) == {width}, n
+
+
+def test_the_real_threshold_is_2_to_the_31_elements():
+    """The choice at the real limit, from sizes alone (nothing of 2**31 elements is allocated)."""
+    g = _index_graph()
+    plan = KernelPlan.build(g.output_nodes)
+    ew = next(k for k in plan.launches if k.chooser is not None and k.output.shape == (g.output_nodes[0].shape))
+    assert ew.chooser({"n": 2**25 - 1}) == 1  # (2**25 - 1) * 64 < 2**31 elements: 32-bit
+    assert ew.chooser({"n": 2**25}) == 0  # 2**31 elements: 64-bit
+    assert "long long idx" in ew.source and "int idx" in ew.variants[0].source
+    assert "LL" not in ew.variants[0].source.split("{", 1)[1]  # no 64-bit literal in the 32-bit body
+
+
+def test_static_sizes_build_one_width():
+    g = lm.Graph()
+    x = g.input("x", (8, 64))
+    g.output(x.exp().sum(-1))
+    plan = KernelPlan.build(g.output_nodes)
+    assert all(not k.variants for k in plan.launches)
+    assert all("long long idx" not in k.source and "long long row" not in k.source for k in plan.launches)
+
+
+# --- NVRTC ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_new_kernels_compile_with_nvrtc_without_spills(arch, gemv_static):
+    nvrtc = pytest.importorskip("luminal.kernels.nvrtc")
+    if not nvrtc.nvrtc_available():
+        pytest.skip("NVRTC wheel not installed")
+    sym_mm = [_matmul(symbol("m"), 128, dt, kc, f"s{dt.short}{int(kc)}") for dt in DTYPES
+              for kc in (True, False)]
+    plan = KernelPlan.build(gemv_static[0] + sym_mm + _index_graph().output_nodes)
+    binary = nvrtc.compile_cuda(plan.source, arch)
+    names = {v.name for k in plan.launches for v in (k, *k.variants)}
+    assert names <= set(binary.kernels) and len(names) > len(plan.launches)
+    spills = {k: r for k, r in binary.kernels.items() if r.spill_stores or r.spill_loads or r.stack}
+    assert not spills, spills
