@@ -1,7 +1,7 @@
 """Sequences (Python lists of values at compile time) and control flow (If, Loop).
 
 Sequence positions, If conditions and Loop trip counts must be known at compile time (a model
-whose graph inputs decide them is compiled per value of those inputs); Loop is unrolled.
+whose graph inputs decide them is compiled per value of those inputs); Loop and Scan are unrolled.
 """
 
 from __future__ import annotations
@@ -118,3 +118,45 @@ def loop(c, trip, cond, *carried, body):
         results.append(F.stack(parts, 0))
     return results
 
+
+
+@onnx_op("Scan", since=9, variadic=True)
+def scan(c, *inputs, body, num_scan_inputs, scan_input_directions=None, scan_output_directions=None,
+         scan_input_axes=None, scan_output_axes=None):
+    """Unrolled over the scan length, which must be static (a model with a symbolic one is
+    compiled per length, like a Loop per trip count)."""
+    m = num_scan_inputs
+    states, xs = list(inputs[:len(inputs) - m]), [_tensor(c, v) for v in inputs[len(inputs) - m:]]
+    in_dirs = list(scan_input_directions or [0] * m)
+    in_axes = [a % x.ndim for a, x in zip(scan_input_axes or [0] * m, xs)]
+    lengths = {x.shape[a] for x, a in zip(xs, in_axes)}
+    if len(lengths) != 1:
+        c.fail(f"scan inputs have different lengths {sorted(map(str, lengths))}")
+    (n,) = lengths
+    if not isinstance(n, int):
+        c.fail(f"Scan over a symbolic length {n}: luminal unrolls Scan and needs it static")
+    if n > MAX_UNROLL:
+        c.fail(f"Scan of length {n}: luminal unrolls at most {MAX_UNROLL} iterations")
+    names = [i.name for i in body.input]
+    state = [c.importer.wrap(v) for v in states]
+    steps: list[list] = []
+    for t in range(n):
+        feeds = dict(zip(names, state))
+        for j, (x, a, d) in enumerate(zip(xs, in_axes, in_dirs)):
+            i = n - 1 - t if d else t
+            feeds[names[len(state) + j]] = Value(tensor=x.slice(a, i, i + 1).squeeze(a))
+        outs = c.subgraph(body, feeds)
+        state = outs[:len(state)]
+        steps.append(outs[len(state):])
+    k = len(body.output) - len(states)
+    out_dirs = list(scan_output_directions or [0] * k)
+    out_axes = list(scan_output_axes or [0] * k)
+    results = list(state)
+    for j in range(k):
+        parts = [_tensor(c, s[j]) for s in steps]
+        if not parts:
+            c.fail("a Scan of length 0 has scan outputs of unknown shape")
+        if out_dirs[j]:
+            parts = parts[::-1]
+        results.append(F.stack(parts, out_axes[j] % (parts[0].ndim + 1)))
+    return results
