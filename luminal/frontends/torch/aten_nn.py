@@ -79,8 +79,10 @@ def native_group_norm(cx, x, weight, bias, n, c, hw, group, eps):
 
 @aten("convolution.default")
 def convolution(cx, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed:
-        raise UnsupportedError("transposed convolution")
+    if transposed:  # its own lowering (aten_vision): a regular conv of the zero-interleaved input
+        from luminal.frontends.torch.aten_vision import conv_transpose
+
+        return conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, groups)
     return nn.conv(x, weight, bias, stride, padding, dilation, groups)
 
 

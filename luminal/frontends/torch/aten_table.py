@@ -7,6 +7,7 @@ from luminal.frontends.torch import (  # noqa: F401 - imported for their registr
     aten_movement,
     aten_nn,
     aten_reduce,
+    aten_vision,
 )
 from luminal.frontends.torch.aten_ops import ATEN
 
