@@ -4,6 +4,7 @@
     python -m benchmarks --quick         # tiny models only, no inductor (a smoke run)
     python -m benchmarks --models llama-tiny bert-tiny   # some models: results/cpu_<models>.json/.md
     python -m benchmarks --models llama-small-decode     # greedy generate() with the KV cache, per token
+    python -m benchmarks --cold-start    # torch.compile first calls cold and warm (benchmarks/cold_start.py)
 Writes benchmarks/results/cpu.json, cpu.md and cpu.png (the plot needs matplotlib).
 """
 
@@ -138,7 +139,15 @@ def main(argv=None) -> int:
     parser.add_argument("--no-readme", action="store_true")
     parser.add_argument("--models", nargs="+", metavar="NAME", help=f"only these models (of {', '.join(FULL)}); "
                         "no compile-time scaling, README untouched")
-    opts = parser.parse_args(argv)
+    parser.add_argument("--cold-start", action="store_true", help="only the cold-start table (benchmarks/cold_start.py); "
+                        "the options after it go to that script")
+    opts, rest = parser.parse_known_args(argv)
+    if opts.cold_start:
+        from benchmarks import cold_start
+
+        return cold_start.main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     cold_inductor()
     RESULTS.mkdir(exist_ok=True)
     started = time.perf_counter()

@@ -13,7 +13,37 @@ expose are used (`EGraph.parse_program/run_program/freeze/value_to_*`, `ActionCo
 
 from __future__ import annotations
 
-from egglog import bindings as _b
+import sys
+
+
+def _load_bindings():
+    """egglog's Rust bindings (`egglog.bindings`), loaded on their own when the `egglog` package
+    is not imported yet: its `__init__` builds the high-level Python API (hundreds of ms of
+    imports, most of egglog's import time) that luminal never uses. The module is registered
+    under its own name, so a later `import egglog` reuses it (a pyo3 module initializes once
+    per process)."""
+    if "egglog.bindings" in sys.modules:
+        return sys.modules["egglog.bindings"]
+    if "egglog" not in sys.modules:
+        import importlib.machinery
+        import importlib.util
+        from pathlib import Path
+
+        spec = importlib.util.find_spec("egglog")
+        folders = list(spec.submodule_search_locations or []) if spec else []
+        for path in (Path(f) / f"bindings{s}" for f in folders for s in importlib.machinery.EXTENSION_SUFFIXES):
+            if path.is_file():
+                loader = importlib.machinery.ExtensionFileLoader("egglog.bindings", str(path))
+                module = importlib.util.module_from_spec(importlib.util.spec_from_loader("egglog.bindings", loader))
+                sys.modules["egglog.bindings"] = module
+                loader.exec_module(module)
+                return module
+    from egglog import bindings
+
+    return bindings
+
+
+_b = _load_bindings()
 
 SPAN = _b.PanicSpan()  # one shared span object: no per-node copy of anything
 

@@ -204,3 +204,31 @@ def test_an_unwritable_cache_folder_only_costs_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("LUMINAL_COMPILE_CACHE", "1")
     g = build_block(make_weights())
     np.testing.assert_array_equal(g.compile(device="numpy")(x=X)[0], g.compile(device="numpy")(x=X)[0])
+
+
+def test_dynamo_graphs_that_differ_in_a_constant_do_not_share_an_entry(cache):
+    """fx_cache spells Dynamo's graph node by node (no generated code): a scalar argument is
+    part of the key, so a model that differs only in it is a miss and computes its own result."""
+    torch = pytest.importorskip("torch")
+    from luminal.compiler import STATS
+
+    class Scaled(torch.nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.k = k
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.lin(x)) * self.k
+
+    x = torch.randn(3, 8)
+    caches = []
+    with torch.no_grad():
+        for k in (2.0, 2.5, 2.5):
+            torch._dynamo.reset()
+            torch.manual_seed(0)
+            m = Scaled(k).eval()
+            torch.testing.assert_close(torch.compile(m, backend="luminal", options={"device": "numpy"})(x), m(x))
+            caches.append(STATS.compiled[-1].report().cache)
+    assert caches[0]["optimize"] == caches[1]["optimize"] == "miss"
+    assert "dynamo graph" not in caches[1] and caches[2]["dynamo graph"] == "hit"

@@ -68,13 +68,24 @@ def decompose_graph(gm: torch.fx.GraphModule, example_inputs=None) -> torch.fx.G
 
 @functools.lru_cache(maxsize=1)
 def decompositions() -> dict:
-    """torch's core-ATen decomposition table (aot_autograd's) as a plain dict, built once per
-    process: `core_aten_decompositions()` walks every registered op to build it (a third of a
-    second) and its lookups re-check that walk on every dispatched op."""
-    from torch._decomp import core_aten_decompositions
+    """The decompositions to core ATen, built once per process.
 
-    table = core_aten_decompositions()
-    return {op: table[op] for op in table}
+    `core_aten_decompositions()` (aot_autograd's table) is torch's Python decompositions plus,
+    for every CompositeImplicitAutograd op of the aten namespace, an entry that runs the op's
+    own C++ composite kernel; collecting those walks every registered op (a third of a second
+    per process) and its lookups re-check the walk on every dispatched op. `make_fx` below
+    autograd runs those same composite kernels for any CompositeImplicitAutograd op, table or
+    not, so the Python decompositions alone trace the same graphs (checked graph for graph on
+    every model of the test zoo and the benchmark LLMs). Where torch lacks that helper, the
+    full table (as a plain dict)."""
+    try:
+        from torch._decomp import _core_aten_decompositions_post_autograd
+    except ImportError:  # another torch: the public table
+        from torch._decomp import core_aten_decompositions
+
+        table = core_aten_decompositions()
+        return {op: table[op] for op in table}
+    return dict(_core_aten_decompositions_post_autograd())
 
 
 def _is_tensor(v) -> bool:

@@ -1,0 +1,82 @@
+"""What the first compile of a process is spared (issue 18): the per-call lowering traces with
+torch's Python decompositions only (the same graphs as aot_autograd's full table, without
+walking every registered op), builds no Python code for its FX graphs, and egglog's Rust
+bindings load without egglog's Python API."""
+
+import subprocess
+import sys
+import textwrap
+
+import torch
+import torch.nn.functional as F
+from torch.fx._lazy_graph_module import _LazyGraphModule
+
+from luminal.frontends.torch import decompose
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.norm = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).reshape(b, t, d)
+        return x + self.out(F.gelu(y, approximate="tanh")).softmax(-1) * F.silu(x).mean(-1, keepdim=True)
+
+
+def _lowered(model, x, table):
+    graphs = []
+
+    def backend(gm, example_inputs):
+        saved = decompose.decompositions
+        decompose.decompositions = lambda: table
+        try:
+            aten = decompose.decompose_graph(gm, example_inputs)
+        finally:
+            decompose.decompositions = saved
+        # no Python code generated for it until someone calls it
+        lazy = isinstance(aten, _LazyGraphModule) and aten._needs_recompile()
+        graphs.append((str(aten.graph), lazy, aten(*example_inputs), gm(*example_inputs)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=backend)(x)
+    return graphs
+
+
+def test_python_decompositions_trace_what_the_full_table_traces():
+    from torch._decomp import core_aten_decompositions
+
+    full = core_aten_decompositions()
+    model, x = Attention().eval(), torch.randn(2, 5, 16)
+    ours, theirs = _lowered(model, x, decompose.decompositions()), _lowered(model, x, {k: full[k] for k in full})
+    assert len(ours) == len(theirs) == 1
+    (text, lazy, lowered, reference), (full_text, _, _, _) = ours[0], theirs[0]
+    assert lazy and text == full_text
+    torch.testing.assert_close(lowered, reference)  # the lowered graph computes Dynamo's
+
+
+def test_egglog_bindings_load_without_its_python_api():
+    code = textwrap.dedent("""
+        import sys
+        import numpy as np
+        import luminal as lm
+        g = lm.Graph("g")
+        x = g.input("x", (4,))
+        g.output((x * 2.0).exp().sum(), "y")
+        y = g.compile(device="numpy")(x=np.ones(4, np.float32))[0]
+        assert abs(float(y) - 4 * np.exp(2.0)) < 1e-3, y
+        print("egglog" in sys.modules, "egglog.bindings" in sys.modules)
+        import egglog  # the whole package still imports, reusing the loaded bindings
+        from luminal.egraph import compat
+        print(sys.modules["egglog.bindings"] is compat._b, callable(egglog.EGraph))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "True", "True"]
