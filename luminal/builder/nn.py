@@ -11,8 +11,9 @@ padded view is materialized before windowing, since masks cannot overlap).
   window view permuted to (N, G, C/G, *kernel, *out): a free view of x for a 1x1 stride-1 conv
   (the GEMM reads x itself), else one copy (im2col). The output is (N, G, Cout/G, P), which is
   (N, Cout, *out) with no permute.
-- direct, for convs with one input channel per group (depthwise): the product of the window
-  view and the broadcast weight, summed over the kernel axes. The egraph fuses that into one
+- direct, for depthwise convs (one input channel per group) and grouped convs with at most
+  `DIRECT_TERMS` terms per output: the product of the window view and the broadcast weight,
+  summed over the group's channels and the kernel axes. The egraph fuses that into one
   `WindowReduce` (`luminal/egraph/patterns.py`), so the product is never materialized.
 Pooling is the same window view reduced over its kernel axes (max, or sum then divide).
 """
@@ -87,6 +88,18 @@ def _pads(padding, nsp: int, kernel, dilation, stride) -> list[tuple[int, int]]:
     return pairs
 
 
+DIRECT_TERMS = 64  # a grouped conv with at most this many terms per output (C/G * kernel) is direct
+
+
+def _direct(cg, groups: int, kernel) -> bool:
+    """Depthwise convs, and grouped ones with few input channels per group, are direct loops
+    (a WindowReduce): as GEMMs they would be many GEMMs of a few rows and a short K."""
+    if sym.equal(cg, 1):
+        return True
+    terms = sym.product((cg, *kernel))
+    return groups > 1 and sym.is_static(terms) and int(terms) <= DIRECT_TERMS
+
+
 def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
     """The convolution (cross-correlation) of torch.nn.functional.conv{1,2,3}d and ONNX Conv.
 
@@ -116,16 +129,17 @@ def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1)
     m = sym.exact_div(cout, groups)  # output channels per group
     base, st = win._tracker()
     s = st.strides  # n, c, *o, *k
-    if sym.equal(cg, 1):  # depthwise: out[n, g, j, o] = sum_k x[n, g, o*s + k*d] w[g*m + j, k]
-        shape = (n, groups, m, *out_sizes, *kernel)
-        xw = win._view(base, ShapeTracker(shape, (s[0], s[1], 0, *s[2:]), st.offset))
-        w = weight.reshape((groups, m, *kernel))
+    if _direct(cg, groups, kernel):  # out[n, g, j, o] = sum_{c, k} x[n, g*cg + c, o*s + k*d] w[g*m + j, c, k]
+        shape = (n, groups, m, *out_sizes, cg, *kernel)
+        xw = win._view(base, ShapeTracker(shape, (s[0], sym.norm(s[1] * cg), 0, *s[2:2 + nsp], s[1], *s[2 + nsp:]),
+                                          st.offset))
+        w = weight.reshape((groups, m, cg, *kernel))
         if w._tracker()[1].mask is not None:
             w = w.contiguous()
         wb, wst = w._tracker()
         ws = wst.strides
         wv = w._view(wb, ShapeTracker(shape, (0, ws[0], ws[1], *([0] * nsp), *ws[2:]), wst.offset))
-        out = xw.mul(wv).sum(tuple(range(3 + nsp, 3 + 2 * nsp)))  # (N, G, m, *O)
+        out = xw.mul(wv).sum(tuple(range(3 + nsp, 4 + 2 * nsp)))  # (N, G, m, *O)
     else:
         ck = sym.product((cg, *kernel))
         p = sym.product(out_sizes)

@@ -38,6 +38,8 @@ CONVS = [
     ("depthwise_stride2_mult2", (2, 4, 9, 8), (8, 1, 3, 3), 2, 1, 1, 4),
     ("depthwise_dil2_5x5", (1, 4, 11, 10), (4, 1, 5, 5), 1, 4, 2, 4),
     ("depthwise_10x10_loops", (1, 2, 12, 12), (2, 1, 10, 10), 1, 1, 1, 2),  # 100 terms: loops, not unrolled
+    ("grouped_direct", (2, 8, 7, 6), (8, 2, 3, 3), 2, 1, 1, 4),  # 18 terms per output: a WindowReduce
+    ("grouped_gemm", (1, 16, 7, 6), (4, 8, 3, 3), 1, 1, 1, 2),  # 72 terms: GEMMs
     ("conv1d_stride2", (2, 3, 11), (5, 3, 3), 2, 1, 1, 1),
     ("conv1d_depthwise", (2, 3, 11), (3, 1, 3), 1, 1, 1, 3),
     ("conv3d", (1, 2, 4, 5, 6), (3, 2, 3, 3, 3), 1, 1, 1, 1),
@@ -157,18 +159,20 @@ def _materialized_reduce_inputs(outputs) -> list[int]:
     return sizes
 
 
-@pytest.mark.parametrize("kind, ws, groups, want_op", [("regular", (16, 8, 3, 3), 1, Op.MAT_MUL),
-                                                       ("grouped", (16, 2, 3, 3), 4, Op.MAT_MUL),
-                                                       ("depthwise", (8, 1, 3, 3), 8, Op.WINDOW_REDUCE)])
-def test_conv_never_reduces_a_materialized_product(kind, ws, groups, want_op):
-    outputs = _optimized(lambda g: nn.conv(g.input("x", (1, 8, 14, 14)), g.input("w", ws), None, 1, 1, 1, groups))
+@pytest.mark.parametrize("kind, cin, ws, groups, want_op", [("regular", 8, (16, 8, 3, 3), 1, Op.MAT_MUL),
+                                                            ("grouped_wide", 16, (16, 8, 3, 3), 2, Op.MAT_MUL),
+                                                            ("grouped_narrow", 8, (16, 2, 3, 3), 4, Op.WINDOW_REDUCE),
+                                                            ("depthwise", 8, (8, 1, 3, 3), 8, Op.WINDOW_REDUCE)])
+def test_conv_never_reduces_a_materialized_product(kind, cin, ws, groups, want_op):
+    outputs = _optimized(lambda g: nn.conv(g.input("x", (1, cin, 14, 14)), g.input("w", ws), None, 1, 1, 1, groups))
     ops = collections.Counter(n.op for n in toposort(outputs))
     assert ops[want_op] == 1, ops
     assert not ops[Op.MUL] and not ops[Op.SUM_REDUCE] and not ops[Op.KAHAN_SUM], ops  # no product, no reduce of it
-    out = 16 * 14 * 14 if kind != "depthwise" else 8 * 14 * 14
+    out = ws[0] * 14 * 14
     assert all(size <= 2 * out for size in _materialized_reduce_inputs(outputs)), kind
     copies = [n for n in toposort(outputs) if n.op is Op.CONTIGUOUS]
-    assert all(int(np.prod(c.shape)) <= 9 * 8 * 14 * 14 for c in copies)  # the padded input, the im2col
+    assert all(int(np.prod(c.shape)) <= 9 * cin * 14 * 14 for c in copies)  # the padded input, the im2col
+    assert len(copies) <= (2 if want_op is Op.MAT_MUL else 1)
 
 
 def test_1x1_conv_is_one_gemm_on_the_input_and_pools_one_window_reduce():
