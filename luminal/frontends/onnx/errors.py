@@ -45,5 +45,10 @@ class NeedsValue(OnnxImportError):
         self.value_name = value_name
 
 
+class NeedsShape(NeedsValue):
+    """A node needs, at compile time, the static shape of a value computed from graph inputs:
+    the model compiles per shape of those inputs (raised internally)."""
+
+
 class OnnxInputError(OnnxError, InputError):
     """Wrong input names, count, shapes or dtypes at call time."""

@@ -13,7 +13,7 @@ from luminal import devices
 from luminal.compiler import compile_outputs
 from luminal.errors import InputError, LuminalError
 from luminal.frontends.onnx import loader
-from luminal.frontends.onnx.errors import NeedsValue, OnnxError, OnnxImportError, OnnxInputError
+from luminal.frontends.onnx.errors import NeedsShape, NeedsValue, OnnxError, OnnxImportError, OnnxInputError
 from luminal.frontends.onnx.importer import Importer, dim_symbol_name, graph_input_deps
 from luminal.hlir import symbolic as sym
 
@@ -193,12 +193,20 @@ class OnnxModel:
                                       self.optimize, {n: arrays[n].shape for n in shape_names})
                 return compiled
             except NeedsValue as exc:
-                values, shapes = graph_input_deps(self.proto.graph, exc.value_name)
+                values, shapes = _deps(self.proto.graph, exc)
                 values, shapes = values - set(self.value_inputs), shapes - set(shape_names)
                 if not values and not shapes:
                     raise
                 self.value_inputs = tuple(sorted(set(self.value_inputs) | values))
                 self.shape_inputs = tuple(sorted(set(self.shape_inputs) | shapes))
+
+
+def _deps(graph, exc: NeedsValue) -> tuple[set[str], set[str]]:
+    """The graph inputs to compile in by value, and by shape, for what `exc` needs."""
+    values, shapes = graph_input_deps(graph, exc.value_name)
+    if isinstance(exc, NeedsShape):
+        return set(), values | shapes
+    return values, shapes
 
 
 def _value_key(arrays: dict) -> tuple:
@@ -261,7 +269,7 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
     try:
         compiled, inputs, outputs, out_tensors = _build(proto, {}, device, optimize)
     except NeedsValue as exc:
-        value_inputs, shape_inputs = graph_input_deps(graph, exc.value_name)
+        value_inputs, shape_inputs = _deps(graph, exc)
         if not value_inputs and not shape_inputs:
             raise
         compiled = None

@@ -1,0 +1,211 @@
+"""Recurrent ops: RNN, GRU, LSTM (forward, reverse, bidirectional; sequence_lens; initial
+states; layout 0 and 1; activations with alpha/beta; clip; LSTM peepholes and input_forget;
+GRU linear_before_reset).
+
+Lowered to HLIR primitives by unrolling the recurrence over the sequence length, which is the
+input's static dim in each compiled graph: a model whose sequence dim is symbolic compiles once
+per distinct length (`NeedsShape`, the OnnxModel caches up to COMPILED_KEPT graphs). The input
+projection X @ W^T is one MatMul over all steps; each step adds H @ R^T and the gates.
+`sequence_lens` masks per batch row: past its length a row keeps its state and its Y is 0, and
+the reverse direction walks each row's own prefix backwards (a per-row gather).
+"""
+
+from __future__ import annotations
+
+from luminal.builder import functional as F
+from luminal.frontends.onnx.errors import NeedsShape
+from luminal.frontends.onnx.registry import onnx_op
+from luminal.hlir import symbolic as sym
+
+MAX_STEPS = 4096
+
+
+def _activation(c, name: str, alpha, beta):
+    n = name.lower()
+    if n == "tanh":
+        return lambda x: x.tanh()
+    if n == "sigmoid":
+        return lambda x: x.sigmoid()
+    if n == "relu":
+        return lambda x: x.relu()
+    if n == "affine":
+        return lambda x: x.mul(1.0 if alpha is None else alpha).add(0.0 if beta is None else beta)
+    if n == "leakyrelu":
+        a = 0.01 if alpha is None else alpha
+        return lambda x: x.where_(x.ge(0.0), x.mul(a))
+    if n == "thresholdedrelu":
+        a = 1.0 if alpha is None else alpha
+        return lambda x: x.where_(x.gt(a), x.mul(0.0))
+    if n == "scaledtanh":
+        return lambda x: x.mul(1.0 if beta is None else beta).tanh().mul(1.0 if alpha is None else alpha)
+    if n == "hardsigmoid":
+        a, b = (0.2 if alpha is None else alpha), (0.5 if beta is None else beta)
+        return lambda x: x.mul(a).add(b).clamp(0.0, 1.0)
+    if n == "elu":
+        a = 1.0 if alpha is None else alpha
+        return lambda x: x.where_(x.ge(0.0), x.exp().sub(1.0).mul(a))
+    if n == "softsign":
+        return lambda x: x.div(x.abs().add(1.0))
+    if n == "softplus":
+        return lambda x: x.exp().add(1.0).log()
+    c.fail(f"activation {name!r} is not supported")
+
+
+def _activations(c, names, alphas, betas, per_dir: int, dirs: int, defaults):
+    names = list(names or defaults * dirs)
+    if len(names) == per_dir and dirs == 2:
+        names = names * 2
+    alphas, betas = list(alphas or []), list(betas or [])
+    out = []
+    for i, n in enumerate(names):
+        out.append(_activation(c, n, alphas[i] if i < len(alphas) else None, betas[i] if i < len(betas) else None))
+    return [out[d * per_dir:(d + 1) * per_dir] for d in range(dirs)]
+
+
+def _prepare(c, x, seq_lens, layout):
+    """x as (seq, batch, input); the static length; per-step masks (or None)."""
+    if layout:
+        x = x.permute(1, 0, 2)
+    n = x.shape[0]
+    if not sym.is_static(n):
+        raise NeedsShape(f"{c.node.op_type} node {c.name!r}: the sequence length {n} is symbolic; luminal unrolls "
+                         "recurrences, so this model compiles once per sequence length", c.node.input[0])
+    n = int(n)
+    if n > MAX_STEPS:
+        c.fail(f"a sequence of {n} steps: luminal unrolls at most {MAX_STEPS}")
+    return x, n
+
+
+def _reverse_rows(x, seq_lens, n):
+    """x (seq, batch, ...) with each batch row's first seq_lens[b] steps reversed."""
+    if seq_lens is None:
+        return x.slice(0, None, None, -1) if n > 1 else x
+    t = F.arange(x.graph, 0, n, dtype=seq_lens.dtype).reshape((n, 1))
+    lens = seq_lens.reshape((1, -1))
+    idx = lens.sub(1).sub(t).where_(t.lt(lens), t.expand((n, lens.shape[1])))  # (seq, batch): an involution
+    for _ in range(x.ndim - 2):
+        idx = idx.unsqueeze(-1)
+    return x.gather(0, idx.expand(x.shape))
+
+
+def _run(c, x, W, R, B, seq_lens, initial, direction, layout, gates: int, step):
+    """The common driver: `step(d, xw_t, states, mask_t) -> (h, states)` per direction d."""
+    x, n = _prepare(c, x, seq_lens, layout)
+    dirs = 2 if direction == "bidirectional" else 1
+    if direction not in ("forward", "reverse", "bidirectional"):
+        c.fail(f"direction {direction!r} is not forward, reverse or bidirectional")
+    batch = x.shape[1]
+    hidden = R.shape[-1]
+    ys, finals = [], []
+    for d in range(dirs):
+        reverse = direction == "reverse" or d == 1
+        xd = _reverse_rows(x, seq_lens, n) if reverse else x
+        xw = xd.matmul(W[d].T)  # (seq, batch, gates * hidden)
+        if B is not None:
+            xw = xw.add(B[d].slice(0, 0, gates * hidden)).add(B[d].slice(0, gates * hidden, 2 * gates * hidden))
+        states = [None if s is None else s[d] for s in initial]
+        states = [F.full(x.graph, (batch, hidden), 0.0, x.dtype) if s is None else s for s in states]
+        outs = []
+        for t in range(n):
+            mask = None
+            if seq_lens is not None:
+                mask = seq_lens.reshape((-1, 1)).gt(t)  # (batch, 1)
+            h, new = step(d, xw[t], states, R[d])
+            if mask is not None:
+                new = [s_new.where_(mask, s_old) for s_new, s_old in zip(new, states)]
+                h = h.where_(mask, h.mul(0.0))
+            states = new
+            outs.append(h)
+        y = F.stack(outs, 0)  # (seq, batch, hidden)
+        if reverse:
+            y = _reverse_rows(y, seq_lens, n)
+        ys.append(y)
+        finals.append(states)
+    y = F.stack(ys, 1)  # (seq, dirs, batch, hidden)
+    finals = [F.stack([f[k] for f in finals], 0) for k in range(len(finals[0]))]  # (dirs, batch, hidden)
+    if layout:
+        y = y.permute(2, 0, 1, 3)
+        finals = [f.permute(1, 0, 2) for f in finals]
+    return [y] + finals
+
+
+def _initial(layout, *states):
+    return [None if s is None else (s.permute(1, 0, 2) if layout else s) for s in states]
+
+
+def _clip(x, clip):
+    return x if clip is None else x.clamp(-clip, clip)
+
+
+@onnx_op("RNN", since=7)
+def rnn(c, x, W, R, B=None, seq_lens=None, initial_h=None, *, activation_alpha=None, activation_beta=None,
+        activations=None, clip=None, direction="forward", hidden_size=None, layout=0):
+    dirs = 2 if direction == "bidirectional" else 1
+    acts = _activations(c, activations, activation_alpha, activation_beta, 1, dirs, ["Tanh"])
+
+    def step(d, xw, states, r):
+        h = acts[d][0](_clip(xw.add(states[0].matmul(r.T)), clip))
+        return h, [h]
+
+    return _run(c, x, W, R, B, seq_lens, _initial(layout, initial_h), direction, layout, 1, step)
+
+
+@onnx_op("GRU", since=7)
+def gru(c, x, W, R, B=None, seq_lens=None, initial_h=None, *, activation_alpha=None, activation_beta=None,
+        activations=None, clip=None, direction="forward", hidden_size=None, layout=0, linear_before_reset=0):
+    dirs = 2 if direction == "bidirectional" else 1
+    acts = _activations(c, activations, activation_alpha, activation_beta, 2, dirs, ["Sigmoid", "Tanh"])
+    hs = R.shape[-1]
+
+    def step(d, xw, states, r):
+        f, g = acts[d]
+        h_prev = states[0]
+        rz = h_prev.matmul(r[:2 * hs].T)
+        rb = B[d][3 * hs:] if B is not None else None
+        # the recurrent bias of the h gate belongs inside r * (...) when linear_before_reset: undo its early add
+        z = f(_clip(xw[:, :hs].add(rz[:, :hs]), clip))
+        rt = f(_clip(xw[:, hs:2 * hs].add(rz[:, hs:]), clip))
+        xh = xw[:, 2 * hs:]
+        if linear_before_reset:
+            hr = h_prev.matmul(r[2 * hs:].T)
+            if rb is not None:
+                xh = xh.sub(rb[2 * hs:])
+                hr = hr.add(rb[2 * hs:])
+            ht = g(_clip(xh.add(rt.mul(hr)), clip))
+        else:
+            ht = g(_clip(xh.add(rt.mul(h_prev).matmul(r[2 * hs:].T)), clip))
+        h = z.mul(-1.0).add(1.0).mul(ht).add(z.mul(h_prev))
+        return h, [h]
+
+    return _run(c, x, W, R, B, seq_lens, _initial(layout, initial_h), direction, layout, 3, step)
+
+
+@onnx_op("LSTM", since=7)
+def lstm(c, x, W, R, B=None, seq_lens=None, initial_h=None, initial_c=None, P=None, *, activation_alpha=None,
+         activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None, input_forget=0,
+         layout=0):
+    dirs = 2 if direction == "bidirectional" else 1
+    acts = _activations(c, activations, activation_alpha, activation_beta, 3, dirs, ["Sigmoid", "Tanh", "Tanh"])
+    hs = R.shape[-1]
+
+    def step(d, xw, states, r):
+        f, g, h_act = acts[d]
+        h_prev, c_prev = states
+        gates = xw.add(h_prev.matmul(r.T))
+        gi, go, gf, gc = (gates[:, k * hs:(k + 1) * hs] for k in range(4))
+        if P is not None:
+            gi = gi.add(P[d][:hs].mul(c_prev))
+            gf = gf.add(P[d][2 * hs:].mul(c_prev))
+        i = f(_clip(gi, clip))
+        ft = i.mul(-1.0).add(1.0) if input_forget else f(_clip(gf, clip))
+        ct = g(_clip(gc, clip))
+        c_new = ft.mul(c_prev).add(i.mul(ct))
+        if P is not None:
+            go = go.add(P[d][hs:2 * hs].mul(c_new))
+        o = f(_clip(go, clip))
+        h = o.mul(h_act(c_new))
+        return h, [h, c_new]
+
+    y, y_h, y_c = _run(c, x, W, R, B, seq_lens, _initial(layout, initial_h, initial_c), direction, layout, 4, step)
+    return [y, y_h, y_c]
+
