@@ -21,7 +21,7 @@ from luminal.hlir.shape import ShapeTracker
 
 N_SRC = {**dict.fromkeys(LEAF, 0), **dict.fromkeys(UNARY | REDUCE, 1), **dict.fromkeys(BINARY, 2),
          Op.CAST: 1, Op.VIEW: 1, Op.CONTIGUOUS: 1, Op.GATHER: 2, Op.SCATTER: 3, Op.EXP: 1, Op.SIGMOID: 1,
-         Op.SOFTMAX: 1, Op.KAHAN_SUM: 1, Op.MAT_MUL: 2, Op.SELECT: 3, Op.CONCAT: 2}
+         Op.SOFTMAX: 1, Op.KAHAN_SUM: 1, Op.MAT_MUL: 2, Op.SELECT: 3, Op.CONCAT: 2, Op.MAXIMUM: 2}
 SAME_AS_SOURCE = UNARY | {Op.CONTIGUOUS, Op.EXP, Op.SIGMOID, Op.SOFTMAX}
 SCATTER_REDUCE = (None, "add", "mul", "max", "min")
 PROBES = (1, 2, 3, 5)  # values given to every symbol when checking a symbolic view
@@ -101,6 +101,20 @@ def check_node(n: Node) -> None:
         if whole is None or len(b.shape) != len(a.shape) or not (_same(n.shape, whole) and _same(
                 b.shape[:axis] + b.shape[axis + 1:], a.shape[:axis] + a.shape[axis + 1:])):
             raise ShapeError(f"Concat on axis {axis} of {_fmt(a.shape)} and {_fmt(b.shape)} has shape {_fmt(n.shape)}")
+    elif op is Op.MAXIMUM:
+        if not (n.dtype is src[0].dtype is src[1].dtype) or not all(_same(n.shape, s.shape) for s in src):
+            raise ShapeError(f"Maximum of {', '.join(_fmt(s.shape) for s in src)} has {n.dtype.short}{_fmt(n.shape)}")
+    elif op is Op.WINDOW_REDUCE:
+        arg = n.arg
+        if not (isinstance(arg, tuple) and len(arg) == 2 and arg[0] in ("sum", "max") and type(arg[1]) is int
+                and len(src) in (1, 2) and 0 <= arg[1] <= len(src[0].shape)):
+            raise ShapeError(f"WindowReduce needs one or two sources and ('sum' | 'max', r), got {arg!r}")
+        r = arg[1]
+        if n.dtype is DType.BOOL or not all(s.dtype is n.dtype for s in src):
+            raise DTypeError(f"WindowReduce on {n.dtype.short} of {', '.join(s.dtype.short for s in src)}")
+        if not all(_same(s.shape, src[0].shape) for s in src) or not _same(n.shape, src[0].shape[:len(src[0].shape) - r]) or \
+                not all(sym.is_static(d) for d in src[0].shape[len(n.shape):]):
+            raise ShapeError(f"WindowReduce over the last {r} (static) axes of {_fmt(src[0].shape)} has shape {_fmt(n.shape)}")
     elif op is Op.FUSED_ELEMENTWISE:
         _check_expression(n)
         for s in src:

@@ -251,3 +251,27 @@ def test_symbolic_batch_and_spatial_dims():
         _close(dw, F.conv2d(t, torch.from_numpy(w), None, 2, 1, 1, 4).numpy(), f"depthwise {shape}")
         _close(conv, F.conv2d(t, torch.from_numpy(w2), None, 1, 1).numpy(), f"conv {shape}")
         _close(pool, F.max_pool2d(t, 3, 2, 1).numpy(), f"pool {shape}")
+
+
+def test_save_load_and_malformed_fused_nodes(tmp_path):
+    """A saved graph with WindowReduce and Maximum loads and runs; a malformed one is refused."""
+    from luminal.errors import LuminalError
+    from luminal.hlir.verify import check_node
+
+    g = lm.Graph("saved")
+    x = g.input("x", (1, 4, 9, 8))
+    w = g.constant(_values(np.random.default_rng(4), (4, 1, 3, 3), False))
+    g.output(nn.conv(x, w, None, 1, 1, 1, 4).clamp(0.0, 6.0), "dw")
+    g.output(nn.max_pool(x, (3, 3), 2, 1), "pool")
+    cg = g.compile(device="cpu")
+    cg.save(tmp_path / "m.lum")
+    xv = _values(np.random.default_rng(5), (1, 4, 9, 8), True)
+    for got, want in zip(lm.load(tmp_path / "m.lum", device="cpu")({"x": xv}), cg({"x": xv})):
+        np.testing.assert_array_equal(got, want)
+    a = Node(Op.INPUT, DType.F32, (2, 3, 3), (), "a")
+    for bad in (Node(Op.WINDOW_REDUCE, DType.F32, (2,), (a,), ("mean", 2)),
+                Node(Op.WINDOW_REDUCE, DType.F32, (2, 3), (a,), ("sum", 2)),
+                Node(Op.WINDOW_REDUCE, DType.F32, (2, 3, 3), (a, a, a), ("sum", 0)),
+                Node(Op.MAXIMUM, DType.F32, (2, 3), (a, a))):
+        with pytest.raises(LuminalError):
+            check_node(bad)
