@@ -100,7 +100,7 @@ def dynamic_quantize_linear(c, x):
     maxx = x.max().maximum(0.0)
     minx = x.min().minimum(0.0)
     span = maxx.sub(minx)
-    scale = span.where_(maxx.ne(minx), span.mul(0.0).add(1.0)).div(255.0)
+    scale = _div(span.where_(maxx.ne(minx), span.mul(0.0).add(1.0)), span.mul(0.0).add(255.0))
     zp = _div(minx.neg(), scale).clamp(0.0, 255.0).round()
     y = _div(x, scale).round().add(zp).clamp(0.0, 255.0).cast(DType.I32)
     return [y, scale, zp.cast(DType.I32)]
@@ -148,7 +148,9 @@ def qlinear_matmul(c, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp=None):
 
 @onnx_op("QLinearConv", since=10)
 def qlinear_conv(c, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp=None, bias=None, **attrs):
-    acc = conv(c, _minus_zp(x, x_zp), _minus_zp(w, w_zp, 0), bias, **attrs)
+    acc = conv(c, _minus_zp(x, x_zp), _minus_zp(w, w_zp, 0), None, **attrs)
+    if bias is not None:
+        acc = acc.add(bias.cast(acc.dtype).reshape((bias.shape[0],) + (1,) * (acc.ndim - 2)))
     if w_scale.ndim == 1 and not sym.equal(w_scale.shape[0], 1):
         w_scale = w_scale.reshape((w_scale.shape[0],) + (1,) * (acc.ndim - 2))
     elif w_scale.ndim == 1:

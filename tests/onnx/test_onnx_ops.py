@@ -1,0 +1,154 @@
+"""Ops users meet in real models, each on a small hand-built model against onnxruntime:
+recurrences (directions, sequence_lens, initial states, layouts), quantized ops, narrow types,
+the contrib ops onnxruntime's transformer optimizer emits. NumPy runtime (the spec), optimizer off.
+"""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper
+
+import luminal.onnx as lo
+
+RNG = np.random.default_rng(0)
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=22, domains=()):
+    graph = oh.make_graph(nodes, "t", inputs, outputs, [numpy_helper.from_array(a, n) for n, a in inits])
+    imports = [oh.make_opsetid("", opset)] + [oh.make_opsetid(d, 1) for d in domains]
+    return oh.make_model(graph, opset_imports=imports, ir_version=10)
+
+
+def _check(model, feeds, atol=1e-5, rtol=1e-4, exact=False):
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = lo.compile(model, device="numpy", optimize=False, check=False)(feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        if exact:
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), atol=atol, rtol=rtol)
+    return got
+
+
+def _vi(name, elem, shape):
+    return oh.make_tensor_value_info(name, elem, shape)
+
+
+RECURRENT = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("layout", [0, 1])
+def test_recurrent(op, direction, layout):
+    """Bias, sequence_lens (rows of different lengths), initial states, both layouts (onnxruntime
+    runs only layout 0: the layout-1 model is checked against it on transposed data)."""
+    seq, batch, inp, hid = 5, 3, 4, 6
+    dirs = 2 if direction == "bidirectional" else 1
+    g = RECURRENT[op]
+    inits = [("W", RNG.standard_normal((dirs, g * hid, inp)).astype(np.float32) * 0.5),
+             ("R", RNG.standard_normal((dirs, g * hid, hid)).astype(np.float32) * 0.5),
+             ("B", RNG.standard_normal((dirs, 2 * g * hid)).astype(np.float32) * 0.5),
+             ("lens", np.array([5, 2, 4], np.int32))]
+    if op == "LSTM":
+        inits.append(("P", RNG.standard_normal((dirs, 3 * hid)).astype(np.float32) * 0.5))
+    names = ["X", "W", "R", "B", "lens", "h0"] + (["c0", "P"] if op == "LSTM" else [])
+    states = ["h0"] + (["c0"] if op == "LSTM" else [])
+    outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    extra = {"linear_before_reset": 1} if op == "GRU" else {}
+
+    def build(lay):
+        xs = (batch, seq, inp) if lay else (seq, batch, inp)
+        hs = (batch, dirs, hid) if lay else (dirs, batch, hid)
+        node = oh.make_node(op, names, outs, hidden_size=hid, direction=direction, layout=lay, **extra)
+        inputs = [_vi("X", TP.FLOAT, xs)] + [_vi(s, TP.FLOAT, hs) for s in states]
+        return _model([node], inputs, [_vi(o, TP.FLOAT, None) for o in outs], inits)
+
+    feeds = {"X": RNG.standard_normal((seq, batch, inp)).astype(np.float32)}
+    feeds.update({s: RNG.standard_normal((dirs, batch, hid)).astype(np.float32) for s in states})
+    sess = ort.InferenceSession(build(0).SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)
+    if layout:
+        feeds = {k: v.transpose(1, 0, 2) for k, v in feeds.items()}
+        want = [want[0].transpose(2, 0, 1, 3)] + [w.transpose(1, 0, 2) for w in want[1:]]
+    got = lo.compile(build(layout), device="numpy", optimize=False, check=False)(feeds)
+    for gv, wv in zip(got, want):
+        np.testing.assert_allclose(gv, wv, atol=1e-5, rtol=1e-4)
+
+
+def test_recurrent_symbolic_length_compiles_per_length():
+    """A symbolic sequence length: one graph per length (the recurrence is unrolled), both right."""
+    hid, inp = 4, 3
+    w = RNG.standard_normal((1, 4 * hid, inp)).astype(np.float32)
+    r = RNG.standard_normal((1, 4 * hid, hid)).astype(np.float32)
+    node = oh.make_node("LSTM", ["X", "W", "R"], ["Y", "Y_h"], hidden_size=hid)
+    model = _model([node], [_vi("X", TP.FLOAT, ["seq", 2, inp])], [_vi("Y", TP.FLOAT, None), _vi("Y_h", TP.FLOAT, None)],
+                   [("W", w), ("R", r)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    m = lo.compile(model, device="numpy", optimize=False, check=False)
+    for n in (3, 7):
+        x = RNG.standard_normal((n, 2, inp)).astype(np.float32)
+        for g, want in zip(m(x), sess.run(None, {"X": x})):
+            np.testing.assert_allclose(g, want, atol=1e-5, rtol=1e-4)
+    assert "X" in m.shape_inputs
+
+
+@pytest.mark.parametrize("elem,axis_scale", [(TP.UINT8, False), (TP.INT8, True)])
+def test_quantize_dequantize(elem, axis_scale):
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32) * 3
+    scale = (np.array([0.02, 0.05, 0.1], np.float32) if axis_scale else np.array(0.03, np.float32))
+    zp_np = {TP.UINT8: np.uint8, TP.INT8: np.int8}[elem]
+    zp = (np.array([3, -2, 0], zp_np) if elem == TP.INT8 else np.array(128, zp_np)) if axis_scale else np.array(128, zp_np)
+    nodes = [oh.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], axis=1),
+             oh.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], axis=1)]
+    model = _model(nodes, [_vi("x", TP.FLOAT, x.shape)], [_vi("q", elem, None), _vi("y", TP.FLOAT, None)],
+                   [("s", scale), ("zp", zp)])
+    _check(model, {"x": x}, exact=True)
+
+
+def test_dynamic_quantize_and_integer_matmul():
+    a = RNG.standard_normal((4, 5)).astype(np.float32)
+    b = RNG.integers(0, 255, (5, 3)).astype(np.uint8)
+    nodes = [oh.make_node("DynamicQuantizeLinear", ["a"], ["qa", "sa", "za"]),
+             oh.make_node("MatMulInteger", ["qa", "b", "za", "zb"], ["y"])]
+    model = _model(nodes, [_vi("a", TP.FLOAT, a.shape)],
+                   [_vi("qa", TP.UINT8, None), _vi("sa", TP.FLOAT, None), _vi("y", TP.INT32, None)],
+                   [("b", b), ("zb", np.array(7, np.uint8))])
+    _check(model, {"a": a}, exact=True)
+
+
+def test_qlinear_conv_and_matmul():
+    x = RNG.integers(0, 255, (1, 2, 5, 5)).astype(np.uint8)
+    w = RNG.integers(-20, 20, (3, 2, 3, 3)).astype(np.int8)
+    m = RNG.integers(0, 255, (75, 4)).astype(np.uint8)
+    inits = [("xs", np.array(0.02, np.float32)), ("xz", np.array(120, np.uint8)), ("w", w),
+             ("ws", np.array([0.01, 0.02, 0.015], np.float32)), ("wz", np.array([0, 0, 0], np.int8)),
+             ("ys", np.array(0.05, np.float32)), ("yz", np.array(100, np.uint8)),
+             ("bias", np.array([5, -3, 10], np.int32)), ("m", m), ("ms", np.array(0.01, np.float32)),
+             ("mz", np.array(128, np.uint8)), ("os", np.array(0.5, np.float32)), ("oz", np.array(10, np.uint8)),
+             ("flat", np.array([1, 75], np.int64))]
+    nodes = [oh.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "bias"], ["c"], pads=[1, 1, 1, 1]),
+             oh.make_node("Reshape", ["c", "flat"], ["cf"]),
+             oh.make_node("QLinearMatMul", ["cf", "ys", "yz", "m", "ms", "mz", "os", "oz"], ["y"])]
+    model = _model(nodes, [_vi("x", TP.UINT8, x.shape)], [_vi("c", TP.UINT8, None), _vi("y", TP.UINT8, None)], inits)
+    _check(model, {"x": x}, exact=True)
+
+
+@pytest.mark.parametrize("to", [TP.FLOAT8E4M3FN, TP.FLOAT8E5M2, TP.FLOAT8E4M3FNUZ, TP.FLOAT8E5M2FNUZ])
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_cast_to_float8(to, saturate):
+    """Rounding (half to even, subnormals) and overflow, against onnx's reference (ml_dtypes)."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.concatenate([RNG.standard_normal(200) * 10.0 ** RNG.integers(-4, 5, 200),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 1e9, -1e9, 448.0, 464.0, 2.0**-9, 2.0**-10 * 3]])
+    x = x.astype(np.float32)
+    node = oh.make_node("Cast", ["x"], ["y"], to=to, saturate=saturate)
+    model = _model([node], [_vi("x", TP.FLOAT, x.shape)], [_vi("y", to, None)], opset=21)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    (got,) = lo.compile(model, device="numpy", optimize=False, check=False)(x)
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
