@@ -55,3 +55,25 @@ def test_gemv_operand_layouts():
                 f["u"] @ f["v"]] * 2
         for i, (got, ref) in enumerate(zip(cpu(feeds), want)):
             np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, err_msg=f"output {i}, b={b} m={m} n={n}")
+
+
+@pytest.mark.parametrize("m,n", [(1, 2), (2, 1), (3, 4)])  # gemv loops, dgemm
+def test_set_precision_reaches_the_gemms(m, n):
+    """set_precision("float64") (the default): f32 GEMMs accumulate in double and round once, as
+    on the NumPy runtime; 1e8 + 1 - 1e8 is 1 then, where an f32 accumulation loses the 1."""
+    g = lm.Graph()
+    a, b = g.input("a", (m, 3)), g.input("b", (3, n))
+    g.output(a @ b)
+    g.output(a @ g.input("bt", (n, 3)).T)
+    cpu = g.compile(device="cpu")
+    a_ = np.tile(np.array([[1e8, 1.0, -1e8]], np.float32), (m, 1))
+    feeds = {"a": a_, "b": np.ones((3, n), np.float32), "bt": np.ones((n, 3), np.float32)}
+    assert lm.get_precision() == "float64"
+    for out in cpu(feeds):
+        np.testing.assert_array_equal(out, np.ones((m, n), np.float32))
+    lm.set_precision("float32")
+    try:
+        f32 = cpu(feeds)
+    finally:
+        lm.set_precision("float64")
+    assert all(o.dtype == np.float32 and o.shape == (m, n) for o in f32)

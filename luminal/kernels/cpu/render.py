@@ -12,7 +12,13 @@ instead of a grid:
 - scatter: a copy, then the updates in order (serial: duplicates resolve as in NumPy);
 - MatMul: the plan's extern step, a call of `cblas_sgemm`/`cblas_dgemm` per batch element
   (the BLAS NumPy ships, passed in at load) on the operand views when they are plain,
-  possibly transposed, matrices, else on contiguous copies (f16/bf16 always widened to f32).
+  possibly transposed, matrices, else on contiguous copies (f16/bf16 always widened to f32);
+  M or N of 1 is a gemv. `set_precision` reaches it per call: "float64" (the default) accumulates
+  f32 GEMMs in double and rounds once, as the NumPy runtime does (double-accumulating dot loops
+  for a matrix-vector product, else dgemm on widened operands; about 2.7x the time of "float32"
+  on GEMM-bound models), "float32" is the f32 BLAS call. Sums, Softmax's sums and KahanSum
+  accumulate in double in both modes; elementwise math is f32 in both (the NumPy runtime's
+  "float64" also computes it in float64: the one difference).
 
 The library holds each distinct kernel once (named by a hash of its body) and one exported,
 fixed driver, `lum_run`, that interprets a launch table (data, built in Python: per step a
@@ -154,8 +160,49 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
   else if (GEMM) GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, NN, K, (T)1, A, lda, B, ldb, (T)0, C, ldc); \
   else lum_loop_gemm_##N(ta, tb, M, NN, K, A, lda, B, ldb, C, ldc); \
 }
-LUM_BLAS_GEMM(float, f, lum_sgemm, lum_sgemv)
+#define lum_loop_gemm_f32 lum_loop_gemm_f
+LUM_BLAS_GEMM(float, f32, lum_sgemm, lum_sgemv)
 LUM_BLAS_GEMM(double, d, lum_dgemm, lum_dgemv)
+/* set_precision("float64") (the call's `precision` argument; thread-local: the GEMMs run on the
+   calling thread): f32 GEMMs accumulate in double and round once, as the NumPy runtime's. A
+   matrix-vector product is a double-accumulating loop over the f32 values (memory-bound: as fast
+   as sgemv); a GEMM widens its operands and calls dgemm. */
+static __thread int lum_f64;
+static double* lum_widen(int tr, long long rows, long long cols, const float* X, long long ld) {
+  /* op(X) (rows x cols) as a contiguous double matrix */
+  double* w = (double*)malloc(sizeof(double) * lum_max(1, rows * cols));
+  #pragma omp parallel for if (rows * cols >= 262144)
+  for (long long r = 0; r < rows; ++r)
+    for (long long c = 0; c < cols; ++c) w[r * cols + c] = (double)(tr ? X[c * ld + r] : X[r * ld + c]);
+  return w;
+}
+static void lum_gemm_f(int ta, int tb, long long M, long long N, long long K, const float* A, long long lda,
+                       const float* B, long long ldb, float* C, long long ldc) {
+  if (!lum_f64) { lum_gemm_f32(ta, tb, M, N, K, A, lda, B, ldb, C, ldc); return; }
+  if (M == 1 || N == 1 || !lum_dgemm) {  /* dot products over contiguous or strided rows of op(A), op(B) */
+    const long long sak = ta ? lda : 1, sam = ta ? 1 : lda, sbk = tb ? 1 : ldb, sbn = tb ? ldb : 1;
+    #pragma omp parallel for collapse(2) if (M * N * K >= 262144)
+    for (long long i = 0; i < M; ++i)
+      for (long long j = 0; j < N; ++j) {
+        const float* a = A + i * sam; const float* b = B + j * sbn;
+        double acc = 0;
+        if (sak == 1 && sbk == 1) {  /* both rows contiguous (a linear layer's weight): vectorized */
+          #pragma omp simd reduction(+:acc)
+          for (long long k = 0; k < K; ++k) acc += (double)a[k] * (double)b[k];
+        } else {
+          for (long long k = 0; k < K; ++k) acc += (double)a[k * sak] * (double)b[k * sbk];
+        }
+        C[i * ldc + j] = (float)acc;
+      }
+    return;
+  }
+  double* a = lum_widen(ta, M, K, A, lda);
+  double* b = lum_widen(tb, K, N, B, ldb);
+  double* c = (double*)malloc(sizeof(double) * M * N);
+  lum_gemm_d(0, 0, M, N, K, a, K, b, N, c, N);
+  for (long long i = 0; i < M; ++i) for (long long j = 0; j < N; ++j) C[i * ldc + j] = (float)c[i * N + j];
+  free(a); free(b); free(c);
+}
 #define lum_gemm_i lum_loop_gemm_i
 #define lum_gemm_ll lum_loop_gemm_ll
 void lum_set_blas(void* sgemm, void* dgemm, void* set_threads, void* sgemv, void* dgemv) {
@@ -555,7 +602,8 @@ const int lum_kernel_count = @COUNT@;
 const int lum_kernel_arity[] = {@ARITY@};  /* pointers, dims and err flag of each kernel */
 const char lum_kernel_names[] = "@NAMES@";
 void lum_run(const long long* table, long long n_steps, void* const* bufs, const long long* dims, char* arena,
-             const long long* offsets, int* err, int threads, double* seconds) {
+             const long long* offsets, int* err, int threads, double* seconds, int f64) {
+  lum_f64 = f64;
   omp_set_num_threads(threads);
   omp_set_dynamic(1);  // libgomp sizes each team by the machine's load: no oversubscription
   lum_threads = threads;

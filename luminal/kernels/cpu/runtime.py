@@ -13,6 +13,12 @@ by one native call per call of the model.
   library as function pointers: no link-time dependency) gets the same count for a large GEMM
   and one thread for a small one (set by the C code before each call). Loops under `PAR_MIN`
   elements of work stay on one core.
+- **precision**: `set_precision` is read per call and passed to `lum_run` ("float64": f32 GEMMs
+  accumulate in double, see `render.py`).
+- **a warm process**: `artifacts()` (the library's cache key and the launch table, plain JSON)
+  is stored by the compile cache beside its entry; `CpuRuntime(outputs, artifacts=...)` loads
+  the library by key and checks the table against the library's exported kernel names and
+  arities and against the graph, without rendering C (anything that does not fit: rendered).
 - **no C compiler**: `make` warns once and returns the NumPy reference runtime.
 """
 
@@ -40,6 +46,7 @@ from luminal.kernels.cpu import build
 from luminal.kernels.cpu.render import CProgram, CStep, launch_table, render_program
 from luminal.kernels.plan import Schedule
 from luminal.runtime.binding import bind_inputs
+from luminal.runtime.fused_ops import get_precision
 
 LOG = logging.getLogger("luminal")
 BINDINGS_KEPT = 256  # resolved arena layouts kept per runtime (least recently used dropped first)
@@ -245,7 +252,7 @@ class CpuRuntime:
         self._run = lib.lum_run
         self._run.restype = None
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
         self._lib = lib
         self._table = np.array(launch_table(program, lambda n: slot[id(n)]) or [0], np.int64)
         self._n_steps = len(program.steps)
@@ -328,7 +335,7 @@ class CpuRuntime:
         err = ctypes.c_int(0)
         self._run(self._table.ctypes.data, self._n_steps, bufs, dims.ctypes.data, arena.ctypes.data,
                   offsets.ctypes.data, ctypes.byref(err), threads(),
-                  None if self._seconds is None else self._seconds.ctypes.data)
+                  None if self._seconds is None else self._seconds.ctypes.data, get_precision() == "float64")
         if err.value:
             if err.value & 2 and not err.value & 1:
                 raise DivisionByZero("integer division or remainder by zero (flagged by the compiled C)")
