@@ -10,7 +10,7 @@ import pytest
 
 import luminal as lm
 from luminal import compile_cache
-from luminal.kernels.cpu import build, render
+from luminal.kernels.cpu import build, program
 from luminal.kernels.cpu import runtime as cpu_runtime
 from luminal.kernels.cpu.runtime import CpuRuntime
 
@@ -106,4 +106,4 @@ def test_the_driver_runs_the_table_in_order():
         assert rt.program.kernels[k] == rt.program.steps[steps].name
         assert n_ptr == 1 + len(rt.program.steps[steps].inputs) and n_dim == len(rt.program.steps[steps].symbols)
         i, steps = i + 3 + n_ptr + n_dim, steps + 1
-    assert steps == len(rt.program.steps) and "lum_kernels[t[0]](p, d, err)" in render.DRIVER
+    assert steps == len(rt.program.steps) and "lum_kernels[t[0]](p, d, err)" in program.DRIVER

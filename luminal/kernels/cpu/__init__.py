@@ -1,8 +1,11 @@
 """The compiled CPU backend (`device="cpu"`), in pipeline order:
 
-    render.py   the C dialect: the kernel plan as C loops (OpenMP), MatMul as a BLAS extern step,
-                one entry point `lum_run` that runs every step
-    build.py    the system C compiler -> one shared library per graph, cached on disk by content hash
-    runtime.py  `CpuRuntime`: ctypes, one native call per call; `make` falls back to the NumPy
-                runtime (warned once) without a C compiler
+    render.py   the C dialect: each kernel of the plan as C loops (OpenMP), MatMul as a BLAS extern step
+    prelude.py  the C every library starts with (half types, error flags, the GEMM entry points)
+    program.py  the library (the distinct kernels once, sorted, and the fixed driver `lum_run`) and
+                the launch table it interprets: a library that does not grow with depth
+    build.py    the system C compiler -> one shared library, cached on disk by content hash
+    runtime.py  `CpuRuntime`: ctypes, one native call per call, rebuilt without rendering from the
+                artifacts the compile cache stores; `make` falls back to the NumPy runtime
+                (warned once) without a C compiler
 """

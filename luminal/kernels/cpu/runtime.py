@@ -6,7 +6,7 @@ by one native call per call of the model.
 - **a call**: outputs and the arena are fresh NumPy arrays of the call (so concurrent calls from
   several threads never share a buffer), then `lum_run(table, steps, bufs, dims, arena, offsets,
   err, threads, seconds)` runs every step of the launch table (built once, in Python, by
-  `render.launch_table`) in C with the GIL released. The error flag (1: a Gather/Scatter index
+  `program.launch_table`) in C with the GIL released. The error flag (1: a Gather/Scatter index
   out of range, 2: an integer Mod by zero) is the call's own and read after it.
 - **threads**: OpenMP gets `torch.get_num_threads()` when torch is already imported, else
   `os.cpu_count()`. The BLAS (the OpenBLAS NumPy ships, found in `numpy.libs` and passed to the
@@ -43,7 +43,8 @@ from luminal.hlir.ops import Op, toposort
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build
-from luminal.kernels.cpu.render import CProgram, CStep, launch_table, render_program
+from luminal.kernels.cpu.program import CProgram, launch_table, render_program
+from luminal.kernels.cpu.render import CStep
 from luminal.kernels.plan import Schedule
 from luminal.runtime.binding import bind_inputs
 from luminal.runtime.fused_ops import get_precision

@@ -1,0 +1,127 @@
+"""A graph's C library and its launch table (the program `CpuRuntime` runs).
+
+The library holds each distinct kernel once (named by its op and a hash of its body, sorted by
+name, so the same set of kernels gives the same source whatever the depth or the model), a
+wrapper per kernel taking its buffers and dims from arrays, and the fixed driver `lum_run`. The
+order of launches is data: `launch_table` lists per step its kernel, its buffers (a slot of
+`bufs` or an offset into the arena) and its dims (indices into `dims`), and `lum_run`
+interprets it. A 32-layer model therefore builds the same library as a 2-layer one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from luminal.hlir.ops import Node
+from luminal.kernels.cpu.prelude import PRELUDE
+from luminal.kernels.cpu.render import CStep, _generator
+from luminal.kernels.plan import Schedule
+
+
+@dataclass
+class CProgram:
+    """A graph's C library and the steps its launch table runs (buffers by role).
+
+    The library holds only the graph's distinct kernels (sorted by name: the same set of kernels
+    gives the same source, whatever the depth or the model) and the fixed driver `lum_run`; the
+    order of launches is data (`launch_table`), so the source and its build time do not grow
+    with the number of layers."""
+
+    source: str
+    steps: list[CStep]
+    schedule: Schedule
+    symbols: list[str]  # the order of the `dims` argument
+    kernels: list[str]  # the library's kernels, in the order of its `lum_kernels` table
+
+
+# The driver: every launch of the table in order. A step of the table is
+#   kernel, n_ptrs, n_dims, ptr codes (>= 0: bufs[code]; < 0: arena + offsets[-1 - code]), dim codes (dims[code])
+DRIVER = r"""typedef void (*lum_kernel_fn)(void* const* p, const long long* d, int* err);
+static const lum_kernel_fn lum_kernels[] = {@KERNELS@};
+const int lum_kernel_count = @COUNT@;
+const int lum_kernel_arity[] = {@ARITY@};  /* pointers, dims and err flag of each kernel */
+const char lum_kernel_names[] = "@NAMES@";
+void lum_run(const long long* table, long long n_steps, void* const* bufs, const long long* dims, char* arena,
+             const long long* offsets, int* err, int threads, double* seconds, int f64) {
+  lum_f64 = f64;
+  omp_set_num_threads(threads);
+  omp_set_dynamic(1);  // libgomp sizes each team by the machine's load: no oversubscription
+  lum_threads = threads;
+  lum_blas_limit(threads);
+  void* p[@MAXP@];
+  long long d[@MAXD@];
+  const long long* t = table;
+  for (long long s = 0; s < n_steps; ++s) {
+    const long long np = t[1], nd = t[2];
+    for (long long i = 0; i < np; ++i) { long long c = t[3 + i]; p[i] = c >= 0 ? bufs[c] : (void*)(arena + offsets[-1 - c]); }
+    for (long long i = 0; i < nd; ++i) d[i] = dims[t[3 + np + i]];
+    if (seconds) {
+      double t0 = omp_get_wtime();
+      lum_kernels[t[0]](p, d, err);
+      seconds[s] += omp_get_wtime() - t0;
+    } else {
+      lum_kernels[t[0]](p, d, err);
+    }
+    t += 3 + np + nd;
+  }
+}
+"""
+
+
+def _wrapper(step: CStep) -> str:
+    """`lum_w_<name>(p, d, err)`: the kernel called with its pointers and dims from arrays."""
+    args = [f"p[{i}]" for i in range(1 + len(step.inputs))]
+    if step.err:
+        args.append("err")
+    args += [f"d[{i}]" for i in range(len(step.symbols))]
+    unused = "" if step.err else " (void)err;"
+    return f"static void lum_w_{step.name}(void* const* p, const long long* d, int* err) {{{unused} " \
+           f"{step.name}({', '.join(args)}); }}"
+
+
+def render_program(outputs: list[Node]) -> CProgram:
+    """The graph computing `outputs` as one C library: its distinct kernels and the driver."""
+    schedule = Schedule.build(outputs)
+    bodies: dict[str, tuple[str, CStep]] = {}
+    steps: list[CStep] = []
+    for node in schedule.nodes:  # one step per node (a scatter's copy and updates are one function)
+        code, step = _generator(node)(node, "@KERNEL@")
+        h = hashlib.sha1(code.encode()).hexdigest()[:12]
+        step.name = f"{node.op.title.lower()}_{h}"
+        bodies.setdefault(step.name, (code.replace("@KERNEL@", step.name), step))
+        steps.append(step)
+    symbols = sorted({s for st in steps for s in st.symbols})
+    return CProgram(library_source(bodies), steps, schedule, symbols, sorted(bodies))
+
+
+def library_source(bodies: dict[str, tuple[str, CStep]]) -> str:
+    """The library of the kernels `bodies` (name -> (code, a step running it)): a function of
+    the set of kernels only."""
+    names = sorted(bodies)
+    kernels = [bodies[n][0] for n in names]
+    wrappers = [_wrapper(bodies[n][1]) for n in names]
+    arity = [(1 + len(bodies[n][1].inputs), len(bodies[n][1].symbols), int(bodies[n][1].err)) for n in names]
+    driver = (DRIVER.replace("@KERNELS@", ", ".join(f"lum_w_{n}" for n in names) or "0")
+              .replace("@COUNT@", str(len(names)))
+              .replace("@ARITY@", ", ".join(f"{a}, {b}, {c}" for a, b, c in arity) or "0")
+              .replace("@NAMES@", " ".join(names))
+              .replace("@MAXP@", str(max([a for a, _, _ in arity], default=1)))
+              .replace("@MAXD@", str(max([b for _, b, _ in arity] + [1]))))
+    return "\n".join([PRELUDE, *kernels, *wrappers, driver])
+
+
+def launch_table(program: CProgram, slot_of) -> list[int]:
+    """The launch table `lum_run` interprets: per step its kernel (index into `program.kernels`),
+    pointer codes and dim codes. `slot_of(node)` is ("buf", i) for weights, inputs and outputs
+    (`bufs[i]`) or ("tmp", j) (`arena + offsets[j]`)."""
+    index = {name: i for i, name in enumerate(program.kernels)}
+    dim = {s: i for i, s in enumerate(program.symbols)}
+    table: list[int] = []
+    for st in program.steps:
+        ptrs = []
+        for n in (st.output, *st.inputs):
+            kind, i = slot_of(n)
+            ptrs.append(i if kind == "buf" else -1 - i)
+        table += [index[st.name], len(ptrs), len(st.symbols), *ptrs, *(dim[s] for s in st.symbols)]
+    return table
