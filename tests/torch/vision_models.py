@@ -35,3 +35,58 @@ def import_torchvision():
     import torchvision
 
     return torchvision
+
+
+def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Random weights everywhere, batch-norm statistics included: torchvision zero-initializes
+    some heads (ViT's), which would make a comparison vacuous."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (1.0 / max(1, p[0].numel()) ** 0.5 if p.ndim > 1 else 0.1))
+        for name, b in model.named_buffers():
+            if name.endswith("running_mean"):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.1)
+            elif name.endswith("running_var"):
+                b.copy_(torch.rand(b.shape, generator=g) + 0.5)
+    return model.eval()
+
+
+def torchvision_models() -> dict:
+    """name -> builder of a torchvision model with random weights (64x64 inputs)."""
+    tv = import_torchvision()
+    if tv is None:
+        return {}
+    M = tv.models
+    return {
+        "resnet18": lambda: M.resnet18(num_classes=10),
+        "mobilenet_v3_small": lambda: M.mobilenet_v3_small(num_classes=10),
+        "convnext_tiny": lambda: M.convnext_tiny(num_classes=10),
+        "vit": lambda: M.VisionTransformer(image_size=64, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32,
+                                           mlp_dim=64, num_classes=10),
+        "swin_t": lambda: M.swin_t(num_classes=10),
+        "deeplabv3_mobilenet_v3_large": lambda: M.segmentation.deeplabv3_mobilenet_v3_large(
+            num_classes=4, weights_backbone=None, aux_loss=False),
+        "fcn_resnet50": lambda: M.segmentation.fcn_resnet50(num_classes=4, weights_backbone=None, aux_loss=False),
+    }
+
+
+def hf_vision_models() -> dict:
+    """name -> builder of a tiny random-weight Hugging Face vision model (64x64 inputs)."""
+    import transformers as T
+
+    return {
+        "segformer": lambda: T.SegformerForSemanticSegmentation(T.SegformerConfig(
+            num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+            mlp_ratios=[2, 2], decoder_hidden_size=32, num_labels=3, patch_sizes=[7, 3], strides=[4, 2])),
+        "dinov2": lambda: T.Dinov2Model(T.Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                       intermediate_size=64, image_size=64, patch_size=16)),
+        "convnext_hf": lambda: T.ConvNextForImageClassification(T.ConvNextConfig(
+            num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], num_labels=5)),
+        "detr": lambda: T.DetrForObjectDetection(T.DetrConfig(
+            use_timm_backbone=False, use_pretrained_backbone=False,
+            backbone_config=T.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+                                           out_features=["stage2"]),
+            d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+            encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=5, num_labels=3)),
+    }

@@ -95,13 +95,13 @@ def _as_bool(x):
     return x if x.dtype is DType.BOOL else x.ne(0)
 
 
-@aten("any.dim", "any.dims", "any.default")
+@aten("any.dim", "any.dims", "any.default", "_is_any_true.default")
 def any_(cx, x, dim=None, keepdim=False):
     x = _as_bool(x)
     return x if x.ndim == 0 else x.max(_axes(x, dim), keepdim)
 
 
-@aten("all.dim", "all.dims", "all.default")
+@aten("all.dim", "all.dims", "all.default", "_is_all_true.default")
 def all_(cx, x, dim=None, keepdim=False):
     x = _as_bool(x)
     return x if x.ndim == 0 else x.min(_axes(x, dim), keepdim)

@@ -101,7 +101,9 @@ def _cubic_taps(ft, n_in, n_out, align_corners, scale):
 
 def _aa_taps(ft, n_in, n_out, align_corners, scale, cubic):
     """Antialiased (PIL-style) taps: a triangle (bilinear) or a=-0.5 cubic filter stretched by
-    the downscale factor, normalized per output position (torch's _compute_weights_aa)."""
+    the downscale factor, normalized per output position (torch's _compute_weights_aa).
+    Known gap: on +-inf inputs the set of zero-weight taps differs from torch's kernel, so an
+    output torch makes NaN may come out +-inf here (or the reverse); finite inputs agree."""
     s = float(_scale(np.float64, n_in, n_out, align_corners, scale))
     interp = 4 if cubic else 2
     support = interp / 2 * s if s >= 1.0 else interp / 2 * 1.0

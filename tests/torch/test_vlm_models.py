@@ -1,0 +1,71 @@
+"""Tiny random-weight vision-language models (tests/torch/hf_models.py: Gemma 3 multimodal, LLaVA,
+PaliGemma, Qwen2-VL, Idefics3) through torch.compile (strict) and luminal.compile, forward and
+greedy generate() token-equal to eager.
+
+Heavy (Dynamo alone spends 15-70 s tracing each of these models on a 2-core machine), so they
+run only with LUMINAL_SLOW=1:  LUMINAL_SLOW=1 .venv/bin/pytest -q tests/torch/test_vlm_models.py -s
+The ops they needed (masked_scatter, unfold, bucketize, ...) are covered in the default run by
+tests/torch/test_aten_edge_sweep.py.
+"""
+
+import os
+
+import pytest
+import torch
+from hf_models import VLMS, make_vlm, vlm_example
+from torch_helpers import assert_same, max_abs_error
+
+import luminal
+from luminal.frontends.torch import compile_forward, dynamo
+
+pytestmark = pytest.mark.skipif(not os.environ.get("LUMINAL_SLOW"), reason="heavy: run with LUMINAL_SLOW=1")
+
+# torch.export cannot trace Qwen2-VL: its vision tower reads image_grid_thw with .item() and
+# builds position ids of a data-dependent size (a GuardOnDataDependentSymNode in torch itself)
+EXPORT_FAILS = {"qwen2_vl"}
+
+
+@pytest.mark.parametrize("name", VLMS)
+def test_vlm_forward_dynamo(name):
+    model, kw = make_vlm(name), vlm_example(name)
+    torch._dynamo.reset()
+    before, fallbacks = luminal.stats()["graphs_compiled"], len(dynamo.EAGER_FALLBACKS)
+    with torch.no_grad():
+        want = model(**kw).logits
+        got = torch.compile(model, backend="luminal", options={"strict": True})(**kw).logits
+    graphs = luminal.stats()["graphs_compiled"] - before
+    print(f"{name}/dynamo: {graphs} graphs ({graphs - 1} breaks), max abs error {max_abs_error(got, want):.2e}")
+    assert len(dynamo.EAGER_FALLBACKS) == fallbacks  # every graph ran on luminal
+    assert graphs >= 1
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("name", VLMS)
+def test_vlm_forward_export(name):
+    model, kw = make_vlm(name), dict(vlm_example(name), use_cache=False)
+    with torch.no_grad():
+        want = model(**kw).logits
+        if name in EXPORT_FAILS:
+            with pytest.raises(Exception, match="data-dependent|Could not guard|GuardOnDataDependent"):
+                luminal.compile(model, (), kw, device="numpy")
+            return
+        got = luminal.compile(model, (), kw)(**kw).logits
+    print(f"{name}/export: max abs error {max_abs_error(got, want):.2e}")
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("name", VLMS)
+def test_vlm_generate_token_equal(name):
+    kw = vlm_example(name)
+    with torch.no_grad():
+        want = make_vlm(name).generate(**kw, max_new_tokens=8, do_sample=False)
+        model = compile_forward(make_vlm(name), strict=True)
+        torch._dynamo.reset()
+        before, fallbacks = luminal.stats()["graphs_compiled"], len(dynamo.EAGER_FALLBACKS)
+        got = model.generate(**kw, max_new_tokens=8, do_sample=False)
+    graphs = [g for g in luminal.stats()["graphs"] if g["number"] >= before]
+    calls = sum(g["calls"] for g in graphs)
+    print(f"{name}/generate: {len(graphs)} graphs served {calls} calls {[g['calls'] for g in graphs]}")
+    assert torch.equal(got, want)
+    assert len(dynamo.EAGER_FALLBACKS) == fallbacks
+    assert calls >= 8  # at least one luminal call per generated token
