@@ -13,7 +13,11 @@ are traced once); otherwise `aot_autograd` with the core-ATen decompositions doe
 functionalization removes in-place ops; it also serves training). Dynamo's graph module is
 not touched. Parameters and buffers (lifted into graph inputs by Dynamo) become luminal constants
 on the first call, sharing memory with the model; later calls only check they are still the
-same tensors. Dynamo itself rebuilds pytree outputs (logits plus a KV cache).
+same tensors. A CUDA parameter crosses to the host once per process, not per recompile (its host
+copy is shared while it lives: `luminal.runtime.torch_arrays`), and on "cuda" the kernel runtime
+takes the parameter itself by DLPack (`luminal.kernels.weights`): every recompile — each new
+sequence-length regime of `generate()` — reads the one device copy the model already has.
+Dynamo itself rebuilds pytree outputs (logits plus a KV cache).
 """
 
 from __future__ import annotations

@@ -285,6 +285,10 @@ class CompiledModel:
     def cuda_source(self) -> str:
         return self.compiled.cuda_source()
 
+    def roofline(self, gpu: str = "h200", bindings: dict | None = None, **options) -> list[dict]:
+        """Per launch: kernel, bytes, flops, predicted_us on `gpu` (`CompiledGraph.roofline`)."""
+        return self.compiled.roofline(gpu, bindings, **options)
+
     def save(self, path, weights: str = "embed", weight_specs: dict | None = None, archs: tuple[str, ...] = ()):
         """Write a `.lum` that `luminal.load(path, device=...)` runs without torch or egglog.
 
