@@ -178,17 +178,28 @@ def test_static_sizes_build_one_width():
     assert all("long long idx" not in k.source and "long long row" not in k.source for k in plan.launches)
 
 
-# --- NVRTC ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_new_kernels_compile_with_nvrtc_without_spills(arch, gemv_static):
-    nvrtc = pytest.importorskip("luminal.kernels.nvrtc")
-    if not nvrtc.nvrtc_available():
-        pytest.skip("NVRTC wheel not installed")
-    sym_mm = [_matmul(symbol("m"), 128, dt, kc, f"s{dt.short}{int(kc)}") for dt in DTYPES
-              for kc in (True, False)]
-    plan = KernelPlan.build(gemv_static[0] + sym_mm + _index_graph().output_nodes)
-    binary = nvrtc.compile_cuda(plan.source, arch)
-    names = {v.name for k in plan.launches for v in (k, *k.variants)}
-    assert names <= set(binary.kernels) and len(names) > len(plan.launches)
-    spills = {k: r for k, r in binary.kernels.items() if r.spill_stores or r.spill_loads or r.stack}
-    assert not spills, spills
+# --- 16-byte loads and stores ---------------------------------------------------------------------
+def test_vectorized_kernels_with_aligned_and_unaligned_rows():
+    g = lm.Graph()
+    x, h = g.input("x", ("n", 68)), g.input("h", (5, 64), lm.f16)
+    y = g.input("y", (1, 64))
+    g.output((x[:, :64] * y + 1).exp())  # 4 floats per thread, 16-byte loads where rows are aligned
+    g.output(x[:, 1:65] * 3)  # every row 4 bytes past alignment: element loads, 16-byte stores
+    g.output(h * 2 + 1)  # 8 halves per thread
+    g.output(x.permute(1, 0).contiguous())  # element loads (stride 68), 16-byte stores
+    g.output(x.sum(-1))  # 16-byte loads along the reduced axis (rows of 272 bytes: aligned)
+    g.output(h.max(-1))
+    g.output(x[:, 3:].max(-1))  # rows not aligned: element loads
+    rt = KernelRuntime(g.output_nodes, "cuda-emulator")
+    assert sum("*(uint4*)" in k.source for k in rt.plan.launches) >= 7
+    rng = np.random.default_rng(6)
+    for n in (3, 70):
+        feeds = {"x": rng.standard_normal((n, 68)).astype(np.float32), "h": rng.standard_normal((5, 64)).astype(np.float16),
+                 "y": rng.standard_normal((1, 64)).astype(np.float32)}
+        feeds["x"][0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+        feeds["x"][1, 1:5] = [-0.0, np.nan, np.inf, -np.inf]
+        for a, w in zip(rt(feeds), g.run(feeds)):
+            a, w = a.astype(np.float64), w.astype(np.float64)
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(w))
+            np.testing.assert_allclose(a, w, rtol=1e-3, atol=1e-5)
+            assert np.array_equal(np.signbit(a[a == 0]), np.signbit(w[a == 0]))

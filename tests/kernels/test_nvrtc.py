@@ -68,3 +68,40 @@ def test_ptxas_log_parser():
     (res,) = parse_ptxas_log(log).values()
     assert (res.registers, res.spill_stores, res.spill_loads, res.stack, res.shared_mem, res.barriers) == (
         255, 4, 4, 8, 1024, 1)
+
+
+def test_gemv_vectorized_and_32_bit_index_kernels_compile_without_spills():
+    """The kernels issue 19 added: GEMV (both B layouts, every float dtype, static and symbolic M),
+    16-byte loads/stores in elementwise and reduction kernels, and both index-width builds."""
+    import luminal as lm
+    from luminal.hlir.dtypes import DType
+    from luminal.hlir.ops import Node, Op
+    from luminal.hlir.shape import ShapeTracker
+    from luminal.hlir.symbolic import symbol
+    from luminal.kernels.plan import KernelPlan
+
+    outputs = []
+    for dt in (DType.F32, DType.F16, DType.BF16, DType.F64):
+        for m in (1, 8, symbol("m")):
+            for kc in (True, False):
+                tag = f"{dt.short}{m}{int(kc)}"
+                x = Node(Op.INPUT, dt, (m, 136), (), f"x{tag}")
+                if kc:
+                    w = Node(Op.INPUT, dt, (45, 136), (), f"w{tag}")
+                    b = Node(Op.VIEW, dt, (136, 45), (w,), ShapeTracker((136, 45), (1, 136)))
+                else:
+                    b = Node(Op.INPUT, dt, (136, 45), (), f"w{tag}")
+                outputs.append(Node(Op.MAT_MUL, dt, (m, 45), (x, b)))
+    g = lm.Graph()
+    x, h = g.input("x", ("n", 64)), g.input("h", ("n", 64), lm.bf16)
+    for out in ((x * 2 + 1).exp(), h * 2, x.sum(-1), h.max(-1), x.softmax(-1), x.permute(1, 0).contiguous()):
+        g.output(out)
+    plan = KernelPlan.build(outputs + g.output_nodes)
+    names = {v.name for k in plan.launches for v in (k, *k.variants)}
+    assert len(names) > len({k.name for k in plan.launches})  # symbolic dims: two builds
+    assert "*(uint4*)" in plan.source and "int idx" in plan.source and "long long idx" in plan.source
+    for arch in ("sm_80", "sm_90"):
+        binary = compile_cuda(plan.source, arch)
+        assert names <= set(binary.kernels)
+        spills = {k: r for k, r in binary.kernels.items() if r.spill_stores or r.spill_loads or r.stack}
+        assert not spills, spills

@@ -1,7 +1,8 @@
 """Kernel generators, one per op kind. Each returns the launches that compute one HLIR node.
 
 - elementwise (pointwise ops, iota, contiguous copies): one thread per output element;
-- reductions: one warp per output element, lanes stride over the axis, then warp shuffles;
+- reductions: one warp per output element, lanes stride over the axis (16 bytes at a time where
+  it is contiguous and aligned), then warp shuffles;
 - gather: one thread per output element; an out-of-range index sets the error flag;
 - scatter: a copy of the data, then one thread per update (atomics when reducing).
 Sources are read through their views (strides, offset, padding mask) and symbolic dims are
@@ -23,6 +24,7 @@ from luminal.kernels.render.cstyle import (
     buffer_sources,
     dtypes_of,
     index_variants,
+    load_value,
     pointer_of,
     pointwise,
     pointwise_value,
@@ -31,6 +33,7 @@ from luminal.kernels.render.cstyle import (
     store_value,
     symbols_of,
     unravel,
+    view_of,
 )
 
 
@@ -75,10 +78,7 @@ def _reduce(node: Node, name: str) -> list[KernelSpec]:
   if (row >= {c_dim(n_out)}) return;  // warp-uniform: whole warps leave together
   {body}
   {acc_t} acc = {init};
-  for ({it} r = lane; r < {c_dim(k)}; r += 32) {{
-    {acc_t} v = ({acc_t})({value});
-    acc = {combine};
-  }}
+  {_axis_loop(src, axis, full, inputs, acc_t, combine, value, c_dim(k), it)}
   for (int offset = 16; offset > 0; offset >>= 1) {{
     {acc_t} v = __shfl_down_sync(0xffffffffu, acc, offset);
     acc = {combine};
@@ -88,6 +88,43 @@ def _reduce(node: Node, name: str) -> list[KernelSpec]:
 """
     grid = sym.ceildiv(n_out, WARPS_PER_BLOCK)
     return [KernelSpec(name, src_code, node, inputs, symbols, grid, 32 * WARPS_PER_BLOCK, dtypes=dtypes_of(node))]
+
+
+def _axis_loop(src: Node, axis: int, full: list[str], inputs, acc_t: str, combine: str, value: str, k: str,
+               it: str) -> str:
+    """The lanes' loop over the reduced axis: where the axis is contiguous (stride 1, no mask,
+    2- to 8-byte items), 16-byte loads when the row is aligned (warp-uniform) and element loads
+    for the tail; otherwise (or unaligned) one element per lane per step."""
+    scalar = f"""for ({it} r = lane; r < {k}; r += 32) {{
+    {acc_t} v = ({acc_t})({value});
+    acc = {combine};
+  }}"""
+    base, st = view_of(src)
+    if st.mask is not None or base.dtype.itemsize not in (2, 4, 8) or not sym.equal(st.strides[axis], 1):
+        return scalar
+    lanes = 16 // base.dtype.itemsize
+    t = base.dtype.ctype
+    row0 = full[:axis] + ["0"] + full[axis + 1:]
+    addr = " + ".join([c_dim(st.offset)] + [f"{i} * {c_dim(s)}" for i, s in zip(row0, st.strides) if s != 0])
+    return f"""const {t}* rp = {pointer_of(src, inputs)} + {addr};
+  if (lum_aligned16(rp)) {{  // 16-byte loads along the contiguous axis
+    const {it} kv = {k} / {lanes};
+    for ({it} q = lane; q < kv; q += 32) {{
+      alignas(16) {t} vb[{lanes}];
+      *(uint4*)vb = *(const uint4*)(rp + q * {lanes});
+      #pragma unroll
+      for (int j = 0; j < {lanes}; ++j) {{
+        {acc_t} v = ({acc_t})({load_value(base.dtype, "vb[j]")});
+        acc = {combine};
+      }}
+    }}
+    for ({it} r = kv * {lanes} + lane; r < {k}; r += 32) {{
+      {acc_t} v = ({acc_t})({load_value(base.dtype, "rp[r]")});
+      acc = {combine};
+    }}
+  }} else {{
+  {scalar}
+  }}"""
 
 
 def gather(node: Node, name: str) -> list[KernelSpec]:
