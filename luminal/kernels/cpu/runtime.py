@@ -39,7 +39,7 @@ import numpy as np
 
 from luminal.errors import DivisionByZero, IndexOutOfRange, UnsupportedError
 from luminal.hlir import symbolic as sym
-from luminal.hlir.ops import Op, toposort
+from luminal.hlir.ops import Op
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build
@@ -231,7 +231,13 @@ class CpuRuntime:
         sched = program.schedule
         self.inputs = sched.inputs
         self.outputs = sched.outputs
-        self._views = [n for n in toposort(self.outputs) if n.op is Op.VIEW]  # checked per binding
+        views: dict[int, object] = {}  # every View the kernels read (each chain from a step's operand), checked per binding
+        for n in sched.nodes:
+            for v in n.src:
+                while v.op is Op.VIEW and id(v) not in views:
+                    views[id(v)] = v
+                    v = v.src[0]
+        self._views = list(views.values())
         slot: dict[int, tuple[str, int]] = {}
         bufs = [*sched.weights, *sched.inputs, *sched.outputs]
         for i, n in enumerate(bufs):
