@@ -152,3 +152,16 @@ def test_cast_to_float8(to, saturate):
     (want,) = ReferenceEvaluator(model).run(None, {"x": x})
     (got,) = lo.compile(model, device="numpy", optimize=False, check=False)(x)
     np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+
+
+@pytest.mark.parametrize("op,fn,lo_hi", [("Atan", np.arctan, (-1e4, 1e4)), ("Asin", np.arcsin, (-1, 1)),
+                                         ("Acos", np.arccos, (-1, 1))])
+def test_inverse_trig(op, fn, lo_hi):
+    """Within a few f32 ulps of NumPy's float64 result, endpoints and infinities included."""
+    x = np.concatenate([np.linspace(*lo_hi, 20001), [lo_hi[0], lo_hi[1], 0.0, -0.0, 0.4142135, 2.4142137]])
+    if op == "Atan":
+        x = np.concatenate([x, [np.inf, -np.inf, 1e30, -1e-30]])
+    x = x.astype(np.float32)
+    model = _model([oh.make_node(op, ["x"], ["y"])], [_vi("x", TP.FLOAT, x.shape)], [_vi("y", TP.FLOAT, x.shape)])
+    (got,) = lo.compile(model, device="numpy", optimize=False)(x)
+    np.testing.assert_allclose(got, fn(x.astype(np.float64)), atol=5e-7, rtol=5e-7)

@@ -6,6 +6,7 @@ import numpy as np
 
 from luminal.builder import functional as F
 from luminal.frontends.onnx import narrow
+from luminal.frontends.onnx.errors import NeedsShape
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
@@ -23,7 +24,23 @@ _UNARY = {
     "Asinh": lambda x: x.add(x.square().add(1.0).sqrt()).log(),
     "Acosh": lambda x: x.add(x.square().sub(1.0).sqrt()).log(),
     "Atanh": lambda x: x.add(1.0).div(x.neg().add(1.0)).log().mul(0.5),
+    "Atan": lambda x: _atan(x),
+    "Asin": lambda x: _atan(x.div(x.square().neg().add(1.0).sqrt())),  # x = +-1: atan(+-inf) = +-pi/2
+    "Acos": lambda x: _atan(x.neg().add(1.0).div(x.add(1.0)).sqrt()).mul(2.0),  # exact near 1 too
 }
+
+
+def _atan(x):
+    """Cephes' atanf: reduce |x| to [0, tan(pi/8)] by atan(x) = pi/2 + atan(-1/x) and pi/4 +
+    atan((x-1)/(x+1)), then a degree-9 odd polynomial (about 1 ulp in f32)."""
+    a = x.abs()
+    big, mid = a.gt(2.414213562373095), a.gt(0.4142135623730950)
+    r = a.reciprocal().neg().where_(big, a.sub(1.0).div(a.add(1.0)).where_(mid, a))
+    base = r.mul(0.0).add(np.pi / 2).where_(big, r.mul(0.0).add(np.pi / 4).where_(mid, r.mul(0.0)))
+    z = r.square()
+    p = z.mul(8.05374449538e-2).sub(1.38776856032e-1).mul(z).add(1.99777106478e-1).mul(z).sub(3.33329491539e-1)
+    y = base.add(p.mul(z).mul(r).add(r))
+    return y.where_(x.ge(0.0), y.neg()).where_(x.notnan(), x)
 for _name, _fn in _UNARY.items():
     onnx_op(_name)(lambda c, x, _fn=_fn: _fn(x))
 
@@ -369,6 +386,28 @@ def cumsum(c, x, axis, exclusive=0, reverse=0):
     if exclusive:
         out = out.sub(x)
     return out.slice(a, None, None, -1) if reverse else out
+
+
+@onnx_op("CumProd", since=26, known=(1,))
+def cumprod(c, x, axis, exclusive=0, reverse=0):
+    """Hillis-Steele: log2(n) steps of y *= y shifted by 2**k (padding with ones)."""
+    a = int(np.asarray(axis).reshape(-1)[0]) % x.ndim
+    n = x.shape[a]
+    if not sym.is_static(n):
+        raise NeedsShape(f"CumProd node {c.name!r}: the scanned axis {n} is symbolic; compiled per shape", c.node.input[0])
+    if reverse:
+        x = x.slice(a, None, None, -1)
+    pads = [(0, 0)] * x.ndim
+    y = x
+    if exclusive:
+        pads[a] = (1, 0)
+        y = x.pad(pads, 1).slice(a, 0, n)
+    k = 1
+    while k < n:
+        pads[a] = (k, 0)
+        y = y.mul(y.pad(pads, 1).slice(a, 0, n))
+        k *= 2
+    return y.slice(a, None, None, -1) if reverse else y
 
 
 # --- matrix products ---------------------------------------------------------------------
