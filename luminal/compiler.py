@@ -167,8 +167,8 @@ class CompiledGraph:
         sections = list(getattr(self.runtime, "report_lines", list)())
         try:
             sections.append(format_summary(self.roofline_summary(), "h200"))
-        except LuminalError as exc:
-            sections.append(f"  roofline: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a diagnostic: the report itself must not fail
+            sections.append(f"  roofline: not available ({type(exc).__name__}: {exc})")
         return replace(self._report, sections=sections)
 
     def kernel_plan(self):

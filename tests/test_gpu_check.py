@@ -75,6 +75,9 @@ def test_gpu_check_runs_on_the_emulator(tmp_path):
     modes = {t["mode"]: t for t in result["timings"]}
     assert set(modes) == {"prefill", "decode"} and all(t["ok"] for t in modes.values())
     assert modes["decode"]["luminal_GBps"] > 0 and modes["prefill"]["eager_ms"] > 0
+    for t in modes.values():  # luminal's roofline per kernel class, each class also measured (KernelRuntime.profile)
+        assert t["predicted_us"] > 0 and 0 < t["gemm_share_predicted"] < 1 and "gemm" in t["classes"]
+        assert all(c["measured_us"] > 0 for c in t["classes"].values())
     assert "checks: 3/3 passed" in out.stdout
 
 
