@@ -107,3 +107,23 @@ def test_the_driver_runs_the_table_in_order():
         assert n_ptr == 1 + len(rt.program.steps[steps].inputs) and n_dim == len(rt.program.steps[steps].symbols)
         i, steps = i + 3 + n_ptr + n_dim, steps + 1
     assert steps == len(rt.program.steps) and "lum_kernels[t[0]](p, d, err)" in program.DRIVER
+
+
+def test_a_library_split_into_units_compiled_in_parallel(monkeypatch, tmp_path):
+    """Several translation units (shared BLAS state and precision defined once, in the driver's)
+    build the library the one-unit text names: the same cache entry however it was split."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "units", lambda kernels: 3)
+    g = _mlp(2)
+    split = CpuRuntime(g.output_nodes)
+    assert len(split.program.sources) == 3 and len(build.c_files(split.library_path)) == 3
+    for precision in ("float32", "float64"):
+        lm.set_precision(precision)
+        try:
+            np.testing.assert_allclose(split(_feeds())[0], g.run(_feeds())[0], rtol=1e-5, atol=1e-6)
+        finally:
+            lm.set_precision("float64")
+    monkeypatch.setattr(build, "units", lambda kernels: 1)
+    builds = build.stats.builds
+    one = CpuRuntime(g.output_nodes)
+    assert one.library_path == split.library_path and build.stats.builds == builds  # a cache hit

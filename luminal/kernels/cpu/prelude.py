@@ -53,13 +53,15 @@ typedef void (*lum_sgemv_fn)(int, int, long long, long long, float, const float*
                              float, float*, long long);
 typedef void (*lum_dgemv_fn)(int, int, long long, long long, double, const double*, long long, const double*, long long,
                              double, double*, long long);
-static lum_sgemm_fn lum_sgemm;
-static lum_dgemm_fn lum_dgemm;
-static lum_sgemv_fn lum_sgemv;
-static lum_dgemv_fn lum_dgemv;
 typedef void (*lum_threads_fn)(int);
-static lum_threads_fn lum_blas_set_threads;
-static int lum_threads = 1, lum_blas_cap = 1, lum_blas_threads = -1;
+/* state shared by the library's translation units (defined once, in the driver's: `SHARED`) */
+#define LUM_SHARED __attribute__((visibility("hidden")))
+extern LUM_SHARED lum_sgemm_fn lum_sgemm;
+extern LUM_SHARED lum_dgemm_fn lum_dgemm;
+extern LUM_SHARED lum_sgemv_fn lum_sgemv;
+extern LUM_SHARED lum_dgemv_fn lum_dgemv;
+extern LUM_SHARED lum_threads_fn lum_blas_set_threads;
+extern LUM_SHARED int lum_threads, lum_blas_cap, lum_blas_threads;
 /* BLAS threads: one for a small GEMM (waking a pool costs more than it saves, and its spinning
    workers would take the cores the next OpenMP loop needs), else the call's count capped by the
    cores the machine's load leaves free (as libgomp's dynamic teams: a busy-waiting BLAS pool on
@@ -111,7 +113,7 @@ LUM_BLAS_GEMM(double, d, lum_dgemm, lum_dgemv)
    calling thread): f32 GEMMs accumulate in double and round once, as the NumPy runtime's. A
    matrix-vector product is a double-accumulating loop over the f32 values (memory-bound: as fast
    as sgemv); a GEMM widens its operands and calls dgemm. */
-static __thread int lum_f64;
+extern LUM_SHARED __thread int lum_f64;
 static double* lum_widen(int tr, long long rows, long long cols, const float* X, long long ld) {
   /* op(X) (rows x cols) as a contiguous double matrix */
   double* w = (double*)malloc(sizeof(double) * lum_max(1, rows * cols));
@@ -149,6 +151,16 @@ static void lum_gemm_f(int ta, int tb, long long M, long long N, long long K, co
 }
 #define lum_gemm_i lum_loop_gemm_i
 #define lum_gemm_ll lum_loop_gemm_ll
+"""
+
+# The definitions of the shared state and the BLAS setter: in the driver's translation unit only.
+SHARED = r"""LUM_SHARED lum_sgemm_fn lum_sgemm;
+LUM_SHARED lum_dgemm_fn lum_dgemm;
+LUM_SHARED lum_sgemv_fn lum_sgemv;
+LUM_SHARED lum_dgemv_fn lum_dgemv;
+LUM_SHARED lum_threads_fn lum_blas_set_threads;
+LUM_SHARED int lum_threads = 1, lum_blas_cap = 1, lum_blas_threads = -1;
+LUM_SHARED __thread int lum_f64;
 void lum_set_blas(void* sgemm, void* dgemm, void* set_threads, void* sgemv, void* dgemv) {
   lum_sgemm = (lum_sgemm_fn)sgemm; lum_dgemm = (lum_dgemm_fn)dgemm; lum_blas_set_threads = (lum_threads_fn)set_threads;
   lum_sgemv = (lum_sgemv_fn)sgemv; lum_dgemv = (lum_dgemv_fn)dgemv;

@@ -14,7 +14,8 @@ import hashlib
 from dataclasses import dataclass
 
 from luminal.hlir.ops import Node
-from luminal.kernels.cpu.prelude import PRELUDE
+from luminal.kernels.cpu import build
+from luminal.kernels.cpu.prelude import PRELUDE, SHARED
 from luminal.kernels.cpu.render import CStep, _generator
 from luminal.kernels.plan import Schedule
 
@@ -28,7 +29,8 @@ class CProgram:
     order of launches is data (`launch_table`), so the source and its build time do not grow
     with the number of layers."""
 
-    source: str
+    sources: list[str] | None  # its translation units (None: restored from artifacts, not rendered)
+    identity: str | None  # the library as one unit: what its cache key hashes
     steps: list[CStep]
     schedule: Schedule
     symbols: list[str]  # the order of the `dims` argument
@@ -76,7 +78,7 @@ def _wrapper(step: CStep) -> str:
         args.append("err")
     args += [f"d[{i}]" for i in range(len(step.symbols))]
     unused = "" if step.err else " (void)err;"
-    return f"static void lum_w_{step.name}(void* const* p, const long long* d, int* err) {{{unused} " \
+    return f"LUM_SHARED void lum_w_{step.name}(void* const* p, const long long* d, int* err) {{{unused} " \
            f"{step.name}({', '.join(args)}); }}"
 
 
@@ -92,15 +94,18 @@ def render_program(outputs: list[Node]) -> CProgram:
         bodies.setdefault(step.name, (code.replace("@KERNEL@", step.name), step))
         steps.append(step)
     symbols = sorted({s for st in steps for s in st.symbols})
-    return CProgram(library_source(bodies), steps, schedule, symbols, sorted(bodies))
+    units = build.units(len(bodies))
+    sources = library_source(bodies, units)
+    identity = sources[0] if units == 1 else library_source(bodies)[0]
+    return CProgram(sources, identity, steps, schedule, symbols, sorted(bodies))
 
 
-def library_source(bodies: dict[str, tuple[str, CStep]]) -> str:
-    """The library of the kernels `bodies` (name -> (code, a step running it)): a function of
-    the set of kernels only."""
+def library_source(bodies: dict[str, tuple[str, CStep]], units: int = 1) -> list[str]:
+    """The library of the kernels `bodies` (name -> (code, a step running it)) as `units` C
+    translation units, compiled in parallel (at most one per kernel; the first holds the driver):
+    a function of the set of kernels and `units` only. Kernels are dealt to the units largest
+    first, each to the smallest unit so far."""
     names = sorted(bodies)
-    kernels = [bodies[n][0] for n in names]
-    wrappers = [_wrapper(bodies[n][1]) for n in names]
     arity = [(1 + len(bodies[n][1].inputs), len(bodies[n][1].symbols), int(bodies[n][1].err)) for n in names]
     driver = (DRIVER.replace("@KERNELS@", ", ".join(f"lum_w_{n}" for n in names) or "0")
               .replace("@COUNT@", str(len(names)))
@@ -108,7 +113,20 @@ def library_source(bodies: dict[str, tuple[str, CStep]]) -> str:
               .replace("@NAMES@", " ".join(names))
               .replace("@MAXP@", str(max([a for a, _, _ in arity], default=1)))
               .replace("@MAXD@", str(max([b for _, b, _ in arity] + [1]))))
-    return "\n".join([PRELUDE, *kernels, *wrappers, driver])
+    declared = "".join(f"LUM_SHARED void lum_w_{n}(void* const* p, const long long* d, int* err);\n" for n in names)
+    units = max(1, min(units, len(names)))
+    parts: list[list[str]] = [[] for _ in range(units)]
+    sizes = [0] * units
+    for n in sorted(names, key=lambda n: (-len(bodies[n][0]), n)):
+        u = sizes.index(min(sizes))
+        parts[u].append(n)
+        sizes[u] += len(bodies[n][0])
+    sources = []
+    for u, part in enumerate(parts):
+        kernels = [bodies[n][0] for n in sorted(part)] + [_wrapper(bodies[n][1]) for n in sorted(part)]
+        tail = [SHARED, declared, driver] if u == 0 else []
+        sources.append("\n".join([PRELUDE, *kernels, *tail]))
+    return sources
 
 
 def launch_table(program: CProgram, slot_of) -> list[int]:

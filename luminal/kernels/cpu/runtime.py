@@ -208,7 +208,7 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
         steps.append(CStep(name, node, [buffers[j] for j in where], syms, bool(arity[3 * k + 2])))
     if i != len(table):
         raise ArtifactMismatch("a table of another length")
-    return CProgram(None, steps, sched, symbols, kernels), library
+    return CProgram(None, None, steps, sched, symbols, kernels), library
 
 
 # --- the runtime ----------------------------------------------------------------------------------
@@ -224,7 +224,7 @@ class CpuRuntime:
         restored = _restore(outputs, artifacts) if artifacts is not None else None
         if restored is None:
             program = render_program(outputs)
-            library = build.build(program.source)
+            library = build.build(program.sources, identity=program.identity)
         else:
             program, library = restored
         self.program = program
@@ -274,13 +274,14 @@ class CpuRuntime:
     @property
     def source(self) -> str:
         """The library's C source (read back from beside the library, or rendered, when restored)."""
-        if self.program.source is None:
-            c_file = self.library_path.with_suffix(".c")
+        if self.program.sources is None:
             try:
-                self.program.source = c_file.read_text()
+                self.program.sources = [f.read_text() for f in build.c_files(self.library_path)] or None
             except OSError:
-                self.program.source = render_program(self.outputs).source
-        return self.program.source
+                pass
+            if self.program.sources is None:
+                self.program.sources = render_program(self.outputs).sources
+        return "\n".join(self.program.sources)
 
     def artifacts(self) -> dict:
         """What a later process needs to rebuild this runtime without rendering C (plain JSON
