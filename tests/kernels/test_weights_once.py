@@ -235,3 +235,38 @@ def test_roofline_rows_and_summary():
         c.roofline(gpu="tpu")
     assert {"h200", "h100", "a100", "l4"} <= set(rl.GPUS)
     assert rl.GPUS["h200"].bandwidth == 4.8e12 and rl.GPUS["h200"].gemm_peak("bf16") == 989.5e12
+
+
+def test_profile_times_each_launch_with_events_on_the_stand_in_cupy(monkeypatch):
+    """`KernelRuntime.profile` (what the GPU check holds the roofline to): one row per launch of
+    the binding, in the roofline's order, timed by CUDA events on "cuda"."""
+    import time
+
+    cp = _counting_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    _stand_in_nvrtc(monkeypatch)
+
+    class Event:
+        def __init__(self):
+            self.t = None
+
+    def record(self, event=None):
+        event = event or Event()
+        event.t = time.perf_counter()
+        return event
+
+    monkeypatch.setattr(cp.cuda.Stream, "record", record)
+    cp.cuda.Event = Event
+    cp.cuda.get_elapsed_time = lambda a, b: 1e3 * (b.t - a.t)
+    cp.ones = lambda shape, dtype: np.ones(shape, dtype).view(cp.ndarray)
+    g = _decode_graph(layers=1)
+    rt = KernelRuntime(g.output_nodes, "cuda")
+    feeds = {"ids": np.array([[1]], np.int64), "pos": np.array([3], np.int32),
+             **{f"{kv}0": np.zeros((1, 2, 16, 8), np.float32) for kv in "kv"}}
+    rows = rt.profile(feeds, repeats=2)
+    from luminal.kernels.roofline import roofline
+
+    predicted = roofline(rt.plan, {}, "h200")  # the same launches in the same order (a cuBLAS step is named "gemm")
+    assert len(rows) == len(predicted) and all(
+        r["kernel"] == p["kernel"] or (r["kernel"] == "gemm" and p["class"] == "gemm") for r, p in zip(rows, predicted))
+    assert all(r["seconds"] >= 0 for r in rows) and rt.graph_cache.captures == 0  # eager, outside the graph cache
