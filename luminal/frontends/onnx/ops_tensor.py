@@ -422,8 +422,9 @@ def depth_to_space(c, x, blocksize, mode="DCR"):
 
 
 @onnx_op("SpaceToDepth")
-def space_to_depth(c, x, blocksize):
+def space_to_depth(c, x, blocksize, mode="DCR"):
     b = blocksize
     n, ch, h, w = x.shape
-    y = x.reshape(n, ch, sym.floordiv(h, b), b, sym.floordiv(w, b), b).permute(0, 3, 5, 1, 2, 4)
+    y = x.reshape(n, ch, sym.floordiv(h, b), b, sym.floordiv(w, b), b)
+    y = y.permute(0, 3, 5, 1, 2, 4) if mode == "DCR" else y.permute(0, 1, 3, 5, 2, 4)
     return y.reshape(n, sym.norm(ch * b * b), sym.floordiv(h, b), sym.floordiv(w, b))
