@@ -11,11 +11,13 @@ first call pays them):
   with it the C library cache) in a new, empty `LUMINAL_CACHE_DIR`;
 - `warm`: the same again in another process, the cache that `cold` filled (a user's second run).
 
-luminal's share is the wall time spent inside luminal: its backend function (the lowering to
+luminal's share is the time spent inside luminal: its backend function (the lowering to
 core ATen, the compile cache's key) plus the compiled function's first call (the FX import,
 egglog, the kernel plan, the C build), less one steady-state call of the compiled function (the
 model's own run, measured right after). It is measured around luminal's entry points, not summed
-from the report's phases, so nothing luminal does is left out. The Llama of `--layers` layers
+from the report's phases, so nothing luminal does is left out; as wall time, and as CPU time
+(the process's and its children's: on a loaded machine, closer to what a quiet one would show
+as wall time). The Llama of `--layers` layers
 (the benchmark's llama-tiny, 16 tokens) gets all three on every device; every other benchmark
 model gets `cold` (to fill the cache) and `warm`.
 """
@@ -51,21 +53,24 @@ def first_call(model_name: str, layers: int | None, backend: str, device: str) -
     if hasattr(model, "config"):
         model.config.use_cache = False
     args = example_inputs(model_name, 16)
-    spent = {"backend": 0.0, "first": 0.0, "steady": 0.0}
+    spent = {"backend": 0.0, "first": 0.0, "steady": 0.0}  # wall seconds
+    cpu = {"backend": 0.0, "first": 0.0, "steady": 0.0}  # this process's CPU seconds (plus its children's)
     if backend == "luminal":
         from luminal.frontends.torch.dynamo import backend as luminal_backend
 
         def measured(gm, example_inputs):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu_s()
             fn = luminal_backend(gm, example_inputs, options={"device": device})
             spent["backend"] += time.perf_counter() - t0
+            cpu["backend"] += cpu_s() - c0
             calls = [0]
 
             def call(*a):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), cpu_s()
                 out = fn(*a)
                 if calls[0] == 0:
                     spent["first"] += time.perf_counter() - t0
+                    cpu["first"] += cpu_s() - c0
                 calls[0] += 1
                 return out
 
@@ -82,12 +87,13 @@ def first_call(model_name: str, layers: int | None, backend: str, device: str) -
         fast(*args)
         first = time.perf_counter() - t0
         if backend == "luminal":  # one steady call of the compiled model: its own run, not compile work
-            steady = []
+            steady, steady_cpu = [], []
             for _ in range(3):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), cpu_s()
                 fast(*args)
                 steady.append(time.perf_counter() - t0)
-            spent["steady"] = min(steady)
+                steady_cpu.append(cpu_s() - c0)
+            spent["steady"], cpu["steady"] = min(steady), min(steady_cpu)
     graphs = STATS.compiled[before:]
     phases: dict[str, float] = {}
     cache: dict[str, str] = {}
@@ -97,9 +103,17 @@ def first_call(model_name: str, layers: int | None, backend: str, device: str) -
             phases[k] = phases.get(k, 0.0) + v
         cache.update(rep.cache)
     share = spent["backend"] + max(0.0, spent["first"] - spent["steady"])
+    share_cpu = cpu["backend"] + max(0.0, cpu["first"] - cpu["steady"])
     return {"model": model_name, "layers": layers, "backend": backend, "device": device, "first_call_s": first,
-            "luminal_s": share if backend == "luminal" else 0.0, "spent_s": spent, "phases_s": phases, "cache": cache,
-            "graphs": len(graphs)}
+            "luminal_s": share if backend == "luminal" else 0.0, "luminal_cpu_s": share_cpu if backend == "luminal" else 0.0,
+            "spent_s": spent, "cpu_s": cpu, "phases_s": phases, "cache": cache, "graphs": len(graphs)}
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the C compiler): on a loaded
+    machine a steadier measure of the work done than wall time (BLAS threads count double)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def in_process(model: str, layers: int | None, backend: str, device: str, cache_dir: str) -> dict:
@@ -144,12 +158,13 @@ def run(layers: int, models: list[str], devices: list[str], repeat: int) -> dict
 def line(row: dict) -> str:
     name = f"{row['model']}" + (f" ({row['layers']} layers)" if row["layers"] else "")
     cold, warm = row["cold"], row["warm"]
-    text = f"{name:<24} {row['device']:<6} cold: luminal {cold['luminal_s']:.2f} s"
+    text = f"{name:<24} {row['device']:<6} cold: luminal {cold['luminal_s']:.2f} s (cpu {cold['luminal_cpu_s']:.2f} s)"
     if "eager" in row:
         eager = row["eager"]["first_call_s"]
         text += (f" (first call {cold['first_call_s']:.2f} s = x{cold['first_call_s'] / eager:.2f} of backend='eager' "
                  f"{eager:.2f} s)")
-    text += f"; warm: luminal {warm['luminal_s']:.2f} s, cache {warm['cache']} [{row['load_before']}]"
+    text += (f"; warm: luminal {warm['luminal_s']:.2f} s (cpu {warm['luminal_cpu_s']:.2f} s), cache {warm['cache']} "
+             f"[{row['load_before']}]")
     return text
 
 
@@ -160,8 +175,8 @@ def summary(rows: list[dict]) -> list[dict]:
     for model, device in keys:
         group = [r for r in rows if (r["model"], r["device"]) == (model, device)]
         s = {"model": model, "layers": group[0]["layers"], "device": device, "rounds": len(group),
-             "cold_luminal_s": statistics.median(r["cold"]["luminal_s"] for r in group),
-             "warm_luminal_s": statistics.median(r["warm"]["luminal_s"] for r in group)}
+             **{f"{k}_{m}": statistics.median(r[k][m] for r in group)
+                for k in ("cold", "warm") for m in ("luminal_s", "luminal_cpu_s")}}
         if "eager" in group[0]:
             s["eager_first_call_s"] = statistics.median(r["eager"]["first_call_s"] for r in group)
             s["cold_first_call_s"] = statistics.median(r["cold"]["first_call_s"] for r in group)
@@ -171,13 +186,14 @@ def summary(rows: list[dict]) -> list[dict]:
 
 
 def table(summary_rows: list[dict]) -> str:
-    lines = ["| model | device | cold: luminal s | cold first call / backend='eager' | warm (2nd process): luminal s |",
-             "|---|---|---|---|---|"]
+    lines = ["| model | device | cold: luminal s (cpu s) | cold first call / backend='eager' | "
+             "warm (2nd process): luminal s (cpu s) |", "|---|---|---|---|---|"]
     for s in summary_rows:
         name = s["model"] + (f" ({s['layers']} layers)" if s["layers"] else "")
         ratio = (f"{s['cold_first_call_s']:.2f} / {s['eager_first_call_s']:.2f} s (x{s['cold_vs_eager']:.2f})"
                  if "cold_vs_eager" in s else "–")
-        lines.append(f"| {name} | {s['device']} | {s['cold_luminal_s']:.2f} | {ratio} | {s['warm_luminal_s']:.2f} |")
+        lines.append(f"| {name} | {s['device']} | {s['cold_luminal_s']:.2f} ({s['cold_luminal_cpu_s']:.2f}) | {ratio} | "
+                     f"{s['warm_luminal_s']:.2f} ({s['warm_luminal_cpu_s']:.2f}) |")
     return "\n".join(lines)
 
 
