@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from luminal.errors import LuminalError
+from luminal.errors import DeviceError, LuminalError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node
@@ -46,6 +46,7 @@ OP_N, OP_T = 0, 1
 CUDA_R = {DType.F32: 0, DType.F64: 1, DType.F16: 2, DType.BF16: 14}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
 GEMM_DEFAULT = -1
+DEFAULT_MATH = 0  # cublasMath_t CUBLAS_DEFAULT_MATH (CUBLAS_TF32_TENSOR_OP_MATH = 3 would allow TF32)
 INT_MAX = 2**31 - 1  # m, n, k, lda, ldb, ldc and batchCount are C `int`s
 MAX_CALLS = 64  # cuBLAS calls one MatMul may take (batch dims that do not collapse are looped)
 WORKSPACE_BYTES = 32 << 20  # per cuBLAS handle, set explicitly so a graph capture never allocates
@@ -57,8 +58,15 @@ class CublasContractError(LuminalError):
 
 
 def gemv_max_m() -> int:
-    """The largest M the generated GEMV kernel takes instead of cuBLAS (`LUMINAL_GEMV_MAX_M`)."""
-    return int(os.environ.get("LUMINAL_GEMV_MAX_M", "8"))
+    """The largest M the generated GEMV kernel takes instead of cuBLAS: `LUMINAL_GEMV_MAX_M`
+    (default 8, the most rows the kernel accumulates; 0 sends every GEMM to cuBLAS)."""
+    from luminal.kernels.render.gemv import GEMV_ROWS
+
+    try:
+        value = int(os.environ.get("LUMINAL_GEMV_MAX_M", str(GEMV_ROWS)))
+    except ValueError:
+        raise DeviceError(f"LUMINAL_GEMV_MAX_M must be an integer, not {os.environ['LUMINAL_GEMV_MAX_M']!r}") from None
+    return max(0, min(value, GEMV_ROWS))
 
 
 def tf32_allowed() -> bool:
@@ -310,8 +318,14 @@ def cupy_gemm(call: CublasGemm, buffers: dict, stream, cublas=None) -> None:
         return buf.data.ptr + slot_off[1] * buf.itemsize
 
     t = CUDA_R[c.dtype]
+    pedantic = c.compute == COMPUTE_32F and c.dtype is DType.F32  # no TF32, whatever the handle's mode
+    mode = cublas.getMathMode(handle) if pedantic else None
+    if pedantic and mode != DEFAULT_MATH:
+        cublas.setMathMode(handle, DEFAULT_MATH)
     with stream:  # CuPy's bindings issue on the current stream
         cublas.gemmStridedBatchedEx(
             handle, c.transa, c.transb, c.m, c.n, c.k, one.ctypes.data,
             ptr(c.a), t, c.lda, c.stride_a, ptr(c.b), t, c.ldb, c.stride_b, zero.ctypes.data,
             ptr(c.c), t, c.ldc, c.stride_c, c.batch, c.compute, GEMM_DEFAULT)
+    if pedantic and mode != DEFAULT_MATH:
+        cublas.setMathMode(handle, mode)

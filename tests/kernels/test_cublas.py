@@ -198,6 +198,11 @@ def test_integer_matmul_and_decode_m_take_the_generated_kernel(monkeypatch):
     assert desc.bind({}) is None  # M = 6 <= 8: the GEMV kernel
     monkeypatch.setenv("LUMINAL_GEMV_MAX_M", "0")
     assert desc.bind({}) is not None
+    monkeypatch.setenv("LUMINAL_GEMV_MAX_M", "64")  # clamped to the 8 rows the GEMV kernel takes
+    assert cublas.gemv_max_m() == 8
+    monkeypatch.setenv("LUMINAL_GEMV_MAX_M", "eight")
+    with pytest.raises(lm.DeviceError, match="LUMINAL_GEMV_MAX_M"):
+        desc.bind({})
 
 
 def _call(**kw):
@@ -301,8 +306,12 @@ def test_cupy_gemm_passes_cublas_its_arguments_in_order(monkeypatch):
         standin_gemm(CublasGemm(transa, transb, m, n, k, slot(A), lda, strideA, slot(B), ldb, strideB, slot(C), ldc,
                                 strideC, batch, DType.F32, compute), bufs)
 
+    math_mode = [3]  # the handle allows TF32 (as CUPY_TF32=1 sets it): restored after the call
     fake_blas = types.SimpleNamespace(gemmStridedBatchedEx=gemm_strided_batched_ex,
-                                      setWorkspace=lambda handle, ptr, size: seen.append(("ws", size)))
+                                      setWorkspace=lambda handle, ptr, size: seen.append(("ws", size)),
+                                      getMathMode=lambda handle: math_mode[0],
+                                      setMathMode=lambda handle, mode: (math_mode.__setitem__(0, mode),
+                                                                        seen.append(("math", mode))))
     fake_cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(device=types.SimpleNamespace(
         get_cublas_handle=lambda: 1234)), empty=lambda shape, dtype: _FakeArray(np.empty(shape, dtype)))
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
@@ -317,6 +326,6 @@ def test_cupy_gemm_passes_cublas_its_arguments_in_order(monkeypatch):
 
     (call,) = GemmDesc.of(node, buffer_sources(node)).bind({}, gemv=False)
     cublas.cupy_gemm(call, {s: _FakeArray(b) for s, b in bufs.items()}, Stream(), cublas=fake_blas)
-    assert seen == [("ws", cublas.WORKSPACE_BYTES), 1234]
+    assert seen == [("ws", cublas.WORKSPACE_BYTES), ("math", 0), 1234, ("math", 3)]
     want = np.matmul(bufs[0].astype(np.float64), bufs[1].astype(np.float64))
     np.testing.assert_allclose(bufs[-1], want, rtol=1e-5, atol=1e-5)

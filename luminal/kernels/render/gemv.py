@@ -9,7 +9,9 @@ Decode reads every weight once per token, so the kernel's job is to stream B at 
   time, coalesced. Per-thread partial sums are reduced by warp shuffles, then across the 8
   warps through shared memory.
 - any other B (row-major `x @ W`: consecutive n are consecutive in memory): one block per 32
-  columns, a lane per column (coalesced along n), the 8 warps splitting K, the same reduction.
+  lanes of columns, each lane 16 bytes of a row of B (4 floats, 8 halves: one load when aligned)
+  where B is contiguous along n and N a static multiple of that, else one column per lane; the
+  8 warps split K, and their partial sums meet in shared memory, a row at a time.
 
 Accumulates in f32 (f64 for f64); at most `GEMV_ROWS` rows, unrolled with a guard, so a symbolic
 M bound to 1..8 uses the same kernel. `fused.matmul` picks it (`matmul_variants`).
@@ -77,35 +79,75 @@ def gemv(node, name) -> list[KernelSpec]:
 """
         grid = sym.norm(n_batch * n)
     else:
-        code = f"""{head}
-  long long tiles = (N + 31) / 32;
-  long long col = (blockIdx.x % tiles) * 32 + lane, bz = blockIdx.x / tiles;
+        v = _column_lanes(node, b)
+        loads = _column_loads(node, b, inputs, bnames, v, acc_t, b_at)
+        code = f"""{head.replace(f"acc[{rows}]", f"acc[{rows}][{v}]").replace("acc[r] = 0", f"for (int j = 0; j < {v}; ++j) acc[r][j] = 0")}
+  long long tiles = (N + {32 * v - 1}) / {32 * v};
+  long long col = (blockIdx.x % tiles) * {32 * v} + lane * {v}, bz = blockIdx.x / tiles;  // {v} columns per lane
   {bl}
-  if (col < N) {{
-    for (long long kk = warp; kk < K; kk += {GEMV_WARPS}) {{
-      {acc_t} bv = ({acc_t})({b_at("kk", "col")});
-      #pragma unroll
-      for (int r = 0; r < {rows}; ++r)
-        if (r < M) acc[r] += ({acc_t})({a_at("r", "kk")}) * bv;
-    }}
-  }}
-  __shared__ {acc_t} cols[{GEMV_WARPS}][{rows}][32];
-  #pragma unroll
-  for (int r = 0; r < {rows}; ++r) cols[warp][r][lane] = acc[r];
-  __syncthreads();
-  if (warp == 0 && col < N) {{
+  for (long long kk = warp; kk < K; kk += {GEMV_WARPS}) {{
+    {acc_t} bv[{v}];
+    {loads}
     #pragma unroll
     for (int r = 0; r < {rows}; ++r) {{
-      {acc_t} s = 0;
-      for (int w = 0; w < {GEMV_WARPS}; ++w) s += cols[w][r][lane];
-      if (r < M) out[{out_base} + r * N + col] = {store_value(node.dtype, "s")};
+      if (r < M) {{
+        {acc_t} av = ({acc_t})({a_at("r", "kk")});
+        #pragma unroll
+        for (int j = 0; j < {v}; ++j) acc[r][j] += av * bv[j];
+      }}
     }}
+  }}
+  __shared__ {acc_t} cols[{GEMV_WARPS}][{32 * v}];
+  #pragma unroll
+  for (int r = 0; r < {rows}; ++r) {{  // the warps' partial sums, one row at a time
+    #pragma unroll
+    for (int j = 0; j < {v}; ++j) cols[warp][lane * {v} + j] = acc[r][j];
+    __syncthreads();
+    long long c = col - lane * {v} + threadIdx.x;
+    if (threadIdx.x < {32 * v} && c < N && r < M) {{
+      {acc_t} s = 0;
+      for (int w = 0; w < {GEMV_WARPS}; ++w) s += cols[w][threadIdx.x];
+      out[{out_base} + r * N + c] = {store_value(node.dtype, "s")};
+    }}
+    __syncthreads();
   }}
   (void)part;
 }}
 """
-        grid = sym.norm(n_batch * sym.ceildiv(n, 32))
+        grid = sym.norm(n_batch * sym.ceildiv(n, 32 * v))
     return [KernelSpec(name, code, node, inputs, symbols, grid, GEMV_THREADS, dtypes=dtypes_of(node))]
+
+
+def _column_lanes(node, b) -> int:
+    """Columns per lane in the n-contiguous form: 16 bytes of B's row where N is a static
+    multiple of it and B is contiguous along n, else 1."""
+    _, st = view_of(b)
+    v = 16 // node.dtype.itemsize
+    n = node.shape[-1]
+    if st.mask is None and sym.equal(st.strides[-1], 1) and sym.is_static(n) and n % v == 0 and v <= GEMV_ROWS:
+        return v
+    return 1
+
+
+def _column_loads(node, b, inputs, bnames, v, acc_t, b_at) -> str:
+    """B[kk, col .. col + v) into `bv`: one 16-byte load when aligned (B's rows and base: block-
+    uniform), else element by element."""
+    if v == 1:
+        return f"bv[0] = col < N ? ({acc_t})({b_at('kk', 'col')}) : ({acc_t})0;"
+    base, st = view_of(b)
+    t = base.dtype.ctype
+    addr = " + ".join([c_dim(st.offset)] + [f"{i} * {c_dim(s)}" for i, s in zip(bnames + ["kk", "col"], st.strides)])
+    row = c_dim(st.strides[-2])
+    return f"""if (col < N) {{
+      const {t}* bp = {pointer_of(b, inputs)} + {addr};
+      alignas(16) {t} raw[{v}];
+      if (lum_aligned16(bp) && (({row} * (long long)sizeof({t})) & 15) == 0) *(uint4*)raw = *(const uint4*)bp;
+      else for (int j = 0; j < {v}; ++j) raw[j] = bp[j];
+      #pragma unroll
+      for (int j = 0; j < {v}; ++j) bv[j] = ({acc_t})({load_value(base.dtype, "raw[j]")});
+    }} else {{
+      for (int j = 0; j < {v}; ++j) bv[j] = 0;
+    }}"""
 
 
 def _vector_loop(node, a, b, inputs, bnames, rows, acc_t) -> str:
