@@ -194,7 +194,7 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
         raise ArtifactMismatch("a negative entry")
     buffers = [*sched.weights, *sched.inputs, *sched.nodes]
     fixed = len(sched.weights) + len(sched.inputs)
-    steps, i = [], 0
+    steps, i, prefix = [], 0, {}
     for s, node in enumerate(sched.nodes):  # a step: kernel, n_in, input positions, n_sym, dim indices
         k, n_in = table[i], table[i + 1]
         where = table[i + 2:i + 2 + n_in]
@@ -203,7 +203,8 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
         i += 3 + n_in + n_sym
         name = kernels[k]
         if (arity[3 * k] != 1 + n_in or arity[3 * k + 1] != n_sym or len(syms) != n_sym or len(where) != n_in
-                or not name.startswith(node.op.title.lower() + "_") or any(j >= fixed + s for j in where)):
+                or not name.startswith(prefix.get(node.op) or prefix.setdefault(node.op, node.op.title.lower() + "_"))
+                or any(j >= fixed + s for j in where)):
             raise ArtifactMismatch(f"step {s} does not fit its node ({node.op.title}) or its kernel ({name})")
         steps.append(CStep(name, node, [buffers[j] for j in where], syms, bool(arity[3 * k + 2])))
     if i != len(table):
