@@ -66,7 +66,7 @@ def test_gpu_check_runs_on_the_emulator(tmp_path):
         pytest.skip("benchmarks/gpu_models not prepared (python benchmarks/gpu_check.py --prepare)")
     pytest.importorskip("torch")
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cuda-emulator", "--limit", "1",
-           "--only", "llama", "--dtypes", "f32", "--out", str(tmp_path)]
+           "--only", "llama", "--dtypes", "bf16", "--out", str(tmp_path)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     result = json.loads((tmp_path / "gpu_check.json").read_text())
