@@ -45,6 +45,7 @@ load-dependent result) are not stored.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import hashlib
 import logging
@@ -107,18 +108,27 @@ def context() -> str:
 
         import luminal
 
-        root = Path(luminal.__file__).parent
-        h = hashlib.sha256()
-        for name in CODE:
-            path = root / name
-            for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
-                h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
         try:
             egglog = version("egglog")
         except PackageNotFoundError:
             egglog = "none"
-        _context.append(f"luminal {luminal.__version__}; code {h.hexdigest()[:16]}; egglog {egglog}; cache {FORMAT_TAG}")
+        _context.append(f"luminal {luminal.__version__}; code {code_hash(CODE)}; egglog {egglog}; cache {FORMAT_TAG}")
     return _context[0]
+
+
+@functools.cache
+def code_hash(names: tuple[str, ...]) -> str:
+    """A hash of the source of these parts of the package (folders or files under luminal/):
+    an entry made by other code than this process runs is never used."""
+    import luminal
+
+    root = Path(luminal.__file__).parent
+    h = hashlib.sha256()
+    for name in names:
+        path = root / name
+        for f in sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []:
+            h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 
 
 @dataclass
@@ -338,6 +348,8 @@ def _entry(digest: str, text: str, refs: dict[int, str], optimized: list[Node], 
 
 
 # --- device artifacts: a runtime rebuilt without code generation -----------------------------
+ARTIFACT_CODE = ("kernels",)  # the code that made them (plan, renderers, runtimes): hashed into the file
+MAX_ARTIFACT_BYTES = 1 << 28
 # A runtime may offer `artifacts()`: plain JSON data from which a later process rebuilds it
 # without generating code (the `cpu` runtime: its library's cache key and its launch table). It
 # is stored beside an entry as `<digest>.<device>.json` with the sha256 of its payload, read as
@@ -367,10 +379,14 @@ def device_artifacts(digest: str, device: str) -> dict | None:
         path = _artifacts_path(digest, device)
         if not path.exists():
             return None
+        if path.stat().st_size > MAX_ARTIFACT_BYTES:
+            raise ValueError(f"larger than {MAX_ARTIFACT_BYTES} bytes")
         data = json.loads(path.read_bytes())
         payload = data["artifacts"]
         if data.get("digest") != digest or data.get("device") != device or not isinstance(payload, dict):
             raise ValueError("a foreign file")
+        if data.get("code") != code_hash(ARTIFACT_CODE):
+            raise ValueError("made by other kernel code")
         if data.get("sha256") != hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest():
             raise ValueError("its sha256 does not match")
     except Exception as exc:  # noqa: BLE001 - a bad file is only a miss
@@ -391,7 +407,8 @@ def store_device_artifacts(digest: str, device: str, artifacts: dict | None) -> 
         from luminal.kernels.cache import write_atomic
 
         sha = hashlib.sha256(json.dumps(artifacts, sort_keys=True).encode()).hexdigest()
-        data = {"digest": digest, "device": device, "sha256": sha, "artifacts": artifacts}
+        data = {"digest": digest, "device": device, "code": code_hash(ARTIFACT_CODE), "sha256": sha,
+                "artifacts": artifacts}
         write_atomic(_artifacts_path(digest, device), json.dumps(data).encode())
     except Exception as exc:  # noqa: BLE001 - a cache that cannot write is only slower
         LOG.debug("compile cache: %s artifacts not stored: %s: %s", device, type(exc).__name__, exc)

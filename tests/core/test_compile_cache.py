@@ -232,3 +232,17 @@ def test_dynamo_graphs_that_differ_in_a_constant_do_not_share_an_entry(cache):
             caches.append(STATS.compiled[-1].report().cache)
     assert caches[0]["optimize"] == caches[1]["optimize"] == "miss"
     assert "dynamo graph" not in caches[1] and caches[2]["dynamo graph"] == "hit"
+
+
+def test_device_artifacts_of_other_kernel_code_are_refused(cache):
+    import json
+
+    digest = "d" * 64
+    compile_cache.store_device_artifacts(digest, "cpu", {"library": "k", "launches": [[0, 1]]})
+    assert compile_cache.device_artifacts(digest, "cpu") == {"library": "k", "launches": [[0, 1]]}
+    path = cache / f"{digest}.cpu.json"
+    data = json.loads(path.read_text())
+    data["code"] = "another version of luminal/kernels"  # the sha256 of the payload still matches
+    path.write_text(json.dumps(data))
+    assert compile_cache.device_artifacts(digest, "cpu") is None
+    assert compile_cache.device_artifacts("e" * 64, "cpu") is None  # absent

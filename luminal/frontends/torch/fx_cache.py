@@ -9,7 +9,8 @@ backend first looks here, under a key over what determines both:
   it; an argument that is not plain data makes the graph uncacheable here);
 - per placeholder: weight or input, and for a tensor its dtype, shape, strides, device and
   requires_grad (for a plain value, the value);
-- torch's version, luminal's context (`compile_cache.context`), the device, optimize on/off,
+- torch's version, luminal's context (`compile_cache.context`) and the hash of the lowering's
+  code (`FRONTEND_CODE`: the torch frontend and the builder), the device, optimize on/off,
   grad mode.
 Graphs with `get_attr` or `call_module` nodes (state the code does not spell), symbolic shapes
 or fake example inputs are not cached here (the HLIR-level cache still serves them), nor are
@@ -32,6 +33,10 @@ import torch
 from luminal import compile_cache
 from luminal.compiler import Report
 from luminal.errors import LuminalError
+
+# the code that lowers Dynamo's graph to HLIR (what an entry holds besides egglog's work, which
+# `compile_cache.context` covers): an entry made by other code is never used
+FRONTEND_CODE = ("frontends/torch", "frontends/torch_backend.py", "builder")
 
 
 class Entry:
@@ -68,7 +73,8 @@ def key(gm, example_inputs, weight_ids: set[int], opts: dict) -> Entry | None:
     graph = spell_graph(gm.graph)
     if graph is None:
         return None
-    text = (f"{compile_cache.context()}; torch {torch.__version__}; device {opts['device']}; "
+    text = (f"{compile_cache.context()}; frontend {compile_cache.code_hash(FRONTEND_CODE)}; torch {torch.__version__}; "
+            f"device {opts['device']}; "
             f"optimize {optimize_enabled(opts['optimize'])}; grad {torch.is_grad_enabled()}; dynamo graph")
     h = hashlib.sha256(text.encode())
     h.update(graph.encode())

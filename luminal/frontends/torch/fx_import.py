@@ -144,20 +144,22 @@ class FxImporter:
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
         first = val[0] if isinstance(val, (tuple, list)) and val and isinstance(val[0], torch.Tensor) else val
         is_t = isinstance(first, torch.Tensor)
-        cx = Ctx(g, node, ldtype(first.dtype) if is_t else None, shape_of(first) if is_t else None, val, self.hints)
+        dtype, shape = (ldtype(first.dtype), shape_of(first)) if is_t else (None, None)
+        cx = Ctx(g, node, dtype, shape, val, self.hints)
         try:
             out = table()[key](cx, *args, **kwargs)
-            return self._fix(g, node, out, val)
+            return self._fix(g, node, out, val, (first, dtype, shape))
         except (UnsupportedError, ShapeError) as exc:
             raise type(exc)(f"{node.name} ({op_name(node.target)}): {exc}") from exc
 
-    def _fix(self, g, node, out, val):
-        """Cast to the dtype torch reports and reconcile the shape (see the module docstring)."""
+    def _fix(self, g, node, out, val, known=(None, None, None)):
+        """Cast to the dtype torch reports and reconcile the shape (see the module docstring);
+        `known`: a value whose luminal dtype and shape were already read (value, dtype, shape)."""
         if isinstance(val, (tuple, list)) and isinstance(out, (tuple, list)):
-            return type(out)(self._fix(g, node, o, v) for o, v in zip(out, val))
+            return type(out)(self._fix(g, node, o, v, known) for o, v in zip(out, val))
         if not isinstance(val, torch.Tensor):
             return out
-        want_dtype, want = ldtype(val.dtype), shape_of(val)
+        want_dtype, want = known[1:] if val is known[0] else (ldtype(val.dtype), shape_of(val))
         if not isinstance(out, Tensor):  # a Python scalar where torch has a tensor
             out = g.scalar(out, promote(out)).expand(want)
         return conform(out.cast(want_dtype), want, self.hints)
