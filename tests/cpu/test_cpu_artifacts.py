@@ -127,3 +127,24 @@ def test_a_library_split_into_units_compiled_in_parallel(monkeypatch, tmp_path):
     builds = build.stats.builds
     one = CpuRuntime(g.output_nodes)
     assert one.library_path == split.library_path and build.stats.builds == builds  # a cache hit
+
+
+def test_a_dynamo_graph_cache_hit_restores_the_runtime(monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch")
+    from luminal.compiler import STATS
+
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LUMINAL_COMPILE_CACHE", "1")
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+    x = torch.randn(4, 16)
+    runs = []
+    with torch.no_grad():
+        for _ in range(2):
+            torch._dynamo.reset()  # a new process, as far as Dynamo is concerned
+            out = torch.compile(model, backend="luminal")(x)
+            runs.append((STATS.compiled[-1], out))
+    (first, a), (second, b) = runs
+    assert not first.runtime.restored and second.runtime.restored
+    assert second.report().cache == {"dynamo graph": "hit", "optimize": "hit", "build": "hit"}
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(b, model(x), rtol=1e-5, atol=1e-5)
