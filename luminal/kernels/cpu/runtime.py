@@ -1,11 +1,11 @@
-"""`device="cpu"`: the graph's C (`render.py`) built into one shared library (`build.py`) and run
-by one native call per call of the model.
+"""`device="cpu"`: the graph's C (`render.py`'s kernels in `program.py`'s library) built into one
+shared library (`build.py`) and run by one native call per call of the model.
 
 - **binding**: the symbolic dims are bound from the input shapes; per distinct binding (cached)
   the intermediates' arena layout (`arena.plan_arena`, by liveness over the steps) is resolved.
 - **a call**: outputs and the arena are fresh NumPy arrays of the call (so concurrent calls from
   several threads never share a buffer), then `lum_run(table, steps, bufs, dims, arena, offsets,
-  err, threads, seconds)` runs every step of the launch table (built once, in Python, by
+  err, threads, seconds, f64)` runs every step of the launch table (built once, in Python, by
   `program.launch_table`) in C with the GIL released. The error flag (1: a Gather/Scatter index
   out of range, 2: an integer Mod by zero) is the call's own and read after it.
 - **threads**: OpenMP gets `torch.get_num_threads()` when torch is already imported, else
