@@ -165,3 +165,31 @@ def test_inverse_trig(op, fn, lo_hi):
     model = _model([oh.make_node(op, ["x"], ["y"])], [_vi("x", TP.FLOAT, x.shape)], [_vi("y", TP.FLOAT, x.shape)])
     (got,) = lo.compile(model, device="numpy", optimize=False)(x)
     np.testing.assert_allclose(got, fn(x.astype(np.float64)), atol=5e-7, rtol=5e-7)
+
+
+def test_shape_arithmetic_on_a_dynamic_dim_has_no_sentinel():
+    """tf2onnx's pattern: Slice(.., end=1000000000) along a dynamic batch dim, a Reshape target
+    from Shape -> Gather -> Unsqueeze -> Concat, and arithmetic on the dim. The slice's size is
+    resolved per call (not the number 1000000000), at two batch sizes."""
+    nodes = [
+        oh.make_node("Slice", ["x", "zero", "huge", "zero"], ["xs"]),
+        oh.make_node("Shape", ["xs"], ["s"]),
+        oh.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+        oh.make_node("Unsqueeze", ["b", "zero"], ["b1"]),
+        oh.make_node("Concat", ["b1", "one"], ["target"], axis=0),
+        oh.make_node("ReduceSum", ["xs", "one"], ["r"], keepdims=0),
+        oh.make_node("Reshape", ["r", "target"], ["y"]),
+        oh.make_node("Mul", ["b", "b"], ["bb"]),
+        oh.make_node("Div", ["bb", "two"], ["half"]),
+        oh.make_node("Cast", ["half"], ["halff"], to=TP.FLOAT),
+        oh.make_node("Add", ["y", "halff"], ["z"]),
+    ]
+    inits = [("zero", np.array([0], np.int64)), ("huge", np.array([1000000000], np.int64)),
+             ("i0", np.array(0, np.int64)), ("one", np.array([1], np.int64)), ("two", np.array(2, np.int64))]
+    model = _model(nodes, [_vi("x", TP.FLOAT, ["unk__214", 4])], [_vi("z", TP.FLOAT, ["unk__214", 1])], inits, opset=17)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    m = lo.compile(model, device="numpy")
+    for n in (3, 5):
+        x = RNG.standard_normal((n, 4)).astype(np.float32)
+        (got,) = m(x)
+        np.testing.assert_allclose(got, sess.run(None, {"x": x})[0], atol=1e-5)

@@ -422,7 +422,7 @@ def _schema(node: onnx.NodeProto, opset: int):
     """onnx's schema of `node` at `opset` when it defines the op as a function, else None."""
     try:
         schema = onnx.defs.get_schema(node.op_type, max(opset, 1), node.domain)
-    except onnx.defs.SchemaError:
+    except (onnx.defs.SchemaError, TypeError, ValueError):  # unknown op, or a malformed name / domain
         return None
     if schema.has_function or schema.has_context_dependent_function:
         return schema

@@ -7,6 +7,7 @@ import onnx
 
 from luminal.builder import functional as F
 from luminal.builder.tensor import broadcast_shapes
+from luminal.frontends.onnx.errors import NeedsShape
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.frontends.onnx.values import DTYPES, Known
 from luminal.hlir import symbolic as sym
@@ -162,9 +163,12 @@ def concat(c, *xs, axis):
 
 
 def _min(c, a, b):
-    """min(a, b) for a requested bound a and a limit b. When sympy cannot decide (a symbolic
-    bound against a static size, say), the model is taken to be valid: a <= b is assumed and
-    checked at every call (OnnxModel raises if a binding breaks it)."""
+    """min(a, b) for a requested bound a and a limit b. When sympy cannot decide: a symbolic
+    bound against a static size is taken to be valid (a <= b is assumed and checked at every
+    call; OnnxModel raises if a binding breaks it); a static bound against a symbolic size
+    (tf2onnx's end=1000000000 on a dynamic batch dim, or x[:3] of a dynamic length) is resolved
+    per call: the model compiles per shape of the inputs the size comes from (`NeedsShape`),
+    never picking the static number as the size."""
     if sym.is_static(a) and sym.is_static(b):
         return min(a, b)
     d = sym.as_expr(b) - a
@@ -172,8 +176,15 @@ def _min(c, a, b):
         return a
     if d.is_nonpositive:
         return b
+    _undecided(c, a, b)
     c.importer.assume(a, b)
     return a
+
+
+def _undecided(c, bound, size):
+    if sym.is_static(bound) and not sym.is_static(size):
+        raise NeedsShape(f"{c.node.op_type} node {c.name!r}: bound {bound} against the symbolic size {size}: "
+                         "compiled per shape", c.node.input[0])
 
 
 def _max(c, a, b):
@@ -184,6 +195,7 @@ def _max(c, a, b):
         return a
     if d.is_nonpositive:
         return b
+    _undecided(c, a, b)
     c.importer.assume(b, a)
     return a
 
