@@ -100,6 +100,23 @@ def test_symbolic_m_picks_gemv_up_to_8_rows_and_tiles_above():
         assert (names == gemv) == (m <= 8), m
 
 
+def test_gemv_on_unaligned_rows_of_b():
+    """B a slice W[:, 1:49] of W[k, 50] (or W[1:, :] of W[k + 1, 48]): 16-byte rows where the
+    offset allows, element loads where it does not; and x @ W.T with an odd K."""
+    outputs = []
+    for dt in (DType.F32, DType.BF16):
+        for off, width in ((1, 50), (48, 48)):
+            w = Node(Op.INPUT, dt, (131, width), (), f"w{dt.short}{off}")
+            b = Node(Op.VIEW, dt, (130, 48), (w,), ShapeTracker((130, 48), (width, 1), off))
+            x = Node(Op.INPUT, dt, (3, 130), (), f"x{dt.short}{off}")
+            outputs.append(Node(Op.MAT_MUL, dt, (3, 48), (x, b)))
+    rt = KernelRuntime(outputs, "cuda-emulator")
+    feeds = _feeds(rt, {}, np.random.default_rng(7))
+    for node, out, ref in zip(outputs, rt(feeds), NumpyRuntime(outputs)(feeds)):
+        tol = 1e-5 if node.dtype is DType.F32 else 2e-2
+        np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64), rtol=tol, atol=tol)
+
+
 # --- 32- or 64-bit index math -------------------------------------------------------------------
 def _index_graph():
     g = lm.Graph()

@@ -8,10 +8,12 @@ Decode reads every weight once per token, so the kernel's job is to stream B at 
   the rows are 16-byte aligned (checked in the kernel: block-uniform), else one element at a
   time, coalesced. Per-thread partial sums are reduced by warp shuffles, then across the 8
   warps through shared memory.
-- any other B (row-major `x @ W`: consecutive n are consecutive in memory): one block per 32
-  lanes of columns, each lane 16 bytes of a row of B (4 floats, 8 halves: one load when aligned)
-  where B is contiguous along n and N a static multiple of that, else one column per lane; the
-  8 warps split K, and their partial sums meet in shared memory, a row at a time.
+- any other B (row-major `x @ W`: consecutive n are consecutive in memory): where B is
+  contiguous along n and N a static multiple of 16 bytes, a block takes 2 x 16 bytes of columns
+  (8 floats, 16 halves: one 16-byte load per thread per step of K) and its 128 thread pairs
+  split K, so N / 16 blocks (2048 columns of bf16: 128) keep the GPU busy; else a lane per
+  column (32 columns per block) and the 8 warps split K. Partial sums meet by warp shuffles,
+  then across warps in shared memory, a row at a time.
 
 Accumulates in f32 (f64 for f64); at most `GEMV_ROWS` rows, unrolled with a guard, so a symbolic
 M bound to 1..8 uses the same kernel. `fused.matmul` picks it (`matmul_variants`).
@@ -80,12 +82,15 @@ def gemv(node, name) -> list[KernelSpec]:
         grid = sym.norm(n_batch * n)
     else:
         v = _column_lanes(node, b)
+        lanes = 2 if v > 1 else 32  # threads sharing one row of B per step; the others split K
+        cols, groups = lanes * v, GEMV_THREADS // lanes
         loads = _column_loads(node, b, inputs, bnames, v, acc_t, b_at)
         code = f"""{head.replace(f"acc[{rows}]", f"acc[{rows}][{v}]").replace("acc[r] = 0", f"for (int j = 0; j < {v}; ++j) acc[r][j] = 0")}
-  long long tiles = (N + {32 * v - 1}) / {32 * v};
-  long long col = (blockIdx.x % tiles) * {32 * v} + lane * {v}, bz = blockIdx.x / tiles;  // {v} columns per lane
+  long long tiles = (N + {cols - 1}) / {cols};
+  int cl = threadIdx.x % {lanes}, kg = threadIdx.x / {lanes};  // {lanes} x {v} columns, {groups} slices of K
+  long long col = (blockIdx.x % tiles) * {cols} + cl * {v}, bz = blockIdx.x / tiles;
   {bl}
-  for (long long kk = warp; kk < K; kk += {GEMV_WARPS}) {{
+  for (long long kk = kg; kk < K; kk += {groups}) {{
     {acc_t} bv[{v}];
     {loads}
     #pragma unroll
@@ -97,16 +102,20 @@ def gemv(node, name) -> list[KernelSpec]:
       }}
     }}
   }}
-  __shared__ {acc_t} cols[{GEMV_WARPS}][{32 * v}];
+  __shared__ {acc_t} red[{GEMV_WARPS}][{cols}];
   #pragma unroll
-  for (int r = 0; r < {rows}; ++r) {{  // the warps' partial sums, one row at a time
+  for (int r = 0; r < {rows}; ++r) {{  // a row at a time: shuffles within a warp, then across warps
     #pragma unroll
-    for (int j = 0; j < {v}; ++j) cols[warp][lane * {v} + j] = acc[r][j];
+    for (int j = 0; j < {v}; ++j) {{
+      {acc_t} x = acc[r][j];
+      for (int off = 16; off >= {lanes}; off >>= 1) x += __shfl_down_sync(0xffffffffu, x, off);
+      if (lane < {lanes}) red[warp][cl * {v} + j] = x;
+    }}
     __syncthreads();
-    long long c = col - lane * {v} + threadIdx.x;
-    if (threadIdx.x < {32 * v} && c < N && r < M) {{
+    long long c = (blockIdx.x % tiles) * {cols} + threadIdx.x;
+    if (threadIdx.x < {cols} && c < N && r < M) {{
       {acc_t} s = 0;
-      for (int w = 0; w < {GEMV_WARPS}; ++w) s += cols[w][threadIdx.x];
+      for (int w = 0; w < {GEMV_WARPS}; ++w) s += red[w][threadIdx.x];
       out[{out_base} + r * N + c] = {store_value(node.dtype, "s")};
     }}
     __syncthreads();
@@ -114,7 +123,7 @@ def gemv(node, name) -> list[KernelSpec]:
   (void)part;
 }}
 """
-        grid = sym.norm(n_batch * sym.ceildiv(n, 32 * v))
+        grid = sym.norm(n_batch * sym.ceildiv(n, cols))
     return [KernelSpec(name, code, node, inputs, symbols, grid, GEMV_THREADS, dtypes=dtypes_of(node))]
 
 
