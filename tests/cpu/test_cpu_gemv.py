@@ -29,7 +29,8 @@ def test_gemv_is_a_matmul(m, k, n):
 
 
 def test_gemv_operand_layouts():
-    """M or N of 1 at run time (BLAS gemv) with each operand plain or transposed, f32 and f64."""
+    """M or N of 1 at run time (BLAS gemv, or double dot loops) with each operand plain or
+    transposed, f32 and f64, at both precisions."""
     g = lm.Graph("gemv")
     x, xt = g.input("x", ("b", "m", 6)), g.input("xt", ("b", 6, "m"))
     w, v, u = g.input("w", ("n", 6)), g.input("v", (6, "n")), g.input("u", (1, 6))
@@ -45,7 +46,7 @@ def test_gemv_operand_layouts():
     cpu = g.compile(device="cpu")
     assert blas().sgemv is not None and blas().dgemv is not None  # NumPy's OpenBLAS: the gemv branch runs
     rng = np.random.default_rng(2)
-    for b, m, n in [(2, 1, 5), (1, 4, 1), (3, 1, 1)]:
+    for b, m, n in [(2, 1, 5), (1, 4, 1), (3, 1, 1), (2, 3, 4)]:  # and a GEMM (dgemm under float64)
         feeds = {"x": rng.standard_normal((b, m, 6)), "xt": rng.standard_normal((b, 6, m)),
                  "w": rng.standard_normal((n, 6)), "v": rng.standard_normal((6, n)), "u": rng.standard_normal((1, 6))}
         feeds = {k: a.astype(np.float32) for k, a in feeds.items()}
@@ -53,8 +54,14 @@ def test_gemv_operand_layouts():
         xt = f["xt"].transpose(0, 2, 1)
         want = [f["x"] @ f["w"].T, f["x"] @ f["v"], xt @ f["w"].T, xt @ f["v"], f["x"] @ f["u"].T, xt @ f["u"].T,
                 f["u"] @ f["v"]] * 2
-        for i, (got, ref) in enumerate(zip(cpu(feeds), want)):
-            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, err_msg=f"output {i}, b={b} m={m} n={n}")
+        for precision in ("float64", "float32"):
+            lm.set_precision(precision)
+            try:
+                got = cpu(feeds)
+            finally:
+                lm.set_precision("float64")
+            for i, (out, ref) in enumerate(zip(got, want)):
+                np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5, err_msg=f"output {i}, {b, m, n}, {precision}")
 
 
 @pytest.mark.parametrize("m,n", [(1, 2), (2, 1), (3, 4)])  # gemv loops, dgemm

@@ -114,12 +114,12 @@ LUM_BLAS_GEMM(double, d, lum_dgemm, lum_dgemv)
    matrix-vector product is a double-accumulating loop over the f32 values (memory-bound: as fast
    as sgemv); a GEMM widens its operands and calls dgemm. */
 extern LUM_SHARED __thread int lum_f64;
-static double* lum_widen(int tr, long long rows, long long cols, const float* X, long long ld) {
-  /* op(X) (rows x cols) as a contiguous double matrix */
+static double* lum_widen(long long rows, long long cols, const float* X, long long ld) {
+  /* the stored matrix X (rows x cols, rows ld apart) as a contiguous double matrix: streaming reads */
   double* w = (double*)malloc(sizeof(double) * lum_max(1, rows * cols));
   #pragma omp parallel for if (rows * cols >= 262144)
   for (long long r = 0; r < rows; ++r)
-    for (long long c = 0; c < cols; ++c) w[r * cols + c] = (double)(tr ? X[c * ld + r] : X[r * ld + c]);
+    for (long long c = 0; c < cols; ++c) w[r * cols + c] = (double)X[r * ld + c];
   return w;
 }
 static void lum_gemm_f(int ta, int tb, long long M, long long N, long long K, const float* A, long long lda,
@@ -142,10 +142,10 @@ static void lum_gemm_f(int ta, int tb, long long M, long long N, long long K, co
       }
     return;
   }
-  double* a = lum_widen(ta, M, K, A, lda);
-  double* b = lum_widen(tb, K, N, B, ldb);
+  double* a = ta ? lum_widen(K, M, A, lda) : lum_widen(M, K, A, lda);  /* as stored; dgemm transposes */
+  double* b = tb ? lum_widen(N, K, B, ldb) : lum_widen(K, N, B, ldb);
   double* c = (double*)malloc(sizeof(double) * M * N);
-  lum_gemm_d(0, 0, M, N, K, a, K, b, N, c, N);
+  lum_gemm_d(ta, tb, M, N, K, a, ta ? M : K, b, tb ? K : N, c, N);
   for (long long i = 0; i < M; ++i) for (long long j = 0; j < N; ++j) C[i * ldc + j] = (float)c[i * N + j];
   free(a); free(b); free(c);
 }
