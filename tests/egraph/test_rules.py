@@ -99,18 +99,18 @@ def concat_case(g, rng):
 
 
 def window_case(g, rng):
-    """A depthwise conv (1-D or 2-D; stride, padding, dilation, channel multiplier) or a max/avg
+    """A depthwise or grouped conv (1-D or 2-D; stride, padding, dilation, channel multiplier) or a max/avg
     pool: a product of window views (or one view) reduced over the kernel axes (builder/nn.py)."""
     from luminal.builder import nn
 
-    nsp, c = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    nsp, c, cg = int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 3))
     k, s, d, p = (int(rng.integers(1, 4)) for _ in range(4))
-    xs = (int(rng.integers(1, 3)), c) + tuple(int(rng.integers(d * (k - 1) + 1, 9)) for _ in range(nsp))
+    xs = (int(rng.integers(1, 3)), c * cg) + tuple(int(rng.integers(d * (k - 1) + 1, 9)) for _ in range(nsp))
     feeds = {"x": _special(rng, xs)}
     x, kind = g.input("x", xs), int(rng.integers(3))
-    if kind == 0:
+    if kind == 0:  # c groups of cg channels each (depthwise for cg = 1), m outputs per group
         m = int(rng.integers(1, 3))
-        feeds["w"] = rng.standard_normal((c * m, 1) + (k,) * nsp).astype(np.float32)
+        feeds["w"] = rng.standard_normal((c * m, cg) + (k,) * nsp).astype(np.float32)
         return nn.conv(x, g.input("w", feeds["w"].shape), None, s, min(p, k - 1), d, c), feeds
     if kind == 1:
         return nn.max_pool(x, (k,) * nsp, s, min(p, k // 2), d), feeds
