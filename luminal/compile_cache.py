@@ -160,7 +160,7 @@ class Key:
                 if j is None:
                     j = weight_index[id(arg)] = len(weights)
                     weights.append(arg)
-                spelled = repr((n.op.value, n.dtype.short, n.shape, "W", j, arg.array.dtype.str))
+                spelled = repr((n.op.value, n.dtype.short, n.shape, "W", j, arg.dtype.str))
             else:
                 k = (n.op, n.dtype, n.shape, _key(arg))
                 spelled = local.get(k)

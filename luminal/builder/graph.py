@@ -40,7 +40,7 @@ class Graph:
             return self.scalar(value, DType.of(dtype) if dtype else _scalar_dtype(value))
         arr = np.asarray(value) if not hasattr(value, "detach") else _from_torch(value)
         if dtype is not None:
-            arr = arr.astype(DType.of(dtype).numpy)
+            arr = np.asarray(arr).astype(DType.of(dtype).numpy)
         dt = DType.of(arr.dtype)
         return Tensor(self, Node(Op.CONSTANT, dt, arr.shape, (), ConstantArray(arr, name)))
 
@@ -180,7 +180,9 @@ def _check_scalar(value, dtype: DType):
     return float(value)
 
 
-def _from_torch(t) -> np.ndarray:
+def _from_torch(t):
+    """A NumPy array, or for a tensor on a GPU its host side, copied only if the host reads it."""
     from luminal.runtime.binding import as_array
+    from luminal.runtime.torch_arrays import device_host
 
-    return as_array(t, "constant")
+    return device_host(t) or as_array(t, "constant")

@@ -136,17 +136,41 @@ FUSED = frozenset({Op.EXP, Op.SIGMOID, Op.SOFTMAX, Op.KAHAN_SUM, Op.MAT_MUL, Op.
 
 
 class ConstantArray:
-    """A tensor constant (a weight) held by a CONSTANT node; compared by identity."""
+    """A tensor constant (a weight) held by a CONSTANT node; compared by identity.
+
+    `array` may also be a device tensor's host side (`torch_arrays.DeviceTensorHost`: `shape`,
+    `dtype`, `materialize()`): it is then copied to the host only when something reads `.array`
+    (the NumPy or C runtime); a GPU runtime takes the tensor itself from `source`."""
 
     _ids = itertools.count()
 
-    def __init__(self, array: np.ndarray, name: str | None = None):
-        self.array = np.ascontiguousarray(array).reshape(np.shape(array))  # a view (0-d stays 0-d): the caller's array stays writable
-        self.array.flags.writeable = False
+    def __init__(self, array, name: str | None = None):
+        self.source = array if hasattr(array, "materialize") else None
+        self._array = None if self.source is not None else self._frozen(array)
         self.name = name or f"const{next(self._ids)}"
 
+    @staticmethod
+    def _frozen(array) -> np.ndarray:
+        array = np.ascontiguousarray(array).reshape(np.shape(array))  # a view (0-d stays 0-d): the caller's array stays writable
+        array.flags.writeable = False
+        return array
+
+    @property
+    def array(self) -> np.ndarray:
+        if self._array is None:
+            self._array = self._frozen(self.source.materialize())
+        return self._array
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self._array.shape if self._array is not None else self.source.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self._array.dtype if self._array is not None else self.source.dtype)
+
     def __repr__(self) -> str:
-        return f"<{self.name} {self.array.dtype}{list(self.array.shape)}>"
+        return f"<{self.name} {self.dtype}{list(self.shape)}>"
 
 
 def _key(value: Any) -> Any:

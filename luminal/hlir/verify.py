@@ -159,9 +159,9 @@ def _axis(axis, ndim: int, op: Op) -> int:
 def _check_constant(n: Node) -> None:
     arg = n.arg
     if isinstance(arg, ConstantArray):
-        shape = () if n.shape == () and arg.array.shape == (1,) else arg.array.shape  # ConstantArray makes 0-d 1-d
-        if shape != n.shape or DType.of(arg.array.dtype) is not n.dtype:
-            raise DTypeError(f"weight {arg.name!r} is {DType.of(arg.array.dtype).short}{list(arg.array.shape)}, "
+        shape = () if n.shape == () and arg.shape == (1,) else arg.shape  # ConstantArray makes 0-d 1-d
+        if shape != n.shape or DType.of(arg.dtype) is not n.dtype:
+            raise DTypeError(f"weight {arg.name!r} is {DType.of(arg.dtype).short}{list(arg.shape)}, "
                              f"its node {n.dtype.short}{list(n.shape)}")
     elif n.shape != ():
         raise ShapeError(f"a scalar constant has shape {_fmt(n.shape)}")

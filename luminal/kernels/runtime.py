@@ -211,7 +211,7 @@ class KernelRuntime:
         self.launcher = launcher(self.plan.source, schedule=schedule, binaries=binaries)
         self.graphs_enabled = graphs if graphs is not None else os.environ.get("LUMINAL_CUDA_GRAPHS", "1") != "0"
         self.inputs = self.plan.inputs
-        self._weights = [DEVICE_WEIGHTS.get(self.launcher, w.arg.array) for w in self.plan.weights]
+        self._weights = [DEVICE_WEIGHTS.get(self.launcher, w.arg) for w in self.plan.weights]
         self.launcher.synchronize()  # uploads done before any other stream reads them
         slot = {id(w): ("w", i) for i, w in enumerate(self.plan.weights)}
         slot.update({id(n): ("in", i) for i, n in enumerate(self.inputs)})

@@ -1,10 +1,12 @@
 """Weights on a device once per process, shared by every compiled graph and recompile.
 
-`DEVICE_WEIGHTS.get(launcher, array)` is the device copy of the weight `array` (a
-`ConstantArray`'s host array) for `launcher`'s device:
-- a weight whose host array is the host copy of a torch CUDA tensor (`torch_arrays.torch_source`)
-  is taken from that tensor by DLPack on a "cuda" launcher: no copy and no upload at all, keyed
-  by the tensor's identity (storage address, offset, shape, strides, dtype, version);
+`DEVICE_WEIGHTS.get(launcher, weight)` is the device copy of `weight` (a `ConstantArray`, or
+a host array) for `launcher`'s device:
+- a weight that is a torch CUDA tensor (a `ConstantArray` built from it holds it as `source`
+  and copies it to the host only if the host reads it; or a host array that is the host copy of
+  one, `torch_arrays.torch_source`) is taken from that tensor by DLPack on a "cuda" launcher: no
+  copy, no upload and no host trip, keyed by the tensor's identity (storage address, offset,
+  shape, strides, dtype, version);
 - any other weight is uploaded once, keyed by the memory its array views (address, shape,
   strides, dtype): two arrays over the same memory (each Dynamo recompile views the same
   parameters anew; a CPU torch tensor's NumPy view is its own memory) share one device copy.
@@ -32,26 +34,33 @@ class DeviceWeights:
         self.uploads = 0  # host-to-device copies made
         self.shared = 0  # device arrays taken from torch CUDA tensors by DLPack (no copy)
 
-    def key(self, launcher, array: np.ndarray) -> tuple:
-        tensor = torch_source(array) if getattr(launcher, "resident", False) else None
+    def key(self, launcher, array: np.ndarray, tensor=None) -> tuple:
+        if tensor is None and getattr(launcher, "resident", False):
+            tensor = torch_source(array)
         if tensor is not None and tensor.device.type == "cuda":
             return (launcher.weights_key, "torch", tensor.untyped_storage().data_ptr(), tensor.storage_offset(),
                     tuple(tensor.shape), tuple(tensor.stride()), str(tensor.dtype), tensor._version)
         return (launcher.weights_key, array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)
 
-    def get(self, launcher, array: np.ndarray):
-        key = self.key(launcher, array)
+    def get(self, launcher, weight):
+        """The device array of `weight` (a `ConstantArray` or a host array); registered while
+        `weight` lives."""
+        source = getattr(weight, "source", None)
+        tensor = source.tensor if source is not None and getattr(launcher, "resident", False) else None
+        tensor = tensor if tensor is not None and tensor.device.type == "cuda" else None
+        array = None if tensor is not None else getattr(weight, "array", weight)  # a host trip only if needed
+        key = self.key(launcher, array, tensor)
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
-                entry = self._entries[key] = [self._place(launcher, array, key), 0]
+                entry = self._entries[key] = [self._place(launcher, array, key, tensor), 0]
             entry[1] += 1
-        weakref.finalize(array, self._release, key)
+        weakref.finalize(weight, self._release, key)
         return entry[0]
 
-    def _place(self, launcher, array: np.ndarray, key: tuple):
+    def _place(self, launcher, array, key: tuple, tensor=None):
         if key[1] == "torch":  # the torch CUDA tensor itself, by DLPack
-            bits, bf16 = bits_of(torch_source(array).detach())
+            bits, bf16 = bits_of((tensor if tensor is not None else torch_source(array)).detach())
             with launcher.on_stream():
                 dev = launcher.xp.from_dlpack(bits)
             self.shared += 1

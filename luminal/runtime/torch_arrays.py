@@ -112,6 +112,35 @@ def _host_copy(t) -> np.ndarray:
     return HOST_COPIES.get(t)
 
 
+class DeviceTensorHost:
+    """The host side of a torch tensor on a GPU, as a weight (`ConstantArray`) holds it: shape and
+    dtype at once, the values copied to the host (once per process and version: `HOST_COPIES`)
+    only when something on the host reads them. A GPU runtime takes `tensor` itself (DLPack)."""
+
+    def __init__(self, t):
+        self.tensor = t
+        self.shape = tuple(int(d) for d in t.shape)
+        self.dtype = DType.BF16.numpy if str(t.dtype) == "torch.bfloat16" else np.dtype(str(t.dtype).split(".")[-1])
+
+    def materialize(self) -> np.ndarray:
+        return HOST_COPIES.get(self.tensor)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.materialize()
+        return a if dtype is None else a.astype(dtype)
+
+
+def device_host(t) -> DeviceTensorHost | None:
+    """A tensor's `DeviceTensorHost` if it lives on a GPU (any non-CPU device), else None."""
+    t = t.detach()
+    if t.device.type == "cpu":
+        return None
+    try:
+        return DeviceTensorHost(t)
+    except TypeError:  # a dtype NumPy does not know: the host conversion says what is wrong
+        return None
+
+
 def torch_source(array: np.ndarray):
     """The torch device tensor whose host copy `array` is (see the module docstring), else None."""
     return HOST_COPIES.source(array)

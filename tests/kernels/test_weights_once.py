@@ -270,3 +270,40 @@ def test_profile_times_each_launch_with_events_on_the_stand_in_cupy(monkeypatch)
     assert len(rows) == len(predicted) and all(
         r["kernel"] == p["kernel"] or (r["kernel"] == "gemm" and p["class"] == "gemm") for r, p in zip(rows, predicted))
     assert all(r["seconds"] >= 0 for r in rows) and rt.graph_cache.captures == 0  # eager, outside the graph cache
+
+
+def test_a_cuda_weight_never_crosses_to_the_host_on_cuda(monkeypatch):
+    """A weight built from a torch CUDA tensor (`g.constant(tensor)`, as the torch frontends do)
+    holds the tensor: the "cuda" runtime takes it by DLPack with no host copy at all; the NumPy
+    runtime, which reads values on the host, copies it then (once), and computes the same."""
+    torch = pytest.importorskip("torch")
+    from luminal.runtime import torch_arrays as ta
+
+    class CudaTensor:  # a CPU tensor posing as a CUDA one
+        def __init__(self, t):
+            self.t, self.device, self.shape, self.dtype = t, types.SimpleNamespace(type="cuda"), t.shape, t.dtype
+
+        def __getattr__(self, name):
+            return getattr(self.t, name)
+
+        def detach(self):
+            return self
+
+    t = torch.linspace(-1, 1, 12).reshape(3, 4)
+    cp = _counting_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    _stand_in_nvrtc(monkeypatch)
+    monkeypatch.setattr(ta.HOST_COPIES, "get", lambda tensor, real=ta.HOST_COPIES.get: real(tensor.t))
+    g = lm.Graph()
+    x = g.input("x", (3, 4))
+    w = g.constant(CudaTensor(t), name="w")
+    assert w.node.arg.source is not None and w.node.arg._array is None  # shape and dtype known, no values yet
+    g.output(x * w)
+    copies, shared = ta.HOST_COPIES.copies, DEVICE_WEIGHTS.shared
+    rt = KernelRuntime(g.output_nodes, "cuda")
+    a = np.full((3, 4), 2.0, np.float32)
+    got = np.asarray(rt({"x": a})[0])
+    assert (ta.HOST_COPIES.copies - copies, DEVICE_WEIGHTS.shared - shared, cp.copies["h2d"]) == (0, 1, 1)  # x only
+    np.testing.assert_array_equal(got, a * t.numpy())
+    np.testing.assert_array_equal(g.run(x=a)[0], got)  # the host reads it: copied now, once
+    assert ta.HOST_COPIES.copies - copies == 1 and w.node.arg._array is not None
