@@ -4,11 +4,12 @@ NumPy has no bfloat16 of its own (luminal's is ml_dtypes'), and torch's `.numpy(
 bf16: a bf16 tensor crosses as its int16 bits, viewed as bfloat16 on the other side. torch is
 imported only when a torch tensor is at hand, never at luminal import time.
 
-A torch tensor on a GPU crosses to the host once per process, not once per compile: its host
-copy is kept (keyed by the tensor's storage, offset, shape, strides, dtype and version) while
-that copy is alive, and `torch_source(copy)` names the tensor it came from, so the kernel
-runtime takes the tensor itself by DLPack on "cuda" instead of uploading the copy again
-(`luminal.kernels.weights`).
+A torch tensor on a GPU that becomes a weight is held as a `DeviceTensorHost` (shape and dtype
+now, values later): the kernel runtime on "cuda" takes the tensor itself by DLPack
+(`luminal.kernels.weights`), and the values cross to the host only if a host runtime reads them.
+A GPU tensor crosses to the host at most once per process, not once per compile: its host copy
+is kept (keyed by the tensor's storage, offset, shape, strides, dtype and version) while that
+copy is alive, and `torch_source(copy)` names the tensor it came from.
 """
 
 from __future__ import annotations

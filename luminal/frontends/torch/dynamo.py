@@ -13,10 +13,11 @@ are traced once); otherwise `aot_autograd` with the core-ATen decompositions doe
 functionalization removes in-place ops; it also serves training). Dynamo's graph module is
 not touched. Parameters and buffers (lifted into graph inputs by Dynamo) become luminal constants
 on the first call, sharing memory with the model; later calls only check they are still the
-same tensors. A CUDA parameter crosses to the host once per process, not per recompile (its host
-copy is shared while it lives: `luminal.runtime.torch_arrays`), and on "cuda" the kernel runtime
-takes the parameter itself by DLPack (`luminal.kernels.weights`): every recompile — each new
-sequence-length regime of `generate()` — reads the one device copy the model already has.
+same tensors. A CUDA parameter becomes a constant that holds the tensor (its values are copied
+to the host only if a host runtime reads them, once per process: `luminal.runtime.torch_arrays`),
+and on "cuda" the kernel runtime takes the parameter itself by DLPack (`luminal.kernels.weights`):
+every recompile — each new sequence-length regime of `generate()` — reads the one device copy
+the model already has, with no host trip.
 Dynamo itself rebuilds pytree outputs (logits plus a KV cache).
 """
 
