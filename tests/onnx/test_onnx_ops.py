@@ -193,3 +193,42 @@ def test_shape_arithmetic_on_a_dynamic_dim_has_no_sentinel():
         x = RNG.standard_normal((n, 4)).astype(np.float32)
         (got,) = m(x)
         np.testing.assert_allclose(got, sess.run(None, {"x": x})[0], atol=1e-5)
+
+
+CONV_CASES = [("Conv", "regular", (16, 8, 3, 3), 1, "MAT_MUL"), ("Conv", "depthwise", (8, 1, 3, 3), 8, "WINDOW_REDUCE"),
+              ("Conv", "strided_dilated", (16, 8, 3, 3), 1, "MAT_MUL"),
+              ("ConvTranspose", "transpose", (8, 16, 3, 3), 1, "MAT_MUL")]
+
+
+@pytest.mark.parametrize("op,kind,ws,groups,want", CONV_CASES, ids=[c[1] for c in CONV_CASES])
+def test_conv_is_the_builders_gemm(op, kind, ws, groups, want):
+    """ONNX Conv / ConvTranspose reach the torch frontend's form (luminal.builder.nn.conv): a GEMM
+    over an im2col view, depthwise as a direct window reduction; no reduction over a materialized
+    product larger than twice the output; matches onnxruntime."""
+    import collections
+
+    from luminal.hlir.ops import REDUCE, Op, toposort
+
+    attrs = {"pads": [1, 1, 1, 1], "group": groups}
+    if kind == "strided_dilated":
+        attrs.update(strides=[2, 2], dilations=[2, 2])
+    if op == "ConvTranspose":
+        attrs.update(strides=[2, 2], output_padding=[1, 1])
+    w = RNG.standard_normal(ws).astype(np.float32) * 0.2
+    b = RNG.standard_normal(ws[1] * groups if op == "ConvTranspose" else ws[0]).astype(np.float32)
+    model = _model([oh.make_node(op, ["x", "w", "b"], ["y"], **attrs)], [_vi("x", TP.FLOAT, (1, 8, 14, 14))],
+                   [_vi("y", TP.FLOAT, None)], [("w", w), ("b", b)])
+    x = RNG.standard_normal((1, 8, 14, 14)).astype(np.float32)
+    want_y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    m = lo.compile(model, device="numpy", optimize=True, check=False)
+    np.testing.assert_allclose(m(x)[0], want_y, atol=1e-4, rtol=1e-4)
+    nodes = toposort(m.compiled.outputs)
+    ops = collections.Counter(n.op for n in nodes)
+    assert ops[getattr(Op, want)] == 1 and not ops[Op.KAHAN_SUM] and not ops[Op.SUM_REDUCE], ops
+    out = int(np.prod(want_y.shape))
+    for n in nodes:
+        if n.op in REDUCE or n.op in (Op.KAHAN_SUM, Op.WINDOW_REDUCE):
+            for s in n.src:
+                base = s.src[0] if s.op is Op.VIEW else s
+                if base.op not in (Op.INPUT, Op.CONSTANT):
+                    assert int(np.prod(base.shape)) <= 2 * out, (n.op, base.op, base.shape)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from luminal.builder.nn import conv as nn_conv
 from luminal.builder.nn import windows
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.hlir import symbolic as sym
@@ -53,35 +54,14 @@ def _attrs(x, kernel_shape, strides, dilations):
 
 @onnx_op("Conv")
 def conv(c, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+    """The builder's conv (the form the torch frontend reaches too): GEMM over an im2col view,
+    depthwise / narrow groups as a direct window reduction."""
     kernel = list(kernel_shape or w.shape[2:])
     kernel, strides, dilations = _attrs(x, kernel, strides, dilations)
     pairs, _ = _pads(c, x, kernel, strides, dilations, pads, auto_pad)
-    xp = _pad_spatial(x, pairs)
-    win = windows(xp, kernel, strides, dilations)  # (N, C, *O, *K)
-    return _conv_windows(win, w, b, group, len(kernel))
-
-
-def _conv_windows(win, w, b, group, nsp):
-    n, ch = win.shape[0], win.shape[1]
-    out_sp = win.shape[2:2 + nsp]
-    kern = win.shape[2 + nsp:]
-    m = w.shape[0]
-    cg = sym.floordiv(ch, group)
-    mg = sym.floordiv(m, group)
-    # win -> (N, G, 1, *O, Cg, *K); w -> (G, Mg, *1, Cg, *K); multiply, sum over Cg and K
-    wv = win.reshape((n, group, cg) + tuple(out_sp) + tuple(kern))
-    order = [0, 1] + [3 + i for i in range(nsp)] + [2] + [3 + nsp + i for i in range(nsp)]
-    wv = wv.permute(order).unsqueeze(2)  # (N, G, 1, *O, Cg, *K)
-    ww = w.reshape((group, mg, cg) + tuple(kern))
-    for _ in range(nsp):
-        ww = ww.unsqueeze(2)  # (G, Mg, *1, Cg, *K)
-    full = (n, group, mg) + tuple(out_sp) + (cg,) + tuple(kern)
-    prod = wv.expand(full).mul(ww.unsqueeze(0).expand(full))
-    acc = prod.sum(list(range(3 + nsp, 3 + 2 * nsp + 1)))
-    out = acc.reshape((n, m) + tuple(out_sp))
-    if b is not None:
-        out = out.add(b.reshape((m,) + (1,) * nsp))
-    return out
+    if any(p < 0 for pair in pairs for p in pair):  # negative pads crop
+        x, pairs = _pad_spatial(x, pairs), [(0, 0)] * len(pairs)
+    return nn_conv(x, w, b, stride=strides, padding=[tuple(p) for p in pairs], dilation=dilations, groups=group)
 
 
 @onnx_op("ConvTranspose")
@@ -132,8 +112,7 @@ def conv_transpose(c, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, 
     wf = w.reshape((group, cg, mg) + tuple(kernel)).transpose(1, 2).reshape((sym.norm(group * mg), cg) + tuple(kernel))
     for i in range(nsp):
         wf = wf.slice(2 + i, None, None, -1)
-    win = windows(y, kernel, [1] * nsp, dilations)
-    return _conv_windows(win, wf, b, group, nsp)
+    return nn_conv(y, wf, b, stride=1, padding=0, dilation=dilations, groups=group)
 
 
 def _pool(c, x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, kind, count_include_pad=0):
