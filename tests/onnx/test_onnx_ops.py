@@ -232,3 +232,51 @@ def test_conv_is_the_builders_gemm(op, kind, ws, groups, want):
                 base = s.src[0] if s.op is Op.VIEW else s
                 if base.op not in (Op.INPUT, Op.CONSTANT):
                     assert int(np.prod(base.shape)) <= 2 * out, (n.op, base.op, base.shape)
+
+
+def _ms(nodes, inputs, outputs, inits=()):
+    return _model(nodes, inputs, outputs, inits, opset=17, domains=("com.microsoft",))
+
+
+def test_contrib_fused_matmul_gelus_skip_layer_norm():
+    a = RNG.standard_normal((2, 3, 8)).astype(np.float32)
+    inits = [("b", RNG.standard_normal((6, 8)).astype(np.float32)), ("bias", RNG.standard_normal(6).astype(np.float32)),
+             ("skip", RNG.standard_normal((2, 3, 6)).astype(np.float32)), ("gamma", RNG.random(6).astype(np.float32)),
+             ("beta", RNG.standard_normal(6).astype(np.float32))]
+    d = "com.microsoft"
+    nodes = [oh.make_node("FusedMatMul", ["a", "b"], ["m"], domain=d, transB=1, alpha=0.5),
+             oh.make_node("Gelu", ["m"], ["g1"], domain=d),
+             oh.make_node("BiasGelu", ["m", "bias"], ["g2"], domain=d),
+             oh.make_node("FastGelu", ["m", "bias"], ["g3"], domain=d),
+             oh.make_node("SkipLayerNormalization", ["g3", "skip", "gamma", "beta", "bias"], ["ln", "", "", "sum"],
+                          domain=d, epsilon=1e-5)]
+    outs = [_vi(n, TP.FLOAT, None) for n in ("m", "g1", "g2", "g3", "ln", "sum")]
+    _check(_ms(nodes, [_vi("a", TP.FLOAT, [2, 3, 8])], outs, inits), {"a": a})
+
+
+@pytest.mark.parametrize("mask,unidirectional", [(False, 0), (True, 0), (False, 1)])
+def test_contrib_attention(mask, unidirectional):
+    b, s, h, heads = 2, 5, 8, 2
+    inits = [("w", RNG.standard_normal((h, 3 * h)).astype(np.float32) * 0.3),
+             ("bias", RNG.standard_normal(3 * h).astype(np.float32) * 0.1)]
+    ins = ["x", "w", "bias"] + (["mask"] if mask else [])
+    node = oh.make_node("Attention", ins, ["y"], domain="com.microsoft", num_heads=heads, unidirectional=unidirectional)
+    inputs = [_vi("x", TP.FLOAT, [b, s, h])] + ([_vi("mask", TP.INT32, [b, s])] if mask else [])
+    feeds = {"x": RNG.standard_normal((b, s, h)).astype(np.float32)}
+    if mask:
+        feeds["mask"] = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int32)
+    _check(_ms([node], inputs, [_vi("y", TP.FLOAT, None)], inits), feeds)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_contrib_rotary_embedding(interleaved):
+    b, s, heads, hd = 2, 4, 2, 8
+    cos = RNG.standard_normal((16, hd // 2)).astype(np.float32)
+    sin = RNG.standard_normal((16, hd // 2)).astype(np.float32)
+    node = oh.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain="com.microsoft",
+                        interleaved=interleaved, num_heads=heads)
+    feeds = {"x": RNG.standard_normal((b, s, heads * hd)).astype(np.float32),
+             "pos": np.array([[0, 1, 2, 3], [5, 6, 7, 8]], np.int64)}
+    model = _ms([node], [_vi("x", TP.FLOAT, [b, s, heads * hd]), _vi("pos", TP.INT64, [b, s])], [_vi("y", TP.FLOAT, None)],
+                [("cos", cos), ("sin", sin)])
+    _check(model, feeds)

@@ -6,7 +6,7 @@
 Layout: `loader` (reading, checking, upgrading to opset >= 13), `importer` (the graph walk,
 compile-time evaluation of known and symbolic values), `shape_eval` (shape arithmetic over
 symbolic dims), `registry` (the versioned op table), one module per op family (`ops_math`,
-`ops_tensor`, `ops_nn`, `ops_resize`, `ops_attention`, `ops_loss`, `ops_quant`, `ops_rnn`, `ops_bits`, `ops_signal`, `ops_grid`, `ops_misc`;
+`ops_tensor`, `ops_nn`, `ops_resize`, `ops_attention`, `ops_loss`, `ops_quant`, `ops_rnn`, `ops_bits`, `ops_signal`, `ops_grid`, `ops_contrib` (com.microsoft), `ops_misc`;
 `narrow` for float8 / 4-bit types), `model` (`compile` and the
 callable `OnnxModel`) and `backend` (`onnx.backend.base.Backend` for onnx's BackendTest).
 """
@@ -14,6 +14,7 @@ callable `OnnxModel`) and `backend` (`onnx.backend.base.Backend` for onnx's Back
 from luminal.frontends.onnx import (  # noqa: F401 - registers ops
     ops_attention,
     ops_bits,
+    ops_contrib,
     ops_grid,
     ops_loss,
     ops_math,
