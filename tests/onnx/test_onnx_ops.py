@@ -280,3 +280,21 @@ def test_contrib_rotary_embedding(interleaved):
     model = _ms([node], [_vi("x", TP.FLOAT, [b, s, heads * hd]), _vi("pos", TP.INT64, [b, s])], [_vi("y", TP.FLOAT, None)],
                 [("cos", cos), ("sin", sin)])
     _check(model, feeds)
+
+
+@pytest.mark.parametrize("mode,ctm,nearest", [("nearest", "asymmetric", "floor"), ("nearest", "half_pixel", "round_prefer_floor"),
+                                              ("linear", "half_pixel", "round_prefer_floor"),
+                                              ("cubic", "align_corners", "round_prefer_floor")])
+def test_resize_on_symbolic_axes(mode, ctm, nearest):
+    """YOLO's dynamic height/width: nearest x2 is a broadcast view at any size (one graph);
+    size-dependent weights (linear, cubic) compile per input shape. Both match onnxruntime."""
+    node = oh.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, coordinate_transformation_mode=ctm,
+                        nearest_mode=nearest)
+    model = _model([node], [_vi("x", TP.FLOAT, ["n", 3, "h", "w"])], [_vi("y", TP.FLOAT, None)],
+                   [("scales", np.array([1, 1, 2, 2], np.float32))], opset=19)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    m = lo.compile(model, device="numpy", optimize=False, check=False)
+    for shape in ((1, 3, 4, 6), (2, 3, 7, 5)):
+        x = RNG.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(m(x)[0], sess.run(None, {"x": x})[0], atol=1e-5, rtol=1e-5)
+    assert (m.shape_inputs == ()) == (mode == "nearest")

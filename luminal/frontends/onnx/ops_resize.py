@@ -1,5 +1,9 @@
 """Resize: separable, one axis at a time, each a compile-time interpolation matrix.
 
+Along a symbolic axis, a nearest upsampling by an integer factor (the YOLO neck's) is a
+broadcast view (repeat k times) at any size; any other resize of a symbolic axis compiles per
+input shape (`NeedsShape`), since its weights depend on the size.
+
 Resize is linear in its input along each axis, so the weights of axis `a` form a matrix
 W (out, in): the 1-D interpolation (the ONNX reference's own, on an identity basis, in f64)
 of every unit vector. Nearest mode becomes an exact `index_select` (one-hot rows), the others
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from luminal.frontends.onnx.errors import NeedsShape
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.hlir import symbolic as sym
 
@@ -45,7 +50,7 @@ def _plan(shape, axes, scales, sizes, policy):
     sc = [1.0] * r
     for i, a in enumerate(axes):
         sc[a] = float(scales[i])
-    return sc, [int(s * n) for s, n in zip(sc, shape)]
+    return sc, [int(s * n) if i in axes else n for i, (s, n) in enumerate(zip(sc, shape))]
 
 
 @onnx_op("Resize", since=11, known=(1, 2, 3))
@@ -61,8 +66,20 @@ def resize(c, x, roi=None, scales=None, sizes=None, antialias=0, axes=None, coor
     if scales is None and sizes is None:
         c.fail("Resize needs scales or sizes")
     shape = list(x.shape)
-    if any(not sym.is_static(shape[a]) for a in axes):
-        c.fail("Resize along a symbolic axis is not supported")
+    symbolic = [a for a in axes if not sym.is_static(shape[a])]
+    if symbolic:
+        kw = dict(coordinate_transformation_mode=coordinate_transformation_mode, nearest_mode=nearest_mode)
+        reps = _integer_repeats(scales, axes, symbolic, mode, roi, **kw)
+        if reps is None:  # weights that depend on the size: resolved per call
+            raise NeedsShape(f"Resize node {c.name!r}: {mode} resize along symbolic axes {symbolic}; compiled per "
+                             "input shape", c.node.input[0])
+        for a, k in reps.items():
+            x = _repeat(x, a, k)
+        keep = [i for i, a in enumerate(axes) if a not in reps]
+        axes, scales = [axes[i] for i in keep], scales[keep]
+        shape = list(x.shape)
+        if not axes:
+            return x
     sc, out = _plan(shape, axes, scales, sizes, keep_aspect_ratio_policy)
     full_roi = None
     if roi is not None and np.asarray(roi).size:
@@ -83,6 +100,48 @@ def resize(c, x, roi=None, scales=None, sizes=None, antialias=0, axes=None, coor
         outside = ref._interpolate_1d_along_axis(np.zeros((n, 1)), 0, sc[a], m, fct, extrapolation_value=1.0, **kw)[:, 0]
         y = _apply_axis(c, y, a, w, outside, extrapolation_value)
     return y
+
+
+REPEAT_MODES = ("half_pixel", "asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn")
+
+
+def _integer_repeats(scales, axes, symbolic, mode, roi, *, coordinate_transformation_mode, nearest_mode):
+    """{axis: k} when every symbolic axis is a nearest upsampling by an integer k whose
+    weights are `repeat each element k times` at any size (the coordinate transform does not
+    depend on the size, checked against the reference at two sizes), else None."""
+    if mode != "nearest" or scales is None or coordinate_transformation_mode not in REPEAT_MODES:
+        return None
+    if roi is not None and np.asarray(roi).size:
+        return None
+    from onnx.reference.ops import op_resize as ref
+
+    fct = _coeff_fn("nearest", 0, nearest_mode, -0.75)
+    reps = {}
+    for a in symbolic:
+        k = float(scales[axes.index(a)])
+        if k != int(k) or k < 1:
+            return None
+        for n in (5, 8):
+            w = ref._interpolate_1d_along_axis(np.eye(n), 0, k, int(k * n), fct, extrapolation_value=0.0, roi=None,
+                                               exclude_outside=False,
+                                               coordinate_transformation_mode=coordinate_transformation_mode)
+            if not np.array_equal(w, np.repeat(np.eye(n), int(k), axis=0)):
+                return None
+        reps[a] = int(k)
+    return reps
+
+
+def _repeat(x, a: int, k: int):
+    """Each element of axis `a` repeated k times: a broadcast view, any (symbolic) size."""
+    if k == 1:
+        return x
+    y = x.unsqueeze(a + 1)
+    shape = list(y.shape)
+    shape[a + 1] = k
+    y = y.expand(tuple(shape))
+    out = list(x.shape)
+    out[a] = sym.norm(out[a] * k)
+    return y.reshape(tuple(out))
 
 
 def _apply_axis(c, x, a, w, outside, extrapolation):
