@@ -298,3 +298,32 @@ def test_resize_on_symbolic_axes(mode, ctm, nearest):
         x = RNG.standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(m(x)[0], sess.run(None, {"x": x})[0], atol=1e-5, rtol=1e-5)
     assert (m.shape_inputs == ()) == (mode == "nearest")
+
+
+def test_dynamic_topk_pad_tile_expand():
+    """k, pads, repeats and shapes given as graph inputs compile per value of those inputs (their
+    output shapes depend on them); a k computed from a symbolic dim stays symbolic (one graph)."""
+    def check(model, feeds_list, value_inputs):
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        m = lo.compile(model, device="numpy", optimize=False, check=False)
+        for feeds in feeds_list:
+            for g, w in zip(m(feeds), sess.run(None, feeds)):
+                np.testing.assert_array_equal(g, w)
+        assert m.value_inputs == value_inputs
+
+    x9, x12 = RNG.standard_normal((2, 9)).astype(np.float32), RNG.standard_normal((2, 12)).astype(np.float32)
+    outs = [_vi("v", TP.FLOAT, None), _vi("i", TP.INT64, None)]
+    topk = _model([oh.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)],
+                  [_vi("x", TP.FLOAT, [2, "n"]), _vi("k", TP.INT64, [1])], outs, opset=17)
+    check(topk, [{"x": x9, "k": np.array([3])}, {"x": x12, "k": np.array([5])}], ("k",))
+    half = _model([oh.make_node("Shape", ["x"], ["s"]), oh.make_node("Gather", ["s", "one"], ["n"]),
+                   oh.make_node("Div", ["n", "two"], ["h"]), oh.make_node("Unsqueeze", ["h", "zero"], ["k"]),
+                   oh.make_node("TopK", ["x", "k"], ["v", "i"], axis=1)], [_vi("x", TP.FLOAT, [2, "n"])], outs,
+                  [("one", np.array(1, np.int64)), ("two", np.array(2, np.int64)), ("zero", np.array([0], np.int64))], opset=17)
+    check(half, [{"x": x9}, {"x": x12}], ())
+    pte = _model([oh.make_node("Pad", ["x", "p"], ["a"]), oh.make_node("Tile", ["a", "t"], ["b"]),
+                  oh.make_node("Expand", ["b", "e"], ["c"])],
+                 [_vi("x", TP.FLOAT, [1, "n"]), _vi("p", TP.INT64, [4]), _vi("t", TP.INT64, [2]), _vi("e", TP.INT64, [3])],
+                 [_vi("c", TP.FLOAT, None)], opset=17)
+    check(pte, [{"x": x9[:1], "p": np.array([0, 1, 0, 2]), "t": np.array([2, 1]), "e": np.array([3, 1, 1])},
+                {"x": x12[:1], "p": np.array([1, 0, 0, 0]), "t": np.array([1, 3]), "e": np.array([2, 1, 1])}], ("e", "p", "t"))
