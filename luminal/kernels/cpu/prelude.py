@@ -127,12 +127,26 @@ static void lum_gemm_f(int ta, int tb, long long M, long long N, long long K, co
   if (!lum_f64) { lum_gemm_f32(ta, tb, M, N, K, A, lda, B, ldb, C, ldc); return; }
   if (M == 1 || N == 1 || !lum_dgemm) {  /* dot products over contiguous or strided rows of op(A), op(B) */
     const long long sak = ta ? lda : 1, sam = ta ? 1 : lda, sbk = tb ? 1 : ldb, sbn = tb ? ldb : 1;
+    const long long nq = sak == 1 && sbk == 1 ? N / 4 : 0;  /* column quads of contiguous rows */
     #pragma omp parallel for collapse(2) if (M * N * K >= 262144)
     for (long long i = 0; i < M; ++i)
-      for (long long j = 0; j < N; ++j) {
+      for (long long q = 0; q < nq; ++q) {  /* 4 dots at once: a[k] loaded once, 4 independent sums */
+        const float* a = A + i * sam; const float* b = B + 4 * q * sbn;
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        #pragma omp simd reduction(+:s0, s1, s2, s3)
+        for (long long k = 0; k < K; ++k) {
+          const double x = (double)a[k];
+          s0 += x * (double)b[k]; s1 += x * (double)b[sbn + k]; s2 += x * (double)b[2 * sbn + k]; s3 += x * (double)b[3 * sbn + k];
+        }
+        float* c = C + i * ldc + 4 * q;
+        c[0] = (float)s0; c[1] = (float)s1; c[2] = (float)s2; c[3] = (float)s3;
+      }
+    #pragma omp parallel for collapse(2) if (M * (N - 4 * nq) * K >= 262144)
+    for (long long i = 0; i < M; ++i)
+      for (long long j = 4 * nq; j < N; ++j) {
         const float* a = A + i * sam; const float* b = B + j * sbn;
         double acc = 0;
-        if (sak == 1 && sbk == 1) {  /* both rows contiguous (a linear layer's weight): vectorized */
+        if (sak == 1 && sbk == 1) {
           #pragma omp simd reduction(+:acc)
           for (long long k = 0; k < K; ++k) acc += (double)a[k] * (double)b[k];
         } else {
