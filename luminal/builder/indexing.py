@@ -62,6 +62,10 @@ class IndexingMixin:
             src = self._scalar(src).expand(index.shape)
         if src.dtype is not self.dtype:
             raise DTypeError(f"scatter: src dtype {src.dtype} differs from {self.dtype}")
+        if sym.is_static(index.numel) and int(index.numel) == 0:  # torch: nothing is written
+            return self
+        if src.ndim != index.ndim or index.ndim != self.ndim:
+            raise ShapeError(f"scatter: data {self.shape}, index {index.shape} and src {src.shape} differ in rank")
         for d in range(self.ndim):
             if not sym.equal(src.shape[d], index.shape[d]):
                 src = src.slice(d, 0, index.shape[d])

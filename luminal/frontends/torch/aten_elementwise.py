@@ -230,16 +230,26 @@ def clamp_max(cx, x, hi):
     return clamp(cx, x, None, hi)
 
 
-@aten("maximum.default", "max.other", "fmax.default")
+@aten("maximum.default", "max.other")
 def maximum(cx, a, b):
     a, b = _lhs(cx, a, b)
     return a.maximum(b)
 
 
-@aten("minimum.default", "min.other", "fmin.default")
+@aten("minimum.default", "min.other")
 def minimum(cx, a, b):
     a, b = _lhs(cx, a, b)
     return a.minimum(b)
+
+
+@aten("fmax.default", "fmin.default")
+def fmax_fmin(cx, a, b):
+    """fmax / fmin: like maximum / minimum, but a NaN loses to a number (NaN only if both are)."""
+    a, b = _lhs(cx, a, b)
+    out = a.maximum(b) if cx.node.target.__name__.startswith("fmax") else a.minimum(b)
+    if not out.dtype.is_float:
+        return out
+    return out.where_(a.isnan().logical_not(), b).where_(b.isnan().logical_not(), a)
 
 
 # --- comparisons and logic ---------------------------------------------------------------

@@ -28,6 +28,7 @@ def full_like(cx, x, value, **kwargs):
 
 
 @aten("zeros.default", "zeros_like.default", "new_zeros.default", "empty.memory_format", "empty_like.default",
+      "empty_permuted.default",
       "new_empty.default", "empty.default", "empty_strided.default", "new_empty_strided.default")
 def zeros(cx, *args, **kwargs):
     return cx.full(cx.shape, 0, cx.dtype)  # empty tensors read as zeros
@@ -65,6 +66,8 @@ def gather(cx, x, dim, index, sparse_grad=False):
 
 @aten("index_select.default")
 def index_select(cx, x, dim, index):
+    if x.ndim == 0:  # torch: a 0-d tensor reads as one element (index 0 or -1)
+        return index_select(cx, x.reshape(1), 0, index).reshape(cx.shape)
     dim = dim % max(x.ndim, 1)
     return x.index_select(dim, x.normalize_index(index.reshape(-1), dim)).reshape(cx.shape)
 
