@@ -9,8 +9,17 @@ is the same few calls over and over (32 layers of the same linear, rms-norm and 
 the same shapes), and without mutation the ATen a call decomposes into depends only on its
 target and the *signature* of its arguments: every tensor's shape, strides, dtype and device,
 and every other argument's value. So each distinct call is traced once (`make_fx` with the
-core-ATen decompositions, the same table aot_autograd uses) and its small graph is spliced in
-wherever the call repeats.
+core-ATen decompositions) and its small graph is spliced in wherever the call repeats.
+
+The distinct calls are traced together, in one `make_fx` (each trace costs milliseconds of
+set-up whatever its size: 77 distinct calls for a Llama). A call's signature depends on the
+metadata of the results of the calls before it, known exactly only once those are traced, so
+the graph is walked first with each new call's result taken from running it undecomposed on
+fake tensors, then everything new is traced at once; where a trace disagrees with that guess
+(torch's scaled_dot_product_attention decomposition lays out its result otherwise than the
+kernel) the graph is walked again with the traced metadata (`_Distinct`). Two walks and two
+traces for the models of the benchmarks; the result is the graph that tracing each call alone,
+in order, gives. No Python code is generated for any of these FX graphs (lazy graph modules).
 
 This is exactly what aot_autograd would produce only where nothing needs its machinery, so
 `decompose_graph` returns None — and the caller falls back to aot_autograd or
@@ -106,7 +115,8 @@ class _Decomposer:
         self.decompositions = decompositions()
         self.graph = torch.fx.Graph()
         self.attrs: dict[str, torch.Tensor] = {}
-        self.templates: dict[tuple, torch.fx.GraphModule] = {}
+        self.templates: dict[tuple, _Distinct] = {}
+        self.traces = 0  # make_fx calls
 
     # --- the walk --------------------------------------------------------------------------
     def run(self) -> torch.fx.GraphModule:
@@ -119,20 +129,41 @@ class _Decomposer:
         for node, value in zip(placeholders, self.example_inputs):
             env[node] = self._placeholder(node, value)
         with self.fake_mode, torch.no_grad():
-            for node in self.gm.graph.nodes:
-                if node.op in ("call_function", "call_method"):
-                    env[node] = self._call(node, env)
-                elif node.op == "get_attr":
-                    env[node] = self._get_attr(fetch_attr(self.gm, node.target))
-                elif node.op == "output":
-                    self.graph.output(torch.fx.node.map_arg(node.args[0], lambda n: env[n]))
-                elif node.op != "placeholder":
-                    raise _Fallback(f"{node.op} node {node.name}")
+            for _ in range(MAX_ROUNDS):
+                steps = self._walk(dict(env))
+                fresh = [d for d in self.templates.values() if d.traced is None]
+                if fresh:
+                    self._trace(fresh)
+                if all(d.settled for d in fresh):
+                    break
+            else:
+                raise _Fallback(f"the traced metadata did not settle in {MAX_ROUNDS} walks")
+            for step in steps:
+                self._replay(step)
         self.graph.eliminate_dead_code()
         out = _LazyGraphModule(self.attrs, self.graph, class_name="LuminalAten")
         calls = sum(n.op in ("call_function", "call_method") for n in self.gm.graph.nodes)
-        out.meta["luminal_lowering"] = f"decomposing {len(self.templates)} distinct of {calls} calls once each"
+        used = len({id(s[1]) for s in steps if s[0] == "call"})
+        out.meta["luminal_lowering"] = (f"decomposing {used} distinct of {calls} calls once each "
+                                        f"({self.traces} trace{'s' if self.traces != 1 else ''})")
         return out
+
+    def _walk(self, env: dict) -> list[tuple]:
+        """Dynamo's graph as steps (constants, calls bound to their distinct call, the output),
+        every value a `_Value` carrying the metadata the distinct call gives it."""
+        steps = []
+        for node in self.gm.graph.nodes:
+            if node.op in ("call_function", "call_method"):
+                env[node] = self._call(node, env, steps)
+            elif node.op == "get_attr":
+                tensor = fetch_attr(self.gm, node.target)
+                env[node] = _Value(self._fake_like(tensor) if _is_tensor(tensor) else tensor)
+                steps.append(("attr", env[node], tensor))
+            elif node.op == "output":
+                steps.append(("output", node.args[0], env))
+            elif node.op != "placeholder":
+                raise _Fallback(f"{node.op} node {node.name}")
+        return steps
 
     def _placeholder(self, node, value):
         if isinstance(value, torch.SymInt) or (_is_tensor(value) and _symbolic(value)):
@@ -157,14 +188,14 @@ class _Decomposer:
                 return fake
         return self._fake_like(value)
 
-    def _get_attr(self, tensor):
+    def _get_attr(self, tensor, val=None):
         name = f"_const{len(self.attrs)}"
         self.attrs[name] = tensor
         new = self.graph.get_attr(name)
-        new.meta["val"] = self._fake_like(tensor) if _is_tensor(tensor) else tensor
+        new.meta["val"] = val if val is not None else self._fake_like(tensor) if _is_tensor(tensor) else tensor
         return new
 
-    def _call(self, node, env):
+    def _call(self, node, env, steps):
         if node.target in NO_EFFECT or (isinstance(node.target, torch._ops.OpOverload) and op_key(node.target) in NO_OPS):
             return None
         if node.op == "call_function" and node.target is operator.getitem and isinstance(env[node.args[0]], (tuple, list)):
@@ -172,65 +203,84 @@ class _Decomposer:
         value = node.meta.get("example_value", node.meta.get("val"))
         if not (_is_tensor(value) or (isinstance(value, (tuple, list)) and value and all(map(_is_tensor, value)))):
             raise _Fallback(f"{node.name} ({node.target}) has no tensor result")
-        leaves: list[torch.fx.Node] = []  # the graph's tensors this call reads, in order
+        leaves: list = []  # the graph's tensors this call reads, in order
         sig = (node.op, node.target, _signature(node.args, env, leaves), _signature(node.kwargs, env, leaves))
-        template = self.templates.get(sig)
-        if template is None:
-            template = self.templates[sig] = self._trace(node, env, leaves)
-        return self._splice(template, leaves)
+        distinct = self.templates.get(sig)
+        if distinct is None:
+            distinct = self.templates[sig] = _Distinct(node, _caller(node, env, leaves),
+                                                       [leaf.meta["val"] for leaf in leaves])
+            distinct.walked = self._run(distinct)
+            if distinct.walked is None:  # no eager fake result: trace it now, alone
+                self._trace([distinct])
+        out = _values(distinct.traced if distinct.traced is not None else distinct.walked)
+        steps.append(("call", distinct, leaves, out))
+        return out
 
-    # --- one distinct call -----------------------------------------------------------------
-    def _trace(self, node, env, leaves) -> torch.fx.GraphModule:
-        """make_fx of `node` on fresh fake tensors with its inputs' metadata."""
-        fakes = [self._fake_like(leaf.meta["val"]) for leaf in leaves]
-        position = {id(leaf): i for i, leaf in enumerate(leaves)}
+    def _run(self, distinct: _Distinct):
+        """The call on fresh fake tensors, not decomposed: the metadata of its result, or None."""
+        try:
+            return distinct.call(*[self._fake_like(m) for m in distinct.inputs])
+        except Exception:  # noqa: BLE001 - a fake kernel missing: the call is traced alone instead
+            return None
 
-        def rebuild(tensors, a):
-            if isinstance(a, torch.fx.Node):
-                v = env[a]
-                return type(v)(rebuild(tensors, x) for x in v) if isinstance(v, (tuple, list)) else tensors[position[id(v)]]
-            if isinstance(a, (tuple, list)):
-                return type(a)(rebuild(tensors, x) for x in a)
-            if isinstance(a, dict):
-                return {k: rebuild(tensors, x) for k, x in a.items()}
-            if isinstance(a, slice):
-                return slice(rebuild(tensors, a.start), rebuild(tensors, a.stop), rebuild(tensors, a.step))
-            return a
+    # --- the distinct calls, traced together ---------------------------------------------
+    def _trace(self, distincts: list[_Distinct]) -> None:
+        """make_fx of every call in `distincts` at once (one trace, not one per call: each trace
+        costs milliseconds of set-up), each on fresh fake tensors with its inputs' metadata; each
+        call's nodes are the ancestors of its outputs (its placeholders excluded)."""
+        fakes = [[self._fake_like(m) for m in d.inputs] for d in distincts]
 
-        def call(*tensors):
-            args, kwargs = rebuild(tensors, node.args), rebuild(tensors, node.kwargs)
-            if node.op == "call_method":
-                return getattr(args[0], node.target)(*args[1:], **kwargs)
-            return node.target(*args, **kwargs)
+        def everything(*tensors):
+            out, i = [], 0
+            for d, f in zip(distincts, fakes):
+                out.append(d.call(*tensors[i:i + len(f)]))
+                i += len(f)
+            return out
 
-        traced = make_fx(call, decomposition_table=self.decompositions)(*fakes)
+        flat = [f for fs in fakes for f in fs]
+        self.traces += 1
+        traced = make_fx(everything, decomposition_table=self.decompositions)(*flat)
+        nodes = list(traced.graph.nodes)
         supported = table()
-        for n in traced.graph.nodes:
+        for n in nodes:  # every node, those only kept for their effects too
             if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
                 continue
             if op_key(n.target) not in supported:  # aot_autograd's functional form may be
-                raise _Fallback(f"{node.name} ({node.target}) decomposes to {n.target}")
+                raise _Fallback(f"a call decomposes to {n.target}")
             if n.target._schema.is_mutable:
-                raise _Fallback(f"{node.name} ({node.target}) mutates ({n.target})")
-            if n.target is torch.ops.aten.as_strided.default and any(f.storage_offset() for f in fakes):
-                raise _Fallback(f"{node.name} ({node.target}) reads storage offsets")
-        return traced
+                raise _Fallback(f"a call mutates ({n.target})")
+            if n.target is torch.ops.aten.as_strided.default and any(f.storage_offset() for f in flat):
+                raise _Fallback(f"a call reads storage offsets ({n.target})")
+        index = {n: i for i, n in enumerate(nodes)}
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        results = next(n for n in reversed(nodes) if n.op == "output").args[0]
+        start = 0
+        for d, f, result in zip(distincts, fakes, results):
+            d.module, d.outputs = traced, result
+            d.placeholders = placeholders[start:start + len(f)]
+            start += len(f)
+            d.nodes = sorted(_ancestors(result), key=index.__getitem__)
+            d.traced = torch.fx.node.map_arg(result, lambda n: n.meta["val"])
+            d.settled = d.walked is None or _same_metadata(d.walked, d.traced)
 
-    def _splice(self, template: torch.fx.GraphModule, leaves):
-        """Copy the template's nodes into the graph, its placeholders bound to `leaves`."""
-        mapping: dict = {}
-        inputs = iter(leaves)
-        result = None
-        for n in template.graph.nodes:
-            if n.op == "placeholder":
-                mapping[n] = next(inputs)
-            elif n.op == "get_attr":
-                mapping[n] = self._get_attr(fetch_attr(template, n.target))
-            elif n.op == "output":
-                result = torch.fx.node.map_arg(n.args[0], lambda m: mapping[m])
-            else:
-                mapping[n] = self.graph.node_copy(n, lambda m: mapping[m])
-        return result
+    def _replay(self, step) -> None:
+        """Build the new graph: constants, then each call's nodes copied with its placeholders
+        bound to the call's arguments."""
+        if step[0] == "attr":
+            _, value, tensor = step
+            value.node = self._get_attr(tensor, value.meta["val"])
+        elif step[0] == "call":
+            _, d, leaves, out = step
+            mapping = {p: _node(leaf) for p, leaf in zip(d.placeholders, leaves)}
+            for n in d.nodes:
+                if n.op == "get_attr":
+                    mapping[n] = self._get_attr(fetch_attr(d.module, n.target))
+                else:
+                    mapping[n] = self.graph.node_copy(n, mapping.__getitem__)
+            _bind(out, d.outputs, mapping)
+        else:
+            _, args, env = step
+            self.graph.output(_resolve(torch.fx.node.map_arg(args, lambda n: env[n])))
 
     def _fake_like(self, t: torch.Tensor) -> torch.Tensor:
         with self.fake_mode:
@@ -241,6 +291,118 @@ def _symbolic(t: torch.Tensor) -> bool:
     return any(isinstance(d, torch.SymInt) for d in (*t.shape, *t.stride()))
 
 
+MAX_ROUNDS = 4  # walks of Dynamo's graph; the second settles what the first guessed wrong
+
+
+class _Value:
+    """A value of the walk: `meta['val']` its metadata (what the signatures of the calls that
+    read it see), `node` its node in the new graph once the steps are replayed."""
+
+    __slots__ = ("meta", "node")
+
+    def __init__(self, val):
+        self.meta, self.node = {"val": val}, None
+
+
+class _Distinct:
+    """One distinct call. The walk first takes its result's metadata from running it on fake
+    tensors undecomposed (`walked`); once traced, from the trace (`traced`). Where the two differ
+    (torch's decomposition of scaled_dot_product_attention lays its result out otherwise than the
+    kernel does), the calls downstream were keyed on the wrong metadata: `settled` is False and
+    the graph is walked again, now with the traced metadata, so every call ends up keyed exactly
+    as if each had been traced alone, in order."""
+
+    def __init__(self, node, call, inputs):
+        self.name, self.call, self.inputs = node.name, call, inputs
+        self.walked = self.traced = None
+        self.settled = False
+        self.module = self.outputs = None
+        self.placeholders: list = []
+        self.nodes: list = []
+
+
+def _caller(node, env, leaves):
+    """`node`'s call on tensors given in the order of `leaves`."""
+    position = {id(leaf): i for i, leaf in enumerate(leaves)}
+
+    def rebuild(tensors, a):
+        if isinstance(a, torch.fx.Node):
+            v = env[a]
+            return type(v)(rebuild(tensors, x) for x in v) if isinstance(v, (tuple, list)) else tensors[position[id(v)]]
+        if isinstance(a, (tuple, list)):
+            return type(a)(rebuild(tensors, x) for x in a)
+        if isinstance(a, dict):
+            return {k: rebuild(tensors, x) for k, x in a.items()}
+        if isinstance(a, slice):
+            return slice(rebuild(tensors, a.start), rebuild(tensors, a.stop), rebuild(tensors, a.step))
+        return a
+
+    def call(*tensors):
+        args, kwargs = rebuild(tensors, node.args), rebuild(tensors, node.kwargs)
+        if node.op == "call_method":
+            return getattr(args[0], node.target)(*args[1:], **kwargs)
+        return node.target(*args, **kwargs)
+
+    return call
+
+
+def _values(result):
+    if _is_tensor(result):
+        return _Value(result)
+    if isinstance(result, (tuple, list)):
+        return type(result)(_values(r) for r in result)
+    return result
+
+
+def _node(v):
+    return v.node if isinstance(v, _Value) else v
+
+
+def _resolve(v):
+    if isinstance(v, _Value):
+        return v.node
+    if isinstance(v, (tuple, list)):
+        return type(v)(_resolve(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _resolve(x) for k, x in v.items()}
+    return v
+
+
+def _bind(out, traced, mapping: dict) -> None:
+    """Give each `_Value` of `out` the new node of the traced output in the same place."""
+    if isinstance(out, _Value):
+        out.node = mapping.get(traced, traced) if isinstance(traced, torch.fx.Node) else traced
+    elif isinstance(out, (tuple, list)):
+        for o, t in zip(out, traced):
+            _bind(o, t, mapping)
+
+
+def _ancestors(result) -> set:
+    """The non-placeholder nodes `result` (a node or a structure of them) depends on."""
+    seen, stack = set(), []
+    torch.fx.node.map_arg(result, stack.append)
+    while stack:
+        n = stack.pop()
+        if n in seen or n.op == "placeholder":
+            continue
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _same_metadata(a, b) -> bool:
+    """Whether two results agree on everything a signature reads (structure, and per tensor
+    shape, strides, dtype, device and whether it has a storage offset)."""
+    if _is_tensor(a) or _is_tensor(b):
+        return (_is_tensor(a) and _is_tensor(b) and tuple(a.shape) == tuple(b.shape) and a.stride() == b.stride()
+                and a.dtype == b.dtype and a.device.type == b.device.type
+                and (a.storage_offset() != 0) == (b.storage_offset() != 0))
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        return (isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b)
+                and all(_same_metadata(x, y) for x, y in zip(a, b)))
+    return type(a) is type(b)
+
+
 def _signature(a, env, leaves):
     """A hashable, exact description of an argument; tensors (appended to `leaves`) by their
     metadata. Raises _Fallback for anything whose value a signature cannot capture."""
@@ -248,7 +410,7 @@ def _signature(a, env, leaves):
         v = env[a]
         if isinstance(v, (tuple, list)):
             return ("seq", tuple(_signature(x, env, leaves) for x in v))
-        if not isinstance(v, torch.fx.Node):
+        if not isinstance(v, (torch.fx.Node, _Value)):
             raise _Fallback(f"argument {a.name} is not a tensor")
         t = v.meta.get("val")
         if not _is_tensor(t) or _symbolic(t):
