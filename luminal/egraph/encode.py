@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from luminal.egraph import compat as eg
-from luminal.egraph.patterns import concat_pieces, maximum_operands, select_operands, window_reduce_of
+from luminal.egraph.patterns import (
+    concat_pieces,
+    mat_a,
+    mat_b,
+    maximum_operands,
+    narrow_matmul_of,
+    select_operands,
+    window_reduce_of,
+)
 from luminal.egraph.schema import CONSTRUCTORS
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
@@ -104,9 +112,9 @@ def encode(nodes: list[Node], slots: list[Node]) -> Encoding:
 
 
 def pattern_facts(enc: Encoding, index: dict, slot_index: dict, ref) -> list:
-    """`SelectOf`, `ConcatOf`, `MaximumOf` and `WindowOf` facts: the part's spellings of where,
-    concat, maximum and direct convolutions / pooling (`patterns.py`), with operands this part
-    can refer to."""
+    """`SelectOf`, `ConcatOf`, `MaximumOf`, `NarrowMatMulOf` and `WindowOf` facts: the part's
+    spellings of where, concat, maximum, bf16/f16 matmuls and direct convolutions / pooling
+    (`patterns.py`), with operands this part can refer to."""
     known = lambda n: id(n) in index or id(n) in slot_index  # noqa: E731
     cmds = []
     for i, n in enumerate(enc.nodes):
@@ -126,6 +134,10 @@ def pattern_facts(enc: Encoding, index: dict, slot_index: dict, ref) -> list:
             if all(known(v) for v, _ in found):
                 terms = [eg.call("View", ref(v), eg.i64(enc.tracker(st))) for v, st in found]
                 cmds.append(eg.fact(eg.call("MaximumOf", eg.call("N", eg.i64(i)), *terms)))
+        elif n.op is Op.CAST and (found := narrow_matmul_of(n)) is not None:
+            if all(known(v) for v, _ in found):
+                a, b = (eg.call("View", ref(v), eg.i64(enc.tracker(st))) for v, st in found)
+                cmds.append(eg.fact(eg.call("NarrowMatMulOf", eg.call("N", eg.i64(i)), eg.call("MatMul", a, b))))
         if n.op in WINDOW_REDUCERS and (found := window_reduce_of(n)) is not None:
             kind, r, operands = found
             if all(known(v) for v in operands):  # the fused node, opaque to the rules
@@ -159,13 +171,9 @@ def tracker_facts(enc: Encoding) -> list:
             if _expands_only(st, a):
                 cmds.append(eg.fact(eg.call("ExpandDim", eg.i64(tid), eg.i64(a))))
         # a dim of size 1 is constant along itself whatever its stride (a GEMV: M or N is 1)
-        if r >= 3 and (sym.equal(st.strides[r - 2], 0) or sym.equal(st.shape[r - 2], 1)):  # a[..., M, (N), K]: constant along N
-            la = ShapeTracker(st.shape[: r - 2] + st.shape[r - 1 :], st.strides[: r - 2] + st.strides[r - 1 :], st.offset)
+        if (la := mat_a(st)) is not None:  # a[..., M, (N), K]: constant along N
             cmds.append(eg.set_value("MatA", [eg.i64(tid), eg.i64(r - 1)], eg.i64(enc.tracker(la))))
-        if r >= 3 and (sym.equal(st.strides[r - 3], 0) or sym.equal(st.shape[r - 3], 1)):  # bT[..., (M), N, K]: constant along M
-            shape = st.shape[: r - 3] + (st.shape[r - 1], st.shape[r - 2])
-            strides = st.strides[: r - 3] + (st.strides[r - 1], st.strides[r - 2])
-            lb = ShapeTracker(shape, strides, st.offset)
+        if (lb := mat_b(st)) is not None:  # bT[..., (M), N, K]: constant along M
             cmds.append(eg.set_value("MatB", [eg.i64(tid), eg.i64(r - 1)], eg.i64(enc.tracker(lb))))
     return cmds
 

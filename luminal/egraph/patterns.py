@@ -195,3 +195,89 @@ def maximum_operands(n: Node):
         else:  # a buffer of shape (..., 1) has the layout of one of shape (...)
             operands.append((piece, ShapeTracker.contiguous(n.shape)))
     return tuple(operands)
+
+
+# --- matmul operand views, and matmuls in a narrow dtype -------------------------------------
+NARROW = (DType.BF16, DType.F16)  # the builder's matmul widens these to f32 and rounds back
+
+
+def mat_a(st: ShapeTracker) -> ShapeTracker | None:
+    """The tracker of a[..., M, K] when `st` reads a[..., M, N, K] constant along N (stride 0,
+    or N of 1: a GEMV), else None: the `MatA` fact."""
+    r = st.ndim
+    if r < 3 or st.mask is not None or not sym.equal(st.offset, 0) or not (
+            sym.equal(st.strides[r - 2], 0) or sym.equal(st.shape[r - 2], 1)):
+        return None
+    return ShapeTracker(st.shape[: r - 2] + st.shape[r - 1:], st.strides[: r - 2] + st.strides[r - 1:], st.offset)
+
+
+def mat_b(st: ShapeTracker) -> ShapeTracker | None:
+    """The tracker of b[..., K, N] when `st` reads bT[..., M, N, K] constant along M, else None:
+    the `MatB` fact."""
+    r = st.ndim
+    if r < 3 or st.mask is not None or not sym.equal(st.offset, 0) or not (
+            sym.equal(st.strides[r - 3], 0) or sym.equal(st.shape[r - 3], 1)):
+        return None
+    shape = st.shape[: r - 3] + (st.shape[r - 1], st.shape[r - 2])
+    return ShapeTracker(shape, st.strides[: r - 3] + (st.strides[r - 1], st.strides[r - 2]), st.offset)
+
+
+def compose(outer: ShapeTracker, inner: ShapeTracker) -> ShapeTracker | None:
+    """One tracker reading, from `inner`'s buffer, what `outer` reads from a contiguous buffer of
+    inner.shape (a view of a view), or None when `outer` does not step along whole dims of
+    inner.shape: each of its dims must broadcast, have size 1, or move one distinct dim of
+    inner by that dim's contiguous stride, staying within it. No masks, `outer` at offset 0."""
+    if outer.mask is not None or inner.mask is not None or not sym.equal(outer.offset, 0):
+        return None
+    want = contiguous_strides(inner.shape)
+    used, strides = set(), []
+    for d, s in zip(outer.shape, outer.strides):
+        if sym.equal(d, 1) or sym.equal(s, 0):
+            strides.append(0)
+            continue
+        j = next((j for j, (n, w) in enumerate(zip(inner.shape, want))
+                  if j not in used and not sym.equal(n, 1) and sym.equal(w, s)), None)
+        if j is None or not (sym.equal(d, inner.shape[j]) or (
+                sym.is_static(d) and sym.is_static(inner.shape[j]) and int(d) <= int(inner.shape[j]))):
+            return None
+        used.add(j)
+        strides.append(inner.strides[j])
+    return ShapeTracker(tuple(outer.shape), tuple(strides), inner.offset)
+
+
+def _narrow_operand(view: Node, tracker: ShapeTracker | None, dtype: DType):
+    """(source, tracker) reading the narrow value that `view` (a view of its widening to f32)
+    reads, through one view of a node that is not a view, or None."""
+    if tracker is None or view.op is not Op.VIEW:
+        return None
+    cast = view.src[0]
+    if cast.op is not Op.CAST or cast.dtype is not DType.F32 or cast.src[0].dtype is not dtype:
+        return None
+    x = cast.src[0]
+    if x.op is not Op.VIEW:
+        return x, tracker
+    st = compose(tracker, x.arg)
+    return None if st is None else (x.src[0], st)
+
+
+def narrow_matmul_of(n: Node):
+    """((a, tracker), (b, tracker)) when `n` is the builder's matmul of bf16 (f16) operands:
+    cast(sum_k(widen(a)[.., m, 1, k] * widen(b)T[.., 1, n, k]), f32 -> bf16). A MatMul in the
+    narrow dtype is that function (it accumulates in f32, rounding once at the end: `ops.py`),
+    reading 2-byte operands instead of widened copies; operands are read through one view."""
+    if n.op is not Op.CAST or n.dtype not in NARROW:
+        return None
+    s = n.src[0]
+    if s.op is not Op.SUM_REDUCE or s.dtype is not DType.F32 or not s.src or s.arg != s.src[0].ndim - 1:
+        return None
+    prod = s.src[0]
+    if prod.op is not Op.MUL:
+        return None
+    for va, vb in (prod.src, prod.src[::-1]):
+        if va.op is not Op.VIEW or vb.op is not Op.VIEW:
+            return None
+        a = _narrow_operand(va, mat_a(va.arg), n.dtype)
+        b = _narrow_operand(vb, mat_b(vb.arg), n.dtype)
+        if a is not None and b is not None:
+            return a, b
+    return None

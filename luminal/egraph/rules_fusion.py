@@ -34,6 +34,9 @@ RULES = [
     rule("sum_k(bT[1,n,k]*a[m,1,k]) = MatMul(a,b)",
          "(rule ((= e (SumReduce (Mul (View b sb) (View a sa)) k dt)) (= la (MatA sa k)) (= lb (MatB sb k)))"
          " ((union e (MatMul (View a la) (View b lb)))))"),
+    # cast(sum_k(widen(a)*widen(b)), f32 -> bf16/f16), the builder's narrow matmul, is a MatMul
+    # in the narrow dtype (f32 accumulation) on the narrow operands (`patterns.narrow_matmul_of`)
+    rule("narrow(sum_k(widen(a)*widen(b))) = MatMul(a,b)", "(rule ((NarrowMatMulOf o x)) ((union o x)))"),
     # where(c, a, b), spelled gather(stack([b, a], -1), cast(c)), is a pick: Select (`patterns.py`);
     # a view of the gather (shape (..., 1)) reads the Select (shape (...)) with the same tracker
     rule("gather(stack(b,a), c) = Select(c,a,b)", "(rule ((SelectOf o c a b t)) ((union o (View (Select c a b) t))))"),

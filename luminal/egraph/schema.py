@@ -52,6 +52,7 @@ DECLARATIONS = f"""
 (relation ConcatOf (Expr Expr))
 (relation WindowOf (Expr Expr))
 (relation MaximumOf (Expr Expr Expr))
+(relation NarrowMatMulOf (Expr Expr))
 """
 
 # exact round trips: every value of the first dtype is a value of the second

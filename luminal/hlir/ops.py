@@ -32,7 +32,8 @@ exact arithmetic, a primitive decomposition (`luminal/egraph/reference.py`), and
 - SOFTMAX (arg = axis): exp(x - max) / sum(exp(x - max)) along axis, computed stably.
 - KAHAN_SUM (arg = axis): SUM_REDUCE with a compensated (or wider) accumulator; same dtype.
 - MAT_MUL (src = a[..., M, K], b[..., K, N], equal batch dims): out[..., m, n] =
-  sum_k a[..., m, k] * b[..., k, n], in the dtype of a and b.
+  sum_k a[..., m, k] * b[..., k, n], in the dtype of a and b; f16/bf16 accumulate in f32 (or
+  wider) and round once, as the builder's matmul (widen to f32, sum, round back) that it replaces.
 - FUSED_ELEMENTWISE (src = inputs of the output's shape, arg = an `Expr`): one elementwise
   kernel. The expression is a small immutable DAG of `Expr(op, dtype, src, arg)` whose ops are
   the POINTWISE group (a CAST converts to its dtype) over two leaves: `Expr(INPUT, dt, arg=i)`

@@ -128,6 +128,21 @@ def maximum_case(g, rng):
     return a.maximum(g.input("b", sb)), feeds
 
 
+def narrow_matmul_case(g, rng):
+    """bf16/f16 matmuls as the builder spells them (widened to f32, summed, rounded back): a
+    linear (transposed weight), a batched matmul, a slice of a wider B. Values are multiples of
+    1/4 below 2, so every f32 product and sum is exact and both sides round the same sum."""
+    dt = [lm.bf16, lm.f16][int(rng.integers(2))]
+    batch = _shape(rng, 0, 2)
+    m, k, n = (int(v) for v in rng.integers(1, 7, 3))
+    vals = lambda s: (rng.integers(-8, 9, s) / 4).astype(dt.numpy)  # noqa: E731
+    a, kind = g.input("a", batch + (m, k), dt), int(rng.integers(3))
+    shape = [(n, k), batch + (k, n), (k, n + 2)][kind]
+    b = g.input("b", shape, dt)
+    out = a.linear(b) if kind == 0 else a.matmul(b) if kind == 1 else a.matmul(b[:, 1:n + 1])
+    return out, {"a": vals(a.shape), "b": vals(shape)}
+
+
 def cast_same(x):
     return x._new(Op.CAST, x.dtype, x.shape, (x,)).sin()
 
@@ -156,8 +171,10 @@ CASES = {
     "scatter spans into zeros = Concat": concat_case,
     "reduce_k(window*w) = WindowReduce": window_case,
     "max(stack(a,b)) = Maximum(a,b)": maximum_case,
+    "narrow(sum_k(widen(a)*widen(b))) = MatMul(a,b)": narrow_matmul_case,
 }
-EXACT = {"gather(stack(b,a), c) = Select(c,a,b)", "scatter spans into zeros = Concat", "max(stack(a,b)) = Maximum(a,b)"}
+EXACT = {"gather(stack(b,a), c) = Select(c,a,b)", "scatter spans into zeros = Concat", "max(stack(a,b)) = Maximum(a,b)",
+         "narrow(sum_k(widen(a)*widen(b))) = MatMul(a,b)"}
 ALL_RULES = [r.name for r in rules_fusion.RULES + rules_numerics.RULES + rules_algebra.RULES]
 
 
