@@ -85,11 +85,11 @@ def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool
         row["numpy_max_err"] = _err(_first(reference(*args)), ref)
 
         def numpy_f32():
-            luminal.set_precision("float32")
+            previous = luminal.set_precision("float32")
             try:
                 return reference(*args)
             finally:
-                luminal.set_precision("float64")
+                luminal.set_precision(previous)
 
         row["numpy_f32_max_err"] = _err(_first(numpy_f32()), ref)
         medians = interleaved_medians({"eager": lambda: model(*args), "cpu": lambda: compiled(*args),

@@ -11,6 +11,11 @@ f32 values is at least as accurate as Kahan summation in f32 and is one vectoriz
 float32, each step rounding as PyTorch's eager ops do (sums still accumulate in float64, which
 costs little): MatMul is an f32 BLAS GEMM, and exponentials use NumPy's SIMD float32 exp.
 float64 graphs compute in float64 either way. Measurements: `benchmarks/results/`.
+
+Each device has its own default (`DEFAULT_PRECISION`): the NumPy runtime, the specification,
+computes in float64; the compiled backends (`cpu`, `cuda`) run f32 GEMMs as PyTorch does (with
+sums accumulated in double or Kahan-compensated), because a double GEMM costs them about 2x on
+GEMM-bound models. `set_precision` overrides the default for every device until reset.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ def _size(dt) -> int:
 def _work() -> np.dtype:
     """The dtype f32/f16/bf16 values are computed in: float64, or float32 under
     set_precision("float32"). float64 values always stay float64."""
-    return _F64 if _precision[0] == "float64" else _F32
+    return _F64 if get_precision("numpy") == "float64" else _F32
 
 
 def _lift(x: np.ndarray, work: np.dtype) -> np.ndarray:
@@ -42,22 +47,27 @@ def _lift(x: np.ndarray, work: np.dtype) -> np.ndarray:
 
 
 PRECISIONS = ("float64", "float32")
-_precision = ["float64"]
+DEFAULT_PRECISION = {"numpy": "float64"}  # every other device: "float32" (PyTorch's f32 GEMMs)
+_precision: list[str | None] = [None]  # None: each device's default
 
 
-def set_precision(precision: str) -> None:
-    """The NumPy runtime's working precision for fused ops on f32/f16/bf16 (MatMul, Softmax,
-    Exp, Sigmoid, FusedElementwise), process-wide (as `torch.set_float32_matmul_precision`),
-    from the next call on: "float64" (default: computed in float64, rounded once; more precise
-    than PyTorch's f32) or "float32" (f32 GEMMs and elementwise math: about PyTorch's
-    precision, about twice as fast)."""
-    if precision not in PRECISIONS:
-        raise LuminalError(f"precision {precision!r}: expected one of {PRECISIONS}")
-    _precision[0] = precision
+def set_precision(precision: str | None) -> str | None:
+    """The working precision of f32/f16/bf16 math, process-wide (as
+    `torch.set_float32_matmul_precision`), from the next call on, for every device:
+    "float64" (computed in float64, rounded once: more precise than PyTorch's f32; on `cpu` the
+    GEMMs accumulate in double, about 2x slower on GEMM-bound models) or "float32" (f32 GEMMs
+    and, on the NumPy runtime, f32 elementwise math: about PyTorch's precision); None goes back
+    to each device's default (`DEFAULT_PRECISION`: float64 on "numpy", float32 elsewhere).
+    Returns the previous setting, so `set_precision(previous)` restores it."""
+    if precision is not None and precision not in PRECISIONS:
+        raise LuminalError(f"precision {precision!r}: expected one of {PRECISIONS} or None (each device's default)")
+    previous, _precision[0] = _precision[0], precision
+    return previous
 
 
-def get_precision() -> str:
-    return _precision[0]
+def get_precision(device: str = "numpy") -> str:
+    """The precision `device` computes in now: the `set_precision` setting, else its default."""
+    return _precision[0] or DEFAULT_PRECISION.get(device, "float32")
 
 
 @impl(Op.EXP, Op.SIGMOID)

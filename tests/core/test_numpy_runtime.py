@@ -55,7 +55,7 @@ def test_precision_setting():
         lm.set_precision("float32")
         narrow = compiled(a=a, b=b)[0]
     finally:
-        lm.set_precision("float64")
+        lm.set_precision(None)
     assert wide.dtype == narrow.dtype == np.float32
     np.testing.assert_array_equal(wide, exact.astype(np.float32))  # rounded once
     np.testing.assert_allclose(narrow, exact, rtol=1e-4, atol=1e-4)
@@ -80,7 +80,7 @@ def test_exponentials_at_each_precision(precision):
     try:
         got = compiled(x=x)
     finally:
-        lm.set_precision("float64")
+        lm.set_precision(None)
     for g_, w in zip(got, want):
         assert g_.dtype == np.float32
         if precision == "float64":  # exact but for the final rounding
@@ -100,7 +100,7 @@ def test_float64_graphs_stay_float64_at_float32_precision():
     try:
         silu, dot = compiled(x=x)
     finally:
-        lm.set_precision("float64")
+        lm.set_precision(None)
     assert silu.dtype == dot.dtype == np.float64
     np.testing.assert_allclose(silu, x / (1 + np.exp(-x)), rtol=1e-14)
     np.testing.assert_allclose(dot, [x @ x], rtol=1e-14)

@@ -122,7 +122,7 @@ def test_a_library_split_into_units_compiled_in_parallel(monkeypatch, tmp_path):
         try:
             np.testing.assert_allclose(split(_feeds())[0], g.run(_feeds())[0], rtol=1e-5, atol=1e-6)
         finally:
-            lm.set_precision("float64")
+            lm.set_precision(None)
     monkeypatch.setattr(build, "units", lambda kernels: 1)
     builds = build.stats.builds
     one = CpuRuntime(g.output_nodes)

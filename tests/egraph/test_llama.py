@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import luminal as lm
 from luminal.egraph import pipeline
 from luminal.hlir import constants as C
 from luminal.hlir.ops import Op, toposort
@@ -48,20 +49,27 @@ def test_optimized_matches_unoptimized(llama2):
     np.testing.assert_allclose(opt, plain, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("device", ["cpu", "numpy"])  # the compiled C backend and the reference
+# the compiled C backend at its default (f32 GEMMs, as PyTorch's) and with double-accumulating
+# GEMMs, and the reference runtime at its default (float64)
+@pytest.mark.parametrize("device,precision", [("cpu", None), ("cpu", "float64"), ("numpy", None)])
 @pytest.mark.parametrize("layers", [2, 8])
-def test_precision_at_least_torch_f32(layers, device):
+def test_precision_at_least_torch_f32(layers, device, precision):
     w = L.make_weights(layers)
     g = L.build(w)
     ref = L.torch_forward(w, IDS, torch.float64)
     eager = L.torch_forward(w, IDS, torch.float32)
-    (opt,) = g.compile(device=device)(ids=IDS)
-    (plain,) = g.compile(device=device, optimize=False)(ids=IDS)
+    previous = lm.set_precision(precision)
+    try:
+        (opt,) = g.compile(device=device)(ids=IDS)
+        (plain,) = g.compile(device=device, optimize=False)(ids=IDS)
+    finally:
+        lm.set_precision(previous)
 
     def err(a):
         return float(np.abs(a.astype(np.float64) - ref).max())
 
-    print(f"\nllama {layers} layers on {device}, max |x - float64 torch|: luminal optimized {err(opt):.3e}, "
+    mode = precision or lm.get_precision(device)
+    print(f"\nllama {layers} layers on {device} ({mode}), max |x - float64 torch|: luminal optimized {err(opt):.3e}, "
           f"luminal unoptimized {err(plain):.3e}, torch f32 eager {err(eager):.3e}")
     assert err(opt) <= err(eager)
     np.testing.assert_allclose(opt, eager, rtol=1e-5, atol=1e-5)

@@ -13,10 +13,11 @@ instead of a grid:
 - MatMul: the plan's extern step, a call of `cblas_sgemm`/`cblas_dgemm` per batch element
   (the BLAS NumPy ships, passed in at load) on the operand views when they are plain,
   possibly transposed, matrices, else on contiguous copies (f16/bf16 always widened to f32);
-  M or N of 1 is a gemv. `set_precision` reaches it per call: "float64" (the default) accumulates
-  f32 GEMMs in double and rounds once, as the NumPy runtime does (double-accumulating dot loops
-  for a matrix-vector product, else dgemm on widened operands; about 2.7x the time of "float32"
-  on GEMM-bound models), "float32" is the f32 BLAS call. Sums, Softmax's sums and KahanSum
+  M or N of 1 is a gemv. The precision is read per call (`get_precision("cpu")`): "float32"
+  (this device's default, as PyTorch's) is the f32 BLAS call; `set_precision("float64")`
+  accumulates f32 GEMMs in double and rounds once, as the NumPy runtime does
+  (double-accumulating dot loops for a matrix-vector product, else dgemm on widened operands;
+  about 2x the time of "float32" on GEMM-bound models). Sums, Softmax's sums and KahanSum
   accumulate in double in both modes; elementwise math is f32 in both (the NumPy runtime's
   "float64" also computes it in float64: the one difference).
 

@@ -13,8 +13,9 @@ shared library (`build.py`) and run by one native call per call of the model.
   library as function pointers: no link-time dependency) gets the same count for a large GEMM
   and one thread for a small one (set by the C code before each call). Loops under `PAR_MIN`
   elements of work stay on one core.
-- **precision**: `set_precision` is read per call and passed to `lum_run` ("float64": f32 GEMMs
-  accumulate in double, see `render.py`).
+- **precision**: `get_precision("cpu")` is read per call and passed to `lum_run`: f32 GEMMs by
+  default, as PyTorch's; under `set_precision("float64")` they accumulate in double (see
+  `prelude.py`; about 2x slower on GEMM-bound models).
 - **a warm process**: `artifacts()` (the library's cache key and the launch table, plain JSON)
   is stored by the compile cache beside its entry; `CpuRuntime(outputs, artifacts=...)` loads
   the library by key and checks the table against the library's exported kernel names and
@@ -344,7 +345,7 @@ class CpuRuntime:
         err = ctypes.c_int(0)
         self._run(self._table.ctypes.data, self._n_steps, bufs, dims.ctypes.data, arena.ctypes.data,
                   offsets.ctypes.data, ctypes.byref(err), threads(),
-                  None if self._seconds is None else self._seconds.ctypes.data, get_precision() == "float64")
+                  None if self._seconds is None else self._seconds.ctypes.data, get_precision("cpu") == "float64")
         if err.value:
             if err.value & 2 and not err.value & 1:
                 raise DivisionByZero("integer division or remainder by zero (flagged by the compiled C)")
