@@ -55,9 +55,12 @@ def _feeds(runtime, bindings, rng):
 
 @pytest.fixture(scope="module")
 def gemv_static():
-    """Static M in {1, 5}, K 136 (rows 16-byte aligned: the vector path) and 101 (not)."""
+    """Static M in {1, 5}, K 136 (rows 16-byte aligned: the vector path) and 101 (not); K 1040
+    (rows longer than WARP_K_BYTES: a block per column, not a warp)."""
     outputs = [_matmul(m, k, dt, kc, f"{dt.short}_{m}_{k}_{int(kc)}")
                for dt in DTYPES for m in (1, 5) for k in (136, 101) for kc in (True, False)]
+    outputs += [_matmul(m, 1040 + odd, dt, True, f"{dt.short}_{m}_big{odd}")
+                for dt in (DType.F32, DType.BF16) for m in (1, 5) for odd in (0, 3)]
     return outputs, KernelRuntime(outputs, "cuda-emulator")
 
 

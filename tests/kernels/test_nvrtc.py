@@ -83,12 +83,12 @@ def test_gemv_vectorized_and_32_bit_index_kernels_compile_without_spills():
     outputs = []
     for dt in (DType.F32, DType.BF16, DType.F64):  # f16 renders as bf16 does, other types
         for m in (8, symbol("m")):
-            for kc in (True, False):
-                tag = f"{dt.short}{m}{int(kc)}"
-                x = Node(Op.INPUT, dt, (m, 136), (), f"x{tag}")
+            for kc, k in ((True, 136), (True, 1040), (False, 136)):  # a warp or a block per column
+                tag = f"{dt.short}{m}{int(kc)}{k}"
+                x = Node(Op.INPUT, dt, (m, k), (), f"x{tag}")
                 if kc:
-                    w = Node(Op.INPUT, dt, (45, 136), (), f"w{tag}")
-                    b = Node(Op.VIEW, dt, (136, 45), (w,), ShapeTracker((136, 45), (1, 136)))
+                    w = Node(Op.INPUT, dt, (45, k), (), f"w{tag}")
+                    b = Node(Op.VIEW, dt, (k, 45), (w,), ShapeTracker((k, 45), (1, k)))
                 else:
                     b = Node(Op.INPUT, dt, (136, 48), (), f"w{tag}")
                 outputs.append(Node(Op.MAT_MUL, dt, (m, b.shape[1]), (x, b)))

@@ -3,7 +3,8 @@
 Decode reads every weight once per token, so the kernel's job is to stream B at full width:
 
 - `k`-contiguous B (a Linear's weight, `x @ W.T`: B[k, n] = W[n, k]): one block of 256 threads
-  per output column n (and batch); the block splits K, each thread loading 16 bytes at a time
+  per output column n (and batch), or one warp per column where a row of B is at most
+  `WARP_K_BYTES` (attention over a head dim: a block would idle); the block (warp) splits K, each thread loading 16 bytes at a time
   (`uint4`: 4 floats or 8 halves) of the weight row and of each of the M activation rows, when
   the rows are 16-byte aligned (checked in the kernel: block-uniform), else one element at a
   time, coalesced. Per-thread partial sums are reduced by warp shuffles, then across the 8
@@ -42,6 +43,7 @@ from luminal.kernels.render.cstyle import (
 GEMV_ROWS = 8  # the most rows (M) one GEMV launch accumulates
 GEMV_THREADS = 256
 GEMV_WARPS = GEMV_THREADS // 32
+WARP_K_BYTES = 2048  # a k-contiguous row of B at most this long gets a warp, not a block
 FLOAT_TYPES = (DType.F32, DType.F16, DType.BF16, DType.F64)
 
 
@@ -70,8 +72,27 @@ def gemv(node, name) -> list[KernelSpec]:
   {acc_t} acc[{rows}];
   #pragma unroll
   for (int r = 0; r < {rows}; ++r) acc[r] = 0;"""
-    if sym.equal(b_st.strides[-2], 1) and b_st.mask is None and a_st.mask is None:
-        vec = _vector_loop(node, a, b, inputs, bnames, rows, acc_t)
+    small_k = sym.is_static(k) and k * node.dtype.itemsize <= WARP_K_BYTES
+    if sym.equal(b_st.strides[-2], 1) and b_st.mask is None and a_st.mask is None and small_k:
+        vec = _vector_loop(node, a, b, inputs, bnames, rows, acc_t, "lane", 32)
+        code = f"""{head}
+  long long tiles = (N + {GEMV_WARPS - 1}) / {GEMV_WARPS};  // a warp per column: K is short
+  long long col = (blockIdx.x % tiles) * {GEMV_WARPS} + warp, bz = blockIdx.x / tiles;
+  if (col >= N) return;  // warp-uniform, and no barrier below
+  {bl}
+  {vec}
+  #pragma unroll
+  for (int r = 0; r < {rows}; ++r) {{
+    {acc_t} s = acc[r];
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
+    if (lane == 0 && r < M) out[{out_base} + r * N + col] = {store_value(node.dtype, "s")};
+  }}
+  (void)part;
+}}
+"""
+        grid = sym.norm(n_batch * sym.ceildiv(n, GEMV_WARPS))
+    elif sym.equal(b_st.strides[-2], 1) and b_st.mask is None and a_st.mask is None:
+        vec = _vector_loop(node, a, b, inputs, bnames, rows, acc_t, "threadIdx.x", GEMV_THREADS)
         code = f"""{head}
   long long col = blockIdx.x % N, bz = blockIdx.x / N;
   {bl}
@@ -159,8 +180,9 @@ def _column_loads(node, b, inputs, bnames, v, acc_t, b_at) -> str:
     }}"""
 
 
-def _vector_loop(node, a, b, inputs, bnames, rows, acc_t) -> str:
-    """The split-K loop of the k-contiguous form: 16-byte loads when every row is aligned."""
+def _vector_loop(node, a, b, inputs, bnames, rows, acc_t, tid: str, step: int) -> str:
+    """The split-K loop of the k-contiguous form over `step` threads (`tid` the thread's index
+    among them): 16-byte loads when every row is aligned."""
     base_a, a_st = view_of(a)
     base_b, b_st = view_of(b)
     pa, pb = pointer_of(a, inputs), pointer_of(b, inputs)
@@ -173,7 +195,7 @@ def _vector_loop(node, a, b, inputs, bnames, rows, acc_t) -> str:
     a_contig = sym.equal(a_st.strides[-1], 1)
     a_row = c_dim(a_st.strides[-2])
     cond = f"lum_aligned16(bp) && lum_aligned16(ap) && (M == 1 || (({a_row} * (long long)sizeof({s_t})) & 15) == 0)"
-    scalar = f"""for (long long kk = threadIdx.x; kk < K; kk += {GEMV_THREADS}) {{
+    scalar = f"""for (long long kk = {tid}; kk < K; kk += {step}) {{
       {acc_t} bv = ({acc_t})({load_value(base_b.dtype, "bp[kk]")});
       #pragma unroll
       for (int r = 0; r < {rows}; ++r)
@@ -186,7 +208,7 @@ def _vector_loop(node, a, b, inputs, bnames, rows, acc_t) -> str:
   const {s_t}* ap = {pa} + {addr(a_st, "0", "0")};
   if ({cond}) {{  // block-uniform: 16-byte loads of B's column and A's rows
     const long long KV = K / {lanes};
-    for (long long q = threadIdx.x; q < KV; q += {GEMV_THREADS}) {{
+    for (long long q = {tid}; q < KV; q += {step}) {{
       alignas(16) {s_t} bv[{lanes}];
       *(uint4*)bv = *(const uint4*)(bp + q * {lanes});
       #pragma unroll
@@ -200,7 +222,7 @@ def _vector_loop(node, a, b, inputs, bnames, rows, acc_t) -> str:
         }}
       }}
     }}
-    for (long long kk = KV * {lanes} + threadIdx.x; kk < K; kk += {GEMV_THREADS}) {{  // the tail
+    for (long long kk = KV * {lanes} + {tid}; kk < K; kk += {step}) {{  // the tail
       {acc_t} bv = ({acc_t})({load_value(base_b.dtype, "bp[kk]")});
       #pragma unroll
       for (int r = 0; r < {rows}; ++r)
