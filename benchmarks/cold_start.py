@@ -134,7 +134,7 @@ def load() -> str:
         return "load average unknown"
 
 
-def run(layers: int, models: list[str], devices: list[str], repeat: int) -> dict:
+def run(layers: int, models: list[str], devices: list[str], repeat: int, partial: Path | None = None) -> dict:
     rows = []
     for device in devices:
         for model in models:
@@ -152,6 +152,8 @@ def run(layers: int, models: list[str], devices: list[str], repeat: int) -> dict
                     shutil.rmtree(cache_dir, ignore_errors=True)
                 rows.append(row)
                 print(line(row), flush=True)
+                if partial is not None:  # what is measured so far survives an interrupted run
+                    partial.write_text(json.dumps({"rows": rows, "partial": True}, indent=1))
     return {"rows": rows, "summary": summary(rows)}
 
 
@@ -206,7 +208,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=str(RESULTS / "cold_start.json"))
     opts = ap.parse_args(argv)
     started = time.perf_counter()
-    result = run(opts.layers, opts.models, opts.devices, opts.repeat)
+    Path(opts.json).parent.mkdir(parents=True, exist_ok=True)
+    result = run(opts.layers, opts.models, opts.devices, opts.repeat, Path(opts.json))
     result["elapsed_s"] = time.perf_counter() - started
     result["cpu_count"] = os.cpu_count()
     Path(opts.json).parent.mkdir(parents=True, exist_ok=True)
