@@ -23,9 +23,16 @@ from onnx import numpy_helper
 
 from luminal.builder import Graph, Tensor
 from luminal.builder import functional as F
-from luminal.errors import LuminalError
+from luminal.errors import LuminalError, ShapeError
 from luminal.frontends.onnx import registry
-from luminal.frontends.onnx.errors import InvalidModelError, NeedsValue, OnnxError, OnnxImportError, UnsupportedOpsError
+from luminal.frontends.onnx.errors import (
+    InvalidModelError,
+    NeedsShape,
+    NeedsValue,
+    OnnxError,
+    OnnxImportError,
+    UnsupportedOpsError,
+)
 from luminal.frontends.onnx.shape_eval import evaluate as evaluate_symbolic
 from luminal.frontends.onnx.values import Known, Seq, Value, hlir_dtype
 from luminal.hlir import symbolic as sym
@@ -107,6 +114,14 @@ def dim_symbol_name(name: str) -> str:
     return clean if ok else f"d_{clean}"
 
 
+def input_dim_name(input_name: str, axis: int, dim_param: str) -> str:
+    """The symbol of a dynamic input dim: its dim_param, or (unnamed, or a name with no letter
+    or digit such as "?") one of its own, `<input>_dim<axis>`."""
+    if dim_param and re.search(r"[0-9A-Za-z]", dim_param):
+        return dim_symbol_name(dim_param)
+    return dim_symbol_name(f"{input_name}_dim{axis}")
+
+
 def positive_dim(name: str):
     """The symbol of a dynamic dim: a positive integer, so that min(1, seq) folds to 1 and the
     shape arithmetic of exported models stays simple. A call that binds one to 0 is compiled
@@ -169,12 +184,10 @@ class Importer:
                 raise OnnxImportError(f"input {vi.name!r} has no declared rank; luminal needs the rank of every input")
             dims = []
             for axis, d in enumerate(tt.shape.dim):
-                if d.HasField("dim_value"):
+                if d.HasField("dim_value") and d.dim_value >= 0:  # -1 (some exporters): dynamic
                     dims.append(int(d.dim_value))
-                elif d.dim_param:
-                    dims.append(dim_symbol_name(d.dim_param))
-                else:  # an unnamed dynamic dim
-                    dims.append(dim_symbol_name(f"{vi.name}_dim{axis}"))
+                else:
+                    dims.append(input_dim_name(vi.name, axis, d.dim_param))
             dtype = hlir_dtype(tt.elem_type, f"input {vi.name!r}: ")
             self.inputs.append((vi.name, tt.elem_type, tuple(dims)))
             if vi.name in self.shapes:
@@ -202,11 +215,23 @@ class Importer:
             except RecursionError:
                 raise OnnxImportError(f"{node.op_type} node {node.name or self.node_index!r}: graph too deep") from None
             except LuminalError as exc:
+                symbolic = self._symbolic_input(node) if isinstance(exc, ShapeError) else None
+                if symbolic is not None:  # shapes sympy cannot reconcile for every binding: resolve per call
+                    raise NeedsShape(f"{node.op_type} node {node.name or self.node_index!r}: {exc}; compiled per "
+                                     "input shape", symbolic) from exc
                 raise OnnxImportError(f"{node.op_type} node {node.name or self.node_index!r}: {exc}") from exc
             except Exception as exc:  # noqa: BLE001 - a malformed node must not crash the import
                 raise OnnxImportError(
                     f"{node.op_type} node {node.name or self.node_index!r} cannot be lowered: {type(exc).__name__}: {exc}"
                 ) from exc
+
+    def _symbolic_input(self, node: onnx.NodeProto) -> str | None:
+        """The first input of `node` that is a tensor with a symbolic dim, or None."""
+        for name in node.input:
+            v = self.values.get(name) if name else None
+            if v is not None and v.tensor is not None and not all(sym.is_static(d) for d in v.tensor.shape):
+                return name
+        return None
 
     def run_subgraph(self, graph: onnx.GraphProto, feeds: dict[str, Value]) -> list[Value]:
         """Import a subgraph (If/Loop body) in a scope seeing the outer values; its outputs."""
@@ -217,6 +242,14 @@ class Importer:
                 self.values[init.name] = Value(known=Known(initializer_array(init), hlir_dtype(init.data_type)))
             self.run_nodes(graph.node)
             return [self.values[o.name] for o in graph.output]
+        except NeedsValue as exc:  # name the outer-scope value the needed one comes from
+            inner = {o for n in graph.node for o in n.output} | set(feeds) | {i.name for i in graph.initializer}
+            outer = {i for n in graph.node for i in n.input if i and i not in inner}
+            values, shapes = _value_deps(graph.node, outer, exc.value_name)
+            names = sorted(values) + sorted(shapes)
+            if not names or exc.value_name in saved:
+                raise
+            raise type(exc)(str(exc), names[0]) from None
         finally:
             self.values = saved
 

@@ -14,7 +14,7 @@ from luminal.compiler import compile_outputs
 from luminal.errors import InputError, LuminalError
 from luminal.frontends.onnx import loader
 from luminal.frontends.onnx.errors import NeedsShape, NeedsValue, OnnxError, OnnxImportError, OnnxInputError
-from luminal.frontends.onnx.importer import Importer, dim_symbol_name, graph_input_deps
+from luminal.frontends.onnx.importer import Importer, graph_input_deps, input_dim_name
 from luminal.hlir import symbolic as sym
 
 COMPILED_KEPT = 32  # graphs compiled per distinct input value/shape kept by one model (least recently used dropped)
@@ -223,7 +223,7 @@ def _declared_shape(vi) -> tuple:
     """The declared shape, dynamic dims named as the importer names their symbols."""
     dims = vi.type.tensor_type.shape.dim
     return tuple(
-        d.dim_value if d.HasField("dim_value") else dim_symbol_name(d.dim_param or f"{vi.name}_dim{axis}")
+        d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else input_dim_name(vi.name, axis, d.dim_param)
         for axis, d in enumerate(dims)
     )
 

@@ -171,6 +171,8 @@ def _min(c, a, b):
     never picking the static number as the size."""
     if sym.is_static(a) and sym.is_static(b):
         return min(a, b)
+    if sym.is_static(a) and a <= 0:  # b is a size: never negative
+        return a
     d = sym.as_expr(b) - a
     if d.is_nonnegative:
         return a
