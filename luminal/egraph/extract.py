@@ -53,6 +53,7 @@ class Extraction:
                 self.enodes.append((OPS.get(name, name), kids, lits, out))
         self.size = len(self.enodes)
         self.numel = self._numels()
+        self.readers = self._readers()
         self.best: dict = {}
         self._settle()
 
@@ -73,6 +74,20 @@ class Extraction:
                 if cls not in numel and kids and all(k in numel for k in kids):
                     numel[cls] = max(numel[k] for k in kids)
         return numel
+
+    def _readers(self) -> dict:
+        """e-class -> how many other e-classes have an e-node that reads it. A parent counts a
+        child's cost divided by this, so a value read by several (the residual stream: the norm
+        and the add) is paid for about once in all, not once per reader. Plain tree costs double
+        at every layer, and past a few layers their float sums round away every difference
+        between the e-nodes of one class (at 8 Llama layers, ~1e20: a MatMul tied with the
+        product it replaces, and lost)."""
+        readers: dict = {}
+        for _, kids, _, cls in self.enodes:
+            for k in kids:
+                if k != cls:
+                    readers.setdefault(k, set()).add(cls)
+        return {k: len(r) for k, r in readers.items()}
 
     def own_cost(self, name: Op | str, kids: list, lits: list, cls) -> float:
         if name in FREE:
@@ -115,7 +130,7 @@ class Extraction:
                 if waiting[p] == 0:
                     name, kids, lits, pcls = self.enodes[p]
                     if pcls not in cost:
-                        total = self.own_cost(name, kids, lits, pcls) + sum(cost[k] for k in kids)
+                        total = self.own_cost(name, kids, lits, pcls) + sum(cost[k] / self.readers[k] for k in kids)
                         heapq.heappush(heap, (total, p))
         self.cost = cost
 
