@@ -20,9 +20,11 @@ from luminal.frontends.torch import compile_forward, dynamo
 
 pytestmark = pytest.mark.skipif(not os.environ.get("LUMINAL_SLOW"), reason="heavy: run with LUMINAL_SLOW=1")
 
-# torch.export cannot trace Qwen2-VL: its vision tower reads image_grid_thw with .item() and
-# builds position ids of a data-dependent size (a GuardOnDataDependentSymNode in torch itself)
-EXPORT_FAILS = {"qwen2_vl"}
+# torch.export cannot trace these: Qwen2-VL's vision tower reads image_grid_thw with .item() and
+# branches on the data-dependent sizes (luminal's UnsupportedError names the data-dependent
+# control flow); Idefics3 drops padding images with a boolean mask (pixel_values[real_images]),
+# where torch.export itself fails (PendingUnbackedSymbolNotFound, raised by torch, not luminal)
+EXPORT_FAILS = {"qwen2_vl", "idefics3"}
 
 
 @pytest.mark.parametrize("name", VLMS)
@@ -54,7 +56,7 @@ def test_vlm_forward_export(name, monkeypatch):
                 luminal.compile(model, (), kw, device="numpy")
         monkeypatch.setenv("TRANSFORMERS_DISABLE_TORCH_CHECK", "1")
         if name in EXPORT_FAILS:
-            with pytest.raises(Exception, match="data-dependent|Could not guard|GuardOnDataDependent"):
+            with pytest.raises(Exception, match="data-dependent|Pending unbacked symbols"):
                 luminal.compile(model, (), kw, device="numpy")
             return
         got = luminal.compile(model, (), kw)(**kw).logits
