@@ -32,6 +32,7 @@ NOMINAL_DIM = 128  # symbolic dims count as this many elements when costing
 ITEMSIZE = 4.0
 FREE = {"Leaf", "Splat", Op.VIEW}
 PREFERENCE = {op: -1.0 for op in FUSED}  # on a tie, the fused op
+EXACT_SCALE = 8  # costs are summed as integers in units of 1 / EXACT_SCALE (`Extraction._exact`)
 
 
 class Extraction:
@@ -53,7 +54,6 @@ class Extraction:
                 self.enodes.append((OPS.get(name, name), kids, lits, out))
         self.size = len(self.enodes)
         self.numel = self._numels()
-        self.readers = self._readers()
         self.best: dict = {}
         self._settle()
 
@@ -75,20 +75,6 @@ class Extraction:
                     numel[cls] = max(numel[k] for k in kids)
         return numel
 
-    def _readers(self) -> dict:
-        """e-class -> how many other e-classes have an e-node that reads it. A parent counts a
-        child's cost divided by this, so a value read by several (the residual stream: the norm
-        and the add) is paid for about once in all, not once per reader. Plain tree costs double
-        at every layer, and past a few layers their float sums round away every difference
-        between the e-nodes of one class (at 8 Llama layers, ~1e20: a MatMul tied with the
-        product it replaces, and lost)."""
-        readers: dict = {}
-        for _, kids, _, cls in self.enodes:
-            for k in kids:
-                if k != cls:
-                    readers.setdefault(k, set()).add(cls)
-        return {k: len(r) for k, r in readers.items()}
-
     def own_cost(self, name: Op | str, kids: list, lits: list, cls) -> float:
         if name in FREE:
             return 0.0
@@ -101,6 +87,14 @@ class Extraction:
         elif name in (Op.SOFTMAX, Op.SIGMOID, Op.EXP):
             flops = 4.0 * out
         return LAUNCH + ITEMSIZE * (inputs + out) + flops / FLOPS_PER_BYTE + PREFERENCE.get(name, 0.0)
+
+    def _exact(self, name, kids, lits, cls) -> int:
+        """`own_cost` in eighths of a byte, as an integer: sums of tree costs are then exact
+        (Python ints), whatever their size. Tree costs count a shared value once per reader and
+        so grow about 160x per Llama layer; in floats, past ~8 layers (~1e20) the sum rounded
+        away every difference between the e-nodes of one class (a MatMul tied with the product
+        it replaces, and lost half the time)."""
+        return round(self.own_cost(name, kids, lits, cls) * EXACT_SCALE)
 
     def _last_dim(self, cls) -> float:
         shape = self.view_shape.get(cls)
@@ -116,7 +110,7 @@ class Extraction:
             for k in distinct:
                 parents.setdefault(k, []).append(i)
             if not distinct:
-                heapq.heappush(heap, (self.own_cost(name, kids, lits, cls), i))
+                heapq.heappush(heap, (self._exact(name, kids, lits, cls), i))
         cost: dict = {}
         while heap:
             c, i = heapq.heappop(heap)
@@ -130,7 +124,7 @@ class Extraction:
                 if waiting[p] == 0:
                     name, kids, lits, pcls = self.enodes[p]
                     if pcls not in cost:
-                        total = self.own_cost(name, kids, lits, pcls) + sum(cost[k] / self.readers[k] for k in kids)
+                        total = self._exact(name, kids, lits, pcls) + sum(cost[k] for k in kids)
                         heapq.heappush(heap, (total, p))
         self.cost = cost
 
