@@ -229,10 +229,13 @@ def compose(outer: ShapeTracker, inner: ShapeTracker) -> ShapeTracker | None:
     inner by that dim's contiguous stride, staying within it. No masks, `outer` at offset 0."""
     if outer.mask is not None or inner.mask is not None or not sym.equal(outer.offset, 0):
         return None
-    want = contiguous_strides(inner.shape)
+    want, unit = contiguous_strides(inner.shape), contiguous_strides(outer.shape)
     used, strides = set(), []
-    for d, s in zip(outer.shape, outer.strides):
-        if sym.equal(d, 1) or sym.equal(s, 0):
+    for i, (d, s) in enumerate(zip(outer.shape, outer.strides)):
+        if sym.equal(d, 1):  # any stride reads the same: the contiguous one (what GEMM layouts expect)
+            strides.append(unit[i])
+            continue
+        if sym.equal(s, 0):
             strides.append(0)
             continue
         j = next((j for j, (n, w) in enumerate(zip(inner.shape, want))
