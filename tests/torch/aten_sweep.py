@@ -112,6 +112,8 @@ def _args(op, layout: str, dtype, inputs: list):
             inputs.append(torch.randint(-n, n, (2,), generator=torch.Generator().manual_seed(i)) if n else
                           torch.zeros((0,), dtype=torch.int64))
             args.append(("index-list", i))
+        elif a.name in FILL and a.kwarg_only:
+            kwargs[a.name] = FILL[a.name](tuple(subject_shape), dtype)
         elif a.name in FILL:
             args.append(("const", FILL[a.name](tuple(subject_shape), dtype)))
         elif a.name == "dim" and t in ("int", "Optional[int]"):
@@ -143,7 +145,7 @@ FILL = {
     "start": lambda s, dt: 0,
     "length": lambda s, dt: 1,
     "split_size": lambda s, dt: 2,
-    "split_sizes": lambda s, dt: [1, s[0] - 1] if s and s[0] else [0],
+    "split_sizes": lambda s, dt: [1, s[-1] - 1] if s and s[-1] else [0],
     "sizes": lambda s, dt: [1, s[-1]] if s else [],
     "k": lambda s, dt: 1,
     "dimension": lambda s, dt: -1,
@@ -163,7 +165,7 @@ FILL = {
 }
 
 
-def _call(op, layout, args, xs):
+def _call(op, layout, args, xs, kwargs=None):
     real = []
     for kind, v in args:
         if kind == "subject-list":
@@ -176,20 +178,20 @@ def _call(op, layout, args, xs):
             real.append(xs[v])
         else:
             real.append(v)
-    return op(*real)
+    return op(*real, **(kwargs or {}))
 
 
 class Case:
-    def __init__(self, key, layout, dtype_name, op, args, slots):
+    def __init__(self, key, layout, dtype_name, op, args, slots, kwargs=None):
         self.key, self.layout, self.dtype_name = key, layout, dtype_name
-        self.op, self.args, self.slots = op, args, slots
+        self.op, self.args, self.slots, self.kwargs = op, args, slots, kwargs or {}
 
     @property
     def id(self) -> str:
         return f"{self.key}/{self.layout}/{self.dtype_name}"
 
     def run(self, xs):
-        return _call(self.op, self.layout, self.args, xs)
+        return _call(self.op, self.layout, self.args, xs, self.kwargs)
 
 
 def overloads() -> list[str]:
@@ -209,7 +211,7 @@ def generate():
             for dname, dtype in DTYPES.items():
                 local: list = []
                 try:
-                    args, _ = _args(op, layout, dtype, local)
+                    args, kwargs = _args(op, layout, dtype, local)
                 except NoGenerator as exc:
                     skipped[key] = str(exc)
                     break
@@ -217,7 +219,7 @@ def generate():
                     continue
                 slots = list(range(len(inputs), len(inputs) + len(local)))
                 args = [(k, slots[v] if k in ("subject", "plain", "subject-list", "index-list") else v) for k, v in args]
-                case = Case(key, layout, dname, op, args, slots)
+                case = Case(key, layout, dname, op, args, slots, kwargs)
                 try:
                     with torch.no_grad():
                         out = case.run(inputs + local)

@@ -16,8 +16,8 @@ import warnings
 
 import pytest
 import torch
-from aten_sweep import Batch, compare, generate, run_batch
-from aten_sweep_exclusions import EXCLUDED, NOT_GENERATED
+from aten_sweep import Batch, compare, generate, overloads, run_batch
+from aten_sweep_exclusions import EXCLUDED, NO_CASE, NOT_GENERATED
 
 import luminal
 from luminal.errors import IndexOutOfRange, UnsupportedError
@@ -51,6 +51,12 @@ def test_not_generated_is_exactly_the_listed_overloads(sweep):
     _, _, skipped = sweep
     assert set(skipped) == set(NOT_GENERATED), (sorted(set(skipped) - set(NOT_GENERATED)),
                                                 sorted(set(NOT_GENERATED) - set(skipped)))
+
+
+def test_overloads_without_cases_are_exactly_the_listed_ones(sweep):
+    cases, _, skipped = sweep
+    none = set(overloads()) - {c.key for c in cases} - set(skipped)
+    assert none == set(NO_CASE), (sorted(none - set(NO_CASE)), sorted(set(NO_CASE) - none))
 
 
 def test_sweep_numpy(sweep):
