@@ -226,12 +226,12 @@ class Importer:
                 ) from exc
 
     def _symbolic_input(self, node: onnx.NodeProto) -> str | None:
-        """The first input of `node` that is a tensor with a symbolic dim, or None."""
-        for name in node.input:
-            v = self.values.get(name) if name else None
-            if v is not None and v.tensor is not None and not all(sym.is_static(d) for d in v.tensor.shape):
-                return name
-        return None
+        """An input of `node` that is a tensor with a symbolic dim (preferring one computed from
+        graph inputs, whose shapes the model can then compile in), or None."""
+        names = [n for n in node.input if n and self.values.get(n) is not None and self.values[n].tensor is not None
+                 and not all(sym.is_static(d) for d in self.values[n].tensor.shape)]
+        traced = [n for n in names if any(graph_input_deps(self.proto.graph, n))]
+        return (traced or names or [None])[0]
 
     def run_subgraph(self, graph: onnx.GraphProto, feeds: dict[str, Value]) -> list[Value]:
         """Import a subgraph (If/Loop body) in a scope seeing the outer values; its outputs."""
@@ -249,7 +249,8 @@ class Importer:
             names = sorted(values) + sorted(shapes)
             if not names or exc.value_name in saved:
                 raise
-            raise type(exc)(str(exc), names[0]) from None
+            traced = [n for n in names if any(graph_input_deps(self.proto.graph, n))]
+            raise type(exc)(str(exc), (traced or names)[0]) from None
         finally:
             self.values = saved
 
