@@ -174,3 +174,19 @@ def test_roofline_of_a_bf16_llama_decode_step_is_near_compulsory():
     weight_bytes = 2 * sum(int(np.prod(s)) for s in weight_shapes(cfg).values())
     gemm_bytes = sum(r["bytes"] for r in rows if r["class"] == "gemm")
     assert weight_bytes <= gemm_bytes <= 1.1 * weight_bytes, (gemm_bytes, weight_bytes)
+
+
+def test_narrow_matmul_kernels_compile_with_nvrtc(tiny_decode):
+    """The CUDA kernels of the tiny bf16 decode step (bf16 GEMV / MatMul loads, f32 accumulation)
+    compile for sm_90 without spills."""
+    nvrtc = pytest.importorskip("luminal.kernels.nvrtc")
+    if not nvrtc.nvrtc_available():
+        pytest.skip("NVRTC wheel not installed")
+    from luminal.kernels.plan import KernelPlan
+
+    plan = KernelPlan.build(tiny_decode[2].outputs)
+    gemms = [k for k in plan.launches if k.output.op is Op.MAT_MUL]
+    assert gemms and all(k.output.dtype is lm.bf16 for k in gemms)
+    binary = nvrtc.compile_cuda(plan.source, "sm_90")
+    assert {k.name for k in plan.launches} <= set(binary.kernels)
+    assert not any(r.spill_stores or r.spill_loads for r in binary.kernels.values())
