@@ -24,19 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.gpu_models import TINY, build_llama, torch_llama, weight_shapes, weight_stats  # noqa: E402
 
 
-class _one_torch_thread:
-    """torch's reference on one thread: after the C backend ran in this process (its OpenMP
-    driver turns on libgomp's dynamic teams, process-wide), torch's multithreaded CPU bf16
-    kernels were seen to return NaNs on this loaded 2-core machine, now and then."""
-
-    def __enter__(self):
-        self.threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.threads)
-
-
 def _bf16(a: np.ndarray) -> np.ndarray:
     return a.astype(lm.bf16.numpy)
 
@@ -90,9 +77,8 @@ def test_bf16_linears_become_narrow_matmuls_on_every_backend():
     want = cg(feeds)
     plain = g.run(feeds)  # the unoptimized graph: widen, f32 sums, round
     tx, t1, t2, tb = (_torch(a) for a in (feeds["x"], w1, w2, bias))
-    with _one_torch_thread():
-        th = torch.nn.functional.silu(torch.nn.functional.linear(tx, t1))
-        eager = [torch.nn.functional.linear(th, t2, tb), th[:1] @ t2.T]
+    th = torch.nn.functional.silu(torch.nn.functional.linear(tx, t1))  # multithreaded torch, after the C backend
+    eager = [torch.nn.functional.linear(th, t2, tb), th[:1] @ t2.T]
     cpu = CpuRuntime(cg.outputs)(feeds)
     emu = KernelRuntime(cg.outputs, "cuda-emulator")(feeds)
     for i, name in enumerate(("y", "row")):
@@ -142,7 +128,7 @@ def test_tiny_bf16_llama_decode_step_matches_on_every_backend(tiny_decode):
     want = cg(feeds)
     plain = g.run(feeds)
     model = torch_llama(TINY, {k: _torch(v) for k, v in weights.items()}, "decode")
-    with torch.no_grad(), _one_torch_thread():
+    with torch.no_grad():
         eager = model(torch.from_numpy(feeds["ids"]), torch.from_numpy(feeds["pos"]),
                       *(_torch(feeds[f"{kv}{i}"]) for i in range(TINY["layers"]) for kv in "kv"))
     cpu = CpuRuntime(cg.outputs)(feeds)

@@ -47,6 +47,10 @@ const char lum_kernel_names[] = "@NAMES@";
 void lum_run(const long long* table, long long n_steps, void* const* bufs, const long long* dims, char* arena,
              const long long* offsets, int* err, int threads, double* seconds, int f64) {
   lum_f64 = f64;
+  /* The OpenMP settings are the calling thread's, and torch shares this libgomp (the same
+     soname, loaded first): they are restored on return. Left on, dynamic teams made torch's
+     oneDNN bf16 GEMMs, which assume full teams, return NaNs after a luminal call. */
+  const int outer_threads = omp_get_max_threads(), outer_dynamic = omp_get_dynamic();
   omp_set_num_threads(threads);
   omp_set_dynamic(1);  // libgomp sizes each team by the machine's load: no oversubscription
   lum_threads = threads;
@@ -67,6 +71,8 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
     }
     t += 3 + np + nd;
   }
+  omp_set_dynamic(outer_dynamic);
+  omp_set_num_threads(outer_threads);
 }
 """
 
