@@ -101,38 +101,43 @@ def _cubic_taps(ft, n_in, n_out, align_corners, scale):
 
 def _aa_taps(ft, n_in, n_out, align_corners, scale, cubic):
     """Antialiased (PIL-style) taps: a triangle (bilinear) or a=-0.5 cubic filter stretched by
-    the downscale factor, normalized per output position (torch's _compute_weights_aa).
-    Known gap: on +-inf inputs the set of zero-weight taps differs from torch's kernel, so an
-    output torch makes NaN may come out +-inf here (or the reverse); finite inputs agree."""
-    s = float(_scale(np.float64, n_in, n_out, align_corners, scale))
+    the downscale factor, normalized per output position: torch's `_compute_weights_aa`
+    operation for operation, in its types (`ft` values, double where C++ promotes to double),
+    so the taps are torch's own (a float64 center dropped a tap at 7 -> 3, and +-inf inputs
+    then gave a finite value where torch has inf). Known gap: at a cubic filter's zero crossing
+    torch's weight can be a rounding residue (6.5e-15 at 7 -> 3) where this one is exactly 0,
+    so an inf input there gives NaN here and inf in torch; finite inputs agree."""
+    s = _scale(ft, n_in, n_out, align_corners, scale)
     interp = 4 if cubic else 2
-    support = interp / 2 * s if s >= 1.0 else interp / 2 * 1.0
-    invscale = 1.0 / s if s >= 1.0 else 1.0
+    support = ft(interp * 0.5 * float(s)) if s >= 1.0 else ft(interp * 0.5)
+    invscale = ft(1.0 / float(s)) if s >= 1.0 else ft(1.0)
+    a = ft(-0.5)
 
-    def filt(x):
-        x = abs(x)
+    def filt(x):  # scalar_t arithmetic (HelperInterpLinear / HelperInterpCubic ::aa_filter)
+        x = ft(abs(x))
         if not cubic:
-            return 1.0 - x if x < 1.0 else 0.0
-        a = -0.5
+            return ft(1.0) - x if x < 1.0 else ft(0.0)
         if x < 1.0:
-            return ((a + 2) * x - (a + 3)) * x * x + 1
+            return ((a + ft(2)) * x - (a + ft(3))) * x * x + ft(1)
         if x < 2.0:
-            return (((x - 5) * x + 8) * x - 4) * a
-        return 0.0
+            return ((a * x - ft(5) * a) * x + ft(8) * a) * x - ft(4) * a
+        return ft(0.0)
 
     width = int(math.ceil(support)) * 2 + 1
     idx = np.zeros((n_out, width), np.int64)
-    w = np.zeros((n_out, width), np.float64)
+    w = np.zeros((n_out, width), ft)
     valid = np.zeros((n_out, width), bool)
     for o in range(n_out):
-        center = s * (o + 0.5)
-        xmin = max(int(center - support + 0.5), 0)
-        xsize = min(int(center + support + 0.5), n_in) - xmin
-        ws = [filt((j + xmin - center + 0.5) * invscale) for j in range(xsize)]
-        total = sum(ws)
+        center = ft(float(s) * (o + 0.5))
+        xmin = max(int(float(center - support) + 0.5), 0)
+        xsize = min(int(float(center + support) + 0.5), n_in) - xmin
+        ws = [filt(ft((float(ft(j + xmin) - center) + 0.5) * float(invscale))) for j in range(xsize)]
+        total = ft(0.0)
+        for v in ws:
+            total = ft(total + v)
         for j in range(xsize):
-            idx[o, j], w[o, j], valid[o, j] = xmin + j, (ws[j] / total if total != 0 else 0.0), True
-    return idx, w.astype(ft), valid
+            idx[o, j], w[o, j], valid[o, j] = xmin + j, (ws[j] / total if total != 0 else ft(0.0)), True
+    return idx, w, valid
 
 
 def _resize(cx, x, output_size, scale_factors, mode, align_corners=None, aa=False):
