@@ -3,8 +3,9 @@ every mode (one graph per family, through luminal.compile on the NumPy runtime a
 cpu backend, and through torch.compile), and whole models — torchvision's (random weights) and
 tiny Hugging Face ones (SegFormer, DINOv2, ConvNeXt, DETR).
 
-The whole models are heavy (Dynamo's tracing alone is 5-60 s each on a 2-core machine): they run
-with LUMINAL_SLOW=1:  LUMINAL_SLOW=1 .venv/bin/pytest -q tests/torch/test_vision_models.py -s
+The whole models are heavy (Dynamo's tracing alone is 5-60 s each on a 2-core machine): the default
+run covers resnet18, mobilenet_v3_small and SegFormer (`DEFAULT_RUN`), the rest run with
+LUMINAL_SLOW=1:  LUMINAL_SLOW=1 .venv/bin/pytest -q tests/torch/test_vision_models.py -s
 """
 
 import os
@@ -17,8 +18,6 @@ from vision_models import hf_vision_models, randomize, torchvision_models
 
 import luminal
 from luminal.frontends.torch import dynamo
-
-slow = pytest.mark.skipif(not os.environ.get("LUMINAL_SLOW"), reason="heavy: run with LUMINAL_SLOW=1")
 
 
 class Family(torch.nn.Module):
@@ -140,15 +139,20 @@ def _check_model(name, model, x, kw=False):
     assert_same(got, want, atol=1e-4, rtol=1e-4)  # deep random nets: f32 sums in another order
 
 
-@slow
+DEFAULT_RUN = {"resnet18", "mobilenet_v3_small", "segformer"}  # in every run of the suite; the rest slow
+
+
 @pytest.mark.parametrize("name", sorted(torchvision_models()))
 def test_torchvision_model(name):
+    if not os.environ.get("LUMINAL_SLOW") and name not in DEFAULT_RUN:
+        pytest.skip("heavy: run with LUMINAL_SLOW=1")
     model = randomize(torchvision_models()[name]())
     _check_model(name, model, torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2)))
 
 
-@slow
 @pytest.mark.parametrize("name", sorted(hf_vision_models()))
 def test_hf_vision_model(name):
+    if not os.environ.get("LUMINAL_SLOW") and name not in DEFAULT_RUN:
+        pytest.skip("heavy: run with LUMINAL_SLOW=1")
     model = randomize(hf_vision_models()[name]())
     _check_model(name, model, torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2)), kw=True)

@@ -2,8 +2,9 @@
 PaliGemma, Qwen2-VL, Idefics3) through torch.compile (strict) and luminal.compile, forward and
 greedy generate() token-equal to eager.
 
-Heavy (Dynamo alone spends 15-70 s tracing each of these models on a 2-core machine), so they
-run only with LUMINAL_SLOW=1:  LUMINAL_SLOW=1 .venv/bin/pytest -q tests/torch/test_vlm_models.py -s
+Heavy (Dynamo alone spends 15-70 s tracing each of these models on a 2-core machine): the default
+run covers Gemma 3 multimodal (forward through Dynamo and generate()), the rest run with
+LUMINAL_SLOW=1:  LUMINAL_SLOW=1 .venv/bin/pytest -q tests/torch/test_vlm_models.py -s
 The ops they needed (masked_scatter, unfold, bucketize, ...) are covered in the default run by
 tests/torch/test_aten_edge_sweep.py.
 """
@@ -18,7 +19,13 @@ from torch_helpers import assert_same, max_abs_error
 import luminal
 from luminal.frontends.torch import compile_forward, dynamo
 
-pytestmark = pytest.mark.skipif(not os.environ.get("LUMINAL_SLOW"), reason="heavy: run with LUMINAL_SLOW=1")
+SLOW = bool(os.environ.get("LUMINAL_SLOW"))
+DEFAULT_RUN = {"gemma3_mm"}  # the seed's multimodal model, in every run of the suite
+
+
+def _heavy(name):
+    if not SLOW and name not in DEFAULT_RUN:
+        pytest.skip("heavy: run with LUMINAL_SLOW=1")
 
 # torch.export cannot trace these: Qwen2-VL's vision tower reads image_grid_thw with .item() and
 # branches on the data-dependent sizes (luminal's UnsupportedError names the data-dependent
@@ -29,6 +36,7 @@ EXPORT_FAILS = {"qwen2_vl", "idefics3"}
 
 @pytest.mark.parametrize("name", VLMS)
 def test_vlm_forward_dynamo(name):
+    _heavy(name)
     model, kw = make_vlm(name), vlm_example(name)
     torch._dynamo.reset()
     before, fallbacks = luminal.stats()["graphs_compiled"], len(dynamo.EAGER_FALLBACKS)
@@ -66,6 +74,7 @@ def test_vlm_forward_export(name, monkeypatch):
 
 @pytest.mark.parametrize("name", VLMS)
 def test_vlm_generate_token_equal(name):
+    _heavy(name)
     kw = vlm_example(name)
     with torch.no_grad():
         want = make_vlm(name).generate(**kw, max_new_tokens=8, do_sample=False)
