@@ -88,13 +88,6 @@ def enabled() -> bool:
     return os.environ.get("LUMINAL_COMPILE_CACHE", "1") != "0"
 
 
-def max_bytes() -> int:
-    try:
-        return int(float(os.environ.get("LUMINAL_CACHE_MAX_MB", 1024)) * (1 << 20))
-    except ValueError:
-        return 1024 << 20
-
-
 def folder() -> Path:
     from luminal.kernels.cache import cache_dir
 
@@ -290,9 +283,9 @@ def write(digest: str, text: str, refs: dict[int, str], optimized: list[Node], r
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        from luminal.kernels.cache import prune
+        from luminal.kernels.cache import prune, size_bound
 
-        prune(directory, max_bytes(), recent_s=0.0)  # entries are read whole: pruning one in use is harmless
+        prune(directory, size_bound(), recent_s=0.0)  # entries are read whole: pruning one in use is harmless
         return path
     except Exception as exc:  # noqa: BLE001 - a cache that cannot write is only slower
         LOG.debug("compile cache: not stored: %s: %s", type(exc).__name__, exc)

@@ -41,12 +41,21 @@ def touch(path: Path) -> bool:
     return True
 
 
+def size_bound() -> int:
+    """The size bound of each cache folder: `$LUMINAL_CACHE_MAX_MB` megabytes (fractions allowed;
+    a value that is not a number is ignored), else `MAX_MB`."""
+    try:
+        return int(float(os.environ.get("LUMINAL_CACHE_MAX_MB", MAX_MB)) * (1 << 20))
+    except ValueError:
+        return MAX_MB << 20
+
+
 def prune(directory: Path, max_bytes: int | None = None, recent_s: float = RECENT_S) -> int:
     """Bound `directory` to `max_bytes` by deleting whole entries (the files whose names share
     the part before the first dot: `key.bin` and `key.log` go together), least recently used
     first, never one used in the last `recent_s` seconds. Returns the bytes freed."""
     if max_bytes is None:
-        max_bytes = int(os.environ.get("LUMINAL_CACHE_MAX_MB", MAX_MB)) << 20
+        max_bytes = size_bound()
     entries: dict[str, list] = {}  # stem -> [last use, bytes, files]
     total = 0
     for f in directory.iterdir():

@@ -228,3 +228,16 @@ def test_the_disk_cache_is_bounded_least_recently_used_first(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["new.bin", "new.log", "old.bin", "old.log"]
     assert prune(tmp_path, max_bytes=0) == 200  # "new"; "old" was used within RECENT_S: kept
     assert prune(tmp_path, max_bytes=0, recent_s=0) == 200
+
+
+def test_one_reading_of_the_cache_size_bound(monkeypatch, tmp_path):
+    """Every cache folder (C libraries, NVRTC binaries, compile-cache entries) reads
+    $LUMINAL_CACHE_MAX_MB the same way: megabytes, fractions allowed, a non-number ignored."""
+    from luminal.kernels.cache import MAX_MB, prune, size_bound
+
+    monkeypatch.setenv("LUMINAL_CACHE_MAX_MB", "0.5")
+    assert size_bound() == 1 << 19
+    (tmp_path / "a.bin").write_bytes(b"x" * 10)
+    assert prune(tmp_path) == 0  # was a ValueError from int("0.5")
+    monkeypatch.setenv("LUMINAL_CACHE_MAX_MB", "lots")
+    assert size_bound() == MAX_MB << 20

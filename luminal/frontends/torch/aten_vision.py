@@ -163,10 +163,11 @@ def _resize(cx, x, output_size, scale_factors, mode, align_corners=None, aa=Fals
     return x
 
 
-def _scales_of(args):
-    """The trailing scales_h / scales_w / ... of an upsample `.default` overload (None: from sizes)."""
+def _scales_of(args, output_size):
+    """The trailing scales_h / scales_w / ... of an upsample `.default` overload, when there is
+    one per output dim (else None: the scales come from the sizes)."""
     vals = [a for a in args if a is not None]
-    return vals or None
+    return vals if vals and len(vals) == len(output_size) else None
 
 
 # --- nearest --------------------------------------------------------------------------------
@@ -177,8 +178,7 @@ def upsample_nearest_vec(cx, x, output_size, scale_factors):
 
 @aten("upsample_nearest1d.default", "upsample_nearest2d.default", "upsample_nearest3d.default")
 def upsample_nearest(cx, x, output_size, *scales):
-    return _resize(cx, x, output_size, _scales_of(scales) if len(_scales_of(scales) or ()) == len(output_size) else None,
-                   "nearest")
+    return _resize(cx, x, output_size, _scales_of(scales, output_size), "nearest")
 
 
 @aten("_upsample_nearest_exact1d.vec", "_upsample_nearest_exact2d.vec", "_upsample_nearest_exact3d.vec")
@@ -188,8 +188,7 @@ def upsample_nearest_exact_vec(cx, x, output_size, scale_factors):
 
 @aten("_upsample_nearest_exact1d.default", "_upsample_nearest_exact2d.default", "_upsample_nearest_exact3d.default")
 def upsample_nearest_exact(cx, x, output_size, *scales):
-    sc = _scales_of(scales)
-    return _resize(cx, x, output_size, sc if sc and len(sc) == len(output_size) else None, "nearest-exact")
+    return _resize(cx, x, output_size, _scales_of(scales, output_size), "nearest-exact")
 
 
 # --- linear, cubic, antialiased ---------------------------------------------------------------
@@ -200,8 +199,7 @@ def upsample_linear_vec(cx, x, output_size, align_corners, scale_factors):
 
 @aten("upsample_linear1d.default", "upsample_bilinear2d.default", "upsample_trilinear3d.default")
 def upsample_linear(cx, x, output_size, align_corners, *scales):
-    sc = _scales_of(scales)
-    return _resize(cx, x, output_size, sc if sc and len(sc) == len(output_size) else None, "linear", align_corners)
+    return _resize(cx, x, output_size, _scales_of(scales, output_size), "linear", align_corners)
 
 
 @aten("upsample_bicubic2d.vec")
@@ -211,8 +209,7 @@ def upsample_bicubic_vec(cx, x, output_size, align_corners, scale_factors):
 
 @aten("upsample_bicubic2d.default")
 def upsample_bicubic(cx, x, output_size, align_corners, *scales):
-    sc = _scales_of(scales)
-    return _resize(cx, x, output_size, sc if sc and len(sc) == len(output_size) else None, "bicubic", align_corners)
+    return _resize(cx, x, output_size, _scales_of(scales, output_size), "bicubic", align_corners)
 
 
 @aten("_upsample_bilinear2d_aa.vec")
@@ -222,8 +219,7 @@ def upsample_bilinear_aa_vec(cx, x, output_size, align_corners, scale_factors):
 
 @aten("_upsample_bilinear2d_aa.default")
 def upsample_bilinear_aa(cx, x, output_size, align_corners, *scales):
-    sc = _scales_of(scales)
-    return _resize(cx, x, output_size, sc if sc and len(sc) == len(output_size) else None, "linear", align_corners,
+    return _resize(cx, x, output_size, _scales_of(scales, output_size), "linear", align_corners,
                    aa=True)
 
 
@@ -234,8 +230,7 @@ def upsample_bicubic_aa_vec(cx, x, output_size, align_corners, scale_factors):
 
 @aten("_upsample_bicubic2d_aa.default")
 def upsample_bicubic_aa(cx, x, output_size, align_corners, *scales):
-    sc = _scales_of(scales)
-    return _resize(cx, x, output_size, sc if sc and len(sc) == len(output_size) else None, "bicubic", align_corners,
+    return _resize(cx, x, output_size, _scales_of(scales, output_size), "bicubic", align_corners,
                    aa=True)
 
 
