@@ -27,6 +27,7 @@ from luminal.frontends.onnx import (  # noqa: F401 - registers ops
     ops_rnn,
     ops_scatter,
     ops_signal,
+    ops_spectral,
     ops_tensor,
 )
 from luminal.frontends.onnx.backend import Backend, BackendRep
