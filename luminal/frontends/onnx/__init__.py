@@ -13,6 +13,7 @@ callable `OnnxModel`) and `backend` (`onnx.backend.base.Backend` for onnx's Back
 
 from luminal.frontends.onnx import (  # noqa: F401 - registers ops
     ops_attention,
+    ops_bitcast,
     ops_bits,
     ops_contrib,
     ops_grid,
