@@ -206,6 +206,38 @@ def test_an_unwritable_cache_folder_only_costs_the_cache(tmp_path, monkeypatch):
     np.testing.assert_array_equal(g.compile(device="numpy")(x=X)[0], g.compile(device="numpy")(x=X)[0])
 
 
+def test_torch_compile_of_a_batch_norm_model_hits_at_dynamo_level(cache):
+    """Eval-mode batch norm lowers per call (as `_native_batch_norm_legit_no_training`, what
+    aot_autograd gives), so a conv net's second compile skips the lowering, the import and
+    egglog: its Dynamo graph is found in the cache."""
+    torch = pytest.importorskip("torch")
+    from luminal.compiler import STATS
+
+    def model():
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1), torch.nn.BatchNorm2d(4)).eval()
+        with torch.no_grad():
+            for bn in (m[1], m[4]):
+                bn.running_mean.uniform_(-0.5, 0.5)
+                bn.running_var.uniform_(0.5, 1.5)
+        return m
+
+    x = torch.randn(2, 3, 6, 6)
+    reports = []
+    with torch.no_grad():
+        for _ in range(2):
+            torch._dynamo.reset()
+            m = model()
+            torch.testing.assert_close(torch.compile(m, backend="luminal", options={"device": "numpy"})(x), m(x),
+                                       rtol=1e-5, atol=1e-5)
+            reports.append(STATS.compiled[-1].report())
+    assert reports[0].cache == {"optimize": "miss"}
+    assert any(n.startswith("lowered to core ATen by decomposing") for n in reports[0].notes), reports[0].notes
+    assert reports[1].cache == {"dynamo graph": "hit", "optimize": "hit"}
+    assert not set(reports[1].phases) & {"lower", "import", *EGGLOG_PHASES}, reports[1].phases
+
+
 def test_dynamo_graphs_that_differ_in_a_constant_do_not_share_an_entry(cache):
     """fx_cache spells Dynamo's graph node by node (no generated code): a scalar argument is
     part of the key, so a model that differs only in it is a miss and computes its own result."""

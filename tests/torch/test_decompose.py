@@ -133,13 +133,20 @@ def test_export_path_decomposes_per_call_and_falls_back_on_mutation():
     assert_same(cm(torch.zeros(3)), torch.full((3,), 2.0))  # the buffer update was written back
 
 
-def test_decompose_graph_declines_an_unsupported_decomposition():
-    # batch_norm traced without functionalization is native_batch_norm, outside luminal's table
+def test_decompose_graph_lowers_eval_batch_norm_and_declines_training():
+    # eval mode: the functional op aot_autograd gives; training mode traced without
+    # functionalization updates the running statistics in place: aot_autograd's job
+    x = torch.randn(3, 4)
     model = torch.nn.BatchNorm1d(4).eval()
-    ep = torch.export.export(model, (torch.randn(3, 4),))
-    assert decompose_graph(ep.graph_module) is None
     with torch.no_grad():
-        cm = luminal.compile(model, (torch.randn(3, 4),))
-        x = torch.randn(3, 4)
+        model.running_mean.uniform_(-1, 1)
+        model.running_var.uniform_(0.5, 2)
+        ep = torch.export.export(model, (x,))
+        aten = decompose_graph(ep.graph_module)
+        targets = [n.target for n in aten.graph.nodes if n.op == "call_function"]
+        assert torch.ops.aten._native_batch_norm_legit_no_training.default in targets, targets
+        cm = luminal.compile(model, (x,))
         assert_same(cm(x), model(x))
-    assert cm.report().notes[0].endswith("run_decompositions")
+        assert "decomposing" in cm.report().notes[0]
+        trained = torch.nn.BatchNorm1d(4).train()
+        assert decompose_graph(torch.export.export(trained, (x,)).graph_module) is None

@@ -27,9 +27,9 @@ This is exactly what aot_autograd would produce only where nothing needs its mac
 - graphs that need gradients (an input requires grad while grad mode is on);
 - symbolic shapes (any SymInt in the graph: the dynamic regime after a recompile);
 - mutation: a traced call with a mutable ATen op (in-place methods, `setitem`, `copy_`);
-- a call that decomposes into an op luminal's ATen table lacks (`F.batch_norm` traced
-  without functionalization is `native_batch_norm`; aot_autograd gives the functional
-  `_native_batch_norm_legit_no_training` luminal supports);
+- a call that decomposes into an op luminal's ATen table lacks (`F.batch_norm` in training
+  mode, traced without functionalization, is `native_batch_norm`; in eval mode it becomes
+  `_native_batch_norm_legit_no_training`, as under aot_autograd);
 - calls that observe storage (`as_strided` on an input with a storage offset), side effects
   (a node without a tensor result other than the known no-ops), `call_module` nodes, or any
   argument that is not a plain value.
@@ -93,8 +93,22 @@ def decompositions() -> dict:
         from torch._decomp import core_aten_decompositions
 
         table = core_aten_decompositions()
-        return {op: table[op] for op in table}
-    return dict(_core_aten_decompositions_post_autograd())
+        out = {op: table[op] for op in table}
+    else:
+        out = dict(_core_aten_decompositions_post_autograd())
+    out[torch.ops.aten.native_batch_norm.default] = _batch_norm_no_training
+    return out
+
+
+def _batch_norm_no_training(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """`native_batch_norm` in eval mode as the functional op aot_autograd's functionalization
+    gives (torch's `native_batch_norm_decomposition`, registered on the Autograd key, which only
+    the Python dispatcher aot_autograd enables runs); training, or no running statistics: left
+    alone (not in luminal's table: the graph falls back to aot_autograd)."""
+    if training or running_mean is None or running_var is None:
+        return NotImplemented
+    return torch.ops.aten._native_batch_norm_legit_no_training.default(input, weight, bias, running_mean, running_var,
+                                                                       momentum, eps)
 
 
 def _is_tensor(v) -> bool:
