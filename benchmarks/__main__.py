@@ -5,6 +5,7 @@
     python -m benchmarks --models llama-tiny bert-tiny   # some models: results/cpu_<models>.json/.md
     python -m benchmarks --models llama-small-decode     # greedy generate() with the KV cache, per token
     python -m benchmarks --cold-start    # torch.compile first calls cold and warm (benchmarks/cold_start.py)
+    python -m benchmarks --onnx          # ONNX models against onnxruntime (benchmarks/onnx_bench.py)
 Writes benchmarks/results/cpu.json, cpu.md and cpu.png (the plot needs matplotlib).
 """
 
@@ -141,7 +142,13 @@ def main(argv=None) -> int:
                         "no compile-time scaling, README untouched")
     parser.add_argument("--cold-start", action="store_true", help="only the cold-start table (benchmarks/cold_start.py; "
                         "the options after --cold-start are that script's)")
+    parser.add_argument("--onnx", action="store_true", help="only the ONNX table (benchmarks/onnx_bench.py; "
+                        "the options after --onnx are that script's)")
     argv = sys.argv[1:] if argv is None else list(argv)
+    if "--onnx" in argv:
+        from benchmarks import onnx_bench
+
+        return onnx_bench.main(argv[argv.index("--onnx") + 1:])
     if "--cold-start" in argv:
         from benchmarks import cold_start
 
