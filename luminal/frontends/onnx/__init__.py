@@ -16,6 +16,7 @@ from luminal.frontends.onnx import (  # noqa: F401 - registers ops
     ops_bitcast,
     ops_bits,
     ops_contrib,
+    ops_detection,
     ops_grid,
     ops_linalg,
     ops_loss,
