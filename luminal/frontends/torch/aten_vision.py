@@ -3,10 +3,10 @@ convolution.
 
 Interpolation and adaptive pooling are separable gathers: along each resized dim, output
 position o reads the input at a few taps idx[o, t] with weights w[o, t]. The tap tables are
-computed here with NumPy in the dtype torch computes them in (float32 for float32 inputs), with
-torch's formulas (aten/src/ATen/native/UpSample.h), so the chosen source indices are torch's
-bit for bit; the graph is `index_select` per tap, times its weight, summed. Shapes must be
-static (the tables are constants): a symbolic spatial dim raises UnsupportedError.
+torch's own, bit for bit (aten_vision_taps: its formulas in its C types, with the fused
+multiply-adds of its AVX2/AVX512 builds), so indices, zero weights and therefore inf/NaN
+propagation are torch's; the graph is `index_select` per tap, times its weight, summed. Shapes
+must be static (the tables are constants): a symbolic spatial dim raises UnsupportedError.
 
 Transposed convolution is the regular one on a zero-interleaved, re-padded input with the
 kernel flipped and its channel axes swapped per group (the gradient-of-conv identity).
@@ -14,14 +14,13 @@ kernel flipped and its channel axes swapped per group (the gradient-of-conv iden
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from luminal.builder import nn
 from luminal.errors import UnsupportedError
 from luminal.frontends.torch.aten_movement import _spread
 from luminal.frontends.torch.aten_ops import aten
+from luminal.frontends.torch.aten_vision_taps import aa_taps, cubic_taps, linear_taps, nearest_taps
 from luminal.frontends.torch.dims import shape_of
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
@@ -35,13 +34,6 @@ def _static(dims, what):
 
 def _opmath(x) -> type:
     return np.float64 if x.dtype is DType.F64 else np.float32
-
-
-def _scale(ft, n_in, n_out, align_corners, scale):
-    """area_pixel_compute_scale: the step in input units per output position."""
-    if align_corners:
-        return ft((n_in - 1) / (n_out - 1)) if n_out > 1 else ft(0)
-    return ft(1.0 / scale) if scale is not None and scale > 0 else ft(n_in) / ft(n_out)
 
 
 def _taps_apply(x, dim, idx, wts=None, valid=None):
@@ -59,87 +51,6 @@ def _taps_apply(x, dim, idx, wts=None, valid=None):
     return out
 
 
-def _nearest_taps(ft, n_in, n_out, scale, exact):
-    o = np.arange(n_out)
-    if n_out == n_in:
-        return o[:, None]
-    if n_out == 2 * n_in and not exact:
-        return (o >> 1)[:, None]
-    s = _scale(ft, n_in, n_out, False, scale)
-    pos = (o.astype(ft) + ft(0.5)) * s if exact else o.astype(ft) * s
-    return np.minimum(np.floor(pos).astype(np.int64), n_in - 1)[:, None]
-
-
-def _linear_taps(ft, n_in, n_out, align_corners, scale):
-    s = _scale(ft, n_in, n_out, align_corners, scale)
-    o = np.arange(n_out).astype(ft)
-    src = o * s if align_corners else np.maximum(s * (o + ft(0.5)) - ft(0.5), ft(0))
-    i0 = np.minimum(src.astype(np.int64), n_in - 1)
-    i1 = i0 + (i0 < n_in - 1)
-    l1 = (src - i0.astype(ft)).astype(ft)
-    return np.stack([i0, i1], 1), np.stack([ft(1) - l1, l1], 1)
-
-
-def _cubic_taps(ft, n_in, n_out, align_corners, scale):
-    s = _scale(ft, n_in, n_out, align_corners, scale)
-    o = np.arange(n_out).astype(ft)
-    src = o * s if align_corners else s * (o + ft(0.5)) - ft(0.5)
-    i = np.floor(src).astype(np.int64)
-    t = (src - np.floor(src)).astype(ft)
-    a = ft(-0.75)
-
-    def near(v):  # |v| <= 1
-        return ((a + 2) * v - (a + 3)) * v * v + 1
-
-    def far(v):  # 1 < |v| < 2
-        return ((a * v - 5 * a) * v + 8 * a) * v - 4 * a
-
-    w = np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], 1).astype(ft)
-    idx = np.clip(np.stack([i - 1, i, i + 1, i + 2], 1), 0, n_in - 1)
-    return idx, w
-
-
-def _aa_taps(ft, n_in, n_out, align_corners, scale, cubic):
-    """Antialiased (PIL-style) taps: a triangle (bilinear) or a=-0.5 cubic filter stretched by
-    the downscale factor, normalized per output position: torch's `_compute_weights_aa`
-    operation for operation, in its types (`ft` values, double where C++ promotes to double),
-    so the taps are torch's own (a float64 center dropped a tap at 7 -> 3, and +-inf inputs
-    then gave a finite value where torch has inf). Known gap: at a cubic filter's zero crossing
-    torch's weight can be a rounding residue (6.5e-15 at 7 -> 3) where this one is exactly 0,
-    so an inf input there gives NaN here and inf in torch; finite inputs agree."""
-    s = _scale(ft, n_in, n_out, align_corners, scale)
-    interp = 4 if cubic else 2
-    support = ft(interp * 0.5 * float(s)) if s >= 1.0 else ft(interp * 0.5)
-    invscale = ft(1.0 / float(s)) if s >= 1.0 else ft(1.0)
-    a = ft(-0.5)
-
-    def filt(x):  # scalar_t arithmetic (HelperInterpLinear / HelperInterpCubic ::aa_filter)
-        x = ft(abs(x))
-        if not cubic:
-            return ft(1.0) - x if x < 1.0 else ft(0.0)
-        if x < 1.0:
-            return ((a + ft(2)) * x - (a + ft(3))) * x * x + ft(1)
-        if x < 2.0:
-            return ((a * x - ft(5) * a) * x + ft(8) * a) * x - ft(4) * a
-        return ft(0.0)
-
-    width = int(math.ceil(support)) * 2 + 1
-    idx = np.zeros((n_out, width), np.int64)
-    w = np.zeros((n_out, width), ft)
-    valid = np.zeros((n_out, width), bool)
-    for o in range(n_out):
-        center = ft(float(s) * (o + 0.5))
-        xmin = max(int(float(center - support) + 0.5), 0)
-        xsize = min(int(float(center + support) + 0.5), n_in) - xmin
-        ws = [filt(ft((float(ft(j + xmin) - center) + 0.5) * float(invscale))) for j in range(xsize)]
-        total = ft(0.0)
-        for v in ws:
-            total = ft(total + v)
-        for j in range(xsize):
-            idx[o, j], w[o, j], valid[o, j] = xmin + j, (ws[j] / total if total != 0 else ft(0.0)), True
-    return idx, w, valid
-
-
 def _resize(cx, x, output_size, scale_factors, mode, align_corners=None, aa=False):
     nsp = len(output_size) if output_size is not None else len(scale_factors)
     spatial = _static(x.shape[x.ndim - nsp :], f"upsample ({mode})")
@@ -147,19 +58,25 @@ def _resize(cx, x, output_size, scale_factors, mode, align_corners=None, aa=Fals
     scales = list(scale_factors) if scale_factors is not None else [None] * nsp
     if mode != "nearest" and not x.dtype.is_float:
         raise UnsupportedError(f"upsample ({mode}) of a {x.dtype} tensor")
+    if aa and nsp == 2 and out_sizes[1] == 1 and out_sizes[0] not in (1, spatial[0]):
+        raise UnsupportedError(
+            f"antialiased {mode} resize {tuple(spatial)} -> {tuple(out_sizes)}: torch's CPU kernel "
+            "repeats the first output row when the output width is 1 (eager's answer is not the "
+            "resize), and luminal does not reproduce it")
     ft = _opmath(x)
     # the last dim first, as torch's separable kernels do
     for i in reversed(range(nsp)):
         d = x.ndim - nsp + i
         n_in, n_out, sc = spatial[i], out_sizes[i], scales[i]
         if mode in ("nearest", "nearest-exact"):
-            x = _taps_apply(x, d, _nearest_taps(ft, n_in, n_out, sc, mode == "nearest-exact"))
+            x = _taps_apply(x, d, nearest_taps(ft, n_in, n_out, sc, mode == "nearest-exact"))
         elif aa:
-            x = _taps_apply(x, d, *_aa_taps(ft, n_in, n_out, align_corners, sc, mode == "bicubic"))
+            taps = aa_taps(ft, n_in, n_out, align_corners, sc, mode == "bicubic")
+            x = x if taps is None else _taps_apply(x, d, *taps)  # torch skips a same-size dim
         elif mode == "linear":
-            x = _taps_apply(x, d, *_linear_taps(ft, n_in, n_out, align_corners, sc))
+            x = _taps_apply(x, d, *linear_taps(ft, n_in, n_out, align_corners, sc))
         else:
-            x = _taps_apply(x, d, *_cubic_taps(ft, n_in, n_out, align_corners, sc))
+            x = _taps_apply(x, d, *cubic_taps(ft, n_in, n_out, align_corners, sc))
     return x
 
 

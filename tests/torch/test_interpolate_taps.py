@@ -1,0 +1,137 @@
+"""Interpolation's tap tables are torch's bit for bit, so non-finite inputs propagate as in eager.
+
+`aten_vision_taps` ports torch's CPU index/weight computations in their C types, with the fused
+multiply-adds torch's AVX2/AVX512 builds contract (`torch_contracts_fma`). A weight that is a
+rounding residue in torch (6.5e-15 at a cubic's zero crossing) and exactly 0 in a port turns an
+inf input into NaN; a same-size dim that torch skips (antialiased) or reads twice with weight 0
+(bilinear) decides where a NaN spreads. The tables are checked against eager with one-hot
+probes, then whole resizes with +-inf and NaN inputs through both frontends.
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_helpers import assert_same
+
+import luminal
+from luminal.errors import UnsupportedError
+from luminal.frontends.torch import aten_vision_taps as taps
+
+
+def _eager_matrix(n_in, n_out, dtype, **kw):
+    """torch's resize of the last dim as an (n_out, n_in) matrix: one one-hot probe per input."""
+    probes = torch.eye(n_in, dtype=dtype).reshape(n_in, 1, 1, n_in)
+    return F.interpolate(probes, size=(1, n_out), **kw)[:, 0, 0].T.numpy()
+
+
+def _tap_matrix(table, n_in, n_out, ft):
+    if table is None:  # a same-size antialiased dim: skipped
+        return np.eye(n_in, dtype=ft)
+    idx, w, valid = (table + (None, None))[:3] if isinstance(table, tuple) else (table, None, None)
+    m = np.zeros((n_out, n_in), ft)
+    for o in range(n_out):
+        for t in range(idx.shape[1]):
+            if valid is None or valid[o, t]:
+                m[o, idx[o, t]] += ft(1) if w is None else w[o, t]  # in tap order, as torch sums
+    return m
+
+
+MODES = {
+    "bilinear": lambda ft, i, o, ac: taps.linear_taps(ft, i, o, ac, None),
+    "bicubic": lambda ft, i, o, ac: taps.cubic_taps(ft, i, o, ac, None),
+    "bilinear-aa": lambda ft, i, o, ac: taps.aa_taps(ft, i, o, ac, None, False),
+    "bicubic-aa": lambda ft, i, o, ac: taps.aa_taps(ft, i, o, ac, None, True),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_tap_tables_are_eagers_bit_for_bit(mode, dtype):
+    ft = np.float32 if dtype == torch.float32 else np.float64
+    for n_in in range(1, 12):
+        for n_out in range(1, 15):
+            for ac in (False, True):
+                want = _eager_matrix(n_in, n_out, dtype, mode=mode.split("-")[0], align_corners=ac,
+                                     antialias=mode.endswith("aa"))
+                got = _tap_matrix(MODES[mode](ft, n_in, n_out, ac), n_in, n_out, ft)
+                np.testing.assert_array_equal(got, want, err_msg=f"{mode} {n_in} -> {n_out} ac={ac}")
+
+
+def test_nearest_indices_are_eagers():
+    for n_in in range(1, 12):
+        for scale in (None, 0.3, 0.7, 1.3, 2.1, 2.5):
+            for exact in (False, True):
+                if scale and int(n_in * scale) < 1:
+                    continue
+                x = torch.arange(n_in, dtype=torch.float32).reshape(1, 1, 1, n_in)
+                kw = {"scale_factor": (1, scale)} if scale else {"size": (1, 2 * n_in - 1)}
+                want = F.interpolate(x, mode="nearest-exact" if exact else "nearest", **kw)[0, 0, 0]
+                got = taps.nearest_taps(np.float32, n_in, want.shape[0], scale, exact)[:, 0]
+                np.testing.assert_array_equal(got, want.numpy().astype(np.int64))
+
+
+def test_zero_crossing_residue():
+    """7 -> 3 bicubic-aa: torch's weight at the filter's zero crossing is an FMA residue."""
+    _, w, valid = taps.aa_taps(np.float32, 7, 3, False, None, True)
+    residue = w[2][valid[2]][2]  # output 2 reads input 3 at |x| = 1 of the filter
+    assert (residue != 0) == taps.torch_contracts_fma()
+
+
+NONFINITE = [
+    lambda x: F.interpolate(x, size=(3, 4), mode="bilinear", antialias=True),
+    lambda x: F.interpolate(x, size=(2, 3), mode="bicubic", antialias=True),
+    lambda x: F.interpolate(x, size=(3, 4), mode="bicubic", antialias=True, align_corners=True),
+    lambda x: F.interpolate(x, size=(9, 3), mode="bicubic", antialias=True),  # up and down
+    lambda x: F.interpolate(x, size=(5, 3), mode="bicubic", antialias=True),  # a same-size dim
+    lambda x: F.interpolate(x, size=(3, 7), mode="bilinear", antialias=True),
+    lambda x: F.interpolate(x, size=(9, 11), mode="bilinear"),
+    lambda x: F.interpolate(x, size=(5, 4), mode="bilinear"),  # same-size H: weight-0 taps
+    lambda x: F.interpolate(x, size=(3, 4), mode="bilinear", align_corners=True),
+    lambda x: F.interpolate(x, size=(9, 11), mode="bicubic"),
+    lambda x: F.interpolate(x, size=(5, 7), mode="bicubic"),  # integer sources: zero weights
+    lambda x: F.interpolate(x, size=(3, 4), mode="bicubic", align_corners=True),
+    lambda x: F.interpolate(x, size=(8, 5), mode="nearest-exact"),
+]
+
+
+class Resizes(torch.nn.Module):
+    def forward(self, x):
+        return tuple(f(x) for f in NONFINITE)
+
+
+def _nonfinite_input():
+    x = torch.randn(2, 3, 5, 7, generator=torch.Generator().manual_seed(3))
+    x[0, 0, 2, 3] = float("inf")
+    x[0, 1, 0, 0] = -float("inf")
+    x[0, 2, 4, 6] = float("nan")
+    x[1, 0, 1, 2], x[1, 0, 1, 4] = float("inf"), -float("inf")  # inf - inf in one window
+    x[1, 1, 3, :] = float("inf")
+    x[1, 2, :, 5] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("path", ["export-numpy", "export-cpu", "dynamo"])
+def test_nonfinite_inputs_propagate_as_in_eager(path):
+    x = _nonfinite_input()
+    model = Resizes()
+    want = model(x)
+    assert any(w.isinf().any() for w in want) and any(w.isnan().any() for w in want)
+    if path == "dynamo":
+        torch._dynamo.reset()
+        got = torch.compile(model, backend="luminal", options={"strict": True, "device": "numpy"})(x)
+    else:
+        got = luminal.compile(model, (x,), device=path.split("-")[1])(x)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert torch.equal(g.isnan(), w.isnan()) and torch.equal(g.isinf(), w.isinf()), f"case {i}"
+        assert_same(g, w), f"case {i}"
+
+
+def test_antialiased_width_one_is_refused():
+    """torch's CPU aa kernel repeats the first output row when the output width is 1: not a
+    resize, so luminal refuses it rather than answer differently from eager."""
+    x = torch.randn(1, 2, 4, 3)
+    model = torch.nn.Module()
+    model.forward = lambda x: F.interpolate(x, size=(6, 1), mode="bilinear", antialias=True)
+    with pytest.raises(UnsupportedError, match="output width is 1"):
+        luminal.compile(model, (x,), device="numpy")
