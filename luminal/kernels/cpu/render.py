@@ -386,9 +386,14 @@ def matmul(node: Node, name: str):
     code = f"""const long long n_batch = {c_dim(sym.product(batch))};
   if ({m} <= 0 || {n} <= 0) return;
   if ({k} <= 0) {{ for (long long q = 0; q < n_batch * {m} * {n}; ++q) out[q] = {store_value(node.dtype, "0")}; return; }}
-  {t}* a_buf = NULL;  // contiguous copies, allocated when an operand is not a plain matrix
+  /* small GEMMs of a batch (attention's heads) in parallel, one per thread, when the BLAS is
+     the OpenMP team's own (MKL runs single-threaded inside the region); else one after another */
+  #pragma omp parallel if (lum_batch_parallel(n_batch, {m}, {n}, {k}))
+  {{
+  {t}* a_buf = NULL;  // contiguous copies (per thread), allocated when an operand is not a plain matrix
   {t}* b_buf = NULL;
   {t}* c_buf = {"NULL" if direct else f"({t}*)malloc(sizeof({t}) * {m} * {n})"};
+  #pragma omp for schedule(static)
   for (long long bz = 0; bz < n_batch; ++bz) {{
     {setup}
     const {t}* a_ptr; const {t}* b_ptr; int a_tr, b_tr; long long a_ld, b_ld;
@@ -397,7 +402,8 @@ def matmul(node: Node, name: str):
     lum_gemm_{g}(a_tr, b_tr, {m}, {n}, {k}, a_ptr, a_ld, b_ptr, b_ld, {c_ptr}, {n});
     {store}
   }}
-  free(a_buf); free(b_buf); free(c_buf);"""
+  free(a_buf); free(b_buf); free(c_buf);
+  }}"""
     return _kernel(name, node, inputs, symbols_of(node), False, code)
 
 

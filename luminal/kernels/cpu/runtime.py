@@ -9,10 +9,11 @@ shared library (`build.py`) and run by one native call per call of the model.
   `program.launch_table`) in C with the GIL released. The error flag (1: a Gather/Scatter index
   out of range, 2: an integer Mod by zero) is the call's own and read after it.
 - **threads**: OpenMP gets `torch.get_num_threads()` when torch is already imported, else
-  `os.cpu_count()`. The BLAS (the OpenBLAS NumPy ships, found in `numpy.libs` and passed to the
-  library as function pointers: no link-time dependency) gets the same count for a large GEMM
-  and one thread for a small one (set by the C code before each call). Loops under `PAR_MIN`
-  elements of work stay on one core.
+  `os.cpu_count()`. GEMMs go to a BLAS found at run time and passed to the library as function
+  pointers (no link-time dependency; `_Blas`): with torch loaded, the MKL inside PyTorch, whose
+  threads are the same libgomp team as the loops'; else the OpenBLAS NumPy ships, which gets
+  the same count for a large GEMM and one thread for a small one (set by the C code before each
+  call). Loops under `PAR_MIN` elements of work stay on one core.
 - **precision**: `get_precision("cpu")` is read per call and passed to `lum_run`: f32 GEMMs by
   default, as PyTorch's; under `set_precision("float64")` they accumulate in double (see
   `prelude.py`; about 2x slower on GEMM-bound models).
@@ -85,25 +86,58 @@ def make(outputs, artifacts: dict | None = None, **_options):
         return NumpyRuntime(outputs)
 
 
-# --- BLAS: the OpenBLAS NumPy ships --------------------------------------------------------------
+# --- BLAS: PyTorch's MKL when torch is loaded, else the OpenBLAS NumPy ships ---------------------
 class _Blas:
-    def __init__(self):
+    """The GEMM/GEMV entry points the C code calls, found at run time (no link-time dependency).
+
+    - **MKL inside PyTorch** (`libtorch_cpu.so` exports its Fortran `sgemm_`, `dgemm_`, `sgemv_`,
+      `dgemv_`), when torch is already imported: its threads are libgomp's, the same team as the
+      library's OpenMP loops, so a model alternating GEMMs and loops runs on one pool (with
+      OpenBLAS beside it, two pools of spinning threads fight over the cores). The prelude adapts
+      the Fortran LP64 calls to its row-major interface.
+    - **NumPy's OpenBLAS** (ILP64 `cblas_*64_` in `numpy.libs`) otherwise: importing torch only
+      for its BLAS would cost more than it saves.
+
+    `LUMINAL_BLAS=openblas` or `=mkl` forces one (for comparisons); a forced MKL without torch
+    loaded falls back to OpenBLAS."""
+
+    def __init__(self, kind: str):
+        self.kind = kind  # "mkl", "openblas" or "none" (loops)
         self.sgemm = self.dgemm = self.sgemv = self.dgemv = self.set_threads_ptr = None  # what the C code calls
+        self.path = None
+        if kind == "mkl" and self._find_mkl():
+            return
+        self.kind = "openblas" if self._find_openblas() else "none"
+
+    def _find_mkl(self) -> bool:
+        torch = sys.modules.get("torch")
+        lib_dir = os.path.join(os.path.dirname(getattr(torch, "__file__", "") or ""), "lib")
+        path = os.path.join(lib_dir, "libtorch_cpu.so")
+        if not os.path.exists(path):
+            return False
+        try:
+            lib = ctypes.CDLL(path)  # already loaded by `import torch`: the same handle
+            found = [ctypes.cast(getattr(lib, f"{n}_"), ctypes.c_void_p).value for n in ("sgemm", "dgemm", "sgemv", "dgemv")]
+        except (OSError, AttributeError):
+            return False
+        if not all(found):
+            return False
+        self.sgemm, self.dgemm, self.sgemv, self.dgemv = found
+        self.path = path
+        return True
+
+    def _find_openblas(self) -> bool:
         libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
         for path in sorted(glob.glob(os.path.join(libs, "*openblas*.so*"))):
             try:
                 lib = ctypes.CDLL(path)
             except OSError:
                 continue
-            for prefix, suffix in (("scipy_", "64_"), ("", "64_"), ("", "")):
+            for prefix, suffix in (("scipy_", "64_"), ("", "64_")):  # the C code passes 64-bit ints: ILP64 only
                 try:
                     self.sgemm = ctypes.cast(getattr(lib, f"{prefix}cblas_sgemm{suffix}"), ctypes.c_void_p).value
                     self.dgemm = ctypes.cast(getattr(lib, f"{prefix}cblas_dgemm{suffix}"), ctypes.c_void_p).value
                 except AttributeError:
-                    continue
-                ilp64 = suffix == "64_"
-                if not ilp64:  # the C code passes 64-bit ints: only an ILP64 BLAS fits
-                    self.sgemm = self.dgemm = None
                     continue
                 for name in ("sgemv", "dgemv"):  # optional: gemm serves matrix-vector products without them
                     fn = getattr(lib, f"{prefix}cblas_{name}{suffix}", None)
@@ -112,17 +146,30 @@ class _Blas:
                 if setter is not None:
                     self.set_threads_ptr = ctypes.cast(setter, ctypes.c_void_p).value
                 self.path = path
-                return
+                return True
+        self.sgemm = self.dgemm = None
+        return False
+
+    def bind(self, lib) -> None:
+        """Point the library `lib`'s GEMM entry points at this BLAS."""
+        if self.kind == "mkl":
+            lib.lum_set_fortran_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.sgemv, self.dgemv)))
+        else:
+            lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.set_threads_ptr,
+                                                            self.sgemv, self.dgemv)))
 
 
-_BLAS: _Blas | None = None
+_BLAS: dict[str, _Blas] = {}
 
 
 def blas() -> _Blas:
-    global _BLAS
-    if _BLAS is None:
-        _BLAS = _Blas()
-    return _BLAS
+    """The BLAS a runtime built now binds: MKL once torch is imported (see `_Blas`)."""
+    want = os.environ.get("LUMINAL_BLAS", "").strip().lower()
+    if want not in ("mkl", "openblas"):
+        want = "mkl" if "torch" in sys.modules else "openblas"
+    if want not in _BLAS:
+        _BLAS[want] = _Blas(want)
+    return _BLAS[want]
 
 
 def threads() -> int:
@@ -256,8 +303,8 @@ class CpuRuntime:
         self.library_path = library
         self.restored = restored is not None  # built from stored artifacts (no C rendered)
         lib = ctypes.CDLL(str(self.library_path))
-        b = blas()
-        lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (b.sgemm, b.dgemm, b.set_threads_ptr, b.sgemv, b.dgemv)))
+        self.blas = blas()
+        self.blas.bind(lib)
         self._run = lib.lum_run
         self._run.restype = None
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,

@@ -1,0 +1,75 @@
+"""The two BLASes the cpu backend binds (`runtime._Blas`): the MKL inside PyTorch (Fortran
+`sgemm_`, adapted to row-major by the prelude; its threads are the OpenMP team's, so a batch of
+small GEMMs runs one per thread) and NumPy's OpenBLAS (ILP64 cblas). Every GEMM form gives the
+NumPy runtime's answer on both, and the batch-parallel path keeps set_precision("float64")."""
+
+import numpy as np
+import pytest
+import torch  # noqa: F401  (loaded: the MKL inside it is what `LUMINAL_BLAS=mkl` binds)
+
+import luminal as lm
+from luminal.kernels.cpu import build
+from luminal.kernels.cpu.runtime import CpuRuntime, blas
+
+pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
+
+
+@pytest.fixture(params=["mkl", "openblas"])
+def blas_kind(request, monkeypatch):
+    monkeypatch.setenv("LUMINAL_BLAS", request.param)
+    assert blas().kind == request.param, f"{request.param} not found"
+    return request.param
+
+
+def test_every_gemm_form_matches_numpy(blas_kind):
+    """Batched (heads: one per thread on MKL), broadcast, transposed, copied (strided) operands,
+    M or N of 1 (gemv), f32/f64/f16/bf16/int64, against the NumPy runtime."""
+    g = lm.Graph("blas")
+    q, k = g.input("q", ("b", 4, "m", 8)), g.input("k", ("b", 4, "m", 8))
+    w = g.input("w", (5, 8))
+    g.output(q @ k.permute(0, 1, 3, 2), "heads")  # B transposed, batch of b * 4
+    g.output(q[:, :, :, ::2] @ k[:, :, :, 1::2].permute(0, 1, 3, 2), "strided")  # copies, per thread
+    g.output(q @ w.T, "broadcast_weight")
+    g.output(q[:, :, :1] @ w.T, "gemv")
+    g.output(q.cast(lm.f64) @ k.cast(lm.f64).permute(0, 1, 3, 2), "f64")
+    g.output(q.cast(lm.f16) @ k.cast(lm.f16).permute(0, 1, 3, 2), "f16")  # a widened result per thread
+    g.output(q.cast(lm.bf16) @ w.cast(lm.bf16).T, "bf16")
+    g.output(q.cast(lm.int64) @ k.cast(lm.int64).permute(0, 1, 3, 2), "i64")
+    cpu, ref = g.compile(device="cpu"), g.compile(device="numpy")
+    assert isinstance(cpu.runtime, CpuRuntime) and cpu.runtime.blas.kind == blas_kind
+    rng = np.random.default_rng(7)
+    for b, m in [(2, 5), (1, 1), (3, 16), (2, 0)]:
+        feeds = {"q": rng.integers(-3, 4, (b, 4, m, 8)).astype(np.float32),
+                 "k": rng.integers(-3, 4, (b, 4, m, 8)).astype(np.float32),
+                 "w": rng.integers(-3, 4, (5, 8)).astype(np.float32)}
+        for (name, _), out, want in zip(g.outputs, cpu(feeds), ref(feeds)):
+            assert out.dtype == want.dtype and out.shape == want.shape, name
+            # small integers: every product and sum is exact in f16/bf16/f32, so exact equality
+            np.testing.assert_array_equal(out, want, err_msg=f"{name} b={b} m={m} ({blas_kind})")
+
+
+def test_float64_precision_holds_in_a_batch(blas_kind):
+    """1e8 + 1 - 1e8 per head: 1 under set_precision("float64") (the flag is the calling thread's,
+    so a batch must not run on worker threads then), 0 in f32 by default."""
+    g = lm.Graph()
+    a, v = g.input("a", (6, 2, 3)), g.input("v", (6, 3, 2))
+    g.output(a @ v)
+    cpu = g.compile(device="cpu")
+    feeds = {"a": np.tile(np.array([1e8, 1.0, -1e8], np.float32), (6, 2, 1)), "v": np.ones((6, 3, 2), np.float32)}
+    np.testing.assert_array_equal(cpu(feeds)[0], np.zeros((6, 2, 2), np.float32))
+    lm.set_precision("float64")
+    try:
+        np.testing.assert_array_equal(cpu(feeds)[0], np.ones((6, 2, 2), np.float32))
+    finally:
+        lm.set_precision(None)
+
+
+def test_without_torch_the_default_is_numpys_openblas():
+    """A process that never imported torch does not import it for its BLAS."""
+    import subprocess
+    import sys
+
+    code = ("import sys, luminal.kernels.cpu.runtime as r; b = r.blas(); "
+            "print(b.kind, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["openblas", "False"]
