@@ -10,7 +10,8 @@ Per model: the compile (`luminal.onnx.compile`), then one call at each of the ma
 shapes with the test's own inputs (tests/onnx/test_real_onnx_models.py), the max |luminal -
 onnxruntime| over the outputs at each shape against the manifest's tolerance, the compile
 seconds (the compile plus the first call at each shape: a model whose shapes cannot stay
-symbolic compiles per shape there), and the median latency of luminal and onnxruntime at the
+symbolic compiles per shape there; cold: the run uses a fresh, empty `$LUMINAL_CACHE_DIR` unless
+`--warm`), and the median latency of luminal and onnxruntime at the
 first shape, measured in alternating rounds. A model whose package is not installed at the
 listed version is listed as skipped. Writes `benchmarks/results/onnx_sweep.md` (a partial run:
 `onnx_sweep_<models>.md`). Speed alone, with the ONNX suite's light models, is
@@ -22,7 +23,9 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
+import os
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -102,7 +105,10 @@ def main(argv=None) -> int:
     parser.add_argument("--models", nargs="+", metavar="STEM", help="only these models (the stems of the manifest's paths)")
     parser.add_argument("--heavy", action="store_true", help="the heavy models too")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--warm", action="store_true", help="keep the compile and kernel caches (default: cold compiles)")
     opts = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if not opts.warm:
+        os.environ["LUMINAL_CACHE_DIR"] = tempfile.mkdtemp(prefix="luminal-onnx-sweep-")
     sweep = _sweep_module()
     todo = [e for e in sweep.MANIFEST if opts.heavy or opts.models or not e.get("heavy")]
     if opts.models:
@@ -131,7 +137,7 @@ def main(argv=None) -> int:
     markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} threads, luminal device "
                 f"{opts.device!r}, onnxruntime {importlib.metadata.version('onnxruntime')} (`{cmd}`, {elapsed:.0f} s). "
                 f"{matched} of {ran} models run match onnxruntime at every shape. Compile s: the compile plus the "
-                "first call at each shape; latency: medians at the first shape, in alternating rounds; ratio = "
+                f"first call at each shape ({'warm' if opts.warm else 'cold'} caches); latency: medians at the first shape, in alternating rounds; ratio = "
                 "luminal / onnxruntime.\n\n" + table(rows))
     RESULTS.mkdir(exist_ok=True)
     stem = "onnx_sweep" + ("_" + "_".join(opts.models) if opts.models else "") + ("" if opts.device == "cpu" else f"_{opts.device}")

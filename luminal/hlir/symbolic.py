@@ -236,7 +236,9 @@ def exact_div(a: Dim, b: Dim) -> Dim | None:
     """a / b when it is an integer for every binding, else None."""
     if isinstance(a, int) and isinstance(b, int):
         return a // b if b and a % b == 0 else None
-    q = sympy.simplify(as_expr(a) / b)
+    q = as_expr(a) / b
+    if not q.is_integer:  # sympy cancels equal factors as it builds the quotient: simplify only if it did not
+        q = sympy.simplify(q)
     return norm(q) if q.is_integer else None
 
 

@@ -274,7 +274,8 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
             raise
         compiled = None
     if compiled is not None:
-        compiled.report().notes.extend(notes)
+        # the report as compiled: report() adds the roofline, a kernel plan's worth of work
+        compiled._report.notes.extend(notes)
         in_infos = [
             IOInfo(n, _np_dtype(t), tuple(d if isinstance(d, int) else str(sym.parse(d)) for d in shape))
             for n, t, shape in inputs

@@ -1,0 +1,73 @@
+"""Import cost over dynamic image dims: a stride-2 conv stack makes each dim a nested floor()
+(PaddleOCR's and YOLO's height and width), and every view of such a tensor (an unsqueeze inside
+Clip's maximum, a reshape) divides those dims. sympy cancels equal factors as it builds the
+quotient; `exact_div` used to `simplify` it anyway, which took minutes over PaddleOCR's graphs."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import sympy
+from onnx import TensorProto, helper, numpy_helper
+
+import luminal.onnx as lo
+from luminal.hlir import symbolic as sym
+
+
+@pytest.fixture
+def no_simplify(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("sympy.simplify called on a quotient sympy had already cancelled")
+
+    monkeypatch.setattr(sympy, "simplify", refuse)
+
+
+def _nested(d, depth: int):
+    for _ in range(depth):
+        d = sym.norm(sympy.floor((sym.as_expr(d) - 1) / 2) + 1)
+    return d
+
+
+def test_exact_div_of_nested_floor_dims_cancels_without_simplify(no_simplify):
+    h, w, c = _nested(sym.symbol("height"), 5), _nested(sym.symbol("width"), 5), sym.symbol("c")
+    assert sym.equal(sym.exact_div(sym.product([c, h, w]), h), sym.product([c, w]))
+    assert sym.equal(sym.exact_div(sym.product([4, h, w]), 2), sym.product([2, h, w]))
+
+
+def test_exact_div_that_needs_simplify_still_decides():
+    h = sym.symbol("height")
+    assert sym.equal(sym.exact_div(sym.norm(2 * h + 2), 2), sym.norm(h + 1))
+    assert sym.exact_div(h, 2) is None
+    assert sym.exact_div(sym.norm(3 * h), sym.norm(2 * h)) is None
+
+
+def _lcnet_like() -> onnx.ModelProto:
+    """Five stride-2 convs on a dynamic (N, 3, H, W) image, each followed by Clip(0, 6) (relu6)
+    and HardSwish, then global pooling and a flatten: PP-LCNet's pattern at the dims it makes."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    inits += [numpy_helper.from_array(np.array(0.0, np.float32), "lo"), numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+    cin = 3
+    for i in range(5):
+        w = numpy_helper.from_array((rng.standard_normal((8, cin, 3, 3)) * 0.3).astype(np.float32), f"w{i}")
+        inits.append(w)
+        nodes += [helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], strides=[2, 2], pads=[1, 1, 1, 1]),
+                  helper.make_node("Clip", [f"c{i}", "lo", "hi"], [f"r{i}"]),
+                  helper.make_node("HardSwish", [f"r{i}"], [f"h{i}"])]
+        x, cin = f"h{i}", 8
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["g"]), helper.make_node("Flatten", ["g"], ["y"])]
+    graph = helper.make_graph(nodes, "lcnet_like",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_conv_stack_with_clip_over_dynamic_dims_matches_onnxruntime(no_simplify):
+    proto = _lcnet_like()
+    model = lo.compile(proto, device="numpy")
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for shape in [(1, 3, 48, 96), (2, 3, 37, 64)]:
+        x = rng.uniform(0, 1, shape).astype(np.float32)
+        (got,), (want,) = model(x), sess.run(None, {"x": x})
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
