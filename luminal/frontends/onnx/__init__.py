@@ -17,6 +17,7 @@ from luminal.frontends.onnx import (  # noqa: F401 - registers ops
     ops_bits,
     ops_contrib,
     ops_detection,
+    ops_dynamic,
     ops_grid,
     ops_linalg,
     ops_loss,

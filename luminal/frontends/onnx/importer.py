@@ -142,6 +142,9 @@ class Importer:
         self.inputs: list[tuple[str, int, tuple]] = []  # (name, onnx elem type, shape spec)
         self.functions = {(f.domain, f.name): f for f in proto.functions}
         self.assumptions: list[tuple] = []  # (a, b): dims with a <= b, checked at every call
+        # value name -> (axis, length Tensor, input names): values of data-dependent length along
+        # axis, padded to a static bound (ops_dynamic); sliced on the host when a graph output
+        self.ragged: dict[str, tuple] = {}
         g = proto.graph
         self.elem_types = {i.name: i.data_type for i in g.initializer}
         for vi in list(g.input) + list(g.value_info) + list(g.output):
@@ -241,6 +244,7 @@ class Importer:
             for init in graph.initializer:
                 self.values[init.name] = Value(known=Known(initializer_array(init), hlir_dtype(init.data_type)))
             self.run_nodes(graph.node)
+            self.check_ragged([o.name for o in graph.output], "a subgraph output")
             return [self.values[o.name] for o in graph.output]
         except NeedsValue as exc:  # name the outer-scope value the needed one comes from
             inner = {o for n in graph.node for o in n.output} | set(feeds) | {i.name for i in graph.initializer}
@@ -256,6 +260,7 @@ class Importer:
 
     # --- one node --------------------------------------------------------------------------
     def run_node(self, node: onnx.NodeProto) -> None:
+        self.check_ragged(node.input, f"{node.op_type} node {node.name or self.node_index!r}")
         domain = "" if node.domain == "ai.onnx" else node.domain
         if (domain, node.op_type) in self.functions:
             return self.run_function(node, self.functions[(domain, node.op_type)])
@@ -306,6 +311,16 @@ class Importer:
             if out is None:
                 c.fail(f"output {name!r} is not produced")
             self.values[name] = self.wrap(out)
+
+    def check_ragged(self, names, user: str) -> None:
+        """A value of data-dependent length read by a node (or returned by a subgraph): compiled per
+        value of what the length depends on (NeedsValue), where the op computes it at compile time."""
+        for name in names:
+            if name in self.ragged:
+                sources = self.ragged[name][2]
+                unknown = [n for n in sources if n in self.values and self.values[n].known is None]
+                raise NeedsValue(f"{user} reads {name!r}, whose length depends on run-time data; compiled per value",
+                                 (unknown or sources)[0])
 
     def schema_function(self, node: onnx.NodeProto, opset: int) -> onnx.FunctionProto:
         """The function body onnx defines for an op luminal has no lowering of (SwiGLU,
@@ -367,9 +382,11 @@ class Importer:
             raise NeedsValue(str(exc), actual[0]) from None
         finally:
             self.values, self.opsets = saved, saved_opsets
-        for name, v in zip(node.output, outs):
+        for name, formal, v in zip(node.output, fn.output, outs):
             if name:
                 self.values[name] = v
+                if formal in self.ragged:
+                    self.ragged[name] = self.ragged[formal]
 
     def wrap(self, out) -> Value:
         if isinstance(out, Value):

@@ -155,6 +155,9 @@ class OnnxModel:
             raise
         except Exception as exc:  # noqa: BLE001 - report, never crash
             raise OnnxError(f"running the model failed: {type(exc).__name__}: {exc}") from exc
+        results = list(results)
+        for i, axis, j in getattr(compiled, "ragged", ()):  # data-dependent lengths: cut the padding
+            results[i] = results[i][(slice(None),) * axis + (slice(0, int(results[j])),)]
         return [r.astype(o.dtype, copy=False) if o.dtype is not None and r.dtype != o.dtype else r
                 for r, o in zip(results, self.outputs)]
 
@@ -239,10 +242,14 @@ def _build(proto, specialize, device, optimize, shapes=None):
             raise OnnxImportError(f"graph output {out_name!r} is a sequence; luminal returns tensors only")
         out_tensors.append(importer.tensor(value))
     hlir_inputs = [importer.g.inputs[n] for n, _, _ in inputs if n in importer.g.inputs]
+    ragged = [(i, o) for i, (o, _, _) in enumerate(outputs) if o in importer.ragged]  # padded; lengths appended
+    lengths = [importer.ragged[o][1].node for _, o in ragged]
     compiled = compile_outputs(
-        hlir_inputs, [t.node for t in out_tensors], [o for o, _, _ in outputs], device=device, optimize=optimize, name=name,
+        hlir_inputs, [t.node for t in out_tensors] + lengths, [o for o, _, _ in outputs] + [f"{o}:length" for _, o in ragged],
+        device=device, optimize=optimize, name=name,
     )
     compiled.assumptions = list(importer.assumptions)
+    compiled.ragged = [(i, importer.ragged[o][0], len(out_tensors) + k) for k, (i, o) in enumerate(ragged)]
     return compiled, inputs, outputs, out_tensors
 
 
