@@ -34,7 +34,7 @@ def _feeds(spec: dict, call: int, rng) -> dict:
     for name, s in spec.items():
         shape, dtype = tuple(s["shapes"][call]), np.dtype(s["dtype"])
         if "value" in s:
-            feeds[name] = np.array(s["value"], dtype)
+            feeds[name] = np.full(shape, s["value"], dtype)
         elif dtype.kind in "iu":
             feeds[name] = rng.integers(s["low"], s["high"], shape).astype(dtype)
         else:
