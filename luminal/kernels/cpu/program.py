@@ -52,7 +52,11 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
      oneDNN bf16 GEMMs, which assume full teams, return NaNs after a luminal call. */
   const int outer_threads = omp_get_max_threads(), outer_dynamic = omp_get_dynamic();
   omp_set_num_threads(threads);
-  omp_set_dynamic(1);  // libgomp sizes each team by the machine's load: no oversubscription
+  /* With MKL (torch loaded) the GEMMs are this team's: full teams of torch's thread count, as
+     torch's own kernels run (libgomp's dynamic teams size by the 15-minute load average, so a
+     process busy for minutes would drop to one thread while eager keeps two). With OpenBLAS
+     beside the team, dynamic teams keep the two pools from oversubscribing a loaded machine. */
+  omp_set_dynamic(!lum_blas_in_team);
   lum_threads = threads;
   lum_blas_limit(threads);
   void* p[@MAXP@];
