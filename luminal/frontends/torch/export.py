@@ -20,6 +20,8 @@ Data-dependent control flow cannot be exported: `UnsupportedError`, pointing at
 from __future__ import annotations
 
 import inspect
+import os
+import re
 import time
 import warnings
 
@@ -78,6 +80,12 @@ def dim_labels(dynamic) -> dict[tuple[str, int], str]:
     return labels
 
 
+def _last_frame(text) -> str:
+    """' at file.py:N `code`' for the innermost frame a torch error or stack trace names."""
+    frames = re.findall(r'File "([^"]+)", line (\d+)[^\n]*\n\s*(\S[^\n]*)', text or "")
+    return f" at {os.path.basename(frames[-1][0])}:{frames[-1][1]} `{frames[-1][2].strip()}`" if frames else ""
+
+
 def _export(model, args, kwargs, spec):
     """torch.export, with its data-dependent-control-flow failure as a luminal error."""
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
@@ -89,7 +97,7 @@ def _export(model, args, kwargs, spec):
         first = str(exc).strip().splitlines()[0]
         raise UnsupportedError(
             f"{type(model).__name__} has data-dependent control flow (a Python branch on a tensor's "
-            f"value), which torch.export cannot trace: {first}\nUse torch.compile(model, backend=\"luminal\") "
+            f"value){_last_frame(str(exc))}, which torch.export cannot trace: {first}\nUse torch.compile(model, backend=\"luminal\") "
             "instead: it graph-breaks around the branch and runs the rest on luminal (or write the branch "
             "as torch.where / torch.cond).") from exc
 
@@ -215,7 +223,18 @@ class CompiledModel:
             gm = None if mutates else decompose_graph(ep.graph_module)
         if gm is not None:
             return ep, gm, gm.meta["luminal_lowering"]
-        ep = ep.run_decompositions()
+        from torch.fx.experimental.symbolic_shapes import PendingUnbackedSymbolNotFound
+
+        try:
+            ep = ep.run_decompositions()
+        except PendingUnbackedSymbolNotFound as exc:  # torch's limit: the re-trace loses unbacked sizes
+            sources = "; ".join(f"{n.target}{_last_frame(n.meta.get('stack_trace'))} -> "
+                                + ", ".join(map(str, n.meta["unbacked_bindings"]))
+                                for n in ep.graph.nodes if n.meta.get("unbacked_bindings"))
+            raise UnsupportedError(
+                "torch.export traced the model, but torch's run_decompositions() cannot re-trace a program "
+                f"with data-dependent sizes (torch's PendingUnbackedSymbolNotFound); they come from: {sources}."
+                "\nUse torch.compile(model, backend=\"luminal\"): it graph-breaks there") from exc
         return ep, ep.graph_module, "run_decompositions"
 
     def __call__(self, *args, **kwargs):
