@@ -198,7 +198,7 @@ def test_every_loop_split_over_three_threads(monkeypatch):
     from luminal.kernels.cpu import program, render
 
     monkeypatch.setattr(render, "PAR_MIN", 1)
-    monkeypatch.setattr(program, "DRIVER", program.DRIVER.replace("omp_set_dynamic(1)", "omp_set_dynamic(0)"))
+    monkeypatch.setattr(program, "DRIVER", program.DRIVER.replace("omp_set_dynamic(!lum_blas_in_team)", "omp_set_dynamic(0)"))
     monkeypatch.setattr(cpu_runtime, "threads", lambda: 3)
     g = lm.Graph("split")
     x, i = g.input("x", (3, 5, 7)), g.input("i", (3, 5, 2), lm.int64)
