@@ -238,8 +238,25 @@ def exact_div(a: Dim, b: Dim) -> Dim | None:
         return a // b if b and a % b == 0 else None
     q = as_expr(a) / b
     if not q.is_integer:  # sympy cancels equal factors as it builds the quotient: simplify only if it did not
+        if _fraction_somewhere(a, b):
+            return None
         q = sympy.simplify(q)
     return norm(q) if q.is_integer else None
+
+
+def _fraction_somewhere(a: Dim, b: Dim) -> bool:
+    """Whether a / b is not an integer at some sample binding (so not for every binding): a cheap
+    no before sympy.simplify, which takes seconds over nested floor() dims."""
+    names = sorted(s.name for s in free_symbols(a) | free_symbols(b))
+    for base in (97, 160):
+        env = {n: base + 7 * i for i, n in enumerate(names)}
+        try:
+            x, y = evaluate(a, env), evaluate(b, env)
+        except ShapeError:
+            continue
+        if y != 0 and x % y != 0:
+            return True
+    return False
 
 
 def product(dims) -> Dim:

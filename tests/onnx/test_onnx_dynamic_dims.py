@@ -1,7 +1,9 @@
 """Import cost over dynamic image dims: a stride-2 conv stack makes each dim a nested floor()
 (PaddleOCR's and YOLO's height and width), and every view of such a tensor (an unsqueeze inside
 Clip's maximum, a reshape) divides those dims. sympy cancels equal factors as it builds the
-quotient; `exact_div` used to `simplify` it anyway, which took minutes over PaddleOCR's graphs."""
+quotient; `exact_div` used to `simplify` it anyway, which took minutes over PaddleOCR's graphs.
+A quotient that is not an integer (YOLO's nearest 2x upsampling reshapes H into 2H) is refused
+at a sample binding before sympy is asked."""
 
 import numpy as np
 import onnx
@@ -32,6 +34,12 @@ def test_exact_div_of_nested_floor_dims_cancels_without_simplify(no_simplify):
     h, w, c = _nested(sym.symbol("height"), 5), _nested(sym.symbol("width"), 5), sym.symbol("c")
     assert sym.equal(sym.exact_div(sym.product([c, h, w]), h), sym.product([c, w]))
     assert sym.equal(sym.exact_div(sym.product([4, h, w]), 2), sym.product([2, h, w]))
+
+
+def test_exact_div_that_is_a_fraction_somewhere_is_refused_without_simplify(no_simplify):
+    h = _nested(sym.symbol("height"), 5)
+    assert sym.exact_div(h, sym.norm(2 * h)) is None
+    assert sym.exact_div(sym.product([h, sym.symbol("width")]), sym.norm(h + 1)) is None
 
 
 def test_exact_div_that_needs_simplify_still_decides():
@@ -68,6 +76,35 @@ def test_conv_stack_with_clip_over_dynamic_dims_matches_onnxruntime(no_simplify)
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(1)
     for shape in [(1, 3, 48, 96), (2, 3, 37, 64)]:
+        x = rng.uniform(0, 1, shape).astype(np.float32)
+        (got,), (want,) = model(x), sess.run(None, {"x": x})
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+def _fpn_like() -> onnx.ModelProto:
+    """YOLOv8's neck at small scale: three stride-2 convs on a dynamic image, the deepest map
+    upsampled 2x (nearest Resize) and concatenated with the one above it."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+    nodes, x, cin = [], "x", 3
+    for i in range(3):
+        inits.append(numpy_helper.from_array((rng.standard_normal((4, cin, 3, 3)) * 0.3).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], strides=[2, 2], pads=[1, 1, 1, 1]))
+        x, cin = f"c{i}", 4
+    nodes += [helper.make_node("Resize", ["c2", "", "scales"], ["up"], mode="nearest"),
+              helper.make_node("Concat", ["up", "c1"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "fpn_like",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8, None, None])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_nearest_upsampling_over_dynamic_dims_matches_onnxruntime(no_simplify):
+    proto = _fpn_like()
+    model = lo.compile(proto, device="numpy")
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for shape in [(1, 3, 64, 96), (2, 3, 32, 64)]:  # sizes where the 2x map lines up with the one above
         x = rng.uniform(0, 1, shape).astype(np.float32)
         (got,), (want,) = model(x), sess.run(None, {"x": x})
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
