@@ -162,19 +162,22 @@ def tracker_facts(enc: Encoding) -> list:
     for tid, st in enumerate(list(enc.trackers)):
         if is_bcast(st):
             cmds.append(eg.fact(eg.call("Bcast", eg.i64(tid))))
-        if st.mask is not None or not sym.equal(st.offset, 0):
+        if st.mask is not None:
             continue
         r = st.ndim
+        # a dim of size 1 is constant along itself whatever its stride (a GEMV: M or N is 1);
+        # an operand at an offset (a slice of a larger buffer) keeps it
+        if (la := mat_a(st)) is not None:  # a[..., M, (N), K]: constant along N
+            cmds.append(eg.set_value("MatA", [eg.i64(tid), eg.i64(r - 1)], eg.i64(enc.tracker(la))))
+        if (lb := mat_b(st)) is not None:  # bT[..., (M), N, K]: constant along M
+            cmds.append(eg.set_value("MatB", [eg.i64(tid), eg.i64(r - 1)], eg.i64(enc.tracker(lb))))
+        if not sym.equal(st.offset, 0):
+            continue
         for a in range(r):
             if sym.equal(st.shape[a], 1) and st.is_contiguous():
                 cmds.append(eg.fact(eg.call("KeepDim", eg.i64(tid), eg.i64(a))))
             if _expands_only(st, a):
                 cmds.append(eg.fact(eg.call("ExpandDim", eg.i64(tid), eg.i64(a))))
-        # a dim of size 1 is constant along itself whatever its stride (a GEMV: M or N is 1)
-        if (la := mat_a(st)) is not None:  # a[..., M, (N), K]: constant along N
-            cmds.append(eg.set_value("MatA", [eg.i64(tid), eg.i64(r - 1)], eg.i64(enc.tracker(la))))
-        if (lb := mat_b(st)) is not None:  # bT[..., (M), N, K]: constant along M
-            cmds.append(eg.set_value("MatB", [eg.i64(tid), eg.i64(r - 1)], eg.i64(enc.tracker(lb))))
     return cmds
 
 

@@ -203,10 +203,10 @@ NARROW = (DType.BF16, DType.F16)  # the builder's matmul widens these to f32 and
 
 def mat_a(st: ShapeTracker) -> ShapeTracker | None:
     """The tracker of a[..., M, K] when `st` reads a[..., M, N, K] constant along N (stride 0,
-    or N of 1: a GEMV), else None: the `MatA` fact."""
+    or N of 1: a GEMV), else None: the `MatA` fact. The offset is kept (an operand sliced out
+    of a larger buffer, e.g. a 1x1 convolution on a channel split, is a GEMM on the slice)."""
     r = st.ndim
-    if r < 3 or st.mask is not None or not sym.equal(st.offset, 0) or not (
-            sym.equal(st.strides[r - 2], 0) or sym.equal(st.shape[r - 2], 1)):
+    if r < 3 or st.mask is not None or not (sym.equal(st.strides[r - 2], 0) or sym.equal(st.shape[r - 2], 1)):
         return None
     return ShapeTracker(st.shape[: r - 2] + st.shape[r - 1:], st.strides[: r - 2] + st.strides[r - 1:], st.offset)
 
@@ -215,8 +215,7 @@ def mat_b(st: ShapeTracker) -> ShapeTracker | None:
     """The tracker of b[..., K, N] when `st` reads bT[..., M, N, K] constant along M, else None:
     the `MatB` fact."""
     r = st.ndim
-    if r < 3 or st.mask is not None or not sym.equal(st.offset, 0) or not (
-            sym.equal(st.strides[r - 3], 0) or sym.equal(st.shape[r - 3], 1)):
+    if r < 3 or st.mask is not None or not (sym.equal(st.strides[r - 3], 0) or sym.equal(st.shape[r - 3], 1)):
         return None
     shape = st.shape[: r - 3] + (st.shape[r - 1], st.shape[r - 2])
     return ShapeTracker(shape, st.strides[: r - 3] + (st.strides[r - 1], st.strides[r - 2]), st.offset)

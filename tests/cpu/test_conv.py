@@ -184,6 +184,30 @@ def test_1x1_conv_is_one_gemm_on_the_input_and_pools_one_window_reduce():
         assert ops[Op.WINDOW_REDUCE] == 1 and not (ops[Op.MAX_REDUCE] or ops[Op.SUM_REDUCE] or ops[Op.CONTIGUOUS]), ops
 
 
+def test_1x1_conv_on_a_channel_split_is_a_gemm_on_the_slice():
+    """ShuffleNet's unit: channel shuffle, split in two, a 1x1 conv on the second half. The
+    operand sits at an offset into the shuffled buffer: still one MatMul reading it in place
+    (it was a broadcast product of 116 x 196 x 116 and a KahanSum), on every device."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((6, 4, 1, 1)).astype(np.float32)
+
+    def build(g):
+        x = g.input("x", (2, 8, 5, 5))
+        shuffled = x.reshape((2, 2, 4, 5, 5)).permute((0, 2, 1, 3, 4)).contiguous().reshape((2, 8, 5, 5))
+        return nn.conv(shuffled[:, 4:], g.constant(w))
+
+    outputs = _optimized(build)
+    ops = collections.Counter(n.op for n in toposort(outputs) if n.op not in (Op.INPUT, Op.VIEW, Op.CONSTANT))
+    assert ops == {Op.CONTIGUOUS: 1, Op.MAT_MUL: 1}, ops  # the shuffle's copy, the GEMM on its second half
+    x = _values(rng, (2, 8, 5, 5), True)
+    want = F.conv2d(torch.from_numpy(x.reshape(2, 2, 4, 5, 5).transpose(0, 2, 1, 3, 4).reshape(2, 8, 5, 5)[:, 4:].copy()),
+                    torch.from_numpy(w)).numpy()
+    g = lm.Graph("split")
+    g.output(build(g))
+    for device in ("numpy", "cpu"):
+        np.testing.assert_allclose(g.compile(device=device)({"x": x})[0], want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 def test_empty_batch():
     g = lm.Graph("empty")
     g.output(nn.conv(g.input("x", (0, 4, 6, 6)), g.input("w", (4, 1, 3, 3)), None, 1, 1, 1, 4), "dw")
