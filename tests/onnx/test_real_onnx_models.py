@@ -2,7 +2,9 @@
 real_models.toml (package, version, path, tolerance), each compiled once and run at two input
 shapes (one where the model's inputs are static), compared with onnxruntime. A model whose package
 is not installed is skipped (the Makefile installs them with --no-deps); heavy ones run with
-LUMINAL_REAL_MODELS=all. `python -m benchmarks.onnx_sweep` reports the same comparison on
+LUMINAL_REAL_MODELS=all. They run on the reference runtime (device="numpy", unoptimized: the
+spec, and the cheapest compile); LUMINAL_REAL_MODELS_DEVICE=cpu runs them through the optimizer
+and the C backend instead. `python -m benchmarks.onnx_sweep` reports the comparison on
 device="cpu" with compile times and latency against onnxruntime."""
 
 import importlib.metadata
@@ -20,6 +22,7 @@ import luminal.onnx as lo
 
 MANIFEST = tomllib.loads((pathlib.Path(__file__).parent / "real_models.toml").read_text())["model"]
 SITE = pathlib.Path(sysconfig.get_paths()["purelib"])
+DEVICE = os.environ.get("LUMINAL_REAL_MODELS_DEVICE", "numpy")
 
 
 def shapes_of(entry: dict) -> int:
@@ -54,7 +57,7 @@ def test_real_model_matches_onnxruntime(entry):
     path = SITE / entry["path"]
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     t0 = time.perf_counter()
-    model = lo.compile(str(path), device="numpy", optimize=False)
+    model = lo.compile(str(path), device=DEVICE, optimize=False if DEVICE == "numpy" else None)
     rng = np.random.default_rng(0)
     for call in range(shapes_of(entry)):
         feeds = _feeds(entry["inputs"], call, rng)
