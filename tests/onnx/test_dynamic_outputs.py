@@ -130,3 +130,21 @@ def test_non_max_suppression_on_the_cpu_backend_and_dynamic_thresholds():
         feeds = {"boxes": _boxes(1, n, 0), "scores": RNG.random((1, 2, n)).astype(np.float32),
                  "iou": np.array([iou], np.float32), "score": np.array([score], np.float32)}
         _same(m(feeds), _ort(model, feeds))
+
+
+@pytest.mark.parametrize("axis,is_sorted,device", [(None, 1, "numpy"), (None, 0, "numpy"), (0, 1, "numpy"),
+                                                   (1, 1, "numpy"), (-1, 1, "numpy"), (1, 0, "numpy"), (1, 0, "cpu")])
+def test_unique_four_ragged_outputs(axis, is_sorted, device):
+    """Y, indices, inverse_indices and counts as graph outputs, compiled once."""
+    attrs = {"sorted": is_sorted} if axis is None else {"sorted": is_sorted, "axis": axis}
+    model = _model([oh.make_node("Unique", ["x"], ["y", "i", "inv", "n"], **attrs)],
+                   [oh.make_tensor_value_info("x", TP.FLOAT, [3, 6, 2])],
+                   [oh.make_tensor_value_info("y", TP.FLOAT, [None] if axis is None else [None, None, None]),
+                    *[oh.make_tensor_value_info(n, TP.INT64, [None]) for n in ("i", "inv", "n")]], opset=11)
+    m = lo.compile(model, device=device)
+    for _ in range(2):
+        x = RNG.integers(0, 2, (3, 6, 2)).astype(np.float32)  # few distinct rows along every axis
+        if axis is not None:
+            x = np.take(x, RNG.integers(0, x.shape[axis], x.shape[axis]), axis=axis)  # repeated slices
+        _same(m(x), _ort(model, {"x": x}))
+    assert m.compiled is not None and not m.value_inputs

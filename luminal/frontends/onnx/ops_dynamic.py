@@ -29,20 +29,37 @@ I64 = DType.I64
 def _ragged(c, padded, axis: int, length):
     """`padded` (the bound along `axis`) cut to `length`: computed now when every input of the
     node is known, else recorded as ragged for the importer."""
+    return _finish(c, [(padded, axis, length)])[0]
+
+
+def _finish(c, outs):
+    """The node's outputs, each (tensor, axis, length) -- axis None for a static one: computed now
+    (and cut) when every input of the node is known, else the ragged ones recorded."""
     present = [i for i, n in enumerate(c.node.input) if n]
     if all(c.known(i) is not None for i in present):
-        value, n = NumpyRuntime([padded.node, length.node])({})
-        return Known(value[(slice(None),) * axis + (slice(0, int(n)),)], padded.dtype)
-    c.importer.ragged[c.node.output[0]] = (axis, length, [c.node.input[i] for i in present])
-    return padded
+        nodes = [t.node for t, _, _ in outs] + [n.node for _, a, n in outs if a is not None]
+        values = NumpyRuntime(nodes)({})
+        lengths = iter(values[len(outs):])
+        result = []
+        for (t, axis, _), v in zip(outs, values):
+            if axis is not None:
+                v = v[(slice(None),) * axis + (slice(0, int(next(lengths))),)]
+            result.append(Known(v, t.dtype))
+        return result
+    for (_, axis, length), name in zip(outs, c.node.output):
+        if axis is not None and name:
+            c.importer.ragged[name] = (axis, length, [c.node.input[i] for i in present])
+    return [t for t, _, _ in outs]
 
 
-def _compact(c, mask, rows):
-    """The rows (M, k) where mask (M,) holds, moved to the front in order: ((M, k), count)."""
+def _compact(c, mask, rows, target=None):
+    """The rows (M, k) where mask (M,) holds, moved to the front in order (or each to its
+    `target` slot): ((M, k), count)."""
     m = mask.shape[0]
     sel = mask.cast(I64)
-    pos = sel.cumsum(0).sub(c.g.scalar(1, I64))
-    target = F.where(mask, pos, c.g.scalar(m, I64) if not sym.is_static(m) else int(m))
+    if target is None:
+        target = sel.cumsum(0).sub(c.g.scalar(1, I64))
+    target = F.where(mask, target, c.g.scalar(m, I64) if not sym.is_static(m) else int(m))
     k = rows.shape[1]
     buf = c.g.scalar(0, rows.dtype).expand((sym.norm(m + 1), k)).contiguous()
     out = buf.scatter(0, target.reshape((m, 1)).expand((m, k)), rows)
@@ -169,3 +186,53 @@ def non_max_suppression(c, boxes, scores, max_output=None, iou_threshold=None, s
     rows = F.stack([bi.reshape((m,)), ci.reshape((m,)), sel.reshape((m,))], 1)
     packed, count = _compact(c, mask.reshape((m,)), rows)
     return _ragged(c, packed, 0, count)
+
+
+@onnx_op("Unique", since=11)
+def unique(c, x, *, axis=None, sorted=1):  # noqa: A002 - ONNX's name
+    """(Y, indices, inverse_indices, counts): the distinct elements (or slices along axis), in
+    ascending order (sorted=1, NaN last and all NaNs one value, as numpy.unique) or in order of
+    first occurrence. Every pair of rows is compared at once (M x M x row length: fine for the
+    label-sized tensors Unique meets), a row's slot being the number of distinct rows before it."""
+    if axis is None:
+        rows = x.reshape((sym.product(x.shape), 1)) if x.ndim else x.reshape((1, 1))
+        a, rest = 0, ()
+    else:
+        a = axis % x.ndim if x.ndim else c.fail("axis given for a 0-d input")
+        order = [a] + [i for i in range(x.ndim) if i != a]
+        moved = x.permute(order)
+        rest = tuple(moved.shape[1:])
+        rows = moved.reshape((x.shape[a], sym.product(rest)))
+    m = rows.shape[0]
+    ri, rj = rows.unsqueeze(1), rows.unsqueeze(0)  # (M, 1, R), (1, M, R)
+    same = ri.eq(rj)
+    less = ri.lt(rj)
+    if rows.dtype.is_float:  # NaN equals NaN and sorts last (numpy.unique)
+        ni, nj = ri.isnan(), rj.isnan()
+        same = same.logical_or(ni.logical_and(nj))
+        less = less.logical_or(ni.logical_not().logical_and(nj))
+    diff = same.logical_not().cast(I64)
+    first_diff = diff.cumsum(2).sub(diff).eq(0).logical_and(diff.eq(1))
+    lt = first_diff.logical_and(less).cast(I64).sum(2).gt(0)  # (M, M): row i < row j
+    eq = diff.sum(2).eq(0)
+    pos = F.arange(c.g, 0, m, dtype=I64)
+    earlier = pos.unsqueeze(0).lt(pos.unsqueeze(1))  # [i, j]: j < i
+    is_first = eq.logical_and(earlier).cast(I64).sum(1).eq(0)
+    firsts = is_first.unsqueeze(1).cast(I64)  # (M, 1) over j
+    if sorted:
+        slot = lt.cast(I64).mul(firsts).sum(0)  # distinct rows below row i
+    else:
+        big = c.g.scalar(m, I64) if not sym.is_static(m) else int(m)
+        first_of = F.where(eq, pos.unsqueeze(0), big).min(1)  # (M,): where row i first occurs
+        slot = pos.unsqueeze(1).lt(first_of.unsqueeze(0)).cast(I64).mul(firsts).sum(0)
+    ys, count = _compact(c, is_first, rows, slot)
+    idx, _ = _compact(c, is_first, pos.reshape((m, 1)), slot)
+    cnt, _ = _compact(c, is_first, eq.cast(I64).sum(1).reshape((m, 1)), slot)
+    if axis is None:
+        y = ys.reshape((m,))
+    else:
+        back = [0] * x.ndim
+        for i, o in enumerate([a] + [i for i in range(x.ndim) if i != a]):
+            back[o] = i
+        y = ys.reshape((m, *rest)).permute(back)
+    return _finish(c, [(y, a, count), (idx.reshape((m,)), 0, count), (slot, None, None), (cnt.reshape((m,)), 0, count)])
