@@ -25,6 +25,7 @@ from luminal.frontends.onnx import (  # noqa: F401 - registers ops
     ops_misc,
     ops_ml,
     ops_nn,
+    ops_optional,
     ops_quant,
     ops_resize,
     ops_rnn,
