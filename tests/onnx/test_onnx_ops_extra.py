@@ -291,3 +291,61 @@ def test_binarizer_and_array_feature_extractor():
     model = _model(nodes, [_vi("x", TP.FLOAT, x.shape), _vi("i", TP.INT64, idx.shape)],
                    [_vi("b", TP.FLOAT, x.shape), _vi("f", TP.FLOAT, [2, 3])], domains=["ai.onnx.ml"])
     _check(model, {"x": x, "i": idx})
+
+
+def _int_pair(pair):
+    return pair[0], int(pair[1])
+
+
+def _random_forest(n_trees, n_features, n_targets, depth):
+    """TreeEnsemble attributes of random complete trees (every mode, missing-value tracking)."""
+    modes, splits, feats, tids, fids, tleaf, fleaf, miss, members = [], [], [], [], [], [], [], [], []
+    leaf_t, leaf_w, roots = [], [], []
+
+    def build(d):
+        if d == depth:
+            leaf_t.append(int(RNG.integers(0, n_targets)))
+            leaf_w.append(float(np.round(RNG.standard_normal(), 2)))
+            return len(leaf_t) - 1, True
+        i = len(modes)
+        mode = int(RNG.integers(0, 7))
+        modes.append(mode)
+        splits.append(float(np.round(RNG.standard_normal(), 1)))
+        feats.append(int(RNG.integers(0, n_features)))
+        miss.append(int(RNG.integers(0, 2)))
+        tids.append(0)
+        fids.append(0)
+        tleaf.append(0)
+        fleaf.append(0)
+        if mode == 6:
+            values = np.round(RNG.standard_normal(2), 1)
+            members.extend([*np.where(values == 0, 0.5, values).tolist(), np.nan])  # the reference ends a set at 0.0
+        tids[i], tleaf[i] = _int_pair(build(d + 1))
+        fids[i], fleaf[i] = _int_pair(build(d + 1))
+        return i, False
+
+    for _ in range(n_trees):
+        roots.append(build(0)[0])
+    attrs = dict(nodes_modes=numpy_helper.from_array(np.array(modes, np.uint8)), nodes_featureids=feats,
+                 nodes_splits=numpy_helper.from_array(np.array(splits, np.float32)), nodes_truenodeids=tids,
+                 nodes_falsenodeids=fids, nodes_trueleafs=tleaf, nodes_falseleafs=fleaf, leaf_targetids=leaf_t,
+                 leaf_weights=numpy_helper.from_array(np.array(leaf_w, np.float32)), tree_roots=roots,
+                 n_targets=n_targets, nodes_missing_value_tracks_true=miss)
+    if members:
+        attrs["membership_values"] = numpy_helper.from_array(np.array(members, np.float32))
+    return attrs
+
+
+@pytest.mark.parametrize("aggregate", [0, 1, 2, 3])
+def test_tree_ensemble_matches_the_reference(aggregate):
+    """Five depth-3 trees over 4 features and 3 targets; inputs on the splits and NaN."""
+    attrs = _random_forest(5, 4, 3, 3)
+    x = np.round(RNG.standard_normal((40, 4)), 1).astype(np.float32)
+    x[RNG.random(x.shape) < 0.1] = np.nan
+    model = _model([oh.make_node("TreeEnsemble", ["x"], ["y"], domain="ai.onnx.ml", aggregate_function=aggregate,
+                                 **attrs)], [_vi("x", TP.FLOAT, x.shape)], [_vi("y", TP.FLOAT, [40, 3])],
+                   domains=["ai.onnx.ml"])
+    model.opset_import[1].version = 5
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    (got,) = lo.compile(model, device="cpu" if aggregate == 1 else "numpy")(x)  # sum: on the C backend
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
