@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 
-from luminal.hlir.ops import ConstantArray, Node, Op, _key, toposort
+from luminal.hlir.ops import ConstantArray, Node, Op, toposort
 
 MIN_PART_NODES = 16  # a repeated segment smaller than this is merged with its neighbours
 
@@ -130,30 +130,29 @@ def make_part(roots: list[Node], members: set[int], active: set[int]) -> Part:
     """
     nodes, slots, index, slot_index = [], [], {}, {}
     entries, slot_desc = [], []
-
-    def is_slot(n: Node) -> bool:
-        return is_slot_leaf(n) or (id(n) in active and id(n) not in members)
-
     for root in roots:
         stack = [(root, False)]
         while stack:
             n, ready = stack.pop()
-            if id(n) in index or id(n) in slot_index:
+            i = id(n)
+            if i in index or i in slot_index:
                 continue
-            if is_slot(n):
-                slot_index[id(n)] = len(slots)
+            op = n.op
+            if op is Op.INPUT or (op is Op.CONSTANT and isinstance(n.arg, ConstantArray)) or (
+                    i in active and i not in members):  # a slot (`is_slot_leaf`, or another part's)
+                slot_index[i] = len(slots)
                 slots.append(n)
                 slot_desc.append((n.dtype, n.shape))
                 continue
             if not ready:
                 stack.append((n, True))
-                for s in reversed(n.src):
-                    stack.append((s, False))
+                stack.extend([(s, False) for s in reversed(n.src)])
                 continue
             refs = tuple(("n", index[id(s)]) if id(s) in index else ("s", slot_index[id(s)]) for s in n.src)
-            index[id(n)] = len(nodes)
+            index[i] = len(nodes)
             nodes.append(n)
-            entries.append((n.op, n.dtype, n.shape, _key(n.arg), refs))
+            key = n._key  # (op, dtype, shape, operand ids, `_key(arg)`): the interning key
+            entries.append((op, key[1], key[2], key[4], refs))
     outs = [index[id(r)] if id(r) in index else -1 - slot_index[id(r)] for r in roots]
     signature = Signature((tuple(entries), tuple(slot_desc), tuple(outs)))
     return Part(nodes, slots, outs, signature)
