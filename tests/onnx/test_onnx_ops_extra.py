@@ -349,3 +349,28 @@ def test_tree_ensemble_matches_the_reference(aggregate):
     (want,) = ReferenceEvaluator(model).run(None, {"x": x})
     (got,) = lo.compile(model, device="cpu" if aggregate == 1 else "numpy")(x)  # sum: on the C backend
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("op,per,attrs", [
+    ("Adagrad", 3, {"decay_factor": 0.1, "epsilon": 1e-5, "norm_coefficient": 0.01}),
+    ("Adam", 4, {"alpha": 0.9, "beta": 0.99, "epsilon": 1e-6, "norm_coefficient": 0.01, "norm_coefficient_post": 0.02}),
+    ("Momentum", 3, {"alpha": 0.9, "beta": 0.5, "mode": "standard", "norm_coefficient": 0.01}),
+    ("Momentum", 3, {"alpha": 0.9, "beta": 0.5, "mode": "nesterov", "norm_coefficient": 0.01}),
+])
+@pytest.mark.parametrize("step", [0, 3])
+def test_optimizer_steps_match_the_reference(op, per, attrs, step):
+    """Two tensor groups, the first step (T = 0) and a later one (Adam's bias correction,
+    Momentum's beta)."""
+    shapes = [(3,), (2, 2)]
+    feeds = {"R": np.array(0.1, np.float32), "T": np.array(step, np.int64)}
+    for k in range(per):
+        for i, s in enumerate(shapes):
+            feeds[f"in{k}_{i}"] = (RNG.random(s) + (0.5 if k == per - 1 else -0.5)).astype(np.float32)
+    outs = [f"out{k}_{i}" for k in range(per - 1) for i in range(2)]
+    model = _model([oh.make_node(op, list(feeds), outs, domain="ai.onnx.preview.training", **attrs)],
+                   [_vi(n, TP.FLOAT if a.dtype == np.float32 else TP.INT64, a.shape) for n, a in feeds.items()],
+                   [_vi(n, TP.FLOAT, shapes[int(n[-1])]) for n in outs], domains=["ai.onnx.preview.training"])
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = lo.compile(model, device="numpy")(feeds)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

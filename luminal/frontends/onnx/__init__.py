@@ -33,6 +33,7 @@ from luminal.frontends.onnx import (  # noqa: F401 - registers ops
     ops_signal,
     ops_spectral,
     ops_tensor,
+    ops_training,
 )
 from luminal.frontends.onnx.backend import Backend, BackendRep
 from luminal.frontends.onnx.errors import (
