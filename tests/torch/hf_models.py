@@ -66,15 +66,15 @@ def first_output(o):
 
 
 # --- vision-language models: a tiny vision tower (32x32 images, patch 8) + a tiny text decoder ---
-VLMS = ["gemma3_mm", "llava", "paligemma", "qwen2_vl", "idefics3"]
+VLMS = ["gemma3_mm", "llava", "paligemma", "qwen2_vl", "qwen2_5_vl", "idefics3"]
 IMAGE_TOKEN = V - 1  # the placeholder token the image features replace
 _TEXT = dict(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=128)
 _VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=32,
                patch_size=8)
 # image placeholder tokens per image: Gemma 3 pools 16 patches to 4, Idefics3's pixel shuffle
-# merges 2x2, Qwen2-VL merges 2x2 of a 4x4 grid; LLaVA and PaliGemma keep all 16
-IMAGE_TOKENS = {"gemma3_mm": 4, "llava": 16, "paligemma": 16, "qwen2_vl": 4, "idefics3": 4}
+# merges 2x2, Qwen2-VL and Qwen2.5-VL merge 2x2 of a 4x4 grid; LLaVA and PaliGemma keep all 16
+IMAGE_TOKENS = {"gemma3_mm": 4, "llava": 16, "paligemma": 16, "qwen2_vl": 4, "qwen2_5_vl": 4, "idefics3": 4}
 
 
 def make_vlm(name: str, seed: int = 0, attn: str = "sdpa") -> torch.nn.Module:
@@ -105,6 +105,14 @@ def make_vlm(name: str, seed: int = 0, attn: str = "sdpa") -> torch.nn.Module:
         cfg = T.Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=IMAGE_TOKEN,
                               video_token_id=V - 2, vision_start_token_id=V - 3, vision_end_token_id=V - 4, **kw)
         return T.Qwen2VLForConditionalGeneration(cfg).eval()
+    if name == "qwen2_5_vl":  # + window attention: block 0 attends within windows of 2x2 patches
+        # (window_size 16 px = one merged unit), block 1 (fullatt_block_indexes) over the whole image
+        text = dict(_TEXT, rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3]))
+        vision = dict(depth=2, hidden_size=32, intermediate_size=64, out_hidden_size=64, num_heads=2, patch_size=8,
+                      spatial_merge_size=2, temporal_patch_size=2, window_size=16, fullatt_block_indexes=[1])
+        cfg = T.Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=IMAGE_TOKEN,
+                                 video_token_id=V - 2, vision_start_token_id=V - 3, vision_end_token_id=V - 4, **kw)
+        return T.Qwen2_5_VLForConditionalGeneration(cfg).eval()
     if name == "idefics3":
         cfg = T.Idefics3Config(vision_config=T.Idefics3VisionConfig(**_VISION), text_config=T.LlamaConfig(**_TEXT),
                                image_token_id=IMAGE_TOKEN, scale_factor=2, **kw)
@@ -120,7 +128,7 @@ def vlm_example(name: str, T_text: int = 6) -> dict:
     ids = torch.cat([text[:, :2], torch.full((1, n), IMAGE_TOKEN), text[:, 2:]], 1)
     image = torch.randn(1, 3, 32, 32, generator=g)
     kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
-    if name == "qwen2_vl":  # patches flattened (grid t*h*w, C * temporal * 8 * 8), as its processor does
+    if name in ("qwen2_vl", "qwen2_5_vl"):  # patches flattened (grid t*h*w, C * temporal * 8 * 8), as its processor does
         patches = image.repeat(2, 1, 1, 1).reshape(1, 2, 3, 4, 8, 4, 8).permute(0, 3, 5, 2, 1, 4, 6)
         kw.update(pixel_values=patches.reshape(16, 3 * 2 * 8 * 8), image_grid_thw=torch.tensor([[1, 4, 4]]))
         # the merge (2x2) reorders the 4x4 grid into blocks; the processor does it on the patches

@@ -1,6 +1,6 @@
 """Tiny random-weight vision-language models (tests/torch/hf_models.py: Gemma 3 multimodal, LLaVA,
-PaliGemma, Qwen2-VL, Idefics3) through torch.compile (strict) and luminal.compile, forward and
-greedy generate() token-equal to eager.
+PaliGemma, Qwen2-VL, Qwen2.5-VL (window attention), Idefics3) through torch.compile (strict) and
+luminal.compile, forward and greedy generate() token-equal to eager.
 
 Heavy (Dynamo alone spends 15-70 s tracing each of these models on a 2-core machine): the default
 run covers Gemma 3 multimodal (forward through Dynamo and generate()), the rest run with
@@ -29,12 +29,14 @@ def _heavy(name):
 
 # torch.export's own limits, which luminal's UnsupportedError names (with the model line):
 # Qwen2-VL's vision attention splits by cu_seqlens.tolist() (and its 3-D RoPE index loops over
-# image_grid_thw values in Python): data-dependent control flow torch.export cannot trace.
+# image_grid_thw values in Python): data-dependent control flow torch.export cannot trace;
+# Qwen2.5-VL's window index loops over image_grid_thw.tolist() (transformers' vision_utils).
 # Idefics3 drops padding images with a boolean mask (pixel_values[real_images]) and splits by
 # .tolist(): torch.export traces it, but torch's run_decompositions() cannot re-trace the
 # unbacked sizes (PendingUnbackedSymbolNotFound, even with an empty decomposition table).
 EXPORT_ERRORS = {
     "qwen2_vl": r"data-dependent control flow .* at modeling_qwen2_vl\.py:\d+ `torch\.split\(.*lengths\.tolist\(\)",
+    "qwen2_5_vl": r"data-dependent control flow .* at vision_utils\.py:\d+ \(in get_vision_window_index\)",
     "idefics3": r"run_decompositions\(\) cannot re-trace .*PendingUnbackedSymbolNotFound.*aten\.index\.Tensor at "
                 r"modeling_idefics3\.py:\d+.* -> u\d+",
 }

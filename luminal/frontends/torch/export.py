@@ -83,7 +83,10 @@ def dim_labels(dynamic) -> dict[tuple[str, int], str]:
 def _last_frame(text) -> str:
     """' at file.py:N `code`' for the innermost frame a torch error or stack trace names."""
     frames = re.findall(r'File "([^"]+)", line (\d+)[^\n]*\n\s*(\S[^\n]*)', text or "")
-    return f" at {os.path.basename(frames[-1][0])}:{frames[-1][1]} `{frames[-1][2].strip()}`" if frames else ""
+    if frames:
+        return f" at {os.path.basename(frames[-1][0])}:{frames[-1][1]} `{frames[-1][2].strip()}`"
+    cause = re.search(r"Caused by: \(([^():]+):(\d+) in (\w+)\)", text or "")  # "(file.py:N in fn)"
+    return f" at {os.path.basename(cause[1])}:{cause[2]} (in {cause[3]})" if cause else ""
 
 
 def _export(model, args, kwargs, spec):
