@@ -1,7 +1,8 @@
 """Vision: pooling in every mode, transposed / grouped / depthwise convolution, interpolate in
 every mode (one graph per family, through luminal.compile on the NumPy runtime and the compiled
 cpu backend, and through torch.compile), and whole models — torchvision's (random weights) and
-tiny Hugging Face ones (SegFormer, DINOv2, ConvNeXt, DETR).
+tiny Hugging Face ones (SegFormer, DINOv2, ConvNeXt, DETR), and the SSDlite / RetinaNet detectors up
+to their heads (their NMS post-processing does not lower: vision_models.BackboneHead).
 
 The whole models are heavy (Dynamo's tracing alone is 5-60 s each on a 2-core machine): the default
 run covers resnet18, mobilenet_v3_small and SegFormer (`DEFAULT_RUN`), the rest run with
@@ -14,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch_helpers import assert_same, max_abs_error
-from vision_models import hf_vision_models, randomize, torchvision_models
+from vision_models import detection_models, hf_vision_models, randomize, torchvision_models
 
 import luminal
 from luminal.frontends.torch import dynamo
@@ -156,3 +157,15 @@ def test_hf_vision_model(name):
         pytest.skip("heavy: run with LUMINAL_SLOW=1")
     model = randomize(hf_vision_models()[name]())
     _check_model(name, model, torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2)), kw=True)
+
+
+@pytest.mark.parametrize("name", sorted(detection_models()))
+def test_detection_backbone_head(name):
+    """SSDlite and RetinaNet up to their class logits and box regression (vision_models.
+    BackboneHead): NMS post-processing is a torchvision C op with a data-dependent output size,
+    which does not lower."""
+    if not os.environ.get("LUMINAL_SLOW"):
+        pytest.skip("heavy: run with LUMINAL_SLOW=1")
+    build, side = detection_models()[name]
+    model = randomize(build())
+    _check_model(name, model, torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(2)))

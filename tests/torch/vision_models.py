@@ -71,6 +71,34 @@ def torchvision_models() -> dict:
     }
 
 
+class BackboneHead(torch.nn.Module):
+    """A torchvision one-stage detector without its transform and post-processing: the image
+    through `backbone` (feature maps) and `head` -> {"cls_logits", "bbox_regression"}. The
+    post-processing (box decoding, score filtering, torchvision.ops.batched_nms) does not lower:
+    NMS is a torchvision C op (not loadable here) with a data-dependent output size."""
+
+    def __init__(self, detector: torch.nn.Module):
+        super().__init__()
+        self.backbone, self.head = detector.backbone, detector.head
+
+    def forward(self, images):
+        return self.head(list(self.backbone(images).values()))
+
+
+def detection_models() -> dict:
+    """name -> (builder of a detector's BackboneHead with random weights, input side)."""
+    tv = import_torchvision()
+    if tv is None:
+        return {}
+    D = tv.models.detection
+    return {
+        "ssdlite320_mobilenet_v3_large": (lambda: BackboneHead(D.ssdlite320_mobilenet_v3_large(
+            weights=None, weights_backbone=None, num_classes=5)), 160),
+        "retinanet_resnet50_fpn": (lambda: BackboneHead(D.retinanet_resnet50_fpn(
+            weights=None, weights_backbone=None, num_classes=5)), 128),
+    }
+
+
 def hf_vision_models() -> dict:
     """name -> builder of a tiny random-weight Hugging Face vision model (64x64 inputs)."""
     import transformers as T
