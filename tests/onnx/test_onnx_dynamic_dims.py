@@ -108,3 +108,23 @@ def test_nearest_upsampling_over_dynamic_dims_matches_onnxruntime(no_simplify):
         x = rng.uniform(0, 1, shape).astype(np.float32)
         (got,), (want,) = model(x), sess.run(None, {"x": x})
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_sppf_max_pools_build_on_the_c_backend():
+    """YOLOv8's SPPF: three chained 5x5 max pools (stride 1, pad 2). The unrolled window used to
+    nest 25 type-generic max macros, which the C compiler could not expand (out of memory), so
+    the cpu device fell back to the reference runtime."""
+    import warnings
+
+    nodes = [helper.make_node("MaxPool", [a], [b], kernel_shape=[5, 5], pads=[2, 2, 2, 2])
+             for a, b in (("x", "p1"), ("p1", "p2"), ("p2", "p3"))]
+    nodes.append(helper.make_node("Concat", ["x", "p1", "p2", "p3"], ["y"], axis=1))
+    graph = helper.make_graph(nodes, "sppf", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 10, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 12])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(0).standard_normal((1, 4, 10, 12)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # the fallback to the reference runtime warns
+        (got,) = lo.compile(proto, device="cpu")(x)
+    (want,) = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(got, want)

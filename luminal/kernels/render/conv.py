@@ -61,10 +61,12 @@ def element(node: Node, idx: list[str], inputs: list[Node]) -> tuple[str, str]:
     total = sym.product(kernel)
     if total <= UNROLL:  # the terms in axis order, from the first (an empty window: the identity)
         terms = [term([f"{j}LL" for j in k]) for k in itertools.product(*(range(d) for d in kernel))]
-        value = terms[0] if terms else init
-        for v in terms[1:]:
-            value = combine(value, v)
-        return "", value
+        if len(terms) <= 1:
+            return "", terms[0] if terms else init
+        # one statement per term, not nested calls: the C prelude's type-generic lum_max_nan
+        # names its first argument twice, so nesting doubles the text per level (a 5x5 max pool: cc1
+        # out of memory)
+        return f"{t} acc = {terms[0]};" + "".join(f" acc = {combine('acc', v)};" for v in terms[1:]), "acc"
     names = [f"k{j}" for j in range(r)]
     loops = "".join(f"for (long long {n} = 0; {n} < {d}LL; ++{n}) " for n, d in zip(names, kernel))
     return f"{t} acc = {init};\n    {loops}acc = {combine('acc', term(names))};", "acc"
