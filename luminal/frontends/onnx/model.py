@@ -288,9 +288,13 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
             for n, t, shape in inputs
         ]
         out_infos = []
-        for (out_name, _, elem), t in zip(outputs, out_tensors):
+        ragged = {i: axis for i, axis, _ in compiled.ragged}
+        for i, ((out_name, _, elem), t) in enumerate(zip(outputs, out_tensors)):
             dtype = _np_dtype(elem) if elem else t.dtype.numpy
-            out_infos.append(IOInfo(out_name, dtype, tuple(d if sym.is_static(d) else str(d) for d in t.shape)))
+            shape = [d if sym.is_static(d) else str(d) for d in t.shape]
+            if i in ragged:  # a data-dependent length: at most the padded bound
+                shape[ragged[i]] = f"<={shape[ragged[i]]}"
+            out_infos.append(IOInfo(out_name, dtype, tuple(shape)))
     else:
         in_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in declared]
         out_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in graph.output]

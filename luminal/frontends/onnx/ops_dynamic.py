@@ -36,7 +36,7 @@ def _finish(c, outs):
     """The node's outputs, each (tensor, axis, length) -- axis None for a static one: computed now
     (and cut) when every input of the node is known, else the ragged ones recorded."""
     present = [i for i, n in enumerate(c.node.input) if n]
-    if all(c.known(i) is not None for i in present):
+    if all(c.known(i) is not None and c.known(i).dtype != object for i in present):  # not symbolic
         nodes = [t.node for t, _, _ in outs] + [n.node for _, a, n in outs if a is not None]
         values = NumpyRuntime(nodes)({})
         lengths = iter(values[len(outs):])
