@@ -12,7 +12,9 @@ onnxruntime| over the outputs at each shape against the manifest's tolerance, th
 seconds (the compile plus the first call at each shape: a model whose shapes cannot stay
 symbolic compiles per shape there; cold: the run uses a fresh, empty `$LUMINAL_CACHE_DIR` unless
 `--warm`), and the median latency of luminal and onnxruntime at the
-first shape, measured in alternating rounds. A model whose package is not installed at the
+first shape, measured in alternating rounds. The process never imports torch, as an ONNX
+user's would not (with torch loaded the C backend's GEMMs and threads follow torch's: see
+`benchmarks.onnx_bench`, which does import it). A model whose package is not installed at the
 listed version is listed as skipped. Writes `benchmarks/results/onnx_sweep.md` (a partial run:
 `onnx_sweep_<models>.md`). Speed alone, with the ONNX suite's light models, is
 `python -m benchmarks.onnx_bench`.
@@ -24,6 +26,8 @@ import argparse
 import importlib.metadata
 import importlib.util
 import os
+import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -31,8 +35,6 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-
-from benchmarks.cpu import interleaved_medians
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
@@ -44,6 +46,22 @@ def _sweep_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def interleaved_medians(fns: dict, rounds: int = 3, budget_s: float = 0.6) -> dict:
+    """benchmarks.cpu's measure (that module imports torch): the median latency of each function,
+    measured in alternating rounds so that a change in the machine's load falls on all alike."""
+    times: dict = {k: [] for k in fns}
+    for fn in fns.values():
+        fn()  # warm-up
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            start = time.perf_counter()
+            while len(times[k]) < 2 or time.perf_counter() - start < budget_s:
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def _max_diff(got, want) -> float:
@@ -128,14 +146,15 @@ def main(argv=None) -> int:
                          "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"})
         print("  " + ", ".join(f"{k}={v}" for k, v in rows[-1].items() if k not in ("package", "model", "tol")), flush=True)
     elapsed = time.perf_counter() - started
-    from benchmarks.__main__ import environment
-
-    env = environment()
+    assert "torch" not in sys.modules, "the sweep measures an ONNX user's process, without torch"
+    env = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "platform": platform.platform(),
+           "cpu_count": os.cpu_count()}
     matched = sum(1 for r in rows if r.get("ok"))
     ran = sum(1 for r in rows if "ok" in r)
     cmd = "python -m benchmarks.onnx_sweep" + (" " + " ".join(sys.argv[1:] if argv is None else argv)).rstrip()
-    markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} threads, luminal device "
-                f"{opts.device!r}, onnxruntime {importlib.metadata.version('onnxruntime')} (`{cmd}`, {elapsed:.0f} s). "
+    markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} cores, luminal device "
+                f"{opts.device!r}, onnxruntime {importlib.metadata.version('onnxruntime')} (`{cmd}`, {elapsed:.0f} s, "
+                "torch not loaded). "
                 f"{matched} of {ran} models run match onnxruntime at every shape. Compile s: the compile plus the "
                 f"first call at each shape ({'warm' if opts.warm else 'cold'} caches); latency: medians at the first shape, in alternating rounds; ratio = "
                 "luminal / onnxruntime.\n\n" + table(rows))
