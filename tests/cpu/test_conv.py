@@ -208,6 +208,39 @@ def test_1x1_conv_on_a_channel_split_is_a_gemm_on_the_slice():
         np.testing.assert_allclose(g.compile(device=device)({"x": x})[0], want, rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
+@pytest.mark.skipif(not devices.get("cpu").available, reason="no C compiler")
+def test_cpu_conv_gemm_fills_im2col_tiles_from_the_unpadded_input():
+    """On the C backend a GEMM conv is one kernel: tiles of the im2col matrix filled straight
+    from the input (the padding read as zeros through the pad's mask), each multiplied into its
+    output columns. The pad and im2col copies keep steps that do nothing; the result is the
+    NumPy runtime's, at both precisions (tiles in parallel and one after another), for grouped
+    and batched convs and a last partial tile; an im2col copy something else also reads is
+    materialized as before."""
+    rng = np.random.default_rng(4)
+    x = _values(rng, (2, 16, 40, 36), True)
+    w1, w2 = (rng.standard_normal(s).astype(np.float32) * 0.2 for s in ((16, 8, 3, 3), (8, 16, 5, 5)))
+    g = lm.Graph("tiles")
+    xi = g.input("x", (2, 16, 40, 36))
+    g.output(nn.conv(xi, g.constant(w1), None, 1, 1, 1, 2).relu(), "grouped")  # (n, g) batch, wide output: tiles
+    g.output(nn.conv(xi, g.constant(w2), None, 1, (2, 1), 1, 1), "tiled")  # K = 400, N = 40 x 34: three tiles
+    cols = nn.windows(xi, (2, 2), (2, 2), (1, 1)).permute((0, 1, 4, 5, 2, 3)).reshape((2, 64, 360))
+    g.output(g.constant(np.ones((3, 64), np.float32)).matmul(cols).add(cols.sum(1, keepdim=True)), "shared_copy")
+    want = g.compile(device="numpy")({"x": x})
+    compiled = g.compile(device="cpu")
+    steps = compiled.runtime.program.steps
+    fused = [s for s in steps if s.output.op is Op.MAT_MUL and any(i.op is Op.INPUT for i in s.inputs)]
+    idle = [s for s in steps if not s.inputs]
+    assert len(fused) == 2 and len(idle) == 4, [(s.name, [i.op for i in s.inputs]) for s in steps]
+    for precision in ("float32", "float64"):
+        previous = lm.set_precision(precision)
+        try:
+            got = compiled({"x": x})
+        finally:
+            lm.set_precision(previous)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
 def test_empty_batch():
     g = lm.Graph("empty")
     g.output(nn.conv(g.input("x", (0, 4, 6, 6)), g.input("w", (4, 1, 3, 3)), None, 1, 1, 1, 4), "dw")

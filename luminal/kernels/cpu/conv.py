@@ -6,15 +6,30 @@ along the output row, reading the input row and one broadcast weight per term.
 
 `window_reduce(node)` returns (inputs, symbols, err, body); the C renderer wraps it into its
 kernel function (`render.GENERATORS`).
+
+GEMM convolutions (`Im2colGemm`): a MatMul whose B operand is an im2col copy nothing else reads
+runs as one kernel that fills the copy tile by tile (T output columns, about 1 MiB) and
+multiplies each tile into its columns of the output, so the full im2col matrix is never written
+(for VGG's first layers, 115 MB a call) and the tile is still in cache when BLAS reads it. A
+padded copy read only by the im2col is folded into the reads (the pad's mask gives the zeros;
+each run of a row splits into zeros, plain reads and zeros). `program.py` finds these and gives
+the absorbed copies steps that do nothing (the im2col's buffer is the tiles' scratch), so the
+launch table still has one step per node.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from luminal.hlir import symbolic as sym
-from luminal.hlir.ops import Node
-from luminal.kernels.render.cexpr import c_dim
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Node, Op
+from luminal.hlir.shape import ShapeTracker, contiguous_strides
+from luminal.kernels.render.cexpr import c_dim, compute_type, dims_symbols
 from luminal.kernels.render.conv import element
-from luminal.kernels.render.cstyle import buffer_sources, store_value, symbols_of, unravel
+from luminal.kernels.render.cstyle import buffer_sources, pointer_of, read, store_value, symbols_of, unravel, view_of
 
 PAR_MIN = 65536  # multiply-adds below which the loop stays on one core
 
@@ -40,3 +55,214 @@ def window_reduce(node: Node) -> tuple[list[Node], list[str], bool, str]:
     }}
   }}"""
     return inputs, symbols_of(node), False, body
+
+
+# --- im2col + GEMM in tiles ------------------------------------------------------------------
+TILE_FLOATS = 262144  # a tile of the im2col matrix (K rows x T columns) holds about this many values (1 MiB of f32)
+TILE_MIN = 256  # columns per tile at least (the GEMM's N: BLAS wants it wide)
+
+
+@dataclass
+class Im2colGemm:
+    """A MatMul whose B operand is a copy nothing else reads (a convolution's im2col: the window
+    view of the input, materialized as (batch, K, P)), run as one kernel: per tile of T output
+    columns, the tile of the copy is filled into the copy's own buffer (so the full copy is never
+    written: T columns stay in cache) and multiplied by BLAS into those columns of the output.
+    When the copy reads a padded copy nothing else reads either (conv's `x.pad`), the reads go
+    through to the unpadded input (the mask gives the zeros), and that copy goes too."""
+
+    node: Node  # the MatMul
+    copy: Node  # its B operand's buffer: the im2col copy (CONTIGUOUS), used as the tile's scratch
+    split: int  # copy.shape[:split] are the rows (batch and K), copy.shape[split:] the columns (P)
+    pad: Node | None  # the padded copy (CONTIGUOUS) read through, or None: the copy's source is read
+    terms: list  # with `pad`: per dim of pad, ([(dim of the copy, coefficient)], offset)
+
+    @property
+    def absorbed(self) -> list[Node]:
+        """The nodes whose steps do nothing (the fused kernel computes what they would)."""
+        return [self.copy] + ([self.pad] if self.pad is not None else [])
+
+
+def _contiguous_view(st: ShapeTracker) -> bool:
+    return st.mask is None and sym.equal(st.offset, 0) and all(
+        sym.equal(d, 1) or sym.equal(s, w) for d, s, w in zip(st.shape, st.strides, contiguous_strides(st.shape)))
+
+
+def _through(window: ShapeTracker, shape) -> list | None:
+    """Per dim of a contiguous buffer of the static `shape`, ([(dim of window, coefficient)],
+    offset) such that window's element [i] is that buffer's element [sum(coef * i) + offset per
+    dim], every index in range; None when `window` (no mask) does not read it that way."""
+    if window.mask is not None or not all(sym.is_static(d) for d in (*shape, *window.shape, *window.strides,
+                                                                      window.offset)):
+        return None
+    strides = contiguous_strides(shape)
+    off = int(window.offset)
+    if off < 0 or (shape and off >= int(np.prod(shape))):
+        return None
+    terms = [([], (off // w) % d if j else off // w) for j, (w, d) in enumerate(zip(strides, shape))]
+    for i, (d, s) in enumerate(zip(window.shape, window.strides)):
+        if d == 1 or s == 0:
+            continue
+        j = next((j for j, w in enumerate(strides) if 0 < w <= s), None)
+        if s < 0 or j is None or s % strides[j]:
+            return None
+        terms[j][0].append((i, s // strides[j]))
+    for (coefs, base), d in zip(terms, shape):
+        if base + sum(c * (window.shape[i] - 1) for i, c in coefs) > d - 1:
+            return None
+    return terms
+
+
+def im2col_gemm(node: Node, users) -> Im2colGemm | None:
+    """The fused form of MatMul `node` when its B operand is a single-use im2col copy (see
+    `Im2colGemm`), else None. `users[id(n)]`: the nodes (and graph outputs) reading buffer n."""
+    if node.op is not Op.MAT_MUL or node.dtype not in (DType.F32, DType.F64) or len(node.shape) < 2:
+        return None
+    a, b = node.src
+    copy, st = (b.src[0], b.arg) if b.op is Op.VIEW else (b, ShapeTracker.contiguous(b.shape))
+    if copy.op is not Op.CONTIGUOUS or copy.dtype is not node.dtype or users.get(id(copy)) != 1 or view_of(a)[0] is copy:
+        return None
+    if not _contiguous_view(st) or not sym.equal(sym.product(st.shape), sym.product(copy.shape)):
+        return None  # B[bz.., k, p] is the copy's element (bz * K + k) * P + p
+    cols = b.shape[-1]
+    split, prod = len(copy.shape), 1
+    while split > 0 and not sym.equal(prod, cols):
+        split -= 1
+        prod = sym.norm(prod * copy.shape[split])
+    if not sym.equal(prod, cols) or split == len(copy.shape):
+        return None
+    source = copy.src[0]
+    pad, terms = None, []
+    if source.op is Op.VIEW and source.src[0].op is Op.CONTIGUOUS:
+        padded = source.src[0]
+        if users.get(id(padded)) == 1 and padded.dtype is copy.dtype:
+            found = _through(source.arg, padded.shape)
+            if found is not None:
+                pad, terms = padded, found
+    return Im2colGemm(node, copy, split, pad, terms)
+
+
+def _index_through(plan: Im2colGemm, idx: list[str]) -> list[str]:
+    """The padded copy's index (one C expression per dim) of the copy's element `idx`."""
+    index = []
+    for coefs, off in plan.terms:
+        parts = [f"{idx[i]} * {c}LL" if c != 1 else idx[i] for i, c in coefs] + ([f"{off}LL"] if off or not coefs else [])
+        index.append("(" + " + ".join(parts) + ")")
+    return index
+
+
+def _run(plan: Im2colGemm, head: list[str], cl: str, inputs: list[Node], t: str) -> str:
+    """C filling dst[q + u] for u < run: the copy's elements at head + [cl + u].
+    Through a padded copy, the run splits where the pad's mask on the dim that u moves changes:
+    zeros, the unmasked reads (vectorized, no test per element), zeros."""
+    last = len(plan.copy.shape) - 1
+    idx = head + [f"({cl} + u)"]
+    if plan.pad is None:
+        src = plan.copy.src[0]
+        return f"""#pragma omp simd
+          for (long long u = 0; u < run; ++u) dst[q + u] = ({t})({read(src, idx, pointer_of(src, inputs))});"""
+    src = plan.pad.src[0]
+    index = _index_through(plan, idx)
+    base, st = view_of(src)
+    j, c = next(((j, c) for j, (coefs, _) in enumerate(plan.terms) for i, c in coefs if i == last), (None, 0))
+    if j is None or st.mask is None or (sym.equal(st.mask[j][0], 0) and sym.equal(st.mask[j][1], st.shape[j])):
+        return f"""#pragma omp simd
+          for (long long u = 0; u < run; ++u) dst[q + u] = ({t})({read(src, index, pointer_of(src, inputs))});"""
+    lo, hi = st.mask[j]
+    mask = st.mask[:j] + ((0, st.shape[j]),) + st.mask[j + 1:]
+    inner = Node(Op.VIEW, src.dtype, src.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset, mask))
+    y0 = _index_through(plan, head + [cl])[j]
+    value = read(inner, index, pointer_of(src, inputs))
+    return f"""const long long y0 = {y0};  /* the padded dim's index at u = 0; it grows by {c} per u */
+          long long u_lo = {c_dim(lo)} > y0 ? ({c_dim(lo)} - y0 + {c - 1}) / {c} : 0;
+          long long u_hi = {c_dim(hi)} > y0 ? ({c_dim(hi)} - y0 + {c - 1}) / {c} : 0;
+          u_lo = lum_min(u_lo, run); u_hi = lum_max(u_lo, lum_min(u_hi, run));
+          for (long long u = 0; u < u_lo; ++u) dst[q + u] = 0;
+          #pragma omp simd
+          for (long long u = u_lo; u < u_hi; ++u) dst[q + u] = ({t})({value});
+          for (long long u = u_hi; u < run; ++u) dst[q + u] = 0;"""
+
+
+def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[Node], list[str]]:
+    """(code, inputs, symbols) of the fused kernel: `name(out, in0.., dims..)`, the copy's
+    buffer (scratch) writable. `operand`: the C dialect's GEMM operand setup (`render._operand`)."""
+    node, copy = plan.node, plan.copy
+    a = node.src[0]
+    t = compute_type(node.dtype)
+    g = {"float": "f", "double": "d"}[t]
+    reads = buffer_sources(plan.pad if plan.pad is not None else copy)
+    inputs = [*buffer_sources(node, [a]), copy]
+    inputs += [r for r in reads if all(r is not x for x in inputs)]
+    dims = [node.shape, copy.shape]
+    for src in (a, copy.src[0], *(plan.pad.src if plan.pad is not None else ())):
+        _, st = view_of(src)
+        dims += [st.shape, st.strides, (st.offset,)] + ([tuple(x for lh in st.mask for x in lh)] if st.mask else [])
+    symbols = dims_symbols(*dims)
+    params = [f"{t}* restrict out"] + [
+        (f"{t}* restrict in{k}" if x is copy else f"const {x.dtype.ctype}* restrict in{k}") for k, x in enumerate(inputs)]
+    params += [f"long long d_{s}" for s in symbols]
+    batch = node.shape[:-2]
+    m, n, k = (c_dim(d) for d in (node.shape[-2], node.shape[-1], a.shape[-1]))
+    bnames, blines = unravel("bz", batch, "z")
+    a_setup, _ = operand(a, "a", bnames, a.shape[-2], a.shape[-1], inputs, t)
+    rows, cols = copy.shape[:plan.split], copy.shape[plan.split:]
+    rnames, rlines = unravel("R", rows, "r")
+    cnames, clines = unravel("p0", cols, "c")
+    last, dl = cnames[-1], c_dim(cols[-1])
+    fill = _run(plan, rnames + cnames[:-1], last, inputs, t)
+    carry = ""
+    for j in range(len(cols) - 1):  # cL reached its end: step the dims before it
+        inner = f"if (++{cnames[j]} == {c_dim(cols[j])}) {{ {cnames[j]} = 0; {carry} }}" if carry else f"++{cnames[j]};"
+        carry = inner
+    carry = carry or ";"
+    code = f"""static void {name}({', '.join(params)}) {{
+  const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {{ for (long long q = 0; q < n_batch * M * N; ++q) out[q] = 0; return; }}
+  long long T = {TILE_FLOATS}LL / K;  /* columns per tile: the tile stays in cache */
+  T = T < {TILE_MIN} ? {TILE_MIN} : T - T % 16;
+  T = T < N ? T : N;
+  const long long n_tiles = (N + T - 1) / T;
+  /* tiles in parallel, each thread its own tile of the scratch and a single-threaded GEMM, when
+     the BLAS's threads are the OpenMP team's (MKL); else one tile after another, the fill
+     across cores and the GEMM on the BLAS's threads */
+  const int par = lum_blas_in_team && !lum_f64 && lum_threads > 1 && lum_threads * T <= N;
+  {t}* const scratch = in{inputs.index(copy)};  /* the copy's own buffer: at most threads x K x T of it is written */
+  {t}* a_buf = NULL;  /* a contiguous copy of the weight, when it is not a plain matrix */
+  for (long long bz = 0; bz < n_batch; ++bz) {{
+    {" ".join(blines)}
+    const {t}* a_ptr; int a_tr; long long a_ld;
+    {a_setup}
+    #pragma omp parallel if (par)
+    {{
+    {t}* const tile = scratch + (par ? omp_get_thread_num() : 0) * K * T;
+    #pragma omp for schedule(static)
+    for (long long ti = 0; ti < n_tiles; ++ti) {{
+      const long long p0 = ti * T, nt = lum_min(T, N - p0);
+      #pragma omp parallel for if (!par && K * nt >= {PAR_MIN})
+      for (long long kk = 0; kk < K; ++kk) {{  /* row kk of the tile: the copy's row bz * K + kk, columns p0.. */
+        const long long R = bz * K + kk;
+        {" ".join(rlines)}
+        {" ".join(clines)}
+        {t}* dst = tile + kk * nt;
+        for (long long q = 0; q < nt;) {{
+          const long long run = lum_min(nt - q, {dl} - {last});
+          {fill}
+          q += run;
+          {last} += run;
+          if ({last} == {dl}) {{ {last} = 0; {carry} }}
+        }}
+      }}
+      lum_gemm_{g}(a_tr, 0, M, nt, K, a_ptr, a_ld, tile, nt, out + bz * M * N + p0, N);
+    }}
+    }}
+  }}
+  free(a_buf);
+}}
+"""
+    return code, inputs, symbols
+
+
+def noop_kernel(node: Node, name: str) -> str:
+    """The step of a node a fused kernel computes (its buffer, if any, is that kernel's scratch)."""
+    return f"static void {name}({node.dtype.ctype}* restrict out) {{ (void)out; }}\n"

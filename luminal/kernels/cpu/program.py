@@ -6,18 +6,24 @@ wrapper per kernel taking its buffers and dims from arrays, and the fixed driver
 order of launches is data: `launch_table` lists per step its kernel, its buffers (a slot of
 `bufs` or an offset into the arena) and its dims (indices into `dims`), and `lum_run`
 interprets it. A 32-layer model therefore builds the same library as a 2-layer one.
+
+One fusion happens here, on the schedule: a convolution's GEMM whose im2col copy (and padded
+copy) nothing else reads is one tiled kernel (`conv.Im2colGemm`); the copies' steps do nothing.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 from dataclasses import dataclass
 
-from luminal.hlir.ops import Node
+from luminal.hlir.ops import Node, Op
 from luminal.kernels.cpu import build
+from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.cpu.prelude import PRELUDE, SHARED
-from luminal.kernels.cpu.render import CStep, _generator
+from luminal.kernels.cpu.render import CStep, _generator, _operand
 from luminal.kernels.plan import Schedule
+from luminal.kernels.render.cstyle import buffer_sources
 
 
 @dataclass
@@ -92,13 +98,41 @@ def _wrapper(step: CStep) -> str:
            f"{step.name}({', '.join(args)}); }}"
 
 
+def _fusions(schedule: Schedule) -> tuple[dict[int, cpu_conv.Im2colGemm], set[int]]:
+    """MatMuls run as tiled im2col + GEMM kernels (`conv.Im2colGemm`), by id, and the nodes
+    they absorb (whose steps then do nothing)."""
+    users: collections.Counter = collections.Counter()
+    for n in schedule.nodes:
+        for b in buffer_sources(n):
+            users[id(b)] += 1
+    for n in schedule.outputs:
+        users[id(n)] += 1
+    plans, absorbed = {}, set()
+    for n in schedule.nodes:
+        plan = cpu_conv.im2col_gemm(n, users) if n.op is Op.MAT_MUL else None
+        if plan is not None:
+            plans[id(n)] = plan
+            absorbed.update(id(x) for x in plan.absorbed)
+    return plans, absorbed
+
+
+def _fused_step(node: Node, plans, absorbed) -> tuple[str, CStep] | None:
+    if id(node) in plans:
+        code, inputs, symbols = cpu_conv.im2col_gemm_kernel(plans[id(node)], "@KERNEL@", _operand)
+        return code, CStep("@KERNEL@", node, inputs, symbols, False)
+    if id(node) in absorbed:
+        return cpu_conv.noop_kernel(node, "@KERNEL@"), CStep("@KERNEL@", node, [], [], False)
+    return None
+
+
 def render_program(outputs: list[Node]) -> CProgram:
     """The graph computing `outputs` as one C library: its distinct kernels and the driver."""
     schedule = Schedule.build(outputs)
+    plans, absorbed = _fusions(schedule)
     bodies: dict[str, tuple[str, CStep]] = {}
     steps: list[CStep] = []
     for node in schedule.nodes:  # one step per node (a scatter's copy and updates are one function)
-        code, step = _generator(node)(node, "@KERNEL@")
+        code, step = _fused_step(node, plans, absorbed) or _generator(node)(node, "@KERNEL@")
         h = hashlib.sha1(code.encode()).hexdigest()[:12]
         step.name = f"{node.op.title.lower()}_{h}"
         bodies.setdefault(step.name, (code.replace("@KERNEL@", step.name), step))
