@@ -148,3 +148,12 @@ def test_unique_four_ragged_outputs(axis, is_sorted, device):
             x = np.take(x, RNG.integers(0, x.shape[axis], x.shape[axis]), axis=axis)  # repeated slices
         _same(m(x), _ort(model, {"x": x}))
     assert m.compiled is not None and not m.value_inputs
+
+
+def test_nonzero_of_a_large_tensor_scans_in_log_steps():
+    """262,144 elements: the positions come from a log-step prefix sum (a masked n x n
+    triangle would need 2**36 elements)."""
+    model = _model([oh.make_node("NonZero", ["x"], ["y"])], [oh.make_tensor_value_info("x", TP.BOOL, [512, 512])],
+                   [oh.make_tensor_value_info("y", TP.INT64, [2, None])])
+    x = RNG.random((512, 512)) < 0.01
+    _same(lo.compile(model, device="numpy")(x), [np.stack(np.nonzero(x)).astype(np.int64)])

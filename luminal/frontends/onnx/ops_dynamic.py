@@ -52,13 +52,31 @@ def _finish(c, outs):
     return [t for t, _, _ in outs]
 
 
+SCAN_LIMIT = 1 << 31  # a symbolic length is scanned in 31 steps: the model checks n <= this per call
+
+
+def _prefix_sum(c, x):
+    """Inclusive prefix sum of a 1-D integer tensor in ceil(log2 n) shifted adds (Hillis-Steele:
+    each shift a free pad-and-slice view), O(n log n) and exact; the builder's cumsum (a masked
+    n x n triangle) would take n**2 memory for the million-element masks NonZero meets."""
+    n = x.shape[0]
+    bound = int(n) if sym.is_static(n) else SCAN_LIMIT
+    if not sym.is_static(n):
+        c.importer.assume(n, SCAN_LIMIT)
+    k = 1
+    while k < bound:
+        x = x.add(x.pad([(k, 0)]).slice(0, 0, n))
+        k *= 2
+    return x
+
+
 def _compact(c, mask, rows, target=None):
     """The rows (M, k) where mask (M,) holds, moved to the front in order (or each to its
     `target` slot): ((M, k), count)."""
     m = mask.shape[0]
     sel = mask.cast(I64)
     if target is None:
-        target = sel.cumsum(0).sub(c.g.scalar(1, I64))
+        target = _prefix_sum(c, sel).sub(c.g.scalar(1, I64))
     target = F.where(mask, target, c.g.scalar(m, I64) if not sym.is_static(m) else int(m))
     k = rows.shape[1]
     buf = c.g.scalar(0, rows.dtype).expand((sym.norm(m + 1), k)).contiguous()
