@@ -12,13 +12,19 @@ Two groups of models:
   `$LUMINAL_BENCH_CACHE` (default: `<tmp>/luminal-onnx-bench`), never in git. "inception" is
   GoogLeNet, the zoo's inception_v1; "shufflenet" is torchvision's v2 (the zoo's is v1).
 - every model of `tests/onnx/real_models.toml` (ONNX files PyPI wheels ship) whose package is
-  installed, at its first listed input shape.
+  installed, at its first listed input shape (those marked heavy with `--heavy`).
 
-Per model: onnxruntime (CPUExecutionProvider, `intra_op_num_threads` = torch's thread count)
+Per model: onnxruntime (CPUExecutionProvider, `intra_op_num_threads` = luminal's thread count)
 and `luminal.onnx.compile(path, device="cpu")`: compile seconds (the compile plus the first
-call, which compiles per shape where the model needs it), median latencies measured in
-alternating rounds, their ratio, and the max |luminal - onnxruntime| over the outputs. Writes
+call, which compiles per shape where the model needs it; cold caches unless `--warm`), median
+latencies measured in alternating rounds, their ratio, and the max |luminal - onnxruntime| over
+the outputs. Writes
 `benchmarks/results/onnx.{json,md}` (a partial run: `onnx_<models>.{json,md}`).
+
+The measuring process does not import torch, as an ONNX user's would not (the light models are
+exported by a child process): luminal's threads are the CPU count and its GEMMs the OpenBLAS
+NumPy ships. `--with-torch` imports torch first, as a process that also runs PyTorch would: the
+C backend then takes torch's thread count and the MKL inside torch (`luminal/kernels/cpu/runtime.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import platform
+import statistics
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -37,9 +46,6 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-import torch
-
-from benchmarks.cpu import interleaved_medians
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
@@ -70,8 +76,44 @@ def _vision_helpers():
     return module
 
 
+def interleaved_medians(fns: dict, rounds: int = 3, budget_s: float = 0.6) -> dict:
+    """The median latency of each function, measured in alternating rounds so that a change in
+    the machine's load falls on all alike (benchmarks.cpu's, which imports torch)."""
+    times: dict = {k: [] for k in fns}
+    for fn in fns.values():
+        fn()  # warm-up
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            start = time.perf_counter()
+            while len(times[k]) < 2 or time.perf_counter() - start < budget_s:
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def threads() -> int:
+    """luminal's thread count in this process (`luminal.kernels.cpu.runtime.threads`)."""
+    from luminal.kernels.cpu import runtime
+
+    return runtime.threads()
+
+
 def light_model(name: str) -> tuple[Path, dict]:
-    """The light model `name` as an ONNX file (exported once, then cached) and its feeds."""
+    """The light model `name` as an ONNX file (exported once by a child process, then cached)
+    and its feeds."""
+    builder, side = LIGHT[name]
+    path = cache_dir() / f"{name}_{side}.onnx"
+    x = np.random.default_rng(0).standard_normal((1, 3, side, side)).astype(np.float32)
+    if not path.exists():
+        subprocess.run([sys.executable, "-m", "benchmarks.onnx_bench", "--export", name], check=True, cwd=ROOT)
+    return path, {"x": x}
+
+
+def export(name: str) -> None:
+    """Export the light model `name` to its cache path (imports torch and torchvision)."""
+    import torch
+
     builder, side = LIGHT[name]
     path = cache_dir() / f"{name}_{side}.onnx"
     x = np.random.default_rng(0).standard_normal((1, 3, side, side)).astype(np.float32)
@@ -89,16 +131,17 @@ def light_model(name: str) -> tuple[Path, dict]:
                               training=torch.onnx.TrainingMode.PRESERVE,
                               opset_version=17, do_constant_folding=True)
         tmp.replace(path)  # atomic: a concurrent run never reads half a file
-    return path, {"x": x}
 
 
-def real_models() -> dict[str, tuple[Path, dict]]:
-    """The manifest's models whose package (at the listed version) is installed, with feeds for
-    the first listed shape (the sweep's own input recipe)."""
+def real_models(heavy: bool = False) -> dict[str, tuple[Path, dict]]:
+    """The manifest's models whose package (at the listed version) is installed (heavy ones only
+    with `heavy`), with feeds for the first listed shape (the sweep's own input recipe)."""
     site = Path(sysconfig.get_paths()["purelib"])
     entries = tomllib.loads(MANIFEST.read_text())["model"]
     found = {}
     for entry in entries:
+        if entry.get("heavy") and not heavy:
+            continue
         try:
             if importlib.metadata.version(entry["package"]) != entry["version"]:
                 continue
@@ -132,7 +175,7 @@ def bench_one(name: str, path: Path, feeds: dict, group: str) -> dict:
 
     row: dict = {"model": name, "group": group, "inputs": {k: list(v.shape) for k, v in feeds.items()}}
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = max(1, torch.get_num_threads())
+    opts.intra_op_num_threads = threads()
     t0 = time.perf_counter()
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     row["onnxruntime_load_s"] = time.perf_counter() - t0
@@ -167,9 +210,21 @@ def main(argv=None) -> int:
                         f"{', '.join(LIGHT)}; real: the stems of real_models.toml's paths, or the package where the stem is 'model')")
     parser.add_argument("--light", action="store_true", help="the light models only")
     parser.add_argument("--real", action="store_true", help="the real-model sweep only")
+    parser.add_argument("--heavy", action="store_true", help="the manifest's heavy models too")
+    parser.add_argument("--with-torch", action="store_true", help="import torch first (its threads and MKL)")
+    parser.add_argument("--warm", action="store_true", help="keep luminal's cache (default: a fresh, empty "
+                        "$LUMINAL_CACHE_DIR, so compile seconds include the C compiler)")
+    parser.add_argument("--export", metavar="NAME", help=argparse.SUPPRESS)  # the child process of light_model
     opts = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if opts.export:
+        export(opts.export)
+        return 0
+    if opts.with_torch:
+        import torch  # noqa: F401
+    if not opts.warm:
+        os.environ["LUMINAL_CACHE_DIR"] = tempfile.mkdtemp(prefix="luminal-onnx-bench-")
     started = time.perf_counter()
-    real = real_models()
+    real = real_models(opts.heavy)
     todo = [(n, "light") for n in LIGHT] * (not opts.real) + [(n, "real") for n in real] * (not opts.light)
     if opts.models:
         unknown = set(opts.models) - set(LIGHT) - set(real)
@@ -187,16 +242,24 @@ def main(argv=None) -> int:
             rows.append({"model": name, "group": group, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"})
         print("  " + ", ".join(f"{k}={v:.3g}" for k, v in rows[-1].items() if isinstance(v, float)), flush=True)
     elapsed = time.perf_counter() - started
-    from benchmarks.__main__ import environment
+    from luminal.kernels.cpu import runtime
 
-    env = environment()
+    torch_version = sys.modules["torch"].__version__ if "torch" in sys.modules else None
+    env = {"python": platform.python_version(), "platform": platform.platform(), "threads": threads(),
+           "torch_loaded": torch_version, "blas": runtime.blas().kind,
+           "numpy": np.__version__, "onnxruntime": importlib.metadata.version("onnxruntime"),
+           "luminal": importlib.metadata.version("luminal"), "load_avg": os.getloadavg(),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     RESULTS.mkdir(exist_ok=True)
     stem = "onnx_" + "_".join(opts.models) if opts.models else "onnx" + ("_light" if opts.light else "_real" if opts.real else "")
+    stem += "_torch" if opts.with_torch else ""
     (RESULTS / f"{stem}.json").write_text(json.dumps({"environment": env, "rows": rows, "elapsed_s": elapsed}, indent=1))
     within = sum(1 for r in rows if r.get("ratio", float("inf")) <= TARGET)
-    markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} threads, torch {env['torch']}, "
-                f"onnxruntime {importlib.metadata.version('onnxruntime')} (`python -m benchmarks.onnx_bench`, "
-                f"{elapsed:.0f} s). Batch 1; medians in alternating rounds; ** marks a ratio above {TARGET:g}x. "
+    how = f"torch {torch_version} loaded, " if torch_version else "torch not loaded, "
+    markdown = (f"Measured {env['date']} on {env['platform']}, {env['threads']} threads, {how}BLAS {env['blas']}, "
+                f"onnxruntime {env['onnxruntime']}, load average {env['load_avg'][0]:.1f} at the end "
+                f"(`python -m benchmarks.onnx_bench{' --with-torch' if opts.with_torch else ''}`, {elapsed:.0f} s). "
+                f"Batch 1; medians in alternating rounds; ** marks a ratio above {TARGET:g}x. "
                 f"{within} of {len(rows)} within {TARGET:g}x.\n\n" + table(rows))
     (RESULTS / f"{stem}.md").write_text(markdown + "\n")
     print(markdown)
