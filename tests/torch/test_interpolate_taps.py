@@ -8,6 +8,8 @@ inf input into NaN; a same-size dim that torch skips (antialiased) or reads twic
 probes, then whole resizes with +-inf and NaN inputs through both frontends.
 """
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import torch
@@ -69,6 +71,34 @@ def test_nearest_indices_are_eagers():
                 want = F.interpolate(x, mode="nearest-exact" if exact else "nearest", **kw)[0, 0, 0]
                 got = taps.nearest_taps(np.float32, n_in, want.shape[0], scale, exact)[:, 0]
                 np.testing.assert_array_equal(got, want.numpy().astype(np.int64))
+
+
+def _fma_exact(ft, a, b, c):
+    """Reference: a*b + c in rationals, rounded once (float32: nearest-even among float32s)."""
+    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    near = float(exact)  # correctly rounded double
+    if ft is np.float64:
+        return np.float64(near)
+    f = np.float32(near)
+    if Fraction(near) != exact:  # a double that is a float32 tie would round twice
+        for g in (np.nextafter(f, np.float32(np.inf)), np.nextafter(f, np.float32(-np.inf))):
+            if (float(f) + float(g)) / 2 == near:
+                return g if (g > f) == (exact > near) else f
+    return f
+
+
+@pytest.mark.parametrize("ft", [np.float32, np.float64])
+def test_fma_rounds_once(ft):
+    rng = np.random.default_rng(0)
+    n = 4000
+    a, b = (rng.standard_normal(n) * 2.0 ** rng.integers(-20, 20, n)).astype(ft), rng.standard_normal(n).astype(ft)
+    c = (-(a.astype(np.float64) * b) * (1 + rng.integers(-3, 4, n) * np.finfo(ft).eps)).astype(ft)  # cancellation
+    c[::4] = rng.standard_normal(n // 4).astype(ft)
+    a[:8], b[:8] = ft(1) + np.finfo(ft).eps, ft(1) - np.finfo(ft).eps  # exact products at ties
+    c[:8] = [ft(-1), ft(1), ft(0), ft(0.5), ft(-0.5), np.finfo(ft).eps, -np.finfo(ft).eps, ft(2)]
+    got = taps.fma(ft, a, b, c)
+    want = np.array([_fma_exact(ft, *v) for v in zip(a, b, c)], ft)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_zero_crossing_residue():

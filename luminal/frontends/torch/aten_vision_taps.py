@@ -5,25 +5,27 @@ w[o, t] (aten_vision applies them). Exactness matters beyond the last digit: whe
 weight is a rounding residue (6.5e-15) and a port's is exactly 0, an inf input gives inf in
 torch and NaN (0 * inf) in the port; where torch repeats an index with weight 0, a NaN there
 spreads. So each function here is torch's own (aten/src/ATen/native/UpSample.h,
-native/cpu/UpSampleKernel.cpp) statement for statement, in its C types: `ft` is scalar_t /
-opmath_t (float32 for float32 inputs), an int64 plus a float is a float, a float plus the
-double literal 0.5 is a double.
+native/cpu/UpSampleKernel.cpp) statement for statement, in its C types, vectorized over the
+output positions: `ft` is scalar_t / opmath_t (float32 for float32 inputs), an int64 plus a
+float is a float, a float plus the double literal 0.5 is a double, floorf rounds to float.
 
 Fused multiply-add: UpSampleKernel.cpp is compiled once per CPU capability, and the AVX2 and
 AVX512 builds (like every ARM build) let the compiler contract `a * b + c` into one FMA,
 rounded once. Which build torch dispatches to decides the low bits of the cubic weights, so
 `_Arith` asks torch (`torch.backends.cpu.get_cpu_capability()`; the DEFAULT x86 build has no
-FMA) and evaluates each contracted expression exactly, rounding once (`fractions.Fraction`).
+FMA) and then rounds each contracted expression once: float32 through float64 with
+round-to-odd, float64 by Boldo and Melquiond's emulated FMA (an exact product, an exact sum,
+round-to-odd, one rounding), both checked against exact rational arithmetic in the tests.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import platform
-from fractions import Fraction
 
 import numpy as np
+
+F64 = np.float64
 
 
 @functools.cache
@@ -36,30 +38,58 @@ def torch_contracts_fma() -> bool:
     return torch.backends.cpu.get_cpu_capability() != "DEFAULT"
 
 
-def _round_f32(exact: Fraction) -> np.float32:
-    """`exact` rounded once to float32 (nearest, ties to even): via the correctly rounded
-    double, unless that double is itself a float32 tie (then it would round twice)."""
-    near = float(exact)
-    f = np.float32(near)
-    if Fraction(near) != exact:
-        for g in (np.nextafter(f, np.float32(np.inf)), np.nextafter(f, np.float32(-np.inf))):
-            if (float(f) + float(g)) / 2 == near:
-                return g if (g > f) == (exact > near) else f
-    return f
+# --- a*b + c rounded once ------------------------------------------------------------------
+def _two_sum(a, b):
+    """s + e == a + b exactly (Knuth's TwoSum)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _split(a):
+    c = a * 134217729.0  # 2**27 + 1: Veltkamp's split into two 26-bit halves
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+def _two_prod(a, b):
+    """p + e == a * b exactly (Dekker's product; no FMA needed)."""
+    p = a * b
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _add_odd(a, b):
+    """a + b rounded to odd: the exact sum if representable, else the neighbour with an odd
+    last bit (a second rounding from there is then correct)."""
+    s, e = _two_sum(a, b)
+    even = (s.view(np.int64) & 1) == 0
+    return np.where((e != 0) & even, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
+
+
+def fma(ft, a, b, c):
+    """a * b + c with one rounding to `ft` (float32 or float64 arrays)."""
+    with np.errstate(all="ignore"):
+        a, b, c = (np.asarray(v, ft).astype(F64) for v in (a, b, c))
+        if ft is np.float32:  # the float32 product is exact in float64; 53 >= 24 + 2 bits
+            return _add_odd(a * b, c).astype(np.float32)
+        ph, pl = _two_prod(a, b)
+        th, tl = _two_sum(c, ph)
+        return th + _add_odd(tl, pl)
 
 
 class _Arith:
-    """Scalar arithmetic in `ft`, with `fma` as torch's build evaluates `a * b + c`."""
+    """Array arithmetic in `ft`, with `fma` as torch's build evaluates `a * b + c`."""
 
     def __init__(self, ft):
         self.ft, self.fused = ft, torch_contracts_fma()
 
     def fma(self, a, b, c, fused=True):
         ft = self.ft
-        if not (fused and self.fused):
-            return ft(ft(ft(a) * ft(b)) + ft(c))
-        exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
-        return np.float64(float(exact)) if ft is np.float64 else _round_f32(exact)
+        if fused and self.fused:
+            return fma(ft, a, b, c)
+        return (np.asarray(a, ft) * np.asarray(b, ft)).astype(ft) + np.asarray(c, ft)
 
     # The cubic convolution polynomials (UpSample.h). Which steps the compiler contracts depends
     # on where they are inlined: every step in the aa filter; all but the last in
@@ -67,13 +97,14 @@ class _Arith:
     # (tests/torch/test_interpolate_taps.py checks the tables against eager).
     def cubic1(self, x, a, fuse_last):  # ((A + 2) * x - (A + 3)) * x * x + 1
         ft = self.ft
-        return self.fma(ft(self.fma(a + ft(2), x, -(a + ft(3))) * x), x, ft(1), fuse_last)
+        return self.fma(self.fma(a + ft(2), x, -(a + ft(3))) * x, x, ft(1), fuse_last)
 
     def cubic2(self, x, a, fuse_last):  # ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
         ft = self.ft
         return self.fma(self.fma(self.fma(a, x, -(ft(5) * a)), x, ft(8) * a), x, -(ft(4) * a), fuse_last)
 
 
+# --- torch's index and weight computations -------------------------------------------------
 def area_pixel_compute_scale(ft, n_in, n_out, align_corners, scale):
     if align_corners:
         return ft(n_in - 1) / ft(n_out - 1) if n_out > 1 else ft(0)
@@ -81,65 +112,60 @@ def area_pixel_compute_scale(ft, n_in, n_out, align_corners, scale):
 
 
 def _source_index(ar, s, o, align_corners, cubic):
-    """area_pixel_compute_source_index."""
+    """area_pixel_compute_source_index for the positions `o`."""
     ft = ar.ft
     if align_corners:
-        return ft(s * ft(o))
-    src = ar.fma(s, ft(o) + ft(0.5), ft(-0.5))
-    return ft(0) if not cubic and src < 0 else src
+        return s * o.astype(ft)
+    src = ar.fma(s, o.astype(ft) + ft(0.5), ft(-0.5))
+    return src if cubic else np.where(src < 0, ft(0), src)
+
+
+def _floorf(v):
+    return np.floor(np.asarray(v).astype(np.float32)).astype(np.int64)
 
 
 def _guard(ft, src, n_in):
-    """guard_index_and_lambda: the floor index (at most n_in - 1; C's floorf, so a double
-    index is rounded to float first) and the fraction in [0, 1]."""
-    i = min(math.floor(np.float32(src)), n_in - 1)
-    return i, min(max(ft(src - ft(i)), ft(0)), ft(1))
+    """guard_index_and_lambda: the floor index (at most n_in - 1) and the fraction in [0, 1]."""
+    i = np.minimum(_floorf(src), n_in - 1)
+    return i, np.clip((src - i.astype(ft)).astype(ft), ft(0), ft(1))
 
 
 def nearest_taps(ft, n_in, n_out, scale, exact):
     """One tap of weight 1: nearest_idx (a same-size or 2x dim ignores a given scale) and
     HelperInterpNearestExact (floorf of the double sum src + 0.5)."""
-    ar = _Arith(ft)
+    ar, o = _Arith(ft), np.arange(n_out)
     s = area_pixel_compute_scale(ft, n_in, n_out, False, scale)
-    idx = np.zeros((n_out, 1), np.int64)
-    for o in range(n_out):
-        if exact:
-            i = math.floor(np.float32(float(_source_index(ar, s, o, False, False)) + 0.5))
-        else:
-            i = o if n_out == n_in else o >> 1 if n_out == 2 * n_in else math.floor(np.float32(ft(o) * s))
-        idx[o, 0] = min(i, n_in - 1)
-    return idx
+    if exact:
+        i = _floorf(_source_index(ar, s, o, False, False).astype(F64) + 0.5)
+    elif n_out == n_in:
+        i = o
+    elif n_out == 2 * n_in:
+        i = o >> 1
+    else:
+        i = _floorf(o.astype(ft) * s)
+    return np.minimum(i, n_in - 1)[:, None]
 
 
 def linear_taps(ft, n_in, n_out, align_corners, scale):
     """compute_source_index_and_lambda: two taps; a same-size dim repeats the index, weight 0."""
-    ar = _Arith(ft)
+    ar, o = _Arith(ft), np.arange(n_out)
+    if n_out == n_in:
+        return np.stack([o, o], 1), np.stack([np.ones(n_out, ft), np.zeros(n_out, ft)], 1)
     s = area_pixel_compute_scale(ft, n_in, n_out, align_corners, scale)
-    idx = np.zeros((n_out, 2), np.int64)
-    w = np.zeros((n_out, 2), ft)
-    for o in range(n_out):
-        if n_out == n_in:
-            idx[o], w[o] = (o, o), (ft(1), ft(0))
-            continue
-        i0, l1 = _guard(ft, _source_index(ar, s, o, align_corners, False), n_in)
-        idx[o], w[o] = (i0, i0 + (1 if i0 < n_in - 1 else 0)), (ft(1) - l1, l1)
-    return idx, w
+    i0, l1 = _guard(ft, _source_index(ar, s, o, align_corners, False), n_in)
+    return np.stack([i0, i0 + (i0 < n_in - 1)], 1), np.stack([ft(1) - l1, l1], 1)
 
 
 def cubic_taps(ft, n_in, n_out, align_corners, scale):
     """HelperInterpCubic::compute_indices_weights (a = -0.75), indices clamped into the input."""
-    ar = _Arith(ft)
+    ar, o = _Arith(ft), np.arange(n_out)
     s = area_pixel_compute_scale(ft, n_in, n_out, align_corners, scale)
+    i, t = _guard(ft, _source_index(ar, s, o, align_corners, True), n_in)
     a = ft(-0.75)
-    idx = np.zeros((n_out, 4), np.int64)
-    w = np.zeros((n_out, 4), ft)
-    for o in range(n_out):
-        i, t = _guard(ft, _source_index(ar, s, o, align_corners, True), n_in)
-        x2 = ft(1.0 - float(t))
-        w[o] = (ar.cubic2(ft(float(t) + 1.0), a, False), ar.cubic1(t, a, False),
-                ar.cubic1(x2, a, False), ar.cubic2(ft(float(x2) + 1.0), a, False))
-        idx[o] = [max(min(i + j - 1, n_in - 1), 0) for j in range(4)]
-    return idx, w
+    x2 = (1.0 - t.astype(F64)).astype(ft)  # scalar_t x2 = 1.0 - t; then x + 1.0 in double
+    w = np.stack([ar.cubic2((t.astype(F64) + 1.0).astype(ft), a, False), ar.cubic1(t, a, False),
+                  ar.cubic1(x2, a, False), ar.cubic2((x2.astype(F64) + 1.0).astype(ft), a, False)], 1)
+    return np.clip(i[:, None] + np.arange(-1, 3), 0, n_in - 1), w.astype(ft)
 
 
 def aa_taps(ft, n_in, n_out, align_corners, scale, cubic):
@@ -156,25 +182,26 @@ def aa_taps(ft, n_in, n_out, align_corners, scale, cubic):
     a = ft(-0.5)
 
     def filt(x):  # HelperInterpLinear / HelperInterpCubic ::aa_filter, in scalar_t
-        x = ft(abs(x))
+        x = np.abs(x)
         if not cubic:
-            return ft(1.0) - x if x < 1.0 else ft(0.0)
-        if x < 1.0:
-            return ar.cubic1(x, a, True)
-        return ar.cubic2(x, a, True) if x < 2.0 else ft(0.0)
+            return np.where(x < 1.0, ft(1.0) - x, ft(0.0)).astype(ft)
+        near, far = ar.cubic1(x, a, True), ar.cubic2(x, a, True)
+        return np.where(x < 1.0, near, np.where(x < 2.0, far, ft(0.0))).astype(ft)
 
-    width = int(math.ceil(support)) * 2 + 1
-    idx = np.zeros((n_out, width), np.int64)
-    w = np.zeros((n_out, width), ft)
-    valid = np.zeros((n_out, width), bool)
-    for o in range(n_out):
-        center = ft(float(s) * (o + 0.5))
-        xmin = max(int(float(center - support) + 0.5), 0)
-        xsize = min(max(min(int(float(center + support) + 0.5), n_in) - xmin, 0), width)
-        ws = [filt(ft((float(ft(j + xmin) - center) + 0.5) * float(invscale))) for j in range(xsize)]
-        total = ft(0.0)
-        for v in ws:
-            total = ft(total + v)
-        for j in range(xsize):
-            idx[o, j], w[o, j], valid[o, j] = xmin + j, (ws[j] / total if total != 0 else ft(0.0)), True
+    width = int(np.ceil(support)) * 2 + 1
+    center = (float(s) * (np.arange(n_out) + 0.5)).astype(ft)
+    xmin = np.maximum(np.trunc((center - support).astype(F64) + 0.5).astype(np.int64), 0)
+    xmax = np.minimum(np.trunc((center + support).astype(F64) + 0.5).astype(np.int64), n_in)
+    xsize = np.clip(xmax - xmin, 0, width)  # "rare cases when due to precision xsize can be larger"
+    j = np.arange(width)
+    valid = j[None, :] < xsize[:, None]
+    arg = ((((j[None, :] + xmin[:, None]).astype(ft) - center[:, None]).astype(F64) + 0.5)
+           * float(invscale)).astype(ft)
+    w = np.where(valid, filt(arg), ft(0))
+    total = np.zeros(n_out, ft)
+    for t in range(width):  # in order, in scalar_t
+        total = (total + w[:, t]).astype(ft)
+    with np.errstate(all="ignore"):
+        w = np.where(total[:, None] != 0, w / total[:, None], ft(0)).astype(ft)
+    idx = np.where(valid, xmin[:, None] + j[None, :], 0)
     return idx, w, valid
