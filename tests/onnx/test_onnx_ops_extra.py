@@ -13,6 +13,7 @@ from onnx import helper as oh
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+import luminal
 import luminal.onnx as lo
 
 RNG = np.random.default_rng(0)
@@ -374,3 +375,14 @@ def test_optimizer_steps_match_the_reference(op, per, attrs, step):
     got = lo.compile(model, device="numpy")(feeds)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_tensor_scatter_past_the_end_raises():
+    past, update = np.zeros((2, 5, 3), np.float32), np.ones((2, 2, 3), np.float32)
+    model = _model([oh.make_node("TensorScatter", ["past", "update", "idx"], ["y"])],
+                   [_vi("past", TP.FLOAT, past.shape), _vi("update", TP.FLOAT, update.shape), _vi("idx", TP.INT64, [2])],
+                   [_vi("y", TP.FLOAT, past.shape)], opset=24)
+    m = lo.compile(model, device="numpy")
+    m(past, update, np.array([3, 0], np.int64))  # the last two rows: fine
+    with pytest.raises(luminal.IndexOutOfRange):
+        m(past, update, np.array([4, 0], np.int64))

@@ -1,7 +1,8 @@
 """Ops that write values to computed places: Col2Im (a scatter-add of the columns into the image
 at indices computed at compile time from the static geometry), MaxUnpool (a scatter of the values
 at the pooling indices), TensorScatter (a KV-cache update: a gather of the update rows and a
-select, per batch row, linear or circular)."""
+select, per batch row, linear or circular). Indices out of range raise IndexOutOfRange at run
+time (MaxUnpool's, and TensorScatter's linear write offsets)."""
 
 from __future__ import annotations
 
@@ -109,6 +110,10 @@ def tensor_scatter(c, past, update, write_indices=None, *, axis=-2, mode="linear
     dt = DType.I64
     b = past.shape[0]
     wi = c.g.scalar(0, dt).expand((b,)) if write_indices is None else write_indices.cast(dt)
+    if mode == "linear" and write_indices is not None:
+        # a write past the end (or before the start) is an error, as in onnx's reference: the
+        # start looked up in [0, cap - seq] is itself, and raises IndexOutOfRange outside it
+        wi = F.arange(c.g, 0, sym.norm(cap - seq + 1), dtype=dt).gather(0, wi)
     shape = [1] * past.ndim
     shape[0] = b
     start = wi.reshape(tuple(shape))
