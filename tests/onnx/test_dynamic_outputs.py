@@ -157,3 +157,19 @@ def test_nonzero_of_a_large_tensor_scans_in_log_steps():
                    [oh.make_tensor_value_info("y", TP.INT64, [2, None])])
     x = RNG.random((512, 512)) < 0.01
     _same(lo.compile(model, device="numpy")(x), [np.stack(np.nonzero(x)).astype(np.int64)])
+
+
+def test_a_subgraph_returning_a_data_dependent_length_compiles_per_value():
+    """If branches that return NonZero's output: never a padded value, compiled per value."""
+    then_g = oh.make_graph([oh.make_node("NonZero", ["x"], ["a"])], "then", [],
+                           [oh.make_tensor_value_info("a", TP.INT64, [2, None])])
+    else_g = oh.make_graph([oh.make_node("NonZero", ["x"], ["b0"]), oh.make_node("Neg", ["b0"], ["b"])], "else", [],
+                           [oh.make_tensor_value_info("b", TP.INT64, [2, None])])
+    model = _model([oh.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+                   [oh.make_tensor_value_info("c", TP.BOOL, []), oh.make_tensor_value_info("x", TP.FLOAT, [3, 4])],
+                   [oh.make_tensor_value_info("y", TP.INT64, [2, None])])
+    m = lo.compile(model, device="numpy")
+    for i in range(4):
+        feeds = {"c": np.array(i % 2 == 0), "x": (RNG.random((3, 4)) < 0.4).astype(np.float32)}
+        _same(m(feeds), _ort(model, feeds))
+    assert "x" in m.value_inputs
