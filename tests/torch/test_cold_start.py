@@ -83,3 +83,68 @@ def test_egglog_bindings_load_without_its_python_api():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True", "True", "True"]
+
+
+class Pooled(torch.nn.Module):
+    """Repeated blocks plus calls whose import makes tensor constants (adaptive pooling's
+    windows): those are imported directly, every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Attention() for _ in range(2))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return F.adaptive_avg_pool1d(x, 5) + F.adaptive_avg_pool1d(x.flip(-1), 5)
+
+
+def _imports(model, x, **compile_kwargs):
+    """The lowered graph's compile-cache key imported with and without the import memo."""
+    from luminal import compile_cache
+    from luminal.frontends.torch import fx_import
+
+    keys, hits = [], []
+
+    def backend(gm, example_inputs):
+        aten = decompose.decompose_graph(gm, example_inputs)
+        if aten is None:  # symbolic shapes: aot_autograd's graph, imported the same way
+            from torch._decomp import core_aten_decompositions
+            from torch._dynamo.backends.common import aot_autograd
+            from torch._functorch.aot_autograd import make_boxed_func
+
+            def fw(agm, _):
+                keys.append(_both(agm))
+                return make_boxed_func(agm.forward)
+
+            return aot_autograd(fw_compiler=fw, decompositions=core_aten_decompositions())(gm, example_inputs)
+        keys.append(_both(aten))
+        return gm.forward
+
+    def _both(agm):
+        out = []
+        for memo in (False, True):
+            saved = fx_import.MEMO
+            fx_import.MEMO = memo
+            try:
+                importer = fx_import.FxImporter(agm, "g")
+                imported = importer.build()
+            finally:
+                fx_import.MEMO = saved
+            out.append(compile_cache.Key.of(imported.out_nodes, "numpy").digest)
+        hits.append(importer.memo.hits)
+        return out
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=backend, **compile_kwargs)(x)
+    return keys, hits
+
+
+def test_import_memo_builds_the_graph_a_direct_import_builds():
+    torch.manual_seed(0)
+    model = Pooled().eval()
+    for x, kwargs in ((torch.randn(2, 5, 16), {}), (torch.randn(3, 7, 16), {"dynamic": True})):
+        keys, hits = _imports(model, x, **kwargs)
+        assert keys and all(direct == memo for direct, memo in keys), keys
+        assert all(h > 0 for h in hits), hits  # the repeated blocks came from templates

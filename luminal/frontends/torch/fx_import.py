@@ -28,9 +28,11 @@ from luminal.errors import ShapeError, UnsupportedError
 from luminal.frontends.torch.aten_ops import TORCH_OF, Ctx, ldtype, op_key, op_name, promote
 from luminal.frontends.torch.aten_table import table
 from luminal.frontends.torch.dims import SYM_TYPES, conform, hints_of, shape_of, to_dim
+from luminal.frontends.torch.import_memo import ImportMemo
 from luminal.hlir.dtypes import DType
 from luminal.runtime.torch_arrays import numpy_to_torch, torch_to_numpy
 
+MEMO = True  # import each distinct call once (`import_memo`); off: every node directly (tests compare)
 NO_OPS = {"_assert_tensor_metadata.default", "_assert_scalar.default", "sym_constrain_range_for_size.default",
           "sym_constrain_range.default", "_assert_async.msg", "_assert_async.default", "_functional_assert_async.msg"}
 
@@ -120,9 +122,13 @@ class FxImporter:
                 else:
                     feeds[i] = None
         out_node = None
+        memo = self.memo = ImportMemo() if MEMO else None
         for node in self.gm.graph.nodes:
             if node.op == "call_function":
-                env[node] = self._call(g, node, env)
+                if memo is None or _is_sym_node(node):
+                    env[node] = self._call(g, node, env)
+                else:  # repeated layers: each distinct call's nodes built once (`import_memo`)
+                    env[node] = memo.call(self, g, node, env)
             elif node.op == "get_attr":
                 env[node] = _constant(g, fetch_attr(self.gm, node.target), node.name)
             elif node.op == "output":

@@ -1,0 +1,200 @@
+"""The FX import, once per distinct call: a repeated layer's ATen nodes are built as HLIR once
+and re-instantiated on each layer's own inputs.
+
+Importing an ATen node runs its op function (`aten_*`) and the builder's shape logic (views,
+broadcasts, symbolic dims): most of the import's time, the same work for each of 32 identical
+layers. What that work builds depends only on
+- the call: target, every non-tensor argument (by type and repr, as `decompose` spells them),
+  the torch metadata (shape, strides, storage offset, dtype, device) of the node's result and of
+  every FX node it reads (op functions may read `cx.node.args[i].meta`);
+- the *form* of each HLIR tensor argument, which is all the builder inspects of it: its dtype
+  and shape, and whether it is a VIEW (then its shape tracker and its base's dtype and shape,
+  since views compose); and which arguments share a node or a base.
+
+So the first time a form is met, the op runs on stand-ins of exactly that form (fresh INPUT
+nodes as the roots, the same VIEW nodes over them), and the nodes it builds that depend on a
+stand-in are kept, in topological order, as a template; every later call of that form rebuilds
+them over its own roots (`Node` interning makes the result the very node a direct import
+builds). Calls whose template holds a tensor constant (index tables of pooling or
+interpolation: a new `ConstantArray` per call when imported directly), whose arguments have no
+exact spelling, or whose op raised on the stand-ins are imported directly, as before.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from luminal.builder import Tensor
+from luminal.frontends.torch.dims import to_dim
+from luminal.hlir.ops import ConstantArray, Node, Op, toposort
+
+_DIRECT = object()  # a form that is always imported directly
+
+
+class _Unspellable(Exception):
+    pass
+
+
+class ImportMemo:
+    """Templates of one import (one graph, one set of symbol hints)."""
+
+    def __init__(self):
+        self.templates: dict = {}
+        self.metas: dict = {}  # FX node -> `_meta` of its value (read once per node, not per reader)
+        self.hits = self.misses = 0
+
+    def _meta_of(self, node):
+        m = self.metas.get(node)
+        if m is None:
+            m = self.metas[node] = _meta(node.meta.get("val"))
+        return m
+
+    def call(self, importer, g, node, env):
+        """`importer._call(g, node, env)`, from a template where one applies."""
+        roots: list[Node] = []  # distinct HLIR nodes the arguments stand on (a leaf, or a view's base)
+        leaves: dict[int, tuple] = {}  # id(Tensor) -> (stand-in recipe)
+        try:
+            key = (node.target, self._spell(node.args, env, roots, leaves), self._spell(node.kwargs, env, roots, leaves),
+                   self._meta_of(node))
+        except _Unspellable:
+            return importer._call(g, node, env)
+        template = self.templates.get(key)
+        if template is None:
+            template = self.templates[key] = self._make(importer, g, node, env, roots, leaves)
+        if template is _DIRECT:
+            return importer._call(g, node, env)
+        self.hits += 1
+        return template.instantiate(g, roots)
+
+    def _spell(self, a, env, roots, leaves):
+        if isinstance(a, torch.fx.Node):
+            return ("node", self._meta_of(a), self._value(env[a], roots, leaves))
+        if isinstance(a, (tuple, list)):
+            return (type(a).__name__, tuple(self._spell(x, env, roots, leaves) for x in a))
+        if isinstance(a, dict):
+            return ("dict", tuple((k, self._spell(v, env, roots, leaves)) for k, v in sorted(a.items())))
+        return _plain(a)
+
+    def _value(self, v, roots, leaves):
+        """An env value (an HLIR tensor, a dim, a Python value, a tuple of them) by its form."""
+        if isinstance(v, Tensor):
+            n = v.node
+            if n.op is Op.VIEW:
+                base = n.src[0]
+                form = ("V", n.dtype, n.shape, n.arg, _root(base, roots), base.dtype, base.shape)
+            else:
+                form = ("P", _root(n, roots), n.dtype, n.shape)
+            leaves.setdefault(id(v), form)
+            return form
+        if isinstance(v, (tuple, list)):
+            return (type(v).__name__, tuple(self._value(x, roots, leaves) for x in v))
+        return _plain(v)
+
+    def _make(self, importer, g, node, env, roots, leaves):
+        self.misses += 1
+        stand = [Node(Op.INPUT, r.dtype, r.shape, (), ("luminal import stand-in", i)) for i, r in enumerate(roots)]
+
+        def standin(v):
+            if isinstance(v, Tensor):
+                form = leaves[id(v)]
+                if form[0] == "P":
+                    return Tensor(g, stand[form[1]])
+                return Tensor(g, Node(Op.VIEW, form[1], form[2], (stand[form[4]],), form[3]))
+            if isinstance(v, (tuple, list)):
+                return type(v)(standin(x) for x in v)
+            return v
+
+        sub_env = {n: standin(env[n]) for n in node.all_input_nodes}
+        try:
+            out = importer._call(g, node, sub_env)
+        except Exception:  # noqa: BLE001 - the direct import raises it again, with the real arguments
+            return _DIRECT
+        return _Template.of(out, stand)
+
+
+class _Template:
+    def __init__(self, out, order, stand_ids):
+        self.out, self.order, self.stand_ids = out, order, stand_ids
+
+    @staticmethod
+    def of(out, stand: list[Node]):
+        tensors: list[Node] = []
+        _collect(out, tensors)
+        stand_ids = {id(s): i for i, s in enumerate(stand)}
+        order, depends = [], set(stand_ids)
+        for n in toposort(tensors):
+            if id(n) in stand_ids:
+                continue
+            if n.op is Op.CONSTANT and isinstance(n.arg, ConstantArray):
+                return _DIRECT  # a new tensor constant per call when imported directly
+            if n.op is Op.INPUT:
+                return _DIRECT
+            if any(id(s) in depends for s in n.src):
+                depends.add(id(n))
+                order.append(n)
+        return _Template(out, order, stand_ids)
+
+    def instantiate(self, g, roots: list[Node]):
+        m = {sid: roots[i] for sid, i in self.stand_ids.items()}
+        get = m.get
+        for n in self.order:
+            m[id(n)] = Node(n.op, n.dtype, n.shape, tuple([get(id(s), s) for s in n.src]), n.arg)
+        return _rebuild(self.out, g, m)
+
+
+def _collect(out, acc: list) -> None:
+    if isinstance(out, Tensor):
+        acc.append(out.node)
+    elif isinstance(out, (tuple, list)):
+        for o in out:
+            _collect(o, acc)
+
+
+def _rebuild(out, g, m):
+    if isinstance(out, Tensor):
+        n = m.get(id(out.node), out.node)
+        return Tensor(g, n)
+    if isinstance(out, (tuple, list)):
+        return type(out)(_rebuild(o, g, m) for o in out)
+    return out
+
+
+def _root(n: Node, roots: list[Node]) -> int:
+    for i, r in enumerate(roots):
+        if r is n:
+            return i
+    roots.append(n)
+    return len(roots) - 1
+
+
+def _plain(a):
+    """A non-tensor value, spelled exactly (1, 1.0, True, -0.0 and NaN kept apart)."""
+    if a is None or a is Ellipsis or isinstance(a, (bool, int, float, complex, str)):
+        return (type(a).__name__, repr(a))
+    if isinstance(a, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return (type(a).__name__, str(a))
+    if hasattr(a, "free_symbols"):  # a symbolic dim
+        return (type(a).__name__, str(a))
+    if isinstance(a, slice):
+        return ("slice", _plain(a.start), _plain(a.stop), _plain(a.step))
+    if isinstance(a, (tuple, list)):
+        return (type(a).__name__, tuple(_plain(x) for x in a))
+    raise _Unspellable
+
+
+def _meta(v):
+    """torch's metadata of an FX value, as op functions may read it."""
+    if isinstance(v, torch.Tensor):
+        shape, stride, offset = tuple(v.shape), v.stride(), v.storage_offset()
+        if not all(type(d) is int for d in (*shape, *stride, offset)):
+            shape, stride, offset = tuple(map(_dim, shape)), tuple(map(_dim, stride)), _dim(offset)
+        return ("T", shape, stride, offset, v.dtype, v.device)
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__, tuple(_meta(x) for x in v))
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return ("sym", str(to_dim(v)))
+    return _plain(v)
+
+
+def _dim(d):
+    return d if type(d) is int else ("sym", str(to_dim(d)))
