@@ -218,12 +218,15 @@ class _Decomposer:
         if not (_is_tensor(value) or (isinstance(value, (tuple, list)) and value and all(map(_is_tensor, value)))):
             raise _Fallback(f"{node.name} ({node.target}) has no tensor result")
         leaves: list = []  # the graph's tensors this call reads, in order
-        sig = (node.op, node.target, _signature(node.args, env, leaves), _signature(node.kwargs, env, leaves))
+        seen: list = []  # Dynamo's fake value of each, in the same order
+        sig = (node.op, node.target, _signature(node.args, env, leaves, seen),
+               _signature(node.kwargs, env, leaves, seen))
         distinct = self.templates.get(sig)
         if distinct is None:
             distinct = self.templates[sig] = _Distinct(node, _caller(node, env, leaves),
                                                        [leaf.meta["val"] for leaf in leaves])
-            distinct.walked = self._run(distinct)
+            known = _as_run(value, distinct.inputs, seen)
+            distinct.walked = known if known is not None else self._run(distinct)
             if distinct.walked is None:  # no eager fake result: trace it now, alone
                 self._trace([distinct])
         out = _values(distinct.traced if distinct.traced is not None else distinct.walked)
@@ -417,26 +420,43 @@ def _same_metadata(a, b) -> bool:
     return type(a) is type(b)
 
 
-def _signature(a, env, leaves):
-    """A hashable, exact description of an argument; tensors (appended to `leaves`) by their
-    metadata. Raises _Fallback for anything whose value a signature cannot capture."""
+def _as_run(value, inputs: list, seen: list):
+    """Dynamo's own fake result of a call (`value`), where it is what `_run` would compute: every
+    tensor the call read had, in Dynamo's trace, exactly the metadata the walk gives it, at
+    storage offset 0 (as `_run`'s fresh fakes are); else None (then the call is run)."""
+    if len(inputs) != len(seen):
+        return None
+    for m, d in zip(inputs, seen):
+        if not (_is_tensor(d) and d.storage_offset() == 0 and m.storage_offset() == 0 and d.dtype == m.dtype
+                and d.device == m.device and d.shape == m.shape and d.stride() == m.stride()):
+            return None
+    return value
+
+
+def _signature(a, env, leaves, seen=None):
+    """A hashable, exact description of an argument; tensors (appended to `leaves`, and
+    Dynamo's value of each to `seen`) by their metadata. Raises _Fallback for anything whose
+    value a signature cannot capture."""
     if isinstance(a, torch.fx.Node):
         v = env[a]
         if isinstance(v, (tuple, list)):
-            return ("seq", tuple(_signature(x, env, leaves) for x in v))
+            return ("seq", tuple(_signature(x, env, leaves, seen) for x in v))
         if not isinstance(v, (torch.fx.Node, _Value)):
             raise _Fallback(f"argument {a.name} is not a tensor")
         t = v.meta.get("val")
         if not _is_tensor(t) or _symbolic(t):
             raise _Fallback(f"argument {a.name} is not a static tensor")
         leaves.append(v)
+        if seen is not None:
+            seen.append(a.meta.get("example_value", a.meta.get("val")))
         return ("T", tuple(t.shape), tuple(t.stride()), t.dtype, t.device.type, t.storage_offset() != 0)
     if isinstance(a, (tuple, list)):
-        return (type(a).__name__, tuple(_signature(x, env, leaves) for x in a))
+        return (type(a).__name__, tuple(_signature(x, env, leaves, seen) for x in a))
     if isinstance(a, dict):
-        return ("dict", tuple((k, _signature(v, env, leaves)) for k, v in sorted(a.items())))
+        return ("dict", tuple((k, _signature(v, env, leaves, seen)) for k, v in sorted(a.items())))
     if isinstance(a, slice):
-        return ("slice", _signature(a.start, env, leaves), _signature(a.stop, env, leaves), _signature(a.step, env, leaves))
+        return ("slice", _signature(a.start, env, leaves, seen), _signature(a.stop, env, leaves, seen),
+                _signature(a.step, env, leaves, seen))
     if a is None or a is Ellipsis or isinstance(a, (bool, int, float, complex, str)):
         return (type(a).__name__, repr(a))  # repr: 1, 1.0, True and -0.0 stay distinct
     if isinstance(a, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
