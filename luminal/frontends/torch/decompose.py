@@ -15,7 +15,7 @@ The distinct calls are traced together, in one `make_fx` (each trace costs milli
 set-up whatever its size: 77 distinct calls for a Llama). A call's signature depends on the
 metadata of the results of the calls before it, known exactly only once those are traced, so
 the graph is walked first with each new call's result taken from running it undecomposed on
-fake tensors, then everything new is traced at once; where a trace disagrees with that guess
+fake tensors (or from Dynamo's own fake value, where that is the same: `_as_run`), then everything new is traced at once; where a trace disagrees with that guess
 (torch's scaled_dot_product_attention decomposition lays out its result otherwise than the
 kernel) the graph is walked again with the traced metadata (`_Distinct`). Two walks and two
 traces for the models of the benchmarks; the result is the graph that tracing each call alone,
