@@ -135,7 +135,11 @@ def export(name: str) -> None:
 
 def real_models(heavy: bool = False) -> dict[str, tuple[Path, dict]]:
     """The manifest's models whose package (at the listed version) is installed (heavy ones only
-    with `heavy`), with feeds for the first listed shape (the sweep's own input recipe)."""
+    with `heavy`), with feeds for the first listed shape: the sweep test's own input recipe
+    (`tests/onnx/test_real_onnx_models.py`, loaded by path)."""
+    spec = importlib.util.spec_from_file_location("_luminal_real_onnx", ROOT / "tests" / "onnx" / "test_real_onnx_models.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
     site = Path(sysconfig.get_paths()["purelib"])
     entries = tomllib.loads(MANIFEST.read_text())["model"]
     found = {}
@@ -147,18 +151,9 @@ def real_models(heavy: bool = False) -> dict[str, tuple[Path, dict]]:
                 continue
         except importlib.metadata.PackageNotFoundError:
             continue
-        rng = np.random.default_rng(0)
-        feeds = {}
-        for name, s in entry["inputs"].items():
-            shape, dtype = tuple(s["shapes"][0]), np.dtype(s["dtype"])
-            if "value" in s:
-                feeds[name] = np.array(s["value"], dtype)
-            elif dtype.kind in "iu":
-                feeds[name] = rng.integers(s["low"], s["high"], shape).astype(dtype)
-            else:
-                feeds[name] = rng.uniform(s["low"], s["high"], shape).astype(dtype)
         stem = Path(entry["path"]).stem
-        found[entry["package"] if stem == "model" else stem] = (site / entry["path"], feeds)
+        found[entry["package"] if stem == "model" else stem] = (site / entry["path"],
+                                                                 sweep._feeds(entry["inputs"], 0, np.random.default_rng(0)))
     return found
 
 
