@@ -24,6 +24,19 @@ def _omp():
         return None
 
 
+def _mkl_threads():
+    """MKL's (inside torch) thread count on this thread: its thread-local setting, else global."""
+    from luminal.kernels.cpu.runtime import blas
+
+    b = blas()
+    if b.kind != "mkl":
+        return None
+    lib = ctypes.CDLL(b.path)
+    local = lib.MKL_Set_Num_Threads_Local(0)  # returns the previous thread-local count (0: none)
+    lib.MKL_Set_Num_Threads_Local(local)
+    return local, lib.MKL_Get_Max_Threads()
+
+
 def test_torch_results_and_openmp_settings_survive_a_cpu_call():
     torch.manual_seed(0)
     a, b = torch.randn(64, 512).bfloat16(), torch.randn(512, 1024).bfloat16()
@@ -31,16 +44,19 @@ def test_torch_results_and_openmp_settings_survive_a_cpu_call():
     before = [a @ b, torch.nn.functional.linear(x.bfloat16(), w.bfloat16()), x @ w.T]
     omp = _omp()
     settings = (omp.omp_get_dynamic(), omp.omp_get_max_threads()) if omp else None
+    mkl = _mkl_threads()
 
     g = lm.Graph()
     xi = g.input("x", (64, 4096))
     g.output((xi.exp() + 1).sum(-1))
+    g.output(xi[:, :64] @ xi[:, 64:128].T)  # a GEMM on MKL: the call sets MKL's thread-local count
     compiled = g.compile(device="cpu")
     feed = np.random.default_rng(0).random((64, 4096)).astype(np.float32)
     np.testing.assert_allclose(compiled(x=feed)[0], (np.exp(feed.astype(np.float64)) + 1).sum(-1), rtol=1e-5)
 
     if omp:
         assert (omp.omp_get_dynamic(), omp.omp_get_max_threads()) == settings
+    assert _mkl_threads() == mkl  # MKL's count on this thread restored too
     for _ in range(20):
         after = [a @ b, torch.nn.functional.linear(x.bfloat16(), w.bfloat16()), x @ w.T]
         for want, got in zip(before, after):

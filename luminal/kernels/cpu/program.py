@@ -57,11 +57,16 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
      soname, loaded first): they are restored on return. Left on, dynamic teams made torch's
      oneDNN bf16 GEMMs, which assume full teams, return NaNs after a luminal call. */
   const int outer_threads = omp_get_max_threads(), outer_dynamic = omp_get_dynamic();
+  /* With MKL (torch loaded) the GEMMs are this team's: full teams of torch's thread count less
+     the cores other processes keep busy (`lum_team`; libgomp's dynamic teams size by the
+     15-minute load average, this process's own included, so a process busy for minutes dropped
+     to one thread while eager kept two). With OpenBLAS beside the team, dynamic teams keep the
+     two pools from oversubscribing a loaded machine. */
+  if (lum_blas_in_team) threads = lum_team(threads);
+  /* torch sets MKL's own (global) count, which MKL obeys over OpenMP's: the call's is set on
+     this thread and restored */
+  const int outer_mkl = lum_mkl_threads_local ? lum_mkl_threads_local(threads) : 0;
   omp_set_num_threads(threads);
-  /* With MKL (torch loaded) the GEMMs are this team's: full teams of torch's thread count, as
-     torch's own kernels run (libgomp's dynamic teams size by the 15-minute load average, so a
-     process busy for minutes would drop to one thread while eager keeps two). With OpenBLAS
-     beside the team, dynamic teams keep the two pools from oversubscribing a loaded machine. */
   omp_set_dynamic(!lum_blas_in_team);
   lum_threads = threads;
   lum_blas_limit(threads);
@@ -83,6 +88,7 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
   }
   omp_set_dynamic(outer_dynamic);
   omp_set_num_threads(outer_threads);
+  if (lum_mkl_threads_local) lum_mkl_threads_local(outer_mkl);
 }
 """
 

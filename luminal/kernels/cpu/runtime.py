@@ -123,6 +123,8 @@ class _Blas:
         if not all(found):
             return False
         self.sgemm, self.dgemm, self.sgemv, self.dgemv = found
+        setter = getattr(lib, "MKL_Set_Num_Threads_Local", None)  # C API (by value); torch sets MKL's global count: ours is per call
+        self.set_threads_ptr = None if setter is None else ctypes.cast(setter, ctypes.c_void_p).value
         self.path = path
         return True
 
@@ -153,7 +155,8 @@ class _Blas:
     def bind(self, lib) -> None:
         """Point the library `lib`'s GEMM entry points at this BLAS."""
         if self.kind == "mkl":
-            lib.lum_set_fortran_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.sgemv, self.dgemv)))
+            lib.lum_set_fortran_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.sgemv, self.dgemv,
+                                                                    self.set_threads_ptr)))
         else:
             lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.set_threads_ptr,
                                                             self.sgemv, self.dgemv)))
