@@ -188,10 +188,11 @@ def non_max_suppression(c, boxes, scores, max_output=None, iou_threshold=None, s
         masked = F.where(alive, sc, float("-inf"))
         best = masked.max(2, keepdim=True)
         hit = alive.logical_and(masked.eq(best))
-        idx = F.where(hit, pos, big).min(2, keepdim=True)  # (B, C, 1): the first best
-        has = alive.cast(DType.I32).max(2, keepdim=True).gt(0)
+        idx = F.where(hit, pos, big).min(2, keepdim=True)  # (B, C, 1): the first best; n when none is alive
+        has = idx.lt(big)
         safe = F.where(has, idx, 0)
-        picked = [e.expand(sc.shape).gather(2, safe) for e in edges]  # (B, C, 1) each
+        at = safe.reshape((b, k_cls))
+        picked = [e.squeeze(1).gather(1, at).unsqueeze(2) for e in edges]  # (B, C, 1) each
         alive = alive.logical_and(_suppressed(edges, picked, iou).logical_not()).logical_and(pos.ne(safe))
         picks.append(safe)
         found.append(has)
