@@ -315,10 +315,10 @@ class _Value:
     """A value of the walk: `meta['val']` its metadata (what the signatures of the calls that
     read it see), `node` its node in the new graph once the steps are replayed."""
 
-    __slots__ = ("meta", "node")
+    __slots__ = ("meta", "node", "sig")
 
     def __init__(self, val):
-        self.meta, self.node = {"val": val}, None
+        self.meta, self.node, self.sig = {"val": val}, None, None
 
 
 class _Distinct:
@@ -433,23 +433,33 @@ def _as_run(value, inputs: list, seen: list):
     return value
 
 
+_PLAIN = {type(None), bool, int, float, complex, str}
+
+
 def _signature(a, env, leaves, seen=None):
     """A hashable, exact description of an argument; tensors (appended to `leaves`, and
     Dynamo's value of each to `seen`) by their metadata. Raises _Fallback for anything whose
     value a signature cannot capture."""
+    if type(a) in _PLAIN:
+        return (type(a).__name__, repr(a))  # repr: 1, 1.0, True and -0.0 stay distinct
     if isinstance(a, torch.fx.Node):
         v = env[a]
         if isinstance(v, (tuple, list)):
             return ("seq", tuple(_signature(x, env, leaves, seen) for x in v))
-        if not isinstance(v, (torch.fx.Node, _Value)):
-            raise _Fallback(f"argument {a.name} is not a tensor")
-        t = v.meta.get("val")
-        if not _is_tensor(t) or _symbolic(t):
-            raise _Fallback(f"argument {a.name} is not a static tensor")
+        sig = v.sig if isinstance(v, _Value) else None  # a value read by several calls: spelled once
+        if sig is None:
+            if not isinstance(v, (torch.fx.Node, _Value)):
+                raise _Fallback(f"argument {a.name} is not a tensor")
+            t = v.meta.get("val")
+            if not _is_tensor(t) or _symbolic(t):
+                raise _Fallback(f"argument {a.name} is not a static tensor")
+            sig = ("T", tuple(t.shape), tuple(t.stride()), t.dtype, t.device.type, t.storage_offset() != 0)
+            if isinstance(v, _Value):
+                v.sig = sig
         leaves.append(v)
         if seen is not None:
             seen.append(a.meta.get("example_value", a.meta.get("val")))
-        return ("T", tuple(t.shape), tuple(t.stride()), t.dtype, t.device.type, t.storage_offset() != 0)
+        return sig
     if isinstance(a, (tuple, list)):
         return (type(a).__name__, tuple(_signature(x, env, leaves, seen) for x in a))
     if isinstance(a, dict):
