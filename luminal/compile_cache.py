@@ -36,6 +36,12 @@ replaces it. Writes go to a temporary file in the same folder and are renamed in
 (`os.replace`), so concurrent processes only ever see whole entries; the last writer wins
 with an identical graph.
 
+A frontend that keys one level up (`frontends/torch/fx_cache`: Dynamo's graph) stores its entry
+as a link, `<key>.link.json`: its own key and block, the key of the lowered graph's entry, and
+which of its references each of that entry's references is. Read, it is validated like an
+entry, then the graph is read from the entry it names; with that one pruned or refused, the
+link is a miss.
+
 Not in the key, on purpose: `set_precision` (a run-time setting of the NumPy runtime, read at
 call time, not part of the optimized graph), input/output names outside the graph (the caller
 maps them), and weight values (above). Graphs whose rewriting failed or hit `MAX_SECONDS` (a
@@ -201,16 +207,18 @@ def _spell(v, memo: dict):
 
 
 # --- reading -------------------------------------------------------------------------------
-def read(digest: str, text: str, bound: dict[str, ConstantArray]) -> tuple[dict, list[Node], dict[str, Node]] | None:
+def read(digest: str, text: str, bound: dict[str, ConstantArray],
+         follow: bool = True) -> tuple[dict, list[Node], dict[str, Node]] | None:
     """(meta.json's compile_cache block, optimized outputs, inputs by name) of the entry `digest`
-    whose key reads `text`, its references bound to `bound`; None: absent, or refused."""
+    whose key reads `text`, its references bound to `bound`; None: absent, or refused. Where
+    the entry is a link (`write_link`), the graph is read from the entry it names (`follow`)."""
     try:
         path = folder() / f"{digest}.lum"
     except OSError as exc:  # no cache folder can be made (a read-only home): compile without
         LOG.debug("compile cache: unavailable: %s", exc)
         return None
     if not path.exists():
-        return None
+        return _read_link(digest, text, bound) if follow else None
     from luminal.kernels.cache import touch
     from luminal.saving import read_archive
 
@@ -227,6 +235,42 @@ def read(digest: str, text: str, bound: dict[str, ConstantArray]) -> tuple[dict,
         return None
     touch(path)  # the most recently used now
     return block, optimized, inputs
+
+
+MAX_LINK_BYTES = 1 << 24
+
+
+def _read_link(digest: str, text: str, bound: dict[str, ConstantArray]):
+    """`read` of an entry stored as a link: its own block, the graph of the entry it names."""
+    import json
+    import re
+
+    from luminal.kernels.cache import touch
+
+    path = folder() / f"{digest}.link.json"
+    if not path.exists():
+        return None
+    try:
+        if path.stat().st_size > MAX_LINK_BYTES:
+            raise ValueError(f"larger than {MAX_LINK_BYTES} bytes")
+        data = json.loads(path.read_bytes())
+        block, target, target_key, bind = (data["compile_cache"], data["target"], data["target_key"], data["bind"])
+        if not isinstance(block, dict) or block.get("key") != text or block.get("digest") != digest:
+            raise ValueError("a foreign entry (another key)")
+        if not (isinstance(target, str) and re.fullmatch(r"[0-9a-f]{64}", target) and isinstance(target_key, str)):
+            raise ValueError("a malformed target")
+        if not isinstance(bind, dict) or not all(isinstance(k, str) and v in bound for k, v in bind.items()):
+            raise ValueError("a malformed binding (a reference the caller does not bind)")
+        if not isinstance(block.get("rules_fired", {}), dict) or not isinstance(block.get("notes", []), list):
+            raise ValueError("a malformed compile_cache block")
+    except Exception as exc:  # noqa: BLE001 - any bad entry is a miss, rebuilt and replaced
+        LOG.debug("compile cache: ignoring %s: %s: %s", path, type(exc).__name__, exc)
+        return None
+    found = read(target, target_key, {k: bound[v] for k, v in bind.items()}, follow=False)
+    if found is None:  # the graph's entry was pruned or refused: a miss
+        return None
+    touch(path)
+    return block, found[1], found[2]
 
 
 def lookup(key: Key, outputs: list[Node]) -> tuple[list[Node], dict] | None:
@@ -253,7 +297,47 @@ def refused(digest: str, why: str) -> None:
 def store(key: Key, outputs: list[Node], optimized: list[Node], report) -> Path | None:
     """Write the entry of `key` (atomically) and prune the folder; None when not stored."""
     refs = {id(w): f"w{i}" for i, w in enumerate(key.weights)}
-    return write(key.digest, key.text, refs, optimized, report)
+    path = write(key.digest, key.text, refs, optimized, report)
+    _last_stored[:] = [(tuple(optimized), key)] if path else []
+    return path
+
+
+_last_stored: list = []  # [(optimized outputs, Key)] of this process's last stored entry
+
+
+def stored_key(optimized: list[Node]) -> Key | None:
+    """The key of the entry this process just stored for exactly these optimized outputs (a
+    frontend's own entry can then link to it, `write_link`, instead of repeating the graph)."""
+    if _last_stored:
+        nodes, key = _last_stored[0]
+        if len(nodes) == len(optimized) and all(a is b for a, b in zip(nodes, optimized)):
+            return key
+    return None
+
+
+def write_link(digest: str, text: str, target: Key, bind: dict[str, str], report, extra: dict) -> Path | None:
+    """Write an entry whose graph is the stored entry `target`'s: `<digest>.link.json`, its
+    block plus the target's key and `bind` (each of the target's references -> one of this
+    entry's). A frontend keyed one level up (Dynamo's graph) saves writing the graph twice."""
+    import json
+
+    if not storable(report):
+        return None
+    try:
+        from luminal.kernels.cache import prune, size_bound, write_atomic
+
+        block = {"key": text, "digest": digest, "rules_fired": report.rules_fired, "egraph_size": report.egraph_size,
+                 "ops_before": report.ops_before, "ops_after": report.ops_after, "notes": list(report.notes), **extra}
+        data = {"format": "luminal compile cache link", "compile_cache": block, "target": target.digest,
+                "target_key": target.text, "bind": bind}
+        directory = folder()
+        path = directory / f"{digest}.link.json"
+        write_atomic(path, json.dumps(data).encode())
+        prune(directory, size_bound(), recent_s=0.0)
+        return path
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot write is only slower
+        LOG.debug("compile cache: link not stored: %s: %s", type(exc).__name__, exc)
+        return None
 
 
 def storable(report) -> bool:

@@ -109,7 +109,31 @@ def test_torch_compile_hit_uses_the_new_model_weights(cache):
     assert reports[0].cache == {"optimize": "miss"}
     assert reports[1].cache == reports[2].cache == {"dynamo graph": "hit", "optimize": "hit"}  # lowering skipped too
     assert not {"lower", "import", "saturate"} & set(reports[1].phases)
-    assert len(entries(cache)) == 2  # one of the lowered HLIR graph, one of Dynamo's graph
+    # one entry of the lowered HLIR graph; Dynamo's graph's entry links to it (no second copy of the graph)
+    assert len(entries(cache)) == 1 and len(list(cache.glob("*.link.json"))) == 1
+
+
+def test_a_link_whose_graph_entry_is_gone_is_a_miss(cache):
+    """Dynamo's graph's entry names the lowered graph's entry; with that one pruned (or
+    corrupt), the link is a miss: compiled afresh, right, and both stored again."""
+    torch = pytest.importorskip("torch")
+    from luminal.compiler import STATS
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(3, 8)
+    caches = []
+    with torch.no_grad():
+        for step in range(3):
+            if step == 1:
+                (graph,) = entries(cache)
+                graph.write_bytes(b"not a zip")
+            torch._dynamo.reset()
+            torch.testing.assert_close(torch.compile(m, backend="luminal", options={"device": "numpy"})(x), m(x))
+            caches.append(STATS.compiled[-1].report().cache)
+    assert caches[0] == caches[1] == {"optimize": "miss"}
+    assert caches[2] == {"dynamo graph": "hit", "optimize": "hit"}
+    assert len(entries(cache)) == 1 and len(list(cache.glob("*.link.json"))) == 1
 
 
 def corrupt(path: Path, how: str, other: Path) -> None:

@@ -16,7 +16,9 @@ Graphs with `get_attr` or `call_module` nodes (state the code does not spell), s
 or fake example inputs are not cached here (the HLIR-level cache still serves them), nor are
 those lowered by aot_autograd (mutation, gradients: their placeholders differ from Dynamo's).
 
-An entry is a `compile_cache` entry whose weight references are `p<i>`, the weight placeholder
+An entry is a `compile_cache` entry (usually a link, `compile_cache.write_link`, to the entry of
+the lowered graph this process just stored: the graph is written once) whose weight references
+are `p<i>`, the weight placeholder
 of position i (a hit re-binds the tensors Dynamo passes, exactly as the FX import would, so new
 weight values are always seen), plus a `torch` block: per placeholder how it feeds the graph,
 the output structure (kinds, names, and the pytree spec, checked to import nothing), all
@@ -157,7 +159,13 @@ def _store(entry: Entry, imported, weight_arrays: dict[int, object]) -> None:
                        "spec": spec, "out_names": list(imported.out_names), "inputs": compiled.input_names,
                        "unused": sorted(compiled.unused_inputs)}}
     refs = {id(a): f"p{i}" for i, a in weight_arrays.items()}
-    if compile_cache.write(entry.digest, entry.text, refs, compiled.outputs, compiled._report, extra):
+    target = compile_cache.stored_key(compiled.outputs)  # the lowered graph's entry, just stored
+    if target is not None and all(id(w) in refs for w in target.weights):  # its weights are Dynamo's placeholders
+        bind = {f"w{j}": refs[id(w)] for j, w in enumerate(target.weights)}
+        written = compile_cache.write_link(entry.digest, entry.text, target, bind, compiled._report, extra)
+    else:
+        written = compile_cache.write(entry.digest, entry.text, refs, compiled.outputs, compiled._report, extra)
+    if written:
         offered = getattr(compiled.runtime, "artifacts", None)  # the runtime's, for a hit's runtime
         compile_cache.store_device_artifacts(entry.digest, compiled.device.name, offered() if callable(offered) else None)
 
