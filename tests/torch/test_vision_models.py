@@ -162,10 +162,14 @@ def test_hf_vision_model(name):
 @pytest.mark.parametrize("name", sorted(detection_models()))
 def test_detection_backbone_head(name):
     """SSDlite and RetinaNet up to their class logits and box regression (vision_models.
-    BackboneHead): NMS post-processing is a torchvision C op with a data-dependent output size,
-    which does not lower."""
+    BackboneHead), through torch.compile and luminal.compile: NMS post-processing is a
+    torchvision C op with a data-dependent output size, which does not lower."""
     if not os.environ.get("LUMINAL_SLOW"):
         pytest.skip("heavy: run with LUMINAL_SLOW=1")
     build, side = detection_models()[name]
-    model = randomize(build())
-    _check_model(name, model, torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(2)))
+    model, x = randomize(build()), torch.randn(1, 3, side, side, generator=torch.Generator().manual_seed(2))
+    _check_model(name, model, x)
+    with torch.no_grad():  # and luminal.compile (torch.export) on the compiled cpu backend
+        want, got = model(x), luminal.compile(model, (x,))(x)
+    print(f"{name}/export: max abs error {max_abs_error(got, want):.2e}")
+    assert_same(got, want, atol=1e-4, rtol=1e-4)
