@@ -214,8 +214,8 @@ def test_cpu_conv_gemm_fills_im2col_tiles_from_the_unpadded_input():
     from the input (the padding read as zeros through the pad's mask), each multiplied into its
     output columns. The pad and im2col copies keep steps that do nothing; the result is the
     NumPy runtime's, at both precisions (tiles in parallel and one after another), for grouped
-    and batched convs and a last partial tile; an im2col copy something else also reads is
-    materialized as before."""
+    and batched convs and a last partial tile, and from stored artifacts; an im2col copy
+    something else also reads is materialized as before."""
     rng = np.random.default_rng(4)
     x = _values(rng, (2, 16, 40, 36), True)
     w1, w2 = (rng.standard_normal(s).astype(np.float32) * 0.2 for s in ((16, 8, 3, 3), (8, 16, 5, 5)))
@@ -239,6 +239,12 @@ def test_cpu_conv_gemm_fills_im2col_tiles_from_the_unpadded_input():
             lm.set_precision(previous)
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, equal_nan=True)
+    from luminal.kernels.cpu.runtime import CpuRuntime  # a later process: the steps from stored artifacts
+
+    restored = CpuRuntime(compiled.outputs, artifacts=compiled.runtime.artifacts())
+    assert restored.restored and [s.name for s in restored.program.steps] == [s.name for s in steps]
+    for a, b in zip(restored({"x": x}), want):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, equal_nan=True)
 
 
 def test_empty_batch():
