@@ -69,7 +69,7 @@ def _resize(cx, x, output_size, scale_factors, mode, align_corners=None, aa=Fals
         d = x.ndim - nsp + i
         n_in, n_out, sc = spatial[i], out_sizes[i], scales[i]
         if mode in ("nearest", "nearest-exact"):
-            x = _taps_apply(x, d, nearest_taps(ft, n_in, n_out, sc, mode == "nearest-exact"))
+            x = _taps_apply(x, d, nearest_taps(ft, n_in, n_out, sc, mode == "nearest-exact", nsp))
         elif aa:
             taps = aa_taps(ft, n_in, n_out, align_corners, sc, mode == "bicubic")
             x = x if taps is None else _taps_apply(x, d, *taps)  # torch skips a same-size dim

@@ -130,16 +130,17 @@ def _guard(ft, src, n_in):
     return i, np.clip((src - i.astype(ft)).astype(ft), ft(0), ft(1))
 
 
-def nearest_taps(ft, n_in, n_out, scale, exact):
-    """One tap of weight 1: nearest_idx (a same-size or 2x dim ignores a given scale) and
-    HelperInterpNearestExact (floorf of the double sum src + 0.5)."""
+def nearest_taps(ft, n_in, n_out, scale, exact, nsp):
+    """One tap of weight 1: HelperInterpNearest (floorf(scale * o)), where a 2-d resize (torch's
+    nearest_idx) ignores a given scale on a same-size or 2x dim and 1-d and 3-d ones do not, as
+    eager shows; HelperInterpNearestExact (floorf of the double sum src + 0.5)."""
     ar, o = _Arith(ft), np.arange(n_out)
     s = area_pixel_compute_scale(ft, n_in, n_out, False, scale)
     if exact:
         i = _floorf(_source_index(ar, s, o, False, False).astype(F64) + 0.5)
-    elif n_out == n_in:
+    elif nsp == 2 and n_out == n_in:
         i = o
-    elif n_out == 2 * n_in:
+    elif nsp == 2 and n_out == 2 * n_in:
         i = o >> 1
     else:
         i = _floorf(o.astype(ft) * s)
