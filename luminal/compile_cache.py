@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import ConstantArray, Expr, Node, Op, _key, toposort
+from luminal.hlir.ops import ConstantArray, Expr, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
 
 LOG = logging.getLogger("luminal")
@@ -161,7 +161,7 @@ class Key:
                     weights.append(arg)
                 spelled = repr((n.op.value, n.dtype.short, n.shape, "W", j, arg.dtype.str))
             else:
-                k = (n.op, n.dtype, n.shape, _key(arg))
+                k = (n.op, n.dtype, n.shape, n._key[4])  # the interning key holds `_key(arg)`
                 spelled = local.get(k)
                 if spelled is None:
                     spelled = local[k] = repr((n.op.value, n.dtype.short, tuple(_dim(d, memo) for d in n.shape),
@@ -404,7 +404,7 @@ def _entry(digest: str, text: str, refs: dict[int, str], optimized: list[Node], 
                 embedded[name] = n.arg.array
             arg = {"weight": name}
         else:
-            k = _key(n.arg)
+            k = n._key[4]  # `_key(n.arg)`, computed when the node was interned
             arg = spelled.get(k)
             if arg is None:
                 arg = spelled[k] = encode_arg(n.arg, {})
