@@ -128,3 +128,18 @@ def test_sppf_max_pools_build_on_the_c_backend():
         (got,) = lo.compile(proto, device="cpu")(x)
     (want,) = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_array_equal(got, want)
+
+
+def test_an_input_read_only_through_its_shape_binds_its_dims():
+    """Shape(x) -> Cast -> Mul: x itself drops out of the compiled graph, and with it the binding
+    of its symbolic dim; the model compiles per shape of x instead (was: ShapeError 'n' not bound)."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    g = h.make_graph([h.make_node("Shape", ["x"], ["s"]), h.make_node("Cast", ["s"], ["sf"], to=T.FLOAT),
+                      h.make_node("Mul", ["sf", "sf"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, ["n", 3])], [h.make_tensor_value_info("y", T.FLOAT, [2])])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    compiled = lo.compile(model, device="numpy")
+    for n in (5, 7, 5):
+        np.testing.assert_array_equal(compiled({"x": np.zeros((n, 3), np.float32)})[0], np.array([n * n, 9], np.float32))

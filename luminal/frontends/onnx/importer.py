@@ -341,8 +341,12 @@ class Importer:
             dims = [int(d) if sym.is_static(d) else None for d in shape]
             elem = self.elem_types.get(name) or _ELEM[dtype]
             types.append(onnx.helper.make_tensor_type_proto(elem, dims).SerializeToString())
-        body = schema.get_context_dependent_function_with_opset_version(opset, node.SerializeToString(), types)
-        return onnx.FunctionProto.FromString(body)
+        body = onnx.FunctionProto.FromString(
+            schema.get_context_dependent_function_with_opset_version(opset, node.SerializeToString(), types))
+        if not body.node:  # onnx builds no body for these types (Bernoulli's): the op is not lowered
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            raise UnsupportedOpsError([(node.op_type, domain, node.name or "<unnamed>", opset)])
+        return body
 
     def run_function(self, node: onnx.NodeProto, fn: onnx.FunctionProto, schema=None) -> None:
         """A function (model-local, or an op's onnx-defined body): inline its body with inputs,

@@ -16,6 +16,7 @@ from luminal.frontends.onnx import loader
 from luminal.frontends.onnx.errors import NeedsShape, NeedsValue, OnnxError, OnnxImportError, OnnxInputError
 from luminal.frontends.onnx.importer import Importer, graph_input_deps, input_dim_name
 from luminal.hlir import symbolic as sym
+from luminal.hlir.ops import Op, toposort
 
 COMPILED_KEPT = 32  # graphs compiled per distinct input value/shape kept by one model (least recently used dropped)
 
@@ -244,6 +245,7 @@ def _build(proto, specialize, device, optimize, shapes=None):
     hlir_inputs = [importer.g.inputs[n] for n, _, _ in inputs if n in importer.g.inputs]
     ragged = [(i, o) for i, (o, _, _) in enumerate(outputs) if o in importer.ragged]  # padded; lengths appended
     lengths = [importer.ragged[o][1].node for _, o in ragged]
+    _shape_only_inputs_compile_per_shape(hlir_inputs, [t.node for t in out_tensors] + lengths)
     compiled = compile_outputs(
         hlir_inputs, [t.node for t in out_tensors] + lengths, [o for o, _, _ in outputs] + [f"{o}:length" for _, o in ragged],
         device=device, optimize=optimize, name=name,
@@ -251,6 +253,20 @@ def _build(proto, specialize, device, optimize, shapes=None):
     compiled.assumptions = list(importer.assumptions)
     compiled.ragged = [(i, importer.ragged[o][0], len(out_tensors) + k) for k, (i, o) in enumerate(ragged)]
     return compiled, inputs, outputs, out_tensors
+
+
+def _shape_only_inputs_compile_per_shape(hlir_inputs, outputs) -> None:
+    """An input the outputs read only through its shape (Shape -> ...) drops out of the compiled
+    graph, and with it the binding of its symbolic dims: such an input compiles per shape."""
+    reached = {id(n) for n in toposort(outputs) if n.op is Op.INPUT}
+
+    def dims(node):
+        return {str(s) for d in node.shape for s in getattr(d, "free_symbols", ())}
+
+    bound = set().union(*(dims(n) for n in hlir_inputs if id(n) in reached))
+    for n in hlir_inputs:
+        if id(n) not in reached and dims(n) - bound:
+            raise NeedsShape(f"input {n.arg!r} is read only through its shape", n.arg)
 
 
 def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: bool = True) -> OnnxModel:  # noqa: A001
