@@ -23,6 +23,7 @@ listed version is listed as skipped. Writes `benchmarks/results/onnx_sweep.md` (
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.metadata
 import importlib.util
 import os
@@ -125,8 +126,10 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--warm", action="store_true", help="keep the compile and kernel caches (default: cold compiles)")
     opts = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if not opts.warm:
-        os.environ["LUMINAL_CACHE_DIR"] = tempfile.mkdtemp(prefix="luminal-onnx-sweep-")
+    if not opts.warm:  # cold compiles: a fresh cache folder, removed at exit
+        cold = tempfile.TemporaryDirectory(prefix="luminal-onnx-sweep-")
+        atexit.register(cold.cleanup)
+        os.environ["LUMINAL_CACHE_DIR"] = cold.name
     sweep = _sweep_module()
     todo = [e for e in sweep.MANIFEST if opts.heavy or opts.models or not e.get("heavy")]
     if opts.models:
