@@ -26,8 +26,9 @@ def test_every_gemm_form_matches_numpy(blas_kind):
     M or N of 1 (gemv), f32/f64/f16/bf16/int64, against the NumPy runtime."""
     g = lm.Graph("blas")
     q, k = g.input("q", ("b", 4, "m", 8)), g.input("k", ("b", 4, "m", 8))
-    w = g.input("w", (5, 8))
-    g.output(q @ k.permute(0, 1, 3, 2), "heads")  # B transposed, batch of b * 4
+    w, qt = g.input("w", (5, 8)), g.input("qt", ("b", 4, 8, "m"))
+    g.output(q @ k.permute(0, 1, 3, 2), "heads")
+    g.output(qt.permute(0, 1, 3, 2) @ w.T, "a_transposed")  # M <= 4 on OpenBLAS: a gemv per row  # B transposed, batch of b * 4
     g.output(q[:, :, :, ::2] @ k[:, :, :, 1::2].permute(0, 1, 3, 2), "strided")  # copies, per thread
     g.output(q @ w.T, "broadcast_weight")
     g.output(q[:, :, :1] @ w.T, "gemv")
@@ -38,10 +39,11 @@ def test_every_gemm_form_matches_numpy(blas_kind):
     cpu, ref = g.compile(device="cpu"), g.compile(device="numpy")
     assert isinstance(cpu.runtime, CpuRuntime) and cpu.runtime.blas.kind == blas_kind
     rng = np.random.default_rng(7)
-    for b, m in [(2, 5), (1, 1), (3, 16), (2, 0)]:
+    for b, m in [(2, 5), (1, 1), (2, 3), (3, 16), (2, 0)]:
         feeds = {"q": rng.integers(-3, 4, (b, 4, m, 8)).astype(np.float32),
                  "k": rng.integers(-3, 4, (b, 4, m, 8)).astype(np.float32),
-                 "w": rng.integers(-3, 4, (5, 8)).astype(np.float32)}
+                 "w": rng.integers(-3, 4, (5, 8)).astype(np.float32),
+                 "qt": rng.integers(-3, 4, (b, 4, 8, m)).astype(np.float32)}
         for (name, _), out, want in zip(g.outputs, cpu(feeds), ref(feeds)):
             assert out.dtype == want.dtype and out.shape == want.shape, name
             # small integers: every product and sum is exact in f16/bf16/f32, so exact equality

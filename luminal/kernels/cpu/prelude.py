@@ -152,6 +152,9 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
   lum_blas_threads_for(M, NN, K); \
   if (GEMV && M == 1)  /* C[1 x N] = a . op(B): op(B)^T a, a's elements lda apart when transposed */ \
     GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A, ta ? lda : 1, (T)0, C, 1); \
+  else if (GEMV && M <= 4 && !lum_blas_in_team)  /* OpenBLAS: a row at a time (sgemm at M = 2 took 124 us, 2 gemv 36) */ \
+    for (long long i = 0; i < M; ++i) \
+      GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A + i * (ta ? 1 : lda), ta ? lda : 1, (T)0, C + i * ldc, 1); \
   else if (GEMV && NN == 1)  /* C[M x 1] = op(A) b */ \
     GEMV(101, ta ? 112 : 111, ta ? K : M, ta ? M : K, (T)1, A, lda, B, tb ? 1 : ldb, (T)0, C, ldc); \
   else if (GEMM) GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, NN, K, (T)1, A, lda, B, ldb, (T)0, C, ldc); \
