@@ -124,6 +124,9 @@ NONFINITE = [
     lambda x: F.interpolate(x, size=(5, 7), mode="bicubic"),  # integer sources: zero weights
     lambda x: F.interpolate(x, size=(3, 4), mode="bicubic", align_corners=True),
     lambda x: F.interpolate(x, size=(8, 5), mode="nearest-exact"),
+    lambda x: F.interpolate(x[:, :, 0], size=29, mode="linear"),  # torch's decomposition (a lerp) gives NaN
+    lambda x: F.interpolate(x[:, :, 0], size=3, mode="linear", align_corners=True),
+    lambda x: F.interpolate(x.unsqueeze(2).expand(-1, -1, 2, -1, -1), size=(3, 6, 9), mode="trilinear"),
 ]
 
 
@@ -167,3 +170,35 @@ def test_antialiased_width_one_is_refused():
     model.forward = lambda x: F.interpolate(x, size=(6, 1), mode="bilinear", antialias=True)
     with pytest.raises(UnsupportedError, match="output width is 1"):
         luminal.compile(model, (x,), device="numpy")
+
+
+HALF_CASES = [
+    lambda x: F.interpolate(x, size=(9, 11), mode="bicubic"),  # weights stored in the input type: exact
+    lambda x: F.interpolate(x, size=(3, 4), mode="bicubic", align_corners=True),
+    lambda x: F.interpolate(x[:, :, 0], size=29, mode="linear"),  # 1-d: exact
+    lambda x: F.interpolate(x, size=(9, 11), mode="bilinear"),  # torch's non-separable kernel: 1 ulp
+    lambda x: F.interpolate(x, size=(8, 5), mode="nearest-exact"),
+]
+
+
+class HalfResizes(torch.nn.Module):
+    def forward(self, x):
+        return tuple(f(x) for f in HALF_CASES)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reduced_precision_resizes(dtype):
+    """f16/bf16: the weights rounded to the input's type, sums in float, one rounding at the end
+    (torch's opmath); the same non-finite pattern as eager, values within one ulp."""
+    x = _nonfinite_input().to(dtype)
+    model = HalfResizes()
+    want = model(x)
+    got = luminal.compile(model, (x,), device="numpy")(x)
+    ulp = 2.0 ** (-10 if dtype == torch.float16 else -7)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.isinf(), w.isinf())
+        fin = w.isfinite()
+        err = (g.float() - w.float()).abs()[fin] / w.float().abs()[fin].clamp(min=1.0)
+        assert err.max() <= (0 if i in (0, 1, 2, 4) else ulp), f"case {i}: {err.max()}"
+    with pytest.raises(UnsupportedError, match="does not implement"):
+        luminal.compile(Resizes(), (x,), device="numpy")  # antialiased f16/bf16: torch raises too

@@ -63,7 +63,14 @@ def _resize(cx, x, output_size, scale_factors, mode, align_corners=None, aa=Fals
             f"antialiased {mode} resize {tuple(spatial)} -> {tuple(out_sizes)}: torch's CPU kernel "
             "repeats the first output row when the output width is 1 (eager's answer is not the "
             "resize), and luminal does not reproduce it")
+    if aa and x.dtype not in (DType.F32, DType.F64):
+        raise UnsupportedError(f"antialiased {mode} resize of a {x.dtype} tensor: torch's CPU kernel does "
+                               "not implement it")
     ft = _opmath(x)
+    # f16/bf16: torch stores the weights in the input's type and sums in float, rounding once
+    low = None if mode.startswith("nearest") or x.dtype in (DType.F32, DType.F64) else x.dtype
+    st = None if low is None else low.numpy
+    x = x if low is None else x.cast(DType.F32)
     # the last dim first, as torch's separable kernels do
     for i in reversed(range(nsp)):
         d = x.ndim - nsp + i
@@ -74,10 +81,10 @@ def _resize(cx, x, output_size, scale_factors, mode, align_corners=None, aa=Fals
             taps = aa_taps(ft, n_in, n_out, align_corners, sc, mode == "bicubic")
             x = x if taps is None else _taps_apply(x, d, *taps)  # torch skips a same-size dim
         elif mode == "linear":
-            x = _taps_apply(x, d, *linear_taps(ft, n_in, n_out, align_corners, sc))
+            x = _taps_apply(x, d, *linear_taps(ft, n_in, n_out, align_corners, sc, st))
         else:
-            x = _taps_apply(x, d, *cubic_taps(ft, n_in, n_out, align_corners, sc))
-    return x
+            x = _taps_apply(x, d, *cubic_taps(ft, n_in, n_out, align_corners, sc, st))
+    return x if low is None else x.cast(low)
 
 
 def _scales_of(args, output_size):

@@ -147,18 +147,26 @@ def nearest_taps(ft, n_in, n_out, scale, exact, nsp):
     return np.minimum(i, n_in - 1)[:, None]
 
 
-def linear_taps(ft, n_in, n_out, align_corners, scale):
-    """compute_source_index_and_lambda: two taps; a same-size dim repeats the index, weight 0."""
+def _stored(w, ft, st):
+    """Weights as torch stores them: in the input's type `st` (f16/bf16), if given."""
+    return w if st is None else w.astype(st).astype(ft)
+
+
+def linear_taps(ft, n_in, n_out, align_corners, scale, st=None):
+    """compute_source_index_and_lambda: two taps; a same-size dim repeats the index, weight 0.
+    The lambdas are scalar_t (`st`): lambda0 = scalar_t(1) - lambda1, rounded to scalar_t."""
     ar, o = _Arith(ft), np.arange(n_out)
     if n_out == n_in:
         return np.stack([o, o], 1), np.stack([np.ones(n_out, ft), np.zeros(n_out, ft)], 1)
     s = area_pixel_compute_scale(ft, n_in, n_out, align_corners, scale)
     i0, l1 = _guard(ft, _source_index(ar, s, o, align_corners, False), n_in)
-    return np.stack([i0, i0 + (i0 < n_in - 1)], 1), np.stack([ft(1) - l1, l1], 1)
+    l1 = _stored(l1, ft, st)
+    return np.stack([i0, i0 + (i0 < n_in - 1)], 1), np.stack([_stored(ft(1) - l1, ft, st), l1], 1)
 
 
-def cubic_taps(ft, n_in, n_out, align_corners, scale):
-    """HelperInterpCubic::compute_indices_weights (a = -0.75), indices clamped into the input."""
+def cubic_taps(ft, n_in, n_out, align_corners, scale, st=None):
+    """HelperInterpCubic::compute_indices_weights (a = -0.75), indices clamped into the input;
+    the coefficients in opmath, stored as scalar_t (`st`)."""
     ar, o = _Arith(ft), np.arange(n_out)
     s = area_pixel_compute_scale(ft, n_in, n_out, align_corners, scale)
     i, t = _guard(ft, _source_index(ar, s, o, align_corners, True), n_in)
@@ -166,7 +174,7 @@ def cubic_taps(ft, n_in, n_out, align_corners, scale):
     x2 = (1.0 - t.astype(F64)).astype(ft)  # scalar_t x2 = 1.0 - t; then x + 1.0 in double
     w = np.stack([ar.cubic2((t.astype(F64) + 1.0).astype(ft), a, False), ar.cubic1(t, a, False),
                   ar.cubic1(x2, a, False), ar.cubic2((x2.astype(F64) + 1.0).astype(ft), a, False)], 1)
-    return np.clip(i[:, None] + np.arange(-1, 3), 0, n_in - 1), w.astype(ft)
+    return np.clip(i[:, None] + np.arange(-1, 3), 0, n_in - 1), _stored(w.astype(ft), ft, st)
 
 
 def aa_taps(ft, n_in, n_out, align_corners, scale, cubic):

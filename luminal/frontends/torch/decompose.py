@@ -97,6 +97,8 @@ def decompositions() -> dict:
     else:
         out = dict(_core_aten_decompositions_post_autograd())
     out[torch.ops.aten.native_batch_norm.default] = _batch_norm_no_training
+    for op in (torch.ops.aten.upsample_linear1d.default, torch.ops.aten.upsample_linear1d.vec):
+        out.pop(op, None)  # lowered with eager's own taps (aten_vision): torch's lerp makes inf NaN
     return out
 
 
