@@ -89,6 +89,13 @@ def _last_frame(text) -> str:
     return f" at {os.path.basename(cause[1])}:{cause[2]} (in {cause[3]})" if cause else ""
 
 
+def _unbacked_sources(graph) -> str:
+    """The ops whose results have data-dependent sizes (torch's unbacked symbols), with their lines."""
+    return "; ".join(f"{n.target}{_last_frame(n.meta.get('stack_trace'))} -> "
+                     + ", ".join(map(str, n.meta["unbacked_bindings"]))
+                     for n in graph.nodes if n.meta.get("unbacked_bindings"))
+
+
 def _export(model, args, kwargs, spec):
     """torch.export, with its data-dependent-control-flow failure as a luminal error."""
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
@@ -205,7 +212,15 @@ class CompiledModel:
         names = [n.name for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
         rename = dict(zip(names, (n.name for n in gm.graph.nodes if n.op == "placeholder")))
         importer = FxImporter(gm, self.name)
-        self._imported = importer.build({rename[k]: v for k, v in constants.items()}).compile(device=device, optimize=optimize, name=self.name,
+        try:
+            built = importer.build({rename[k]: v for k, v in constants.items()})
+        except UnsupportedError as exc:  # name where a data-dependent size comes from
+            if "data-dependent size" not in str(exc) or not _unbacked_sources(ep.graph):
+                raise
+            raise UnsupportedError(f"{self.name}: luminal's graphs take their sizes from the input shapes, "
+                                   f"not from values: {exc}; the data-dependent sizes come from: "
+                                   f"{_unbacked_sources(ep.graph)}") from exc
+        self._imported = built.compile(device=device, optimize=optimize, name=self.name,
                                                            phases=phases, notes=[f"lowered to core ATen by {how}"])
         self._placeholder_names = names
         self._rename = rename
@@ -231,12 +246,10 @@ class CompiledModel:
         try:
             ep = ep.run_decompositions()
         except PendingUnbackedSymbolNotFound as exc:  # torch's limit: the re-trace loses unbacked sizes
-            sources = "; ".join(f"{n.target}{_last_frame(n.meta.get('stack_trace'))} -> "
-                                + ", ".join(map(str, n.meta["unbacked_bindings"]))
-                                for n in ep.graph.nodes if n.meta.get("unbacked_bindings"))
             raise UnsupportedError(
                 "torch.export traced the model, but torch's run_decompositions() cannot re-trace a program "
-                f"with data-dependent sizes (torch's PendingUnbackedSymbolNotFound); they come from: {sources}."
+                "with data-dependent sizes (torch's PendingUnbackedSymbolNotFound); they come from: "
+                f"{_unbacked_sources(ep.graph)}."
                 "\nUse torch.compile(model, backend=\"luminal\"): it graph-breaks there") from exc
         return ep, ep.graph_module, "run_decompositions"
 
