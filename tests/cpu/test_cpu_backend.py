@@ -243,3 +243,23 @@ def test_division_by_a_subnormal_is_a_division(device):
     want = (torch.from_numpy(xv) / torch.from_numpy(yv)).numpy()
     (got,) = g.compile(device=device)({"x": xv, "y": yv})
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_a_deeply_nested_max_builds_in_linear_text():
+    """24 nested NaN-aware max/min in one fused region (an ONNX Max of 24 inputs): the C macro
+    names its first argument once, so the text grows linearly (it doubled per level: a 24-deep
+    max did not build in 300 s)."""
+    g = lm.Graph("nested_max")
+    xs = [g.input(f"x{i}", (8,)) for i in range(24)]
+    hi, lo = xs[0], xs[0]
+    for x in xs[1:]:
+        hi, lo = hi.maximum(x), lo.minimum(x)
+    g.output(hi)
+    g.output(lo)
+    cg = g.compile(device="cpu")
+    assert isinstance(cg.runtime, CpuRuntime)  # built (a build failure would warn and run NumPy)
+    rng = np.random.default_rng(3)
+    feeds = {f"x{i}": rng.standard_normal(8).astype(np.float32) for i in range(24)}
+    feeds["x5"][1] = np.nan
+    for out, want in zip(cg(feeds), g.run(feeds)):
+        _same(out, want, "nested max/min")

@@ -42,8 +42,12 @@ LUM_MAXNAN(float, f)
 LUM_MAXNAN(double, d)
 LUM_MAXNAN(int, i)
 LUM_MAXNAN(long long, ll)
-#define lum_max_nan(a, b) _Generic((a), float: lum_max_nan_f, double: lum_max_nan_d, long long: lum_max_nan_ll, default: lum_max_nan_i)(a, b)
-#define lum_min_nan(a, b) _Generic((a), float: lum_min_nan_f, double: lum_min_nan_d, long long: lum_min_nan_ll, default: lum_min_nan_i)(a, b)
+/* `a` appears once in the expansion (a statement expression): `_Generic((a), ...)(a, b)` named it
+   twice, so a nested max (ONNX Max of n inputs, a pooling window) doubled its text per level */
+#define lum_max_nan(a, b) ({ __auto_type lum_a_ = (a); \
+  _Generic(lum_a_, float: lum_max_nan_f, double: lum_max_nan_d, long long: lum_max_nan_ll, default: lum_max_nan_i)(lum_a_, (b)); })
+#define lum_min_nan(a, b) ({ __auto_type lum_a_ = (a); \
+  _Generic(lum_a_, float: lum_min_nan_f, double: lum_min_nan_d, long long: lum_min_nan_ll, default: lum_min_nan_i)(lum_a_, (b)); })
 #define atomicExch(err, v) __atomic_fetch_or(err, v, __ATOMIC_RELAXED)
 
 /* GEMM: row-major C[M x N] = op(A)[M x K] . op(B)[K x N]; BLAS (ILP64 cblas, set by lum_set_blas) or loops */
