@@ -10,7 +10,6 @@ GEMMs and exps). Medians (eager and luminal measured in alternating rounds), rat
 from __future__ import annotations
 
 import copy
-import statistics
 import tempfile
 import time
 import traceback
@@ -19,34 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-
-def median_latency(fn, budget_s: float = 1.5, min_runs: int = 5, max_runs: int = 30) -> float:
-    fn()  # warm-up
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_runs or (time.perf_counter() - start < budget_s and len(times) < max_runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def interleaved_medians(fns: dict, rounds: int = 3, budget_s: float = 0.6) -> dict:
-    """Median latency of each function, measured in alternating rounds, so that a change in the
-    machine's load during the run falls on all of them alike."""
-    times: dict = {k: [] for k in fns}
-    for fn in fns.values():
-        fn()  # warm-up
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            start = time.perf_counter()
-            while len(times[k]) < 2 or time.perf_counter() - start < budget_s:
-                t0 = time.perf_counter()
-                fn()
-                times[k].append(time.perf_counter() - t0)
-                if time.perf_counter() - start > budget_s:
-                    break
-    return {k: statistics.median(v) for k, v in times.items()}
+from benchmarks.timing import interleaved_medians, median_latency
 
 
 def _first(out):

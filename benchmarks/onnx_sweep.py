@@ -28,7 +28,6 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +35,8 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.timing import interleaved_medians
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
@@ -48,21 +49,6 @@ def _sweep_module():
     spec.loader.exec_module(module)
     return module
 
-
-def interleaved_medians(fns: dict, rounds: int = 3, budget_s: float = 0.6) -> dict:
-    """benchmarks.cpu's measure (that module imports torch): the median latency of each function,
-    measured in alternating rounds so that a change in the machine's load falls on all alike."""
-    times: dict = {k: [] for k in fns}
-    for fn in fns.values():
-        fn()  # warm-up
-    for _ in range(rounds):
-        for k, fn in fns.items():
-            start = time.perf_counter()
-            while len(times[k]) < 2 or time.perf_counter() - start < budget_s:
-                t0 = time.perf_counter()
-                fn()
-                times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def _max_diff(got, want) -> float:

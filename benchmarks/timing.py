@@ -1,0 +1,34 @@
+"""How every benchmark times a call (torch-free, so the ONNX benchmarks can measure a process
+without torch loaded): medians, and medians in alternating rounds so that a change in the
+machine's load during a run falls on all the measured functions alike."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+
+def median_latency(fn, budget_s: float = 1.5, min_runs: int = 5, max_runs: int = 30) -> float:
+    fn()  # warm-up
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_runs or (time.perf_counter() - start < budget_s and len(times) < max_runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def interleaved_medians(fns: dict, rounds: int = 3, budget_s: float = 0.6) -> dict:
+    """The median latency of each function (name -> callable), measured in alternating rounds."""
+    times: dict = {k: [] for k in fns}
+    for fn in fns.values():
+        fn()  # warm-up
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            start = time.perf_counter()
+            while len(times[k]) < 2 or time.perf_counter() - start < budget_s:
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
