@@ -215,6 +215,27 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
         inner = f"if (++{cnames[j]} == {c_dim(cols[j])}) {{ {cnames[j]} = 0; {carry} }}" if carry else f"++{cnames[j]};"
         carry = inner
     carry = carry or ";"
+
+    def tile_loop(fill_pragma: str) -> str:  # the tiles: fill one from the input, multiply it into its columns
+        return f"""for (long long ti = 0; ti < n_tiles; ++ti) {{
+        const long long p0 = ti * T, nt = lum_min(T, N - p0);
+        {fill_pragma}
+        for (long long kk = 0; kk < K; ++kk) {{  /* row kk of the tile: the copy's row bz * K + kk, columns p0.. */
+          const long long R = bz * K + kk;
+          {" ".join(rlines)}
+          {" ".join(clines)}
+          {t}* dst = tile + kk * nt;
+          for (long long q = 0; q < nt;) {{
+            const long long run = lum_min(nt - q, {dl} - {last});
+            {fill}
+            q += run;
+            {last} += run;
+            if ({last} == {dl}) {{ {last} = 0; {carry} }}
+          }}
+        }}
+        lum_gemm_{g}(a_tr, 0, M, nt, K, a_ptr, a_ld, tile, nt, out + bz * M * N + p0, N);
+      }}"""
+
     code = f"""static void {name}({', '.join(params)}) {{
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
   if (M <= 0 || N <= 0) return;
@@ -233,28 +254,16 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
     {" ".join(blines)}
     const {t}* a_ptr; int a_tr; long long a_ld;
     {a_setup}
-    #pragma omp parallel if (par)
-    {{
-    {t}* const tile = scratch + (par ? omp_get_thread_num() : 0) * K * T;
-    #pragma omp for schedule(static)
-    for (long long ti = 0; ti < n_tiles; ++ti) {{
-      const long long p0 = ti * T, nt = lum_min(T, N - p0);
-      #pragma omp parallel for if (!par && K * nt >= {PAR_MIN})
-      for (long long kk = 0; kk < K; ++kk) {{  /* row kk of the tile: the copy's row bz * K + kk, columns p0.. */
-        const long long R = bz * K + kk;
-        {" ".join(rlines)}
-        {" ".join(clines)}
-        {t}* dst = tile + kk * nt;
-        for (long long q = 0; q < nt;) {{
-          const long long run = lum_min(nt - q, {dl} - {last});
-          {fill}
-          q += run;
-          {last} += run;
-          if ({last} == {dl}) {{ {last} = 0; {carry} }}
-        }}
+    if (par) {{  /* an active region: MKL runs each tile's GEMM on its calling thread */
+      #pragma omp parallel
+      {{
+      {t}* const tile = scratch + omp_get_thread_num() * K * T;
+      #pragma omp for schedule(static)
+      {tile_loop("")}
       }}
-      lum_gemm_{g}(a_tr, 0, M, nt, K, a_ptr, a_ld, tile, nt, out + bz * M * N + p0, N);
-    }}
+    }} else {{  /* outside any region (inside even an inactive one, MKL threads by nested teams) */
+      {t}* const tile = scratch;
+      {tile_loop(f"#pragma omp parallel for if (K * nt >= {PAR_MIN})")}
     }}
   }}
   free(a_buf);

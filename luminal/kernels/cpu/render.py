@@ -383,26 +383,36 @@ def matmul(node: Node, name: str):
     c_ptr = f"out + bz * {m} * {n}" if direct else "c_buf"
     store = "" if direct else f"""for (long long q = 0; q < {m} * {n}; ++q) out[bz * {m} * {n} + q] = {store_value(node.dtype, "c_buf[q]")};"""
     setup = "\n    ".join(blines)
+
+    def batch_loop(pragma: str) -> str:  # the GEMMs of batch elements (a thread's share under `omp for`)
+        return f"""{t}* a_buf = NULL;  // contiguous copies (per thread), allocated when an operand is not a plain matrix
+    {t}* b_buf = NULL;
+    {t}* c_buf = {"NULL" if direct else f"({t}*)malloc(sizeof({t}) * {m} * {n})"};
+    {pragma}
+    for (long long bz = 0; bz < n_batch; ++bz) {{
+      {setup}
+      const {t}* a_ptr; const {t}* b_ptr; int a_tr, b_tr; long long a_ld, b_ld;
+      {a_setup}
+      {b_setup}
+      lum_gemm_{g}(a_tr, b_tr, {m}, {n}, {k}, a_ptr, a_ld, b_ptr, b_ld, {c_ptr}, {n});
+      {store}
+    }}
+    free(a_buf); free(b_buf); free(c_buf);"""
+
     code = f"""const long long n_batch = {c_dim(sym.product(batch))};
   if ({m} <= 0 || {n} <= 0) return;
   if ({k} <= 0) {{ for (long long q = 0; q < n_batch * {m} * {n}; ++q) out[q] = {store_value(node.dtype, "0")}; return; }}
   /* small GEMMs of a batch (attention's heads) in parallel, one per thread, when the BLAS is
-     the OpenMP team's own (MKL runs single-threaded inside the region); else one after another */
-  #pragma omp parallel if (lum_batch_parallel(n_batch, {m}, {n}, {k}))
-  {{
-  {t}* a_buf = NULL;  // contiguous copies (per thread), allocated when an operand is not a plain matrix
-  {t}* b_buf = NULL;
-  {t}* c_buf = {"NULL" if direct else f"({t}*)malloc(sizeof({t}) * {m} * {n})"};
-  #pragma omp for schedule(static)
-  for (long long bz = 0; bz < n_batch; ++bz) {{
-    {setup}
-    const {t}* a_ptr; const {t}* b_ptr; int a_tr, b_tr; long long a_ld, b_ld;
-    {a_setup}
-    {b_setup}
-    lum_gemm_{g}(a_tr, b_tr, {m}, {n}, {k}, a_ptr, a_ld, b_ptr, b_ld, {c_ptr}, {n});
-    {store}
-  }}
-  free(a_buf); free(b_buf); free(c_buf);
+     the OpenMP team's own (MKL runs single-threaded inside the region); else one after another,
+     outside any parallel region (inside even an inactive one, MKL threads by nested teams that
+     libgomp builds afresh per call: bert-small's GEMMs 3x slower on 2 threads) */
+  if (lum_batch_parallel(n_batch, {m}, {n}, {k})) {{
+    #pragma omp parallel
+    {{
+    {batch_loop("#pragma omp for schedule(static)")}
+    }}
+  }} else {{
+    {batch_loop("")}
   }}"""
     return _kernel(name, node, inputs, symbols_of(node), False, code)
 
