@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch_helpers import assert_same
+from torch_helpers import assert_same, compile_by
 
 import luminal
 from luminal.errors import UnsupportedError
@@ -152,14 +152,10 @@ def test_nonfinite_inputs_propagate_as_in_eager(path):
     model = Resizes()
     want = model(x)
     assert any(w.isinf().any() for w in want) and any(w.isnan().any() for w in want)
-    if path == "dynamo":
-        torch._dynamo.reset()
-        got = torch.compile(model, backend="luminal", options={"strict": True, "device": "numpy"})(x)
-    else:
-        got = luminal.compile(model, (x,), device=path.split("-")[1])(x)
+    got = compile_by(path, model, x)
     for i, (g, w) in enumerate(zip(got, want)):
         assert torch.equal(g.isnan(), w.isnan()) and torch.equal(g.isinf(), w.isinf()), f"case {i}"
-        assert_same(g, w), f"case {i}"
+        assert_same(g, w)
 
 
 def test_antialiased_width_one_is_refused():

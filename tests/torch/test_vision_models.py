@@ -14,7 +14,7 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
-from torch_helpers import assert_same, max_abs_error
+from torch_helpers import assert_same, compile_by, max_abs_error
 from vision_models import detection_models, hf_vision_models, randomize, torchvision_models
 
 import luminal
@@ -117,13 +117,9 @@ def test_vision_op_family(family, path):
     x[1, 1, 2, 3] = -float("inf")
     model = Family(FAMILIES[family])
     want = model(x)
-    if path == "dynamo":
-        torch._dynamo.reset()
-        got = torch.compile(model, backend="luminal", options={"strict": True, "device": "numpy"})(x)
-    else:
-        got = luminal.compile(model, (x,), device=path.split("-")[1])(x)
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert_same(g, w), f"case {i}"
+    got = compile_by(path, model, x)
+    for g, w in zip(got, want):
+        assert_same(g, w)
 
 
 def _check_model(name, model, x, kw=False):

@@ -35,6 +35,17 @@ def assert_same(got, want, atol=ATOL, rtol=RTOL):
             assert torch.equal(g, w), f"leaf {i}: {g} != {w}"
 
 
+def compile_by(path: str, model, x):
+    """`model(x)` compiled by one of luminal's two torch paths and called: "dynamo"
+    (torch.compile, strict, on the NumPy runtime) or "export-<device>" (luminal.compile)."""
+    import luminal
+
+    if path == "dynamo":
+        torch._dynamo.reset()
+        return torch.compile(model, backend="luminal", options={"strict": True, "device": "numpy"})(x)
+    return luminal.compile(model, (x,), device=path.split("-")[1])(x)
+
+
 @contextlib.contextmanager
 def runs_on_luminal(at_least: int = 1):
     """Asserts that compiled luminal graphs (not an eager fallback) served `at_least` calls in the
