@@ -75,3 +75,21 @@ def test_without_torch_the_default_is_numpys_openblas():
             "print(b.kind, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["openblas", "False"]
+
+
+def test_a_large_gemm_split_across_the_team(blas_kind):
+    """M*N*K past 2**21: on OpenBLAS (single-threaded) the columns of C are split across the
+    OpenMP team in blocks of 16 (uneven here: 150 columns), B plain or transposed; on MKL, one
+    call on the team. Small integers: every sum is exact, so results equal NumPy's."""
+    g = lm.Graph("big")
+    a, b, bt = g.input("a", ("m", 256)), g.input("b", (256, 150)), g.input("bt", (150, 256))
+    g.output(a @ b)
+    g.output(a @ bt.T)
+    cpu = g.compile(device="cpu")
+    rng = np.random.default_rng(11)
+    for m in (64, 3):
+        feeds = {"a": rng.integers(-3, 4, (m, 256)).astype(np.float32), "b": rng.integers(-3, 4, (256, 150)).astype(np.float32)}
+        feeds["bt"] = np.ascontiguousarray(feeds["b"].T)
+        want = feeds["a"].astype(np.float64) @ feeds["b"]
+        for out in cpu(feeds):
+            np.testing.assert_array_equal(out, want.astype(np.float32))

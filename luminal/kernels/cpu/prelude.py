@@ -111,7 +111,8 @@ static int lum_team(int threads) {
   return free_cores < 1 ? 1 : free_cores < threads ? free_cores : threads;
 }
 static void lum_blas_threads_for(long long M, long long N, long long K) {
-  int want = M * N * K < (1LL << 21) ? 1 : lum_blas_cap;
+  (void)M; (void)N; (void)K;
+  int want = 1;  /* OpenBLAS runs on the calling thread: a large GEMM is split across the OpenMP team (one pool) */
   if (lum_blas_set_threads && want != __atomic_load_n(&lum_blas_threads, __ATOMIC_RELAXED)) {
     lum_blas_set_threads(want);
     __atomic_store_n(&lum_blas_threads, want, __ATOMIC_RELAXED);
@@ -149,6 +150,14 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
       GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A + i * (ta ? 1 : lda), ta ? lda : 1, (T)0, C + i * ldc, 1); \
   else if (GEMV && NN == 1)  /* C[M x 1] = op(A) b */ \
     GEMV(101, ta ? 112 : 111, ta ? K : M, ta ? M : K, (T)1, A, lda, B, tb ? 1 : ldb, (T)0, C, ldc); \
+  else if (GEMM && !lum_blas_in_team && lum_threads > 1 && M * NN * K >= (1LL << 21) && NN >= 32 && !omp_in_parallel()) { \
+    /* OpenBLAS, single-threaded, on column blocks of C, one per thread of the loops' team */ \
+    const long long per = ((NN + lum_threads - 1) / lum_threads + 15) / 16 * 16; \
+    _Pragma("omp parallel num_threads(lum_threads)") \
+    { const long long j0 = omp_get_thread_num() * per; \
+      if (j0 < NN) GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, lum_min(per, NN - j0), K, (T)1, A, lda, \
+                        B + (tb ? j0 * ldb : j0), ldb, (T)0, C + j0, ldc); } \
+  } \
   else if (GEMM) GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, NN, K, (T)1, A, lda, B, ldb, (T)0, C, ldc); \
   else lum_loop_gemm_##N(ta, tb, M, NN, K, A, lda, B, ldb, C, ldc); \
 }

@@ -62,12 +62,12 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
      15-minute load average, this process's own included, so a process busy for minutes dropped
      to one thread while eager kept two). With OpenBLAS beside the team, dynamic teams keep the
      two pools from oversubscribing a loaded machine. */
-  if (lum_blas_in_team) threads = lum_team(threads);
+  threads = lum_team(threads);
   /* torch sets MKL's own (global) count, which MKL obeys over OpenMP's: the call's is set on
      this thread and restored */
   const int outer_mkl = lum_mkl_threads_local ? lum_mkl_threads_local(threads) : 0;
   omp_set_num_threads(threads);
-  omp_set_dynamic(!lum_blas_in_team);
+  omp_set_dynamic(0);
   lum_threads = threads;
   lum_blas_limit(threads);
   void* p[@MAXP@];
