@@ -225,16 +225,22 @@ def read(digest: str, text: str, bound: dict[str, ConstantArray],
     try:
         with gc_paused():
             meta, optimized, inputs = read_archive(path, bound=bound)
-        block = meta.get("compile_cache")
-        if not isinstance(block, dict) or block.get("key") != text or block.get("digest") != digest:
-            raise ValueError("a foreign entry (another key)")
-        if not isinstance(block.get("rules_fired", {}), dict) or not isinstance(block.get("notes", []), list):
-            raise ValueError("a malformed compile_cache block")
+        block = _checked_block(meta.get("compile_cache"), text, digest)
     except Exception as exc:  # noqa: BLE001 - any bad entry is a miss, rebuilt and replaced
         LOG.debug("compile cache: ignoring %s: %s: %s", path, type(exc).__name__, exc)
         return None
     touch(path)  # the most recently used now
     return block, optimized, inputs
+
+
+def _checked_block(block, text: str, digest: str) -> dict:
+    """An entry's (or a link's) `compile_cache` block, if it is this key's and well formed; else
+    ValueError (the entry is then a miss)."""
+    if not isinstance(block, dict) or block.get("key") != text or block.get("digest") != digest:
+        raise ValueError("a foreign entry (another key)")
+    if not isinstance(block.get("rules_fired", {}), dict) or not isinstance(block.get("notes", []), list):
+        raise ValueError("a malformed compile_cache block")
+    return block
 
 
 MAX_LINK_BYTES = 1 << 24
@@ -255,14 +261,11 @@ def _read_link(digest: str, text: str, bound: dict[str, ConstantArray]):
             raise ValueError(f"larger than {MAX_LINK_BYTES} bytes")
         data = json.loads(path.read_bytes())
         block, target, target_key, bind = (data["compile_cache"], data["target"], data["target_key"], data["bind"])
-        if not isinstance(block, dict) or block.get("key") != text or block.get("digest") != digest:
-            raise ValueError("a foreign entry (another key)")
+        _checked_block(block, text, digest)
         if not (isinstance(target, str) and re.fullmatch(r"[0-9a-f]{64}", target) and isinstance(target_key, str)):
             raise ValueError("a malformed target")
         if not isinstance(bind, dict) or not all(isinstance(k, str) and v in bound for k, v in bind.items()):
             raise ValueError("a malformed binding (a reference the caller does not bind)")
-        if not isinstance(block.get("rules_fired", {}), dict) or not isinstance(block.get("notes", []), list):
-            raise ValueError("a malformed compile_cache block")
     except Exception as exc:  # noqa: BLE001 - any bad entry is a miss, rebuilt and replaced
         LOG.debug("compile cache: ignoring %s: %s: %s", path, type(exc).__name__, exc)
         return None

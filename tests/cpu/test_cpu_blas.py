@@ -93,3 +93,34 @@ def test_a_large_gemm_split_across_the_team(blas_kind):
         want = feeds["a"].astype(np.float64) @ feeds["b"]
         for out in cpu(feeds):
             np.testing.assert_array_equal(out, want.astype(np.float32))
+
+
+def test_two_threads_share_a_model_with_split_gemms(blas_kind):
+    """Two Python threads calling one compiled model whose GEMM is split across the team: each
+    call's team size is its own (thread-local), and every column block is computed whatever team
+    OpenMP gives, so both get NumPy's answer on every call."""
+    import threading
+
+    g = lm.Graph("threads")
+    a, b = g.input("a", ("m", 256)), g.input("b", (256, 150))
+    g.output(a @ b)
+    cpu = g.compile(device="cpu")
+    rng = np.random.default_rng(12)
+    cases = [{"a": rng.integers(-3, 4, (m, 256)).astype(np.float32), "b": rng.integers(-3, 4, (256, 150)).astype(np.float32)}
+             for m in (64, 96)]
+    wants = [(c["a"].astype(np.float64) @ c["b"]).astype(np.float32) for c in cases]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(20):
+                np.testing.assert_array_equal(cpu(cases[i])[0], wants[i])
+        except AssertionError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]

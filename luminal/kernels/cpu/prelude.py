@@ -65,21 +65,10 @@ extern LUM_SHARED lum_dgemm_fn lum_dgemm;
 extern LUM_SHARED lum_sgemv_fn lum_sgemv;
 extern LUM_SHARED lum_dgemv_fn lum_dgemv;
 extern LUM_SHARED lum_threads_fn lum_blas_set_threads;
-extern LUM_SHARED int lum_threads, lum_blas_cap, lum_blas_threads;
-extern LUM_SHARED __thread int lum_f64;
-/* BLAS threads: one for a small GEMM (waking a pool costs more than it saves, and its spinning
-   workers would take the cores the next OpenMP loop needs), else the call's count capped by the
-   cores the machine's load leaves free (as libgomp's dynamic teams: a busy-waiting BLAS pool on
-   an oversubscribed machine is many times slower than one thread) */
-static void lum_blas_limit(int threads) {
-  double load;
-  int cap = threads;
-  if (getloadavg(&load, 1) == 1) {
-    int free_cores = omp_get_num_procs() - (int)(load + 0.5) + 1;  /* + 1: the calling thread itself */
-    cap = free_cores < cap ? free_cores : cap;
-  }
-  lum_blas_cap = cap < 1 ? 1 : cap;
-}
+extern LUM_SHARED int lum_blas_threads;
+/* the call's team size and precision: per calling thread (two threads may run calls at once),
+   read on it, never inside a parallel region */
+extern LUM_SHARED __thread int lum_threads, lum_f64;
 /* The team of a call with MKL (full teams, as torch's kernels): `threads`, less the cores the
    rest of the machine keeps busy. On a loaded machine a full team is many times slower than one
    thread (each barrier waits for a descheduled peer: NudeNet 2.3 s against 88 ms at load 9 on 2
@@ -110,12 +99,12 @@ static int lum_team(int threads) {
   const int free_cores = omp_get_num_procs() - (int)(load - mine + 0.5);
   return free_cores < 1 ? 1 : free_cores < threads ? free_cores : threads;
 }
-static void lum_blas_threads_for(long long M, long long N, long long K) {
-  (void)M; (void)N; (void)K;
-  int want = 1;  /* OpenBLAS runs on the calling thread: a large GEMM is split across the OpenMP team (one pool) */
-  if (lum_blas_set_threads && want != __atomic_load_n(&lum_blas_threads, __ATOMIC_RELAXED)) {
-    lum_blas_set_threads(want);
-    __atomic_store_n(&lum_blas_threads, want, __ATOMIC_RELAXED);
+/* OpenBLAS runs on its calling thread (its own pthread pool would spin against the OpenMP team):
+   a large GEMM is split across the team instead (`LUM_BLAS_GEMM`) */
+static void lum_blas_one_thread(void) {
+  if (lum_blas_set_threads && __atomic_load_n(&lum_blas_threads, __ATOMIC_RELAXED) != 1) {
+    lum_blas_set_threads(1);
+    __atomic_store_n(&lum_blas_threads, 1, __ATOMIC_RELAXED);
   }
 }
 /* a batch of GEMMs runs one per thread when the BLAS's threads are the OpenMP team's (MKL) and
@@ -142,7 +131,7 @@ LUM_LOOP_GEMM(long long, ll)
 #define LUM_BLAS_GEMM(T, N, GEMM, GEMV) \
 static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K, const T* A, long long lda, \
                          const T* B, long long ldb, T* C, long long ldc) { \
-  lum_blas_threads_for(M, NN, K); \
+  lum_blas_one_thread(); \
   if (GEMV && M == 1)  /* C[1 x N] = a . op(B): op(B)^T a, a's elements lda apart when transposed */ \
     GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A, ta ? lda : 1, (T)0, C, 1); \
   else if (GEMV && M <= 4 && !lum_blas_in_team)  /* OpenBLAS: a row at a time (sgemm at M = 2 took 124 us, 2 gemv 36) */ \
@@ -151,12 +140,15 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
   else if (GEMV && NN == 1)  /* C[M x 1] = op(A) b */ \
     GEMV(101, ta ? 112 : 111, ta ? K : M, ta ? M : K, (T)1, A, lda, B, tb ? 1 : ldb, (T)0, C, ldc); \
   else if (GEMM && !lum_blas_in_team && lum_threads > 1 && M * NN * K >= (1LL << 21) && NN >= 32 && !omp_in_parallel()) { \
-    /* OpenBLAS, single-threaded, on column blocks of C, one per thread of the loops' team */ \
-    const long long per = ((NN + lum_threads - 1) / lum_threads + 15) / 16 * 16; \
-    _Pragma("omp parallel num_threads(lum_threads)") \
-    { const long long j0 = omp_get_thread_num() * per; \
-      if (j0 < NN) GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, lum_min(per, NN - j0), K, (T)1, A, lda, \
-                        B + (tb ? j0 * ldb : j0), ldb, (T)0, C + j0, ldc); } \
+    /* OpenBLAS, single-threaded, on column blocks of C (multiples of 16), one per thread of the \
+       loops' team; a loop over the blocks, so every block is computed whatever team OpenMP gives */ \
+    const int team = lum_threads; \
+    const long long per = ((NN + team - 1) / team + 15) / 16 * 16, n_blocks = (NN + per - 1) / per; \
+    _Pragma("omp parallel for num_threads(team) schedule(static)") \
+    for (long long blk = 0; blk < n_blocks; ++blk) { \
+      const long long j0 = blk * per; \
+      GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, lum_min(per, NN - j0), K, (T)1, A, lda, \
+           B + (tb ? j0 * ldb : j0), ldb, (T)0, C + j0, ldc); } \
   } \
   else if (GEMM) GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, NN, K, (T)1, A, lda, B, ldb, (T)0, C, ldc); \
   else lum_loop_gemm_##N(ta, tb, M, NN, K, A, lda, B, ldb, C, ldc); \
@@ -227,12 +219,12 @@ LUM_SHARED lum_dgemm_fn lum_dgemm;
 LUM_SHARED lum_sgemv_fn lum_sgemv;
 LUM_SHARED lum_dgemv_fn lum_dgemv;
 LUM_SHARED lum_threads_fn lum_blas_set_threads;
-LUM_SHARED int lum_threads = 1, lum_blas_cap = 1, lum_blas_threads = -1, lum_blas_in_team;
-LUM_SHARED __thread int lum_f64;
+LUM_SHARED int lum_blas_threads = -1, lum_blas_in_team;
+LUM_SHARED __thread int lum_threads = 1, lum_f64;
 void lum_set_blas(void* sgemm, void* dgemm, void* set_threads, void* sgemv, void* dgemv) {
   lum_sgemm = (lum_sgemm_fn)sgemm; lum_dgemm = (lum_dgemm_fn)dgemm; lum_blas_set_threads = (lum_threads_fn)set_threads;
   lum_sgemv = (lum_sgemv_fn)sgemv; lum_dgemv = (lum_dgemv_fn)dgemv;
-  lum_blas_in_team = 0;  /* OpenBLAS: its own pool, and concurrent calls contend for its lock */
+  lum_blas_in_team = 0;  /* OpenBLAS: a batch of small GEMMs stays serial (concurrent calls contend for its lock) */
 }
 /* A Fortran (LP64) BLAS: the MKL that PyTorch links, whose threads are libgomp's (the pool of
    this library's loops), so GEMMs and loops share one team instead of two pools fighting over

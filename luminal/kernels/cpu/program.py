@@ -57,11 +57,11 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
      soname, loaded first): they are restored on return. Left on, dynamic teams made torch's
      oneDNN bf16 GEMMs, which assume full teams, return NaNs after a luminal call. */
   const int outer_threads = omp_get_max_threads(), outer_dynamic = omp_get_dynamic();
-  /* With MKL (torch loaded) the GEMMs are this team's: full teams of torch's thread count less
+  /* One pool: the GEMMs run on this team too (MKL's threads are libgomp's; OpenBLAS is called
+     single-threaded, a large GEMM split across the team). Full teams of torch's thread count less
      the cores other processes keep busy (`lum_team`; libgomp's dynamic teams size by the
      15-minute load average, this process's own included, so a process busy for minutes dropped
-     to one thread while eager kept two). With OpenBLAS beside the team, dynamic teams keep the
-     two pools from oversubscribing a loaded machine. */
+     to one thread while eager kept two). */
   threads = lum_team(threads);
   /* torch sets MKL's own (global) count, which MKL obeys over OpenMP's: the call's is set on
      this thread and restored */
@@ -69,7 +69,6 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
   omp_set_num_threads(threads);
   omp_set_dynamic(0);
   lum_threads = threads;
-  lum_blas_limit(threads);
   void* p[@MAXP@];
   long long d[@MAXD@];
   const long long* t = table;

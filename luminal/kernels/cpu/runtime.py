@@ -11,9 +11,9 @@ shared library (`build.py`) and run by one native call per call of the model.
 - **threads**: OpenMP gets `torch.get_num_threads()` when torch is already imported, else
   `os.cpu_count()`. GEMMs go to a BLAS found at run time and passed to the library as function
   pointers (no link-time dependency; `_Blas`): with torch loaded, the MKL inside PyTorch, whose
-  threads are the same libgomp team as the loops'; else the OpenBLAS NumPy ships, which gets
-  the same count for a large GEMM and one thread for a small one (set by the C code before each
-  call). Loops under `PAR_MIN` elements of work stay on one core.
+  threads are the same libgomp team as the loops'; else the OpenBLAS NumPy ships, called
+  single-threaded, a large GEMM split into column blocks across the same team (one pool either
+  way). Loops under `PAR_MIN` elements of work stay on one core.
 - **precision**: `get_precision("cpu")` is read per call and passed to `lum_run`: f32 GEMMs by
   default, as PyTorch's; under `set_precision("float64")` they accumulate in double (see
   `prelude.py`; about 2x slower on GEMM-bound models).
