@@ -35,6 +35,7 @@ FLAGS = (
     "-fno-strict-aliasing",
     "-ffp-contract=off",  # no a*b+c -> fma: the NumPy runtime's rounding, on every host
     "-fno-math-errno",  # libm calls may vectorize/inline; results are unchanged (errno is never read)
+    "-fno-trapping-math",  # compares may be if-converted (max/min/relu/clip vectorize); FP flags are never read
     "-w",
 )
 

@@ -1,0 +1,65 @@
+"""The CNN activations and pools, whose C kernels are compare-and-select loops that vectorize
+only under `-fno-trapping-math` (a compare may then be if-converted): the library built with the
+flag gives bit for bit what the one built without it gives (NaN, ±inf and -0.0 in the vector
+lanes and in the scalar tail), and the NumPy runtime's NaNs and values (to rounding: the spec
+computes HardSwish in another order; Relu/Max of -0.0 is one of the signed zeros either way)."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+
+import luminal.onnx as lo
+from luminal.kernels.cpu import build
+from luminal.kernels.cpu.runtime import CpuRuntime
+
+RNG = np.random.default_rng(0)
+SHAPE = [1, 4, 20, 37]  # rows of 37: vector lanes and a scalar remainder
+
+
+def _input():
+    x = RNG.standard_normal(SHAPE).astype(np.float32) * 4
+    flat = x.reshape(-1)
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 3.0, -3.0, 6.0, -6.0], np.float32)
+    idx = RNG.choice(flat.size, 400, replace=False)
+    flat[idx] = np.resize(special, idx.size)
+    flat[:10] = special  # the first lanes of the first vector
+    flat[-10:] = special  # the scalar tail of the last row
+    return x
+
+
+NODES = [
+    ("relu", [oh.make_node("Relu", ["x"], ["y"])]),
+    ("clip", [oh.make_node("Clip", ["x", "lo", "hi"], ["y"])]),
+    ("hard_swish", [oh.make_node("HardSwish", ["x"], ["y"])]),
+    ("hard_sigmoid", [oh.make_node("HardSigmoid", ["x"], ["y"], alpha=0.2, beta=0.5)]),
+    ("leaky_relu", [oh.make_node("LeakyRelu", ["x"], ["y"], alpha=0.1)]),
+    ("max_min", [oh.make_node("Max", ["x", "x2"], ["t"]), oh.make_node("Min", ["t", "x3"], ["y"])]),
+    ("max_pool", [oh.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])]),
+    ("relu_max_pool", [oh.make_node("Relu", ["x"], ["r"]),
+                       oh.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])]),
+]
+
+
+@pytest.mark.parametrize("name,nodes", NODES, ids=[n for n, _ in NODES])
+def test_compare_select_kernels_are_the_same_vectorized(name, nodes, monkeypatch):
+    x = _input()
+    feeds = {"x": x, "x2": np.flip(x, -1).copy(), "x3": np.roll(x, 3, -1)}
+    used = {i for n in nodes for i in n.input}
+    inputs = [oh.make_tensor_value_info(k, TP.FLOAT, SHAPE) for k in ("x", "x2", "x3") if k in used]
+    inits = [oh.make_tensor("lo", TP.FLOAT, [], [-1.5]), oh.make_tensor("hi", TP.FLOAT, [], [2.5])] if "lo" in used else []
+    graph = oh.make_graph(nodes, name, inputs, [oh.make_tensor_value_info("y", TP.FLOAT, ["n", "c", "h", "w"])], inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    feeds = {k: v for k, v in feeds.items() if k in used}
+    spec = lo.compile(model, device="numpy")(feeds)[0]
+    compiled = lo.compile(model, device="cpu").compiled
+    got = compiled(feeds)[0]
+    assert "-fno-trapping-math" in build.flags()
+    monkeypatch.setattr(build, "FLAGS", tuple(f for f in build.FLAGS if f != "-fno-trapping-math"))
+    runtime = CpuRuntime(compiled.runtime.outputs)  # rendered and built afresh, without the flag
+    assert runtime.library_path != compiled.runtime.library_path
+    plain = runtime(feeds)[0]
+    assert got.tobytes() == plain.tobytes()
+    assert got.shape == spec.shape and got.dtype == spec.dtype
+    assert np.array_equal(np.isnan(got), np.isnan(spec))
+    np.testing.assert_allclose(got, spec, rtol=1e-6, atol=1e-6)
