@@ -118,11 +118,11 @@ def pattern_facts(enc: Encoding, index: dict, slot_index: dict, ref) -> list:
     known = lambda n: id(n) in index or id(n) in slot_index  # noqa: E731
     cmds = []
     for i, n in enumerate(enc.nodes):
-        if n.op is Op.VIEW and (found := select_operands(n)) is not None:
-            cond, *values = found
+        if n.op in (Op.VIEW, Op.GATHER) and (found := select_operands(n)) is not None:
+            cond, *values, outer = found
             if known(cond) and all(known(v) for v, _ in values):
                 terms = [eg.call("View", ref(v), eg.i64(enc.tracker(st))) for v, st in values]
-                cmds.append(eg.fact(eg.call("SelectOf", eg.call("N", eg.i64(i)), ref(cond), *terms, eg.i64(enc.tracker(n.arg)))))
+                cmds.append(eg.fact(eg.call("SelectOf", eg.call("N", eg.i64(i)), ref(cond), *terms, eg.i64(enc.tracker(outer)))))
         elif n.op is Op.SCATTER and (found := concat_pieces(n)) is not None:
             axis, pieces = found
             if all(known(p) for p in pieces):

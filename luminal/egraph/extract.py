@@ -21,6 +21,7 @@ import math
 
 from luminal.egraph import compat as eg
 from luminal.egraph.encode import DTYPES, Encoding, is_bcast
+from luminal.egraph.patterns import compose
 from luminal.egraph.schema import CONSTRUCTORS, OPS
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
@@ -205,7 +206,14 @@ def instantiate(entries: list[tuple], outputs: list, slots: list[Node]) -> list[
             inner = nodes[0]
             if inner.src[0].op is Op.CONSTANT and inner.src[0].shape == () and is_bcast(arg):
                 nodes = (inner.src[0],)  # a broadcast scalar: read it directly
-            else:  # views compose only at build time: materialize the inner one
+            elif (st := compose(arg, inner.arg)) is not None:  # one tracker reads both (a unit dim added, then dropped)
+                base = inner.src[0]
+                if st.is_contiguous() and len(st.shape) == len(base.shape) and all(
+                        sym.equal(a, b) for a, b in zip(st.shape, base.shape)):
+                    built.append(base)  # the views cancel: read the buffer itself (a region may absorb it)
+                    continue
+                nodes, arg = (base,), st
+            else:  # other views compose only at build time: materialize the inner one
                 nodes = (Node(Op.CONTIGUOUS, inner.dtype, inner.shape, (inner,)),)
         built.append(Node(op, dtype, shape, nodes, arg))
     return [slots[i] if kind == "s" else built[i] for kind, i in outputs]

@@ -85,13 +85,19 @@ def _reads_as(st: ShapeTracker, shape) -> bool:
 
 
 def select_operands(n: Node):
-    """(cond, (a, tracker), (b, tracker)) when `n` is a view of the builder's `where(cond, a, b)`:
-    a Gather by a bool cast to integers from the stacked pair (b, a), along a new last unit axis.
-    A value is read through the tracker (its unsqueezed view without the unit dim). A buffer of
-    shape (..., 1) has the layout of one of shape (...), so `n`'s tracker reads the Select too."""
-    if n.op is not Op.VIEW or n.src[0].op is not Op.GATHER:
+    """(cond, (a, tracker), (b, tracker), outer) when `n` is the builder's `where(cond, a, b)` or
+    a view of it: a Gather by a bool cast to integers from the stacked pair (b, a), along a new
+    last unit axis. A value is read through the tracker (its unsqueezed view without the unit
+    dim). A buffer of shape (..., 1) has the layout of one of shape (...), so `outer` (`n`'s
+    tracker, or the contiguous one of the Gather's shape) reads the Select too. The Gather bare:
+    a where stacked again at once (max(where(..), c), a concat on the last axis) has its
+    reshape and unsqueeze cancel, and no view is left between."""
+    if n.op is Op.VIEW and n.src[0].op is Op.GATHER:
+        gather, outer = n.src[0], n.arg
+    elif n.op is Op.GATHER:
+        gather, outer = n, ShapeTracker.contiguous(n.shape)
+    else:
         return None
-    gather = n.src[0]
     pair, index = gather.src
     ax = gather.arg
     if ax != len(gather.shape) - 1 or not sym.equal(gather.shape[ax], 1):
@@ -116,7 +122,7 @@ def select_operands(n: Node):
             operands.append((piece.src[0], st))
         else:
             operands.append((piece, ShapeTracker.contiguous(shape)))
-    return cast.src[0], operands[0], operands[1]
+    return cast.src[0], operands[0], operands[1], outer
 
 
 # --- direct convolutions and pooling: a product of window views reduced over its kernel axes --

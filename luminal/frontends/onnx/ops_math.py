@@ -205,16 +205,18 @@ def cast_like(c, x, like, saturate=1, round_mode="up"):
 
 
 # --- activations -------------------------------------------------------------------------
+# x * alpha where x < 0, else x: one compare (x >= 0 is spelled not(x < 0) and not NaN, which
+# the C loops cannot vectorize); NaN and -0.0 give x either way, as ">= 0, else x * alpha" does
 @onnx_op("LeakyRelu")
 def leaky_relu(c, x, alpha=0.01):
-    return x.where_(x.ge(0.0), x.mul(alpha))
+    return x.mul(alpha).where_(x.lt(0.0), x)
 
 
 @onnx_op("PRelu")
 def prelu(c, x, slope):
     if slope.ndim == 1 and x.ndim > 2 and not sym.equal(slope.shape[0], 1) and sym.equal(slope.shape[0], x.shape[1]):
         slope = slope.reshape((slope.shape[0],) + (1,) * (x.ndim - 2))  # opset < 7: per channel
-    return x.where_(x.ge(0.0) if x.dtype.is_float else x.ge(0), x.mul(slope))
+    return x.mul(slope).where_(x.lt(0.0) if x.dtype.is_float else x.lt(0), x)
 
 
 @onnx_op("Elu")
