@@ -63,3 +63,38 @@ def test_compare_select_kernels_are_the_same_vectorized(name, nodes, monkeypatch
     assert got.shape == spec.shape and got.dtype == spec.dtype
     assert np.array_equal(np.isnan(got), np.isnan(spec))
     np.testing.assert_allclose(got, spec, rtol=1e-6, atol=1e-6)
+
+
+def _concat_model(axis, shapes, with_views):
+    """Concat of three inputs along `axis`: the second read through a Transpose (its trailing
+    dims not one run), the third through a Pad (a mask) when `with_views`."""
+    nodes, names = [], ["a", "b", "c"]
+    if with_views:
+        nodes += [oh.make_node("Transpose", ["b"], ["bt"], perm=[0, 1, 3, 2]),
+                  oh.make_node("Pad", ["c", "pads"], ["cp"], mode="constant")]
+        names = ["a", "bt", "cp"]
+    nodes.append(oh.make_node("Concat", names, ["y"], axis=axis))
+    inputs = [oh.make_tensor_value_info(k, TP.FLOAT, s) for k, s in zip("abc", shapes)]
+    inits = [oh.make_tensor("pads", TP.INT64, [8], [0, 0, 1, 0, 0, 0, 0, 0])] if with_views else []
+    graph = oh.make_graph(nodes, "concat", inputs, [oh.make_tensor_value_info("y", TP.FLOAT, ["n", "c", "h", "w"])], inits)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+
+
+CONCATS = [  # (axis, shapes of a, b, c, Transpose/Pad in front)
+    (1, [[2, 3, 5, 7], [2, 4, 5, 7], [2, 2, 5, 7]], False),
+    (1, [[2, 3, 6, 6], [2, 4, 6, 6], [2, 2, 5, 6]], True),
+    (2, [[2, 3, 6, 6], [2, 3, 6, 6], [2, 3, 4, 6]], True),
+    (-1, [[2, 3, 5, 7], [2, 3, 5, 2], [2, 3, 5, 1]], False),
+    (0, [[1, 3, 5, 7], [2, 3, 5, 7], [1, 3, 5, 7]], False),
+]
+
+
+@pytest.mark.parametrize("axis,shapes,with_views", CONCATS)
+def test_concat_rows_copy_exactly(axis, shapes, with_views):
+    """A concat copies: the C backend gives the NumPy runtime's bytes (NaN, -0.0 included)."""
+    feeds = {k: RNG.standard_normal(s).astype(np.float32) for k, s in zip("abc", shapes)}
+    feeds["a"].reshape(-1)[:3] = [np.nan, -0.0, -np.inf]
+    model = _concat_model(axis, shapes, with_views)
+    want = lo.compile(model, device="numpy")(feeds)[0]
+    got = lo.compile(model, device="cpu")(feeds)[0]
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()

@@ -33,7 +33,7 @@ from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
-from luminal.hlir.shape import contiguous_strides
+from luminal.hlir.shape import ShapeTracker, contiguous_strides
 from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.plan import EXTERN
 from luminal.kernels.render.cexpr import c_dim, compute_type
@@ -320,11 +320,36 @@ def scatter(node: Node, name: str):
 
 
 def concat(node: Node, name: str):
-    """out[.., i, ..] = a[.., i, ..] for i < len_a along the axis, else b[.., i - len_a, ..]."""
+    """out[.., i, ..] = a[.., i, ..] for i < len_a along the axis, else b[.., i - len_a, ..].
+    Along any axis but the last the operand is chosen per row, so each row is a plain copy loop
+    (a select of two masked reads per element does not vectorize), and the dims after the axis
+    are one row where both operands read them contiguously (a channel concat of 13x13 maps: rows
+    of 169, not 13)."""
     a, b = node.src
     axis = node.arg
     split = c_dim(a.shape[axis])
     inputs = buffer_sources(node)
+    if axis < len(node.shape) - 1:
+        merged = [_merge_tail(x, axis) for x in (a, b)]
+        shape = node.shape[:axis + 1] + (sym.product(node.shape[axis + 1:]),)
+        if None in merged:
+            merged, shape = [a, b], node.shape
+        names = [f"i{k}" for k in range(len(shape) - 1)]
+        inner = f"i{len(shape) - 1}"
+        shifted = names[:axis] + [f"({names[axis]} - {split})"] + names[axis + 1:]
+
+        def copy(x, idx):
+            value = store_value(node.dtype, read(x, idx + [inner], pointer_of(x, inputs)))
+            return f"""#pragma omp simd
+          for (long long {inner} = 0; {inner} < n_in; ++{inner}) out[row * n_in + {inner}] = {value};"""
+
+        rows = f"""if ({names[axis]} < {split}) {{
+          {copy(merged[0], names)}
+        }} else {{
+          {copy(merged[1], shifted)}
+        }}"""
+        code = f"const long long n_in = {c_dim(shape[-1])};\n  " + _rows(shape[:-1], "i", "n_rows * n_in", rows)
+        return _kernel(name, node, inputs, symbols_of(node), False, code)
 
     def body(idx, flat):
         shifted = idx[:axis] + [f"({idx[axis]} - {split})"] + idx[axis + 1:]
@@ -334,6 +359,21 @@ def concat(node: Node, name: str):
 
     code, _ = _loops(node, body)
     return _kernel(name, node, inputs, symbols_of(node), False, code)
+
+
+def _merge_tail(x: Node, axis: int) -> Node | None:
+    """`x` read with its dims after `axis` as one (a view of its buffer), when it reads them as
+    one run (contiguous strides, no mask on them); else None."""
+    base, st = view_of(x)
+    tail = x.shape[axis + 1:]
+    if st.mask is not None and not all(sym.equal(lo, 0) and sym.equal(hi, d) for (lo, hi), d in zip(st.mask[axis + 1:], tail)):
+        return None
+    if not all(sym.equal(d, 1) or sym.equal(s, w) for d, s, w in zip(tail, st.strides[axis + 1:], contiguous_strides(tail))):
+        return None
+    size = sym.product(tail)
+    mask = None if st.mask is None else st.mask[:axis + 1] + ((0, size),)
+    merged = ShapeTracker(x.shape[:axis + 1] + (size,), st.strides[:axis + 1] + (1,), st.offset, mask)
+    return Node(Op.VIEW, x.dtype, merged.shape, (base,), merged)
 
 
 _GEMM = {"float": "f", "double": "d", "int": "i", "long long": "ll"}
