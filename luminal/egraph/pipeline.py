@@ -44,7 +44,7 @@ MAX_SECONDS = 10.0  # per part, all phases together
 CACHE_SIZE = 512  # optimized templates kept per process, keyed by part signature
 
 _CACHE: collections.OrderedDict = collections.OrderedDict()
-_EGRAPH = None
+_EGRAPHS = threading.local()  # .egraph: this thread's declared e-graph
 _LOCK = threading.Lock()
 
 
@@ -58,14 +58,17 @@ class Template:
 
 
 def _declared_egraph():
-    """One e-graph per process holding the declarations and rules (declaring them costs more
-    than optimizing a small part); each part runs between a push and a pop."""
-    global _EGRAPH
-    if _EGRAPH is None:
+    """One e-graph per thread holding the declarations and rules (declaring them costs more
+    than optimizing a small part); each part runs between a push and a pop. Per thread, not per
+    process: egglog's EGraph is a pyo3 `unsendable` object, which panics when another thread
+    touches or drops it (a model compiled lazily by a second thread, e.g. a staged ONNX
+    model's loop body)."""
+    egraph = getattr(_EGRAPHS, "egraph", None)
+    if egraph is None:
         egraph = eg.new_egraph()
         eg.run(egraph, eg.parse(egraph, program(RULESETS)))
-        _EGRAPH = egraph
-    return _EGRAPH
+        _EGRAPHS.egraph = egraph
+    return egraph
 
 
 def identity_template(part: Part, note: str | None = None) -> Template:
@@ -81,18 +84,17 @@ def optimize_part(part: Part, times: dict[str, float]) -> Template:
     """Saturate one part under SCHEDULE and extract the cheapest equivalent graph."""
     if not part.nodes or any(o < 0 for o in part.outputs):
         return identity_template(part)
-    global _EGRAPH
-    with _LOCK:  # one shared e-graph: one part at a time
+    with _LOCK:  # one part at a time (the template cache and egglog's own state are shared)
         t0 = time.perf_counter()
         egraph = _declared_egraph()
         eg.push(egraph)
         try:
             return _saturate_and_extract(egraph, part, times, t0)
         except BaseException:
-            _EGRAPH = None  # after an error inside egglog, do not trust that e-graph again
+            _EGRAPHS.egraph = None  # after an error inside egglog, do not trust that e-graph again
             raise
         finally:
-            if _EGRAPH is egraph:
+            if getattr(_EGRAPHS, "egraph", None) is egraph:
                 eg.pop(egraph)
 
 

@@ -114,3 +114,33 @@ def test_concurrent_first_calls_of_fresh_models(device):
         for r in results:
             for a, b in zip(r, want):
                 np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_compiling_on_another_thread_after_the_main_one():
+    """The optimizer's e-graph is per thread (egglog's EGraph panics when another thread touches
+    it): a model compiled on a worker thread after one on the main thread is optimized too (the
+    suite's LUMINAL_EGRAPH_STRICT=1 turns a skipped rewrite into an error)."""
+    _graph().compile(device="numpy", optimize=True)
+    out: dict = {}
+
+    def other():  # a graph of its own (an identical one would reuse the optimized template)
+        g = lm.Graph("other")
+        x = g.input("x", ("n", 16))
+        g.output((x.exp() * 3.0).sum(-1).sqrt(), "y")
+        return g
+
+    def work():
+        try:
+            compiled = other().compile(device="numpy", optimize=True)
+            out["notes"] = compiled.report().notes
+            out["y"] = compiled({"x": _feeds(1)["x"]})[0]
+        except BaseException as exc:  # noqa: BLE001 - egglog panics are BaseExceptions
+            out["error"] = exc
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    assert "error" not in out, out.get("error")
+    assert not any("rewriting failed" in n for n in out["notes"])
+    np.testing.assert_allclose(out["y"], other().compile(device="numpy", optimize=False)({"x": _feeds(1)["x"]})[0],
+                               rtol=1e-6)

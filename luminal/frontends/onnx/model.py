@@ -12,7 +12,7 @@ import onnx
 from luminal import devices
 from luminal.compiler import compile_outputs
 from luminal.errors import InputError, LuminalError
-from luminal.frontends.onnx import loader
+from luminal.frontends.onnx import loader, staged
 from luminal.frontends.onnx.errors import NeedsShape, NeedsValue, OnnxError, OnnxImportError, OnnxInputError
 from luminal.frontends.onnx.importer import Importer, graph_input_deps, input_dim_name
 from luminal.hlir import symbolic as sym
@@ -269,10 +269,20 @@ def _shape_only_inputs_compile_per_shape(hlir_inputs, outputs) -> None:
             raise NeedsShape(f"input {n.arg!r} is read only through its shape", n.arg)
 
 
-def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: bool = True) -> OnnxModel:  # noqa: A001
+def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: bool = True,  # noqa: A001
+            recurrence: str = "unroll") -> OnnxModel:
     """Compile an ONNX model (a path, bytes or `onnx.ModelProto`) for `device` (a `luminal.devices`
-    entry: an unknown one, or one this machine cannot run, raises DeviceError before any work)."""
+    entry: an unknown one, or one this machine cannot run, raises DeviceError before any work).
+
+    `recurrence`: how RNN/GRU/LSTM over a symbolic sequence length run. "unroll" (the default)
+    unrolls them per distinct length (compiled at the first call of each length, up to
+    COMPILED_KEPT kept; the fastest per call: the input projection is one GEMM over all steps);
+    "host" steps the cell on the host, compiled once for every length (for inputs of many
+    lengths; each step is a call of the compiled cell). Loop, Scan and If that run-time data
+    decides always run on the host (`staged.py`)."""
     devices.require(device)
+    if recurrence not in ("unroll", "host"):
+        raise OnnxError(f"recurrence={recurrence!r}: it is 'unroll' or 'host'")
     proto, _ = loader.load_model(model, check=check)
     proto, note = loader.upgrade(proto)
     notes = [note] if note else []
@@ -287,6 +297,14 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
     defaults = [IOInfo(vi.name, _np_dtype(inits[vi.name].data_type),
                        _declared_shape(vi) if vi.type.tensor_type.HasField("shape") else tuple(inits[vi.name].dims))
                 for vi in graph.input if vi.name in inits]
+    steps = staged.plan(proto, recurrence)
+    if steps is not None:  # Loop/Scan/If that run-time data decides: compiled stages, control flow on the host
+        staged.check_supported(proto)
+        in_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in declared]
+        out_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in graph.output]
+        notes += [f"on the host: {s[1].op_type} node {s[1].name or '<unnamed>'!r}, {s[2]}" for s in steps if s[0] == "host"]
+        return staged.staged_model(proto, steps, in_infos, out_infos, notes, defaults=defaults,
+                                   options={"device": device, "optimize": optimize, "recurrence": recurrence})
     value_inputs: set[str] = set()
     shape_inputs: set[str] = set()
     try:

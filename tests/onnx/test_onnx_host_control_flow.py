@@ -1,0 +1,368 @@
+"""Loop, Scan and If that run-time data decides: compiled stages with the control flow on the host
+(`luminal/frontends/onnx/staged.py`), compared with onnxruntime, compiled once for every value."""
+
+import threading
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+
+import luminal.onnx as lonnx
+from luminal.frontends.onnx import staged
+
+ort = pytest.importorskip("onnxruntime")
+
+F32, I64, BOOL = TP.FLOAT, TP.INT64, TP.BOOL
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, check=True):
+    graph = oh.make_graph(nodes, "m", inputs, outputs, initializer=list(inits))
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+    model.ir_version = 8
+    if check:
+        onnx.checker.check_model(model)
+    return model
+
+
+def _ort(model, feeds):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _builds(model) -> int:
+    """Graphs compiled so far by a staged model's stages, bodies and branches."""
+    return sum(len(sub._models) for step in model.plan.steps for sub in step.sub_models())
+
+
+def _assert_same(model, feeds, rtol=1e-6):
+    want = _ort(model, feeds)
+    for device in ("numpy", "cpu"):
+        got = lonnx.compile(model, device=device)(feeds)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype, (device, g.shape, w.shape, g.dtype, w.dtype)
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-6)
+
+
+def _while_doubling():
+    """x doubles while sum(x) < limit: the condition is computed in the body from the state;
+    a scan output records each step's sum; y = the final x * w (after the loop: a second stage)."""
+    body = oh.make_graph(
+        [oh.make_node("Mul", ["x_in", "two"], ["x_out"]),
+         oh.make_node("ReduceSum", ["x_out"], ["s"], keepdims=0),
+         oh.make_node("Less", ["s", "limit"], ["cond_out"]),
+         oh.make_node("Identity", ["s"], ["s_scan"])],
+        "body",
+        [oh.make_tensor_value_info("i", I64, []), oh.make_tensor_value_info("cond_in", BOOL, []),
+         oh.make_tensor_value_info("x_in", F32, ["n"])],
+        [oh.make_tensor_value_info("cond_out", BOOL, []), oh.make_tensor_value_info("x_out", F32, ["n"]),
+         oh.make_tensor_value_info("s_scan", F32, [])],
+        initializer=[oh.make_tensor("two", F32, [], [2.0])])
+    nodes = [oh.make_node("Constant", [], ["true"], value=oh.make_tensor("t", BOOL, [], [True])),
+             oh.make_node("Abs", ["x"], ["ax"]),
+             oh.make_node("Loop", ["", "true", "ax"], ["x_final", "sums"], body=body),
+             oh.make_node("Mul", ["x_final", "w"], ["y"])]
+    return _model(nodes,
+                  [oh.make_tensor_value_info("x", F32, ["n"]), oh.make_tensor_value_info("limit", F32, [])],
+                  [oh.make_tensor_value_info("y", F32, ["n"]), oh.make_tensor_value_info("sums", F32, [None])],
+                  [oh.make_tensor("w", F32, [], [0.5])])
+
+
+def test_loop_with_a_data_dependent_condition_runs_on_the_host_compiled_once():
+    model = _while_doubling()
+    assert [s[0] for s in staged.plan(model)] == ["graph", "host", "graph"]
+    compiled = lonnx.compile(model)
+    for n, limit in [(3, 100.0), (5, 1e4), (3, 0.5), (7, 3e6)]:  # 1, 2 .. many iterations; sizes vary
+        x = np.linspace(0.5, 2.0, n).astype(np.float32)
+        feeds = {"x": x, "limit": np.array(limit, np.float32)}
+        want = _ort(model, feeds)
+        got = compiled(feeds)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+    assert _builds(compiled) == 3  # stage, body, stage: once each, for every length and trip count
+    assert "on the host" in str(compiled.report()) and "Loop" in str(compiled.report())
+
+
+def test_loop_trip_count_from_an_input_and_scan_outputs_against_onnxruntime():
+    body = oh.make_graph(
+        [oh.make_node("Cast", ["i"], ["fi"], to=F32),
+         oh.make_node("Add", ["acc_in", "fi"], ["acc_out"]),
+         oh.make_node("Mul", ["acc_out", "v"], ["scan"]),  # v: an outer-scope value (computed before the loop)
+         oh.make_node("Identity", ["c"], ["c_out"])],
+        "body",
+        [oh.make_tensor_value_info("i", I64, []), oh.make_tensor_value_info("c", BOOL, []),
+         oh.make_tensor_value_info("acc_in", F32, [2])],
+        [oh.make_tensor_value_info("c_out", BOOL, []), oh.make_tensor_value_info("acc_out", F32, [2]),
+         oh.make_tensor_value_info("scan", F32, [2])])
+    model = _model(
+        [oh.make_node("Neg", ["x"], ["v"]),
+         oh.make_node("Loop", ["trip", "", "x"], ["acc", "scans"], body=body)],
+        [oh.make_tensor_value_info("trip", I64, []), oh.make_tensor_value_info("x", F32, [2])],
+        [oh.make_tensor_value_info("acc", F32, [2]), oh.make_tensor_value_info("scans", F32, [None, 2])])
+    compiled = lonnx.compile(model)
+    x = np.array([1.5, -2.0], np.float32)
+    for trip in (1, 4, 9):
+        feeds = {"trip": np.array(trip, np.int64), "x": x}
+        for g, w in zip(compiled(feeds), _ort(model, feeds)):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+    assert _builds(compiled) == 2  # not once per trip count
+    acc, scans = compiled({"trip": np.array(0, np.int64), "x": x})  # no iteration: the body declares the scan's shape
+    np.testing.assert_array_equal(acc, x)
+    assert scans.shape == (0, 2) and scans.dtype == np.float32
+    _assert_same(model, {"trip": np.array(3, np.int64), "x": x})
+
+
+def test_scan_over_a_symbolic_length_with_reversed_directions():
+    body = oh.make_graph(
+        [oh.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+         oh.make_node("Mul", ["s_out", "x_t"], ["y_t"])],
+        "body",
+        [oh.make_tensor_value_info("s_in", F32, [3]), oh.make_tensor_value_info("x_t", F32, [3])],
+        [oh.make_tensor_value_info("s_out", F32, [3]), oh.make_tensor_value_info("y_t", F32, [3])])
+    model = _model(
+        [oh.make_node("Scan", ["s0", "x"], ["s", "y"], body=body, num_scan_inputs=1,
+                      scan_input_directions=[1], scan_output_directions=[1], scan_output_axes=[1])],
+        [oh.make_tensor_value_info("s0", F32, [3]), oh.make_tensor_value_info("x", F32, ["T", 3])],
+        [oh.make_tensor_value_info("s", F32, [3]), oh.make_tensor_value_info("y", F32, [3, "T"])])
+    assert staged.plan(model)[0][0] == "host"
+    compiled = lonnx.compile(model)
+    rng = np.random.default_rng(0)
+    for t in (1, 4, 11):
+        feeds = {"s0": rng.standard_normal(3).astype(np.float32), "x": rng.standard_normal((t, 3)).astype(np.float32)}
+        for g, w in zip(compiled(feeds), _ort(model, feeds)):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert _builds(compiled) == 1
+
+
+def test_scan_over_a_static_length_stays_unrolled():
+    body = oh.make_graph([oh.make_node("Add", ["s_in", "x_t"], ["s_out"])], "body",
+                         [oh.make_tensor_value_info("s_in", F32, [2]), oh.make_tensor_value_info("x_t", F32, [2])],
+                         [oh.make_tensor_value_info("s_out", F32, [2])])
+    model = _model([oh.make_node("Scan", ["s0", "x"], ["s"], body=body, num_scan_inputs=1)],
+                   [oh.make_tensor_value_info("s0", F32, [2]), oh.make_tensor_value_info("x", F32, [5, 2])],
+                   [oh.make_tensor_value_info("s", F32, [2])])
+    assert staged.plan(model) is None
+    _assert_same(model, {"s0": np.ones(2, np.float32), "x": np.arange(10, dtype=np.float32).reshape(5, 2)})
+
+
+def _if_on_data():
+    then = oh.make_graph([oh.make_node("Mul", ["x", "two"], ["r"])], "then", [],
+                         [oh.make_tensor_value_info("r", F32, ["n"])])
+    els = oh.make_graph([oh.make_node("Sub", ["x", "one"], ["r2"])], "else", [],
+                        [oh.make_tensor_value_info("r2", F32, ["n"])])
+    return _model(
+        [oh.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+         oh.make_node("Greater", ["s", "zero"], ["c"]),
+         oh.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els),
+         oh.make_node("Exp", ["y"], ["z"])],
+        [oh.make_tensor_value_info("x", F32, ["n"])],
+        [oh.make_tensor_value_info("z", F32, ["n"])],
+        [oh.make_tensor("two", F32, [], [2.0]), oh.make_tensor("one", F32, [], [1.0]),
+         oh.make_tensor("zero", F32, [], [0.0])])
+
+
+def test_if_on_data_chooses_the_branch_per_call_without_recompiling():
+    model = _if_on_data()
+    compiled = lonnx.compile(model)
+    rng = np.random.default_rng(1)
+    for i in range(12):
+        x = rng.standard_normal(4 + i % 3).astype(np.float32)
+        feeds = {"x": x}
+        np.testing.assert_allclose(compiled(feeds)[0], _ort(model, feeds)[0], rtol=1e-6)
+    assert _builds(compiled) == 4  # the stages before and after, and each branch: once
+    for x in ([np.nan, 1.0], [-0.0, 0.0], [np.inf, -np.inf]):  # NaN > 0 is false: the else branch, as onnxruntime
+        feeds = {"x": np.array(x, np.float32)}
+        np.testing.assert_allclose(compiled(feeds)[0], _ort(model, feeds)[0], rtol=1e-6)
+
+
+def test_if_on_a_setting_still_compiles_per_value():
+    """An If on a scalar integer input (a sample rate, a mode) stays one compiled graph per value."""
+    then = oh.make_graph([oh.make_node("Neg", ["x"], ["r"])], "then", [], [oh.make_tensor_value_info("r", F32, [2])])
+    els = oh.make_graph([oh.make_node("Abs", ["x"], ["r2"])], "else", [], [oh.make_tensor_value_info("r2", F32, [2])])
+    model = _model(
+        [oh.make_node("Equal", ["mode", "k"], ["c"]), oh.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els)],
+        [oh.make_tensor_value_info("x", F32, [2]), oh.make_tensor_value_info("mode", I64, [])],
+        [oh.make_tensor_value_info("y", F32, [2])], [oh.make_tensor("k", I64, [], [16000])])
+    assert staged.plan(model) is None
+    _assert_same(model, {"x": np.array([1.0, -3.0], np.float32), "mode": np.array(16000, np.int64)})
+
+
+def test_loop_inside_a_host_loop_body_and_two_threads():
+    """The body of a host Loop holds an If on data: it is itself a staged model."""
+    then = oh.make_graph([oh.make_node("Mul", ["x_in", "half"], ["r"])], "then", [],
+                         [oh.make_tensor_value_info("r", F32, [2])])
+    els = oh.make_graph([oh.make_node("Add", ["x_in", "half"], ["r2"])], "else", [],
+                        [oh.make_tensor_value_info("r2", F32, [2])])
+    body = oh.make_graph(
+        [oh.make_node("ReduceMax", ["x_in"], ["m"], keepdims=0),
+         oh.make_node("Greater", ["m", "one"], ["big"]),
+         oh.make_node("If", ["big"], ["x_out"], then_branch=then, else_branch=els),
+         oh.make_node("Identity", ["c"], ["c_out"])],
+        "body",
+        [oh.make_tensor_value_info("i", I64, []), oh.make_tensor_value_info("c", BOOL, []),
+         oh.make_tensor_value_info("x_in", F32, [2])],
+        [oh.make_tensor_value_info("c_out", BOOL, []), oh.make_tensor_value_info("x_out", F32, [2])])
+    model = _model([oh.make_node("Loop", ["trip", "", "x"], ["y"], body=body)],
+                   [oh.make_tensor_value_info("trip", I64, []), oh.make_tensor_value_info("x", F32, [2])],
+                   [oh.make_tensor_value_info("y", F32, [2])],
+                   [oh.make_tensor("half", F32, [], [0.5]), oh.make_tensor("one", F32, [], [1.0])])
+    compiled = lonnx.compile(model)
+    cases = [{"trip": np.array(t, np.int64), "x": np.array([v, -v], np.float32)} for t, v in [(5, 8.0), (3, 0.25), (6, 3.0)]]
+    want = [_ort(model, f)[0] for f in cases]
+    results, errors = {}, []
+
+    def work(k):
+        try:
+            for _ in range(3):
+                for i, f in enumerate(cases):
+                    results[(k, i)] = compiled(f)[0]
+        except BaseException as exc:  # noqa: BLE001 - reported below (egglog panics are BaseExceptions)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(results) == 2 * len(cases)
+    for (_, i), got in results.items():
+        np.testing.assert_allclose(got, want[i], rtol=1e-6)
+
+
+def test_host_control_flow_errors_are_named():
+    body = oh.make_graph([oh.make_node("Identity", ["c"], ["c_out"]), oh.make_node("Neg", ["x_in"], ["x_out"])], "body",
+                         [oh.make_tensor_value_info("i", I64, []), oh.make_tensor_value_info("c", BOOL, []),
+                          oh.make_tensor_value_info("x_in", F32, [1])],
+                         [oh.make_tensor_value_info("c_out", BOOL, []), oh.make_tensor_value_info("x_out", F32, [1])])
+    forever = _model([oh.make_node("Loop", ["", "", "x"], ["y"], body=body, name="spin")],
+                     [oh.make_tensor_value_info("x", F32, [1])], [oh.make_tensor_value_info("y", F32, [1])])
+    # no trip count and no condition: nothing depends on an input, so it is not hosted; the
+    # importer refuses it by name rather than unrolling without end
+    with pytest.raises(lonnx.OnnxImportError, match="Loop"):
+        lonnx.compile(forever)(np.ones(1, np.float32))
+    # an unsupported op in a later stage fails the compile, not a later call
+    model = _if_on_data()
+    model.graph.node[3].op_type = "NoSuchOp"
+    with pytest.raises(lonnx.UnsupportedOpsError, match="NoSuchOp"):
+        lonnx.compile(model, check=False)
+    # a Loop without iterations whose scan output has no declared shape
+    body2 = oh.make_graph(
+        [oh.make_node("Identity", ["c"], ["c_out"]), oh.make_node("Identity", ["x_in"], ["x_out"]),
+         oh.make_node("Identity", ["x_in"], ["sc"])], "body",
+        [oh.make_tensor_value_info("i", I64, []), oh.make_tensor_value_info("c", BOOL, []),
+         oh.make_tensor_value_info("x_in", F32, None)],
+        [oh.make_tensor_value_info("c_out", BOOL, []), oh.make_tensor_value_info("x_out", F32, None),
+         oh.make_tensor_value_info("sc", F32, None)])
+    model2 = _model([oh.make_node("Loop", ["trip", "", "x"], ["y", "scans"], body=body2, name="empty")],
+                    [oh.make_tensor_value_info("trip", I64, []), oh.make_tensor_value_info("x", F32, [2])],
+                    [oh.make_tensor_value_info("y", F32, [2]), oh.make_tensor_value_info("scans", F32, None)],
+                    check=False)  # the checker wants declared shapes: exactly what this case leaves out
+    compiled = lonnx.compile(model2, check=False)
+    np.testing.assert_array_equal(compiled(np.array(2, np.int64), np.ones(2, np.float32))[1], np.ones((2, 2), np.float32))
+    with pytest.raises(lonnx.OnnxError, match="'empty' ran no iteration"):
+        compiled(np.array(0, np.int64), np.ones(2, np.float32))
+    with pytest.raises(lonnx.OnnxInputError, match="trip"):
+        compiled(np.array(2, np.float32), np.ones(2, np.float32))  # the wrong dtype for the trip count
+
+
+def _recurrence(op, direction="forward", seq_lens=False, initial=True, layout=0, seq="T", clip=None,
+                activations=None):
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    dirs, hidden, size, batch = 2 if direction == "bidirectional" else 1, 5, 3, 2
+    rng = np.random.default_rng(7)
+
+    def init(name, shape):
+        return oh.make_tensor(name, F32, shape, (rng.standard_normal(shape) * 0.5).astype(np.float32).ravel())
+
+    inits = [init("W", [dirs, gates * hidden, size]), init("R", [dirs, gates * hidden, hidden]),
+             init("B", [dirs, 2 * gates * hidden])]
+    x_shape = [batch, seq, size] if layout else [seq, batch, size]
+    state_shape = [batch, dirs, hidden] if layout else [dirs, batch, hidden]
+    inputs = [oh.make_tensor_value_info("x", F32, x_shape)]
+    names = ["x", "W", "R", "B", "lens" if seq_lens else ""]
+    if seq_lens:
+        inputs.append(oh.make_tensor_value_info("lens", TP.INT32, [batch]))
+    if initial:
+        names.append("h0")
+        inputs.append(oh.make_tensor_value_info("h0", F32, state_shape))
+        if op == "LSTM":
+            names.append("c0")
+            inputs.append(oh.make_tensor_value_info("c0", F32, state_shape))
+    if op == "LSTM":
+        if not initial:
+            names += ["", ""]
+        names.append("P")
+        inits.append(init("P", [dirs, 3 * hidden]))
+    outs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
+    attrs = {"hidden_size": hidden, "direction": direction}
+    if layout:
+        attrs["layout"] = 1
+    if clip:
+        attrs["clip"] = clip
+    if activations:
+        attrs["activations"] = activations
+    node = oh.make_node(op, names, outs, **attrs)
+    y_shape = [batch, seq, dirs, hidden] if layout else [seq, dirs, batch, hidden]
+    outputs = [oh.make_tensor_value_info("y", F32, y_shape)] + [
+        oh.make_tensor_value_info(o, F32, state_shape) for o in outs[1:]]
+    return _model([node], inputs, outputs, inits, opset=14)
+
+
+def _rnn_feeds(model, steps, seed=0):
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for vi in model.graph.input:
+        dims = [d.dim_value or steps for d in vi.type.tensor_type.shape.dim]
+        if vi.name == "lens":
+            feeds["lens"] = np.array([steps, max(1, steps - 2)], np.int32)
+        else:
+            feeds[vi.name] = rng.standard_normal(dims).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("op,direction,seq_lens,initial", [
+    ("LSTM", "forward", False, True), ("LSTM", "bidirectional", True, True), ("LSTM", "reverse", False, False),
+    ("GRU", "bidirectional", False, True), ("GRU", "reverse", True, True), ("RNN", "forward", True, False),
+    ("RNN", "bidirectional", False, True),
+])
+def test_recurrence_over_a_symbolic_length_is_stepped_on_the_host(op, direction, seq_lens, initial):
+    model = _recurrence(op, direction, seq_lens, initial)
+    assert staged.plan(model) is None  # by default unrolled per length
+    assert staged.plan(model, "host")[0][0] == "host"
+    compiled = lonnx.compile(model, recurrence="host")
+    for steps in (1, 4, 9):
+        feeds = _rnn_feeds(model, steps, seed=steps)
+        for g, w in zip(compiled(feeds), _ort(model, feeds)):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    assert _builds(compiled) == (2 if direction == "bidirectional" else 1)  # a cell per direction, once
+
+
+def test_recurrence_on_the_host_matches_the_unrolled_one():
+    """layout 1 (which onnxruntime's CPU kernels refuse), clip and other activations: the host's
+    stepping against the same op unrolled over a static length."""
+    for op, acts in (("LSTM", ["HardSigmoid", "Tanh", "Relu"] * 2), ("GRU", None)):
+        hosted = _recurrence(op, "bidirectional", True, True, layout=1, clip=1.5, activations=acts)
+        unrolled = _recurrence(op, "bidirectional", True, True, layout=1, seq=6, clip=1.5, activations=acts)
+        assert staged.plan(unrolled) is None
+        feeds = _rnn_feeds(hosted, 6)
+        for device in ("numpy", "cpu"):
+            got = lonnx.compile(hosted, device=device, recurrence="host")(feeds)
+            assert type(lonnx.compile(hosted, recurrence="host")).__name__ == "StagedModel"
+            for g, w in zip(got, lonnx.compile(unrolled, device=device)(feeds)):
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_recurrence_host_errors_are_named():
+    model = _recurrence("GRU", "forward", True, True)
+    with pytest.raises(lonnx.OnnxError, match="recurrence='loop'"):
+        lonnx.compile(model, recurrence="loop")
+    compiled = lonnx.compile(model, recurrence="host")
+    feeds = _rnn_feeds(model, 3)
+    feeds["lens"] = np.array([3, 4], np.int32)  # longer than the sequence
+    with pytest.raises(lonnx.OnnxError, match="sequence_lens"):
+        compiled(feeds)
