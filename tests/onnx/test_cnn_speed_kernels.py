@@ -98,3 +98,42 @@ def test_concat_rows_copy_exactly(axis, shapes, with_views):
     want = lo.compile(model, device="numpy")(feeds)[0]
     got = lo.compile(model, device="cpu")(feeds)[0]
     assert got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+WINDOWS = [  # (node, input shape, weight shape): short output rows, computed as one flat run per plane
+    (dict(op_type="Conv", group=8, pads=[2, 2, 2, 2]), [2, 8, 14, 14], [8, 1, 5, 5]),
+    (dict(op_type="Conv", group=8, pads=[1, 1, 1, 1]), [1, 8, 7, 7], [8, 1, 3, 3]),
+    (dict(op_type="Conv", group=4, pads=[0, 1, 0, 1]), [1, 8, 6, 9], [8, 2, 3, 3]),  # 2 channels per group, no row pad
+    (dict(op_type="Conv", group=8, pads=[1, 1, 1, 1], strides=[2, 2]), [1, 8, 9, 9], [8, 1, 3, 3]),
+    (dict(op_type="MaxPool", kernel_shape=[3, 3], pads=[1, 1, 1, 1]), [1, 3, 13, 13], None),
+    (dict(op_type="MaxPool", kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), [1, 3, 9, 9], None),
+    (dict(op_type="AveragePool", kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=0), [1, 3, 10, 10], None),
+]
+
+
+@pytest.mark.parametrize("attrs,shape,wshape", WINDOWS)
+def test_short_window_rows_match_the_spec(attrs, shape, wshape):
+    """Depthwise convs and pools on planes under 64 wide: each element in the same order of terms
+    as the NumPy runtime (bytes equal for max; sums to rounding), NaN and inf included, a dynamic batch."""
+    attrs = dict(attrs)
+    op = attrs.pop("op_type")
+    x = RNG.standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[[5, 77, 140]] = [np.nan, np.inf, -np.inf]
+    names = ["x"] + (["w"] if wshape else [])
+    inits = [oh.make_tensor("w", TP.FLOAT, wshape, RNG.standard_normal(wshape).astype(np.float32).ravel())] if wshape else []
+    graph = oh.make_graph([oh.make_node(op, names, ["y"], **attrs)], "win",
+                          [oh.make_tensor_value_info("x", TP.FLOAT, ["n", *shape[1:]])],
+                          [oh.make_tensor_value_info("y", TP.FLOAT, ["n", "c", "h", "w"])], inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    want = lo.compile(model, device="numpy")({"x": x})[0]
+    cpu = lo.compile(model, device="cpu")
+    got = cpu({"x": x})[0]
+    assert got.shape == want.shape
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if op == "MaxPool":
+        assert got.tobytes() == want.tobytes()
+    more = np.concatenate([x, x[:1] * 2])  # another batch size: the same compiled graph
+    got_more = cpu({"x": more})[0]
+    assert got_more[:-1].tobytes() == got.tobytes()
+    assert got_more[-1].tobytes() == cpu({"x": more[-1:]})[0][0].tobytes()
