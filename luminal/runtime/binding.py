@@ -30,46 +30,52 @@ def bind_inputs(inputs: list[Node], feeds: dict, convert: bool = True) -> tuple[
 
     `convert=False`: the values are taken as they are (anything with `shape`, `ndim`, `dtype`,
     e.g. device arrays the GPU runtime must not copy to the host)."""
-    names = [n.arg for n in inputs]
-    missing = [n for n in names if n not in feeds]
-    if missing:
-        raise InputError(f"missing input(s) {missing}; the graph's inputs are {names}")
-    extra = [k for k in feeds if k not in names]
-    if extra:
-        raise InputError(f"unknown input(s) {extra}; the graph's inputs are {names}")
+    specs = [_spec(n) for n in inputs]
+    if len(feeds) != len(specs) or any(name not in feeds for name, *_ in specs):
+        names = [n.arg for n in inputs]
+        missing = [n for n in names if n not in feeds]
+        if missing:
+            raise InputError(f"missing input(s) {missing}; the graph's inputs are {names}")
+        extra = [k for k in feeds if k not in names]
+        if extra:
+            raise InputError(f"unknown input(s) {extra}; the graph's inputs are {names}")
     arrays: dict[str, np.ndarray] = {}
     bindings: dict[str, int] = {}
     deferred = []
-    for node in inputs:
-        name = node.arg
-        arr = as_array(feeds[name], name) if convert else feeds[name]
-        if arr.dtype != node.dtype.numpy:
+    for (name, dtype, ndim, symbols, static, others), node in zip(specs, inputs):
+        arr = feeds[name]
+        if convert and type(arr) is not np.ndarray:
+            arr = as_array(arr, name)
+        if arr.dtype != dtype:
             raise InputError(
-                f"input {name!r} has dtype {arr.dtype}, expected {node.dtype.numpy} "
+                f"input {name!r} has dtype {arr.dtype}, expected {dtype} "
                 f"({node.dtype}); cast it before calling"
             )
-        if arr.ndim != len(node.shape):
+        shape = arr.shape
+        if len(shape) != ndim:
             raise InputError(
-                f"input {name!r} has shape {arr.shape} ({arr.ndim} dims), expected "
-                f"{_fmt(node.shape)} ({len(node.shape)} dims)"
+                f"input {name!r} has shape {shape} ({len(shape)} dims), expected "
+                f"{_fmt(node.shape)} ({ndim} dims)"
             )
-        for axis, (dim, actual) in enumerate(zip(node.shape, arr.shape)):
-            if isinstance(dim, sympy.Symbol):
-                bound = bindings.setdefault(dim.name, actual)
-                if bound != actual:
-                    raise InputError(
-                        f"input {name!r} dim {axis} is {actual}, but symbol {dim.name!r} "
-                        f"is already bound to {bound} by another input"
-                    )
-            elif sym.is_static(dim):
-                if dim != actual:
-                    raise InputError(
-                        f"input {name!r} has shape {arr.shape}, expected {_fmt(node.shape)} "
-                        f"(dim {axis} must be {dim})"
-                    )
-            else:
-                deferred.append((name, axis, dim, actual, arr.shape, node.shape))
-        arrays[name] = np.ascontiguousarray(arr).reshape(arr.shape) if convert else arr  # ascontiguousarray makes 0-d 1-d
+        for axis, symbol in symbols:
+            actual = shape[axis]
+            bound = bindings.setdefault(symbol, actual)
+            if bound != actual:
+                raise InputError(
+                    f"input {name!r} dim {axis} is {actual}, but symbol {symbol!r} "
+                    f"is already bound to {bound} by another input"
+                )
+        for axis, dim in static:
+            if dim != shape[axis]:
+                raise InputError(
+                    f"input {name!r} has shape {shape}, expected {_fmt(node.shape)} "
+                    f"(dim {axis} must be {dim})"
+                )
+        for axis, dim in others:
+            deferred.append((name, axis, dim, shape[axis], shape, node.shape))
+        if convert and not (arr.flags.c_contiguous and arr.ndim):
+            arr = np.ascontiguousarray(arr).reshape(shape)  # ascontiguousarray makes 0-d 1-d
+        arrays[name] = arr
     for name, axis, dim, actual, got, want in deferred:
         unbound = [s for s in sym.free_symbols(dim) if s.name not in bindings]
         if len(unbound) == 1:  # solve e.g. 2*n = 6 for n
@@ -84,6 +90,31 @@ def bind_inputs(inputs: list[Node], feeds: dict, convert: bool = True) -> tuple[
                 f"is {sym.evaluate(dim, bindings)} under {bindings}"
             )
     return arrays, bindings
+
+
+_SPECS: dict[int, tuple] = {}  # id(input node) -> (the node, its spec): nodes are immutable, the spec never changes
+
+
+def _spec(node: Node) -> tuple:
+    """What checking an array against the input `node` needs, worked out once per node (a call of a
+    small model checks its inputs in a few microseconds): name, NumPy dtype, rank, the (axis,
+    symbol name) dims that bind a symbol, the (axis, size) static dims, the (axis, expression) rest."""
+    hit = _SPECS.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    symbols, static, others = [], [], []
+    for axis, dim in enumerate(node.shape):
+        if isinstance(dim, sympy.Symbol):
+            symbols.append((axis, dim.name))
+        elif sym.is_static(dim):
+            static.append((axis, int(dim)))
+        else:
+            others.append((axis, dim))
+    spec = (node.arg, np.dtype(node.dtype.numpy), len(node.shape), tuple(symbols), tuple(static), tuple(others))
+    if len(_SPECS) > 4096:  # nodes of graphs long gone: start afresh
+        _SPECS.clear()
+    _SPECS[id(node)] = (node, spec)
+    return spec
 
 
 def _fmt(dims) -> str:

@@ -65,6 +65,8 @@ class OnnxModel:
         self.shape_inputs = tuple(shape_inputs)  # inputs whose shapes are compiled in (static dims)
         self.compiled = compiled
         self._cache: collections.OrderedDict = collections.OrderedDict()  # LRU, at most COMPILED_KEPT graphs
+        # (input, axis) of every dynamic dim: a call with one of them 0 compiles statically
+        self._dynamic_axes = [(i.name, axis) for i in inputs for axis, d in enumerate(i.shape) if not isinstance(d, int)]
 
     @property
     def input_names(self) -> list[str]:
@@ -96,16 +98,19 @@ class OnnxModel:
             if dup:
                 raise OnnxInputError(f"input(s) {dup} given both positionally and by name")
             feeds.update(kwargs)
-        unknown = [k for k in feeds if k not in self.input_names and k not in self._default_names]
+        names, default_names = self.input_names, self._default_names  # (lists built per access)
+        unknown = [k for k in feeds if k not in names and k not in default_names]
         if unknown:
-            extra = f" (and defaults that may be overridden: {self._default_names})" if self.defaults else ""
-            raise OnnxInputError(f"unknown input name(s) {unknown}; the model's inputs are {self.input_names}{extra}")
-        missing = [n for n in self.input_names if n not in feeds]
+            extra = f" (and defaults that may be overridden: {default_names})" if self.defaults else ""
+            raise OnnxInputError(f"unknown input name(s) {unknown}; the model's inputs are {names}{extra}")
+        missing = [n for n in names if n not in feeds]
         if missing:
-            raise OnnxInputError(f"missing input(s) {missing}; the model's inputs are {self.input_names}")
+            raise OnnxInputError(f"missing input(s) {missing}; the model's inputs are {names}")
         arrays = {}
-        for info in self.inputs + [d for d in self.defaults if d.name in feeds]:
-            arr = np.asarray(feeds[info.name])
+        for info in self.inputs + [d for d in self.defaults if d.name in feeds] if self.defaults else self.inputs:
+            arr = feeds[info.name]
+            if type(arr) is not np.ndarray:
+                arr = np.asarray(arr)
             if info.dtype is not None and arr.dtype != info.dtype:
                 raise OnnxInputError(f"input {info.name!r} has dtype {arr.dtype}, the model declares {info.dtype}")
             if arr.ndim != len(info.shape):
@@ -126,9 +131,9 @@ class OnnxModel:
 
     def __call__(self, *args, **kwargs) -> list[np.ndarray]:
         arrays = self._feeds(args, kwargs)
-        overrides = {n: arrays.pop(n) for n in self._default_names if n in arrays}
+        overrides = {n: arrays.pop(n) for n in self._default_names if n in arrays} if self.defaults else {}
         compiled = self.compiled
-        zero_dim = any(not isinstance(d, int) and n == 0 for i in self.inputs for d, n in zip(i.shape, arrays[i.name].shape))
+        zero_dim = any(arrays[name].shape[axis] == 0 for name, axis in self._dynamic_axes)
         if self.value_inputs or self.shape_inputs or zero_dim or overrides:
             # a dynamic dim of size 0 breaks the symbols' assumption (>= 1): compile this call's shapes statically
             shape_names = self.input_names if zero_dim else self.shape_inputs
@@ -141,7 +146,7 @@ class OnnxModel:
                     self._cache.popitem(last=False)
             else:
                 self._cache.move_to_end(key)
-            if not overrides:
+            if not overrides and not zero_dim:  # a graph static for a size-0 call would reject the next, dynamic one
                 self.compiled = compiled
         self._check_assumptions(compiled, arrays)
         feeds = {}
