@@ -137,3 +137,31 @@ def test_short_window_rows_match_the_spec(attrs, shape, wshape):
     got_more = cpu({"x": more})[0]
     assert got_more[:-1].tobytes() == got.tobytes()
     assert got_more[-1].tobytes() == cpu({"x": more[-1:]})[0][0].tobytes()
+
+
+PADS = [  # (pads of a 4-d input, dtype): copies of a masked view, split per row into zeros / copy / zeros
+    ([0, 0, 1, 1, 0, 0, 1, 1], TP.FLOAT),
+    ([0, 0, 0, 2, 0, 0, 0, 3], TP.FLOAT),  # the last dim only
+    ([1, 0, 2, 0, 0, 1, 0, 0], TP.FLOAT),  # rows only (batch, channel, height)
+    ([0, 0, -1, 2, 0, 0, 1, -2], TP.FLOAT),  # a crop and a pad on the same dims
+    ([0, 1, 1, 1, 0, 0, 1, 1], TP.INT64),
+    ([0, 0, 1, 1, 0, 0, 1, 1], TP.BOOL),
+]
+
+
+@pytest.mark.parametrize("pads,elem", PADS)
+def test_zero_padding_copies_the_spec_bytes(pads, elem):
+    np_type = {TP.FLOAT: np.float32, TP.INT64: np.int64, TP.BOOL: np.bool_}[elem]
+    x = (RNG.standard_normal([2, 3, 5, 7]) * 5).astype(np_type)
+    if elem == TP.FLOAT:
+        x.reshape(-1)[[0, 6, 40]] = [np.nan, -0.0, np.inf]
+    graph = oh.make_graph([oh.make_node("Pad", ["x", "pads"], ["y"], mode="constant")], "pad",
+                          [oh.make_tensor_value_info("x", elem, ["n", 3, 5, 7])],
+                          [oh.make_tensor_value_info("y", elem, ["a", "b", "c", "d"])],
+                          [oh.make_tensor("pads", TP.INT64, [8], pads)])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    cpu = lo.compile(model, device="cpu")
+    for feed in (x, x[:1]):  # two batch sizes, one compiled graph
+        want = lo.compile(model, device="numpy")({"x": feed})[0]
+        got = cpu({"x": feed})[0]
+        assert got.shape == want.shape and got.dtype == want.dtype and got.tobytes() == want.tobytes()

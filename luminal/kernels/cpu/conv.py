@@ -344,3 +344,42 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
 def noop_kernel(node: Node, name: str) -> str:
     """The step of a node a fused kernel computes (its buffer, if any, is that kernel's scratch)."""
     return f"static void {name}({node.dtype.ctype}* restrict out) {{ (void)out; }}\n"
+
+
+# --- padded copies ----------------------------------------------------------------------------
+def pad_copy(node: Node) -> tuple[list[Node], list[str], bool, str] | None:
+    """A contiguous copy of a masked view (a conv's or pool's zero padding), per row: the mask of
+    the other dims decides the whole row, the last dim's bounds split it into zeros, a plain
+    vector copy (no test per element: the masked read, a select of a load that may be out of
+    range, does not vectorize) and zeros. (inputs, symbols, err, body) like `window_reduce`, or
+    None for any other copy."""
+    if node.op is not Op.CONTIGUOUS or not node.shape or node.src[0].op is not Op.VIEW:
+        return None
+    src = node.src[0]
+    base, st = view_of(src)
+    if st.mask is None or base.dtype is not node.dtype:
+        return None
+    inputs = buffer_sources(node)
+    plain = Node(Op.VIEW, src.dtype, src.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset))
+    outer = node.shape[:-1]
+    rows, lines = unravel("row", outer, "i")
+    inner = f"i{len(outer)}"
+    conds = [c for i, (lo, hi), d in zip(rows, st.mask, st.shape)
+             for c in ([] if sym.equal(lo, 0) else [f"{i} >= {c_dim(lo)}"]) + ([] if sym.equal(hi, d) else [f"{i} < {c_dim(hi)}"])]
+    lo, hi = st.mask[-1]
+    zero = store_value(node.dtype, "0")
+    value = store_value(node.dtype, read(plain, rows + [inner], pointer_of(src, inputs)))
+    setup = "\n    ".join(lines)
+    body = f"""const long long n_rows = {c_dim(sym.product(outer))}, n_in = {c_dim(node.shape[-1])};
+  #pragma omp parallel for if (n_rows > 1 && n_rows * n_in >= {PAR_MIN})
+  for (long long row = 0; row < n_rows; ++row) {{
+    {setup}
+    long long lo = lum_max(0, {c_dim(lo)}), hi = lum_min(n_in, {c_dim(hi)});
+    if (!({' && '.join(conds) or '1'}) || hi < lo) lo = hi = n_in;  /* a row of the padding */
+    {node.dtype.ctype}* restrict dst = out + row * n_in;
+    for (long long {inner} = 0; {inner} < lo; ++{inner}) dst[{inner}] = {zero};
+    #pragma omp simd
+    for (long long {inner} = lo; {inner} < hi; ++{inner}) dst[{inner}] = {value};
+    for (long long {inner} = hi; {inner} < n_in; ++{inner}) dst[{inner}] = {zero};
+  }}"""
+    return inputs, symbols_of(node), False, body
