@@ -86,3 +86,21 @@ def test_an_empty_call_leaves_the_dynamic_graph_in_place():
     assert empty[0].shape == (0, 3) and empty[1] == 0
     np.testing.assert_allclose(cpu(x, np.float32(1), np.int64(2))[0], np.full((2, 3), 4.0, np.float32))
     assert cpu.compiled.inputs[0].shape[0] != 0  # the report/graph of the model is still the dynamic one
+
+
+def test_inputs_found_while_compiling_do_not_compile_twice():
+    """Tile by the shape of z, then by the shape of w: compiled per shape of both, found one at a
+    time by retrying; the graph is stored under the key the next call computes, so that call
+    does not build it again."""
+    nodes = [oh.make_node("Shape", ["z"], ["sz"]), oh.make_node("Tile", ["x", "sz"], ["t"]),
+             oh.make_node("Shape", ["w"], ["sw"]), oh.make_node("Tile", ["t", "sw"], ["y"])]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info(n, TP.FLOAT, [d]) for n, d in zip("xzw", "nmk")],
+                          [oh.make_tensor_value_info("y", TP.FLOAT, ["a"])])
+    cpu = lo.compile(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=8), device="cpu")
+    x, z, w = np.arange(3, dtype=np.float32), np.zeros(2, np.float32), np.zeros(4, np.float32)
+    first = cpu(x, z, w)[0]
+    assert set(cpu.shape_inputs) == {"z", "w"} and len(cpu._cache) == 1
+    second = cpu(x, z, w)[0]
+    assert len(cpu._cache) == 1 and cpu.compiled.calls == 2  # the same graph served both calls
+    np.testing.assert_array_equal(first, np.tile(x, 8))
+    np.testing.assert_array_equal(second, first)

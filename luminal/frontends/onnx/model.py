@@ -141,6 +141,9 @@ class OnnxModel:
             compiled = self._cache.get(key)
             if compiled is None:
                 compiled = self._build_retrying(arrays, zero_dim, overrides)
+                # the build may have added inputs to value_inputs/shape_inputs: stored under the key
+                # the next call computes (under the old one, the next call compiled it again)
+                key = self._key(arrays, self.input_names if zero_dim else self.shape_inputs), key[1]
                 self._cache[key] = compiled
                 while len(self._cache) > COMPILED_KEPT:  # each holds its own optimized graph and runtime
                     self._cache.popitem(last=False)
