@@ -311,7 +311,8 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
         in_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in declared]
         out_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in graph.output]
         notes += [f"on the host: {s[1].op_type} node {s[1].name or '<unnamed>'!r}, {s[2]}" for s in steps if s[0] == "host"]
-        return staged.staged_model(proto, steps, in_infos, out_infos, notes, defaults=defaults,
+        return staged.staged_model(proto, steps, in_infos, out_infos, notes, defaults=defaults, base=OnnxModel,
+                                   compile_fn=compile,
                                    options={"device": device, "optimize": optimize, "recurrence": recurrence})
     value_inputs: set[str] = set()
     shape_inputs: set[str] = set()

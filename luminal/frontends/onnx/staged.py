@@ -163,13 +163,14 @@ class SubModel:
     (or whose sizes contradict a declared static dim)."""
 
     def __init__(self, proto, name: str, nodes, inputs: list[str], outputs: list[str], *, declared=None,
-                 shapes=None, initializers=(), options: dict):
+                 shapes=None, initializers=(), options: dict, compile_fn):
         self.proto, self.name, self.nodes = proto, name, list(nodes)
         self.input_names, self.output_names = list(inputs), list(outputs)
         self.declared = declared or {}  # input name -> ValueInfoProto (a body's own inputs)
         self.shapes = shapes or {}  # input name -> inferred dims
         self.initializers = list(initializers)  # TensorProtos the nodes read (embedded)
         self.options = options  # luminal.onnx.compile's keyword arguments (device, optimize, recurrence)
+        self.compile_fn = compile_fn  # luminal.onnx.compile (passed in: model.py imports this module)
         self._models: dict = {}
         self._lock = threading.Lock()
 
@@ -202,8 +203,6 @@ class SubModel:
         return model({n: feeds[n] for n in self.input_names})
 
     def _compile(self, feeds: dict, dims: dict):
-        from luminal.frontends.onnx.model import compile as compile_onnx
-
         inputs = []
         for n in self.input_names:
             try:
@@ -215,7 +214,7 @@ class SubModel:
         graph = helper.make_graph(self.nodes, self.name, inputs, outputs, initializer=self.initializers)
         model = helper.make_model(graph, opset_imports=self.proto.opset_import, ir_version=self.proto.ir_version)
         model.functions.extend(self.proto.functions)
-        return compile_onnx(model, check=False, **self.options)
+        return self.compile_fn(model, check=False, **self.options)
 
     def reports(self) -> list:
         return [m.report() for m in self._models.values() if getattr(m, "compiled", True) is not None]
@@ -251,8 +250,8 @@ class Stage:
         sub = self._sub.get(overridden)
         if sub is None:
             names, embedded = _outer(self.proto, self.model.env_names | overridden, self.nodes)
-            sub = SubModel(self.proto, f"{self.proto.graph.name or 'onnx'}_stage{self.index}", self.nodes, names,
-                           self.outputs, shapes=self.model.shapes, initializers=embedded, options=self.model.options)
+            sub = self.model.sub_model(f"{self.proto.graph.name or 'onnx'}_stage{self.index}", self.nodes, names,
+                                       self.outputs, shapes=self.model.shapes, initializers=embedded)
             self._sub[overridden] = sub
         return sub
 
@@ -288,9 +287,9 @@ class HostNode:
         own = [i.name for i in g.input]
         names, embedded = _outer(self.model.proto, self.model.env_names, g.node, set(own) | {i.name for i in g.initializer})
         declared = {i.name: i for i in g.input}
-        return SubModel(self.model.proto, f"{self.label} {key}", g.node, own + names, [o.name for o in g.output],
-                        declared=declared, shapes=self.model.shapes, initializers=list(g.initializer) + embedded,
-                        options=self.model.options)
+        return self.model.sub_model(f"{self.label} {key}", g.node, own + names, [o.name for o in g.output],
+                                    declared=declared, shapes=self.model.shapes,
+                                    initializers=list(g.initializer) + embedded)
 
     def _value(self, env, name):
         if name in env:
@@ -410,8 +409,8 @@ class HostNode:
 class Plan:
     """The steps of a staged model and what they share (see `StagedModel`)."""
 
-    def __init__(self, proto, steps, *, options: dict, default_names):
-        self.proto, self.options = proto, options
+    def __init__(self, proto, steps, *, options: dict, default_names, compile_fn):
+        self.proto, self.options, self.compile_fn = proto, options, compile_fn
         graph = proto.graph
         self.default_names = set(default_names)
         self.initializers = {i.name: i for i in graph.initializer}
@@ -432,6 +431,9 @@ class Plan:
                 self.host_reads |= set(free_names([step[1]]))
                 self.env_names |= {o for o in step[1].output if o}
                 self.steps.append(host)
+
+    def sub_model(self, name: str, nodes, inputs, outputs, **kw) -> SubModel:
+        return SubModel(self.proto, name, nodes, inputs, outputs, options=self.options, compile_fn=self.compile_fn, **kw)
 
     def run(self, env: dict) -> None:
         fixed = sorted(n for n in self.default_names & self.host_reads if n in env)
@@ -464,18 +466,19 @@ class StagedReport:
         return "\n".join(lines + [str(r) for r in self.reports])
 
 
-def staged_model(proto, steps, inputs, outputs, notes, *, options: dict, defaults):
-    """The `OnnxModel` of a model cut at host nodes (`plan`)."""
-    from luminal.frontends.onnx.model import OnnxModel
+def staged_model(proto, steps, inputs, outputs, notes, *, options: dict, defaults, base: type, compile_fn):
+    """The model (a subclass of `base`, model.py's OnnxModel) of `proto` cut at host nodes (`plan`);
+    `compile_fn` (luminal.onnx.compile) compiles its stages, bodies and branches."""
 
-    class StagedModel(OnnxModel):
+    class StagedModel(base):
         """A model run as compiled stages with Loop/Scan/If nodes on the host between them
         (`luminal.frontends.onnx.staged`); same interface as any `OnnxModel`."""
 
         def __init__(self):
             super().__init__(proto, inputs, outputs, notes, device=options["device"], optimize=options["optimize"],
                              defaults=defaults)
-            self.plan = Plan(proto, steps, options=options, default_names=[d.name for d in defaults])
+            self.plan = Plan(proto, steps, options=options, default_names=[d.name for d in defaults],
+                             compile_fn=compile_fn)
 
         def report(self):
             subs = [s.sub_models() for s in self.plan.steps]

@@ -46,8 +46,6 @@ class HostRecurrence:
     """A RNN/GRU/LSTM node stepped on the host (see the module's docstring)."""
 
     def __init__(self, model, node: onnx.NodeProto, reason: str):
-        from luminal.frontends.onnx.staged import SubModel
-
         self.model, self.node, self.reason = model, node, reason
         self.op = node.op_type
         self.label = f"{self.op} node {node.name or '<unnamed>'!r}"
@@ -70,8 +68,8 @@ class HostRecurrence:
             declared = {"x_t": helper.make_tensor_value_info("x_t", 0, [1, "batch", self._dim(self.w, -1)])}
             for name in ("h_in", "c_in")[:self.n_states]:
                 declared[name] = helper.make_tensor_value_info(name, 0, [1, "batch", hidden])
-            self.cells.append(SubModel(model.proto, f"{self.label} cell {d}", nodes, inputs, outs, declared=declared,
-                                       initializers=inits, options=model.options))
+            self.cells.append(model.sub_model(f"{self.label} cell {d}", nodes, inputs, outs, declared=declared,
+                                              initializers=inits))
 
     def _dim(self, name: str, axis: int):
         """A dim of an initializer weight, or None (a symbol) when the weight is computed."""
