@@ -5,7 +5,10 @@ GRU linear_before_reset).
 Lowered to HLIR primitives by unrolling the recurrence over the sequence length, which is the
 input's static dim in each compiled graph: a model whose sequence dim is symbolic compiles once
 per distinct length (`NeedsShape`, the OnnxModel caches up to COMPILED_KEPT graphs). The input
-projection X @ W^T is one MatMul over all steps; each step adds H @ R^T and the gates.
+projection X @ W^T is one MatMul over all steps and both directions (a projection per step
+commutes with reversing the steps: one GEMM twice as wide, which the CPU backend may split across
+threads); each step adds H @ R^T (one GEMM for all of a GRU's gates when linear_before_reset) and
+the gates.
 `sequence_lens` masks per batch row: past its length a row keeps its state and its Y is 0, and
 the reverse direction walks each row's own prefix backwards (a per-row gather).
 """
@@ -97,10 +100,12 @@ def _run(c, x, W, R, B, seq_lens, initial, direction, layout, gates: int, step):
     batch = x.shape[1]
     hidden = R.shape[-1]
     ys, finals = [], []
+    width = gates * hidden
+    xw_all = x.matmul(W.reshape((dirs * width, W.shape[-1])).T)  # (seq, batch, dirs * gates * hidden)
     for d in range(dirs):
         reverse = direction == "reverse" or d == 1
-        xd = _reverse_rows(x, seq_lens, n) if reverse else x
-        xw = xd.matmul(W[d].T)  # (seq, batch, gates * hidden)
+        xw = xw_all.slice(2, d * width, (d + 1) * width) if dirs > 1 else xw_all
+        xw = _reverse_rows(xw, seq_lens, n) if reverse else xw  # (seq, batch, gates * hidden)
         if B is not None:
             xw = xw.add(B[d].slice(0, 0, gates * hidden)).add(B[d].slice(0, gates * hidden, 2 * gates * hidden))
         states = [None if s is None else s[d] for s in initial]
@@ -137,6 +142,16 @@ def _clip(x, clip):
     return x if clip is None else x.clamp(-clip, clip)
 
 
+def _recurrent(h, r):
+    """h @ r^T, (batch, hidden) by (gates * hidden, hidden). At batch 1 (one direction) the product
+    h[m, 1, k] * r[1, n, k] reads r with r's own shape: the view is dropped and the MatMul rule,
+    which matches views, finds no GEMM (a 512x128 product and sum per step): spelled r @ h^T,
+    transposed back, the same dot products as a GEMV."""
+    if sym.equal(h.shape[0], 1):
+        return r.matmul(h.T).T
+    return h.matmul(r.T)
+
+
 @onnx_op("RNN", since=7)
 def rnn(c, x, W, R, B=None, seq_lens=None, initial_h=None, *, activation_alpha=None, activation_beta=None,
         activations=None, clip=None, direction="forward", hidden_size=None, layout=0):
@@ -144,7 +159,7 @@ def rnn(c, x, W, R, B=None, seq_lens=None, initial_h=None, *, activation_alpha=N
     acts = _activations(c, activations, activation_alpha, activation_beta, 1, dirs, ["Tanh"])
 
     def step(d, xw, states, r):
-        h = acts[d][0](_clip(xw.add(states[0].matmul(r.T)), clip))
+        h = acts[d][0](_clip(xw.add(_recurrent(states[0], r)), clip))
         return h, [h]
 
     return _run(c, x, W, R, B, seq_lens, _initial(layout, initial_h), direction, layout, 1, step)
@@ -160,20 +175,23 @@ def gru(c, x, W, R, B=None, seq_lens=None, initial_h=None, *, activation_alpha=N
     def step(d, xw, states, r):
         f, g = acts[d]
         h_prev = states[0]
-        rz = h_prev.matmul(r[:2 * hs].T)
+        if linear_before_reset:  # every gate's recurrent product at once
+            both = _recurrent(h_prev, r)
+            rz, hr = both[:, :2 * hs], both[:, 2 * hs:]
+        else:
+            rz = _recurrent(h_prev, r[:2 * hs])
         rb = B[d][3 * hs:] if B is not None else None
         # the recurrent bias of the h gate belongs inside r * (...) when linear_before_reset: undo its early add
         z = f(_clip(xw[:, :hs].add(rz[:, :hs]), clip))
         rt = f(_clip(xw[:, hs:2 * hs].add(rz[:, hs:]), clip))
         xh = xw[:, 2 * hs:]
         if linear_before_reset:
-            hr = h_prev.matmul(r[2 * hs:].T)
             if rb is not None:
                 xh = xh.sub(rb[2 * hs:])
                 hr = hr.add(rb[2 * hs:])
             ht = g(_clip(xh.add(rt.mul(hr)), clip))
         else:
-            ht = g(_clip(xh.add(rt.mul(h_prev).matmul(r[2 * hs:].T)), clip))
+            ht = g(_clip(xh.add(_recurrent(rt.mul(h_prev), r[2 * hs:])), clip))
         h = z.mul(-1.0).add(1.0).mul(ht).add(z.mul(h_prev))
         return h, [h]
 
@@ -191,7 +209,7 @@ def lstm(c, x, W, R, B=None, seq_lens=None, initial_h=None, initial_c=None, P=No
     def step(d, xw, states, r):
         f, g, h_act = acts[d]
         h_prev, c_prev = states
-        gates = xw.add(h_prev.matmul(r.T))
+        gates = xw.add(_recurrent(h_prev, r))
         gi, go, gf, gc = (gates[:, k * hs:(k + 1) * hs] for k in range(4))
         if P is not None:
             gi = gi.add(P[d][:hs].mul(c_prev))
