@@ -31,6 +31,7 @@ from onnx import helper
 
 from luminal.frontends.onnx import staged_rnn
 from luminal.frontends.onnx.errors import OnnxError, OnnxImportError, OnnxInputError
+from luminal.frontends.onnx.host_step import HostStep
 from luminal.frontends.onnx.importer import Importer, _value_deps, attr_value, graph_input_deps, initializer_array
 
 RECURRENT_OPS = staged_rnn.RECURRENT_OPS
@@ -188,7 +189,10 @@ class SubModel:
             known = self.shapes[name]
         if known is None or len(known) != arr.ndim:
             known = [None] * arr.ndim
-        return [n if isinstance(k, int) and k != n else k for k, n in zip(known, arr.shape)]  # a wrong int: this size
+        # a wrong int: this size; a name that is an expression ("batch*seq"): a symbol of its own
+        # (sanitized, two different expressions could meet under one name)
+        return [n if isinstance(k, int) and k != n else None if isinstance(k, str) and not k.isidentifier() else k
+                for k, n in zip(known, arr.shape)]
 
     def __call__(self, feeds: dict) -> list[np.ndarray]:
         dims = {n: self._dims(n, feeds[n]) for n in self.input_names}
@@ -270,7 +274,7 @@ class Stage:
         return f"compiled stage of {len(self.nodes)} node(s) ({', '.join(ops[:8])}{', ...' if len(ops) > 8 else ''})"
 
 
-class HostNode:
+class HostNode(HostStep):
     """A Loop, Scan or If run by Python around compiled subgraphs."""
 
     def __init__(self, model, node: onnx.NodeProto, reason: str):
@@ -291,27 +295,11 @@ class HostNode:
                                     declared=declared, shapes=self.model.shapes,
                                     initializers=list(g.initializer) + embedded)
 
-    def _value(self, env, name):
-        if name in env:
-            return env[name]
-        init = self.model.initializers.get(name)
-        if init is None:
-            raise OnnxImportError(f"{self.label}: value {name!r} is neither computed, an input nor an initializer")
-        return initializer_array(init)
-
     def _outer_feeds(self, sub: SubModel, env, skip: int) -> dict:
-        return {n: np.asarray(self._value(env, n)) for n in sub.input_names[skip:]}
+        return {n: self._value(env, n) for n in sub.input_names[skip:]}
 
-    def run(self, env: dict) -> None:
-        try:
-            outs = getattr(self, f"_run_{self.node.op_type.lower()}")(env)
-        except OnnxError:
-            raise
-        except (ValueError, IndexError) as exc:
-            raise OnnxError(f"{self.label}: {exc}") from exc
-        for name, value in zip(self.node.output, outs):
-            if name:
-                env[name] = value
+    def _run(self, env) -> list:
+        return getattr(self, f"_run_{self.node.op_type.lower()}")(env)
 
     def _scalar_like(self, vi: onnx.ValueInfoProto, value, dtype) -> np.ndarray:
         """A Loop body's iteration number or condition, with the rank the body declares."""

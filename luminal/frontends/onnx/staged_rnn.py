@@ -17,6 +17,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from luminal.frontends.onnx.errors import OnnxError, OnnxImportError
+from luminal.frontends.onnx.host_step import HostStep
 from luminal.frontends.onnx.importer import attr_value, initializer_array
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
@@ -42,7 +43,7 @@ def host_reason(node: onnx.NodeProto, shapes: dict, deps) -> str | None:
     return f"its sequence length comes from input(s) {sources}" if sources else None
 
 
-class HostRecurrence:
+class HostRecurrence(HostStep):
     """A RNN/GRU/LSTM node stepped on the host (see the module's docstring)."""
 
     def __init__(self, model, node: onnx.NodeProto, reason: str):
@@ -115,25 +116,6 @@ class HostRecurrence:
             cell_in.pop()
         node = helper.make_node(self.op, cell_in, outs, direction="forward", **attrs)
         return [node], inputs, inits
-
-    def _value(self, env, name):
-        if name in env:
-            return np.asarray(env[name])
-        init = self.model.initializers.get(name)
-        if init is None:
-            raise OnnxImportError(f"{self.label}: value {name!r} is neither computed, an input nor an initializer")
-        return initializer_array(init)
-
-    def run(self, env: dict) -> None:
-        try:
-            outs = self._run(env)
-        except OnnxError:
-            raise
-        except (ValueError, IndexError) as exc:
-            raise OnnxError(f"{self.label}: {exc}") from exc
-        for name, value in zip(self.node.output, outs):
-            if name:
-                env[name] = value
 
     def _run(self, env) -> list:
         x = self._value(env, self.x)
