@@ -267,6 +267,8 @@ def test_host_control_flow_errors_are_named():
         compiled(np.array(0, np.int64), np.ones(2, np.float32))
     with pytest.raises(lonnx.OnnxInputError, match="trip"):
         compiled(np.array(2, np.float32), np.ones(2, np.float32))  # the wrong dtype for the trip count
+    with pytest.raises(lonnx.OnnxInputError, match="'trip' has shape"):
+        compiled(np.array([2, 3], np.int64), np.ones(2, np.float32))  # not one element
 
 
 def _recurrence(op, direction="forward", seq_lens=False, initial=True, layout=0, seq="T", clip=None,

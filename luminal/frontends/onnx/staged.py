@@ -301,6 +301,12 @@ class HostNode(HostStep):
     def _run(self, env) -> list:
         return getattr(self, f"_run_{self.node.op_type.lower()}")(env)
 
+    def _scalar(self, env, name: str, what: str):
+        value = self._value(env, name)
+        if value.size != 1:
+            raise OnnxError(f"{self.label}: the {what} {name!r} has shape {value.shape}; it takes one element")
+        return value.reshape(-1)[0]
+
     def _scalar_like(self, vi: onnx.ValueInfoProto, value, dtype) -> np.ndarray:
         """A Loop body's iteration number or condition, with the rank the body declares."""
         arr = np.array(value, dtype)
@@ -310,9 +316,9 @@ class HostNode(HostStep):
     def _run_loop(self, env) -> list:
         node, body = self.node, self.subs["body"]
         graph = next(_subgraphs(node))
-        trip = int(np.asarray(self._value(env, node.input[0])).reshape(-1)[0]) if node.input[0] else None
+        trip = int(self._scalar(env, node.input[0], "trip count")) if node.input[0] else None
         has_cond = len(node.input) > 1 and node.input[1]
-        go = bool(np.asarray(self._value(env, node.input[1])).reshape(-1)[0]) if has_cond else True
+        go = bool(self._scalar(env, node.input[1], "condition")) if has_cond else True
         carried = [np.asarray(self._value(env, n)) for n in node.input[2:]]
         k = len(carried)
         outer = self._outer_feeds(body, env, 2 + k)
@@ -324,7 +330,10 @@ class HostNode(HostStep):
                      names[1]: self._scalar_like(graph.input[1], go, np.bool_), **outer}
             feeds.update(zip(names[2:2 + k], carried))
             outs = body(feeds)
-            go = bool(np.asarray(outs[0]).reshape(-1)[0])
+            cond_out = np.asarray(outs[0])
+            if cond_out.size != 1:
+                raise OnnxError(f"{self.label}: the body's condition output has shape {cond_out.shape}; it takes one element")
+            go = bool(cond_out.reshape(-1)[0])
             carried = list(outs[1:1 + k])
             scans.append(outs[1 + k:])
             i += 1
@@ -381,10 +390,8 @@ class HostNode(HostStep):
         return results
 
     def _run_if(self, env) -> list:
-        cond = np.asarray(self._value(env, self.node.input[0]))
-        if cond.size != 1:
-            raise OnnxError(f"{self.label}: the condition has {cond.size} elements; If takes one")
-        branch = self.subs["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"]
+        cond = self._scalar(env, self.node.input[0], "condition")
+        branch = self.subs["then_branch" if bool(cond) else "else_branch"]
         return branch(self._outer_feeds(branch, env, 0))
 
     def sub_models(self) -> list[SubModel]:
