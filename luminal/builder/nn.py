@@ -92,12 +92,14 @@ DIRECT_TERMS = 64  # a grouped conv with at most this many terms per output (C/G
 
 
 def _direct(cg, groups: int, kernel) -> bool:
-    """Depthwise convs, and grouped ones with few input channels per group, are direct loops
-    (a WindowReduce): as GEMMs they would be many GEMMs of a few rows and a short K."""
-    if sym.equal(cg, 1):
+    """Depthwise convs, and grouped ones (or one of a single input channel) with few terms per
+    output, are direct loops (a WindowReduce): as GEMMs they would be many GEMMs of a few rows
+    and a short K. One input channel and a long kernel (an STFT as a Conv1d: 512 taps) is a
+    GEMM of K = the kernel (the direct form became a GEMM per output channel of one column)."""
+    if sym.equal(cg, 1) and groups > 1:
         return True
     terms = sym.product((cg, *kernel))
-    return groups > 1 and sym.is_static(terms) and int(terms) <= DIRECT_TERMS
+    return (groups > 1 or sym.equal(cg, 1)) and sym.is_static(terms) and int(terms) <= DIRECT_TERMS
 
 
 def conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
