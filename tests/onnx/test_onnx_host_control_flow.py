@@ -368,3 +368,24 @@ def test_recurrence_host_errors_are_named():
     feeds["lens"] = np.array([3, 4], np.int32)  # longer than the sequence
     with pytest.raises(lonnx.OnnxError, match="sequence_lens"):
         compiled(feeds)
+
+
+def test_an_identity_branch_needs_no_compiled_graph():
+    """openWakeWord's wake-word model: If (score >= threshold) run a verifier, else return the
+    score as it is; the Identity branch is a copy on the host."""
+    then = oh.make_graph([oh.make_node("Mul", ["p", "two"], ["r"])], "then", [], [oh.make_tensor_value_info("r", F32, [2])])
+    els = oh.make_graph([oh.make_node("Identity", ["p"], ["r2"])], "else", [], [oh.make_tensor_value_info("r2", F32, [2])])
+    model = _model(
+        [oh.make_node("Sigmoid", ["x"], ["p"]), oh.make_node("ReduceMax", ["p"], ["m"], keepdims=0),
+         oh.make_node("GreaterOrEqual", ["m", "half"], ["c"]),
+         oh.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els)],
+        [oh.make_tensor_value_info("x", F32, [2])], [oh.make_tensor_value_info("y", F32, [2])],
+        [oh.make_tensor("two", F32, [], [2.0]), oh.make_tensor("half", F32, [], [0.75])])
+    compiled = lonnx.compile(model)
+    for x in ([-1.0, 0.5], [3.0, -2.0], [-0.0, np.nan]):
+        feeds = {"x": np.array(x, np.float32)}
+        got = compiled(feeds)[0]
+        np.testing.assert_allclose(got, _ort(model, feeds)[0], rtol=1e-6)  # sigmoid: an ulp apart
+        got[:] = 7  # the copy is the caller's: the next call is not affected
+    branch = compiled.plan.steps[1].subs["else_branch"]
+    assert branch._identity == ["p"] and not branch._models

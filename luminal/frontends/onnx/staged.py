@@ -174,6 +174,7 @@ class SubModel:
         self.compile_fn = compile_fn  # luminal.onnx.compile (passed in: model.py imports this module)
         self._models: dict = {}
         self._lock = threading.Lock()
+        self._identity = self._passthrough()
 
     def _dims(self, name: str, arr: np.ndarray) -> list:
         """The dims to declare for input `name`: the declared or inferred ones (an int, or a
@@ -194,7 +195,19 @@ class SubModel:
         return [n if isinstance(k, int) and k != n else None if isinstance(k, str) and not k.isidentifier() else k
                 for k, n in zip(known, arr.shape)]
 
+    def _passthrough(self) -> list[str] | None:
+        """For a graph of Identity nodes only (an If branch that returns a value as it is): the
+        input each output is, so the call needs no compiled graph; else None."""
+        source: dict[str, str] = {n: n for n in self.input_names}
+        for node in self.nodes:
+            if node.op_type != "Identity" or node.domain not in ("", "ai.onnx") or node.input[0] not in source:
+                return None
+            source[node.output[0]] = source[node.input[0]]
+        return [source[o] for o in self.output_names] if all(o in source for o in self.output_names) else None
+
     def __call__(self, feeds: dict) -> list[np.ndarray]:
+        if self._identity is not None:
+            return [np.asarray(feeds[n]).copy() for n in self._identity]
         dims = {n: self._dims(n, feeds[n]) for n in self.input_names}
         key = tuple((n, feeds[n].dtype.str, tuple(dims[n])) for n in self.input_names)
         with self._lock:
