@@ -107,17 +107,20 @@ def _loops(node: Node, body_of, simd: bool = True) -> tuple[str, list[str]]:
     shape = node.shape
     if not shape:
         return "{\n    const long long row = 0;\n    " + body_of([], "0LL") + "\n  }", []
-    outer, last = shape[:-1], shape[-1]
-    names = [f"i{k}" for k in range(len(outer))]
-    inner = f"i{len(shape) - 1}"
-    body = body_of(names + [inner], f"row * n_in + {inner}")
+    k = len(shape)  # trailing dims of size 1 stay out of the loops (a (.., 113, 113, 1) copy: rows of 113, not of 1)
+    while k > 1 and sym.equal(shape[k - 1], 1):
+        k -= 1
+    outer, last = shape[:k - 1], shape[k - 1]
+    names = [f"i{j}" for j in range(len(outer))]
+    inner = f"i{len(outer)}"
+    body = body_of(names + [inner] + ["0LL"] * (len(shape) - k), f"row * n_in + {inner}")
     vector = "#pragma omp simd" if simd and "err" not in body else ""
     row_body = f"""{vector}
         for (long long {inner} = 0; {inner} < n_in; ++{inner}) {{
           {body}
         }}"""
     code = f"const long long n_in = {c_dim(last)};\n  " + _rows(outer, "i", "n_rows * n_in", row_body)
-    return code, names + [inner]
+    return code, names + [inner] + ["0LL"] * (len(shape) - k)
 
 
 def _kernel(name, node, inputs, symbols, err, body) -> tuple[str, CStep]:
