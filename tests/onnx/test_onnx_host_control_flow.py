@@ -148,34 +148,53 @@ def test_scan_over_a_static_length_stays_unrolled():
     _assert_same(model, {"s0": np.ones(2, np.float32), "x": np.arange(10, dtype=np.float32).reshape(5, 2)})
 
 
-def _if_on_data():
-    then = oh.make_graph([oh.make_node("Mul", ["x", "two"], ["r"])], "then", [],
-                         [oh.make_tensor_value_info("r", F32, ["n"])])
-    els = oh.make_graph([oh.make_node("Sub", ["x", "one"], ["r2"])], "else", [],
-                        [oh.make_tensor_value_info("r2", F32, ["n"])])
+def _if_on_data(then_nodes=None, else_nodes=None, out_shape=("n",)):
+    then = oh.make_graph(then_nodes or [oh.make_node("Mul", ["x", "two"], ["r"])], "then", [],
+                         [oh.make_tensor_value_info("r", F32, list(out_shape))])
+    els = oh.make_graph(else_nodes or [oh.make_node("Sub", ["x", "one"], ["r2"])], "else", [],
+                        [oh.make_tensor_value_info("r2", F32, list(out_shape))])
     return _model(
         [oh.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
          oh.make_node("Greater", ["s", "zero"], ["c"]),
          oh.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els),
          oh.make_node("Exp", ["y"], ["z"])],
         [oh.make_tensor_value_info("x", F32, ["n"])],
-        [oh.make_tensor_value_info("z", F32, ["n"])],
+        [oh.make_tensor_value_info("z", F32, [None])],
         [oh.make_tensor("two", F32, [], [2.0]), oh.make_tensor("one", F32, [], [1.0]),
-         oh.make_tensor("zero", F32, [], [0.0])])
+         oh.make_tensor("zero", F32, [], [0.0]), oh.make_tensor("idx", I64, [2], [1, 0])])
 
 
-def test_if_on_data_chooses_the_branch_per_call_without_recompiling():
-    model = _if_on_data()
-    compiled = lonnx.compile(model)
+def _check_if(model, compiled, sizes=(4, 5, 6)):
     rng = np.random.default_rng(1)
     for i in range(12):
-        x = rng.standard_normal(4 + i % 3).astype(np.float32)
+        x = rng.standard_normal(sizes[i % len(sizes)]).astype(np.float32)
         feeds = {"x": x}
         np.testing.assert_allclose(compiled(feeds)[0], _ort(model, feeds)[0], rtol=1e-6)
-    assert _builds(compiled) == 4  # the stages before and after, and each branch: once
-    for x in ([np.nan, 1.0], [-0.0, 0.0], [np.inf, -np.inf]):  # NaN > 0 is false: the else branch, as onnxruntime
+    for x in ([np.nan, 1.0], [-0.0, 0.0], [np.inf, -np.inf], [1e30, 1e30]):  # NaN > 0 is false: else, as onnxruntime
         feeds = {"x": np.array(x, np.float32)}
         np.testing.assert_allclose(compiled(feeds)[0], _ort(model, feeds)[0], rtol=1e-6)
+
+
+def test_an_if_on_data_with_small_safe_branches_is_if_converted():
+    """Both branches computed in the one compiled graph and selected: no host step, no compile
+    per value (the inf/NaN the branch not taken makes is not selected)."""
+    model = _if_on_data()
+    assert staged.plan(model) is None
+    for device in ("numpy", "cpu"):
+        compiled = lonnx.compile(model, device=device)
+        _check_if(model, compiled)
+        assert not compiled._cache and not compiled.value_inputs  # one graph for every input
+
+
+def test_an_if_on_data_that_cannot_be_converted_runs_on_the_host_compiled_once():
+    gather = [oh.make_node("Gather", ["x", "idx"], ["g"]), oh.make_node("Mul", ["g", "two"], ["r"])]  # indices checked
+    for model, why in [(_if_on_data(then_nodes=gather, out_shape=(2,)), "Gather"),
+                       (_if_on_data(then_nodes=[oh.make_node("Concat", ["x", "x"], ["r"], axis=0)], out_shape=(None,)),
+                        "shapes differ")]:
+        compiled = lonnx.compile(model)
+        assert type(compiled).__name__ == "StagedModel", why
+        _check_if(model, compiled, sizes=(2,))
+        assert _builds(compiled) == 4, why  # the stages before and after, and each branch: once
 
 
 def test_if_on_a_setting_still_compiles_per_value():
@@ -245,7 +264,8 @@ def test_host_control_flow_errors_are_named():
     with pytest.raises(lonnx.OnnxImportError, match="Loop"):
         lonnx.compile(forever)(np.ones(1, np.float32))
     # an unsupported op in a later stage fails the compile, not a later call
-    model = _if_on_data()
+    model = _if_on_data(then_nodes=[oh.make_node("Gather", ["x", "idx"], ["g"]), oh.make_node("Mul", ["g", "two"], ["r"])],
+                        out_shape=(2,))
     model.graph.node[3].op_type = "NoSuchOp"
     with pytest.raises(lonnx.UnsupportedOpsError, match="NoSuchOp"):
         lonnx.compile(model, check=False)
@@ -371,21 +391,21 @@ def test_recurrence_host_errors_are_named():
 
 
 def test_an_identity_branch_needs_no_compiled_graph():
-    """openWakeWord's wake-word model: If (score >= threshold) run a verifier, else return the
-    score as it is; the Identity branch is a copy on the host."""
-    then = oh.make_graph([oh.make_node("Mul", ["p", "two"], ["r"])], "then", [], [oh.make_tensor_value_info("r", F32, [2])])
+    """An If on data hosted (a branch with a Gather) whose other branch returns a value as it
+    is (as openWakeWord's wake-word model does): the Identity branch is a copy on the host."""
+    then = oh.make_graph([oh.make_node("Gather", ["p", "idx"], ["g"]), oh.make_node("Mul", ["g", "two"], ["r"])], "then",
+                         [], [oh.make_tensor_value_info("r", F32, [2])])
     els = oh.make_graph([oh.make_node("Identity", ["p"], ["r2"])], "else", [], [oh.make_tensor_value_info("r2", F32, [2])])
     model = _model(
         [oh.make_node("Sigmoid", ["x"], ["p"]), oh.make_node("ReduceMax", ["p"], ["m"], keepdims=0),
          oh.make_node("GreaterOrEqual", ["m", "half"], ["c"]),
          oh.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els)],
         [oh.make_tensor_value_info("x", F32, [2])], [oh.make_tensor_value_info("y", F32, [2])],
-        [oh.make_tensor("two", F32, [], [2.0]), oh.make_tensor("half", F32, [], [0.75])])
+        [oh.make_tensor("two", F32, [], [2.0]), oh.make_tensor("half", F32, [], [0.75]),
+         oh.make_tensor("idx", I64, [2], [1, 0])])
     compiled = lonnx.compile(model)
     for x in ([-1.0, 0.5], [3.0, -2.0], [-0.0, np.nan]):
         feeds = {"x": np.array(x, np.float32)}
-        got = compiled(feeds)[0]
-        np.testing.assert_allclose(got, _ort(model, feeds)[0], rtol=1e-6)  # sigmoid: an ulp apart
-        got[:] = 7  # the copy is the caller's: the next call is not affected
+        np.testing.assert_allclose(compiled(feeds)[0], _ort(model, feeds)[0], rtol=1e-6)  # sigmoid: an ulp apart
     branch = compiled.plan.steps[1].subs["else_branch"]
     assert branch._identity == ["p"] and not branch._models

@@ -45,6 +45,16 @@ class NeedsValue(OnnxImportError):
         self.value_name = value_name
 
 
+class IfNotConvertible(NeedsValue):
+    """An If on a run-time condition whose branches turned out not to select element by element
+    (different shapes or dtypes, sequences): it runs on the host instead (raised internally).
+    `node_key`: the If's first output name."""
+
+    def __init__(self, msg: str, value_name: str, node_key: str):
+        super().__init__(msg, value_name)
+        self.node_key = node_key
+
+
 class NeedsShape(NeedsValue):
     """A node needs, at compile time, the static shape of a value computed from graph inputs:
     the model compiles per shape of those inputs (raised internally)."""

@@ -13,7 +13,14 @@ from luminal import devices
 from luminal.compiler import compile_outputs
 from luminal.errors import InputError, LuminalError
 from luminal.frontends.onnx import loader, staged
-from luminal.frontends.onnx.errors import NeedsShape, NeedsValue, OnnxError, OnnxImportError, OnnxInputError
+from luminal.frontends.onnx.errors import (
+    IfNotConvertible,
+    NeedsShape,
+    NeedsValue,
+    OnnxError,
+    OnnxImportError,
+    OnnxInputError,
+)
 from luminal.frontends.onnx.importer import Importer, graph_input_deps, input_dim_name
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op, toposort
@@ -305,24 +312,31 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
     defaults = [IOInfo(vi.name, _np_dtype(inits[vi.name].data_type),
                        _declared_shape(vi) if vi.type.tensor_type.HasField("shape") else tuple(inits[vi.name].dims))
                 for vi in graph.input if vi.name in inits]
-    steps = staged.plan(proto, recurrence)
-    if steps is not None:  # Loop/Scan/If that run-time data decides: compiled stages, control flow on the host
-        staged.check_supported(proto)
-        in_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in declared]
-        out_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in graph.output]
-        notes += [f"on the host: {s[1].op_type} node {s[1].name or '<unnamed>'!r}, {s[2]}" for s in steps if s[0] == "host"]
-        return staged.staged_model(proto, steps, in_infos, out_infos, notes, defaults=defaults, base=OnnxModel,
-                                   compile_fn=compile,
-                                   options={"device": device, "optimize": optimize, "recurrence": recurrence})
     value_inputs: set[str] = set()
     shape_inputs: set[str] = set()
-    try:
-        compiled, inputs, outputs, out_tensors = _build(proto, {}, device, optimize)
-    except NeedsValue as exc:
-        value_inputs, shape_inputs = _deps(graph, exc)
-        if not value_inputs and not shape_inputs:
-            raise
-        compiled = None
+    forced: set[str] = set()  # Ifs on run-time data whose branches did not if-convert: on the host
+    while True:
+        steps = staged.plan(proto, recurrence, forced)
+        if steps is not None:  # Loop/Scan/If that run-time data decides: compiled stages, control flow on the host
+            staged.check_supported(proto)
+            in_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in declared]
+            out_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi))
+                         for vi in graph.output]
+            notes += [f"on the host: {s[1].op_type} node {s[1].name or '<unnamed>'!r}, {s[2]}" for s in steps if s[0] == "host"]
+            return staged.staged_model(proto, steps, in_infos, out_infos, notes, defaults=defaults, base=OnnxModel,
+                                       compile_fn=compile,
+                                       options={"device": device, "optimize": optimize, "recurrence": recurrence})
+        try:
+            compiled, inputs, outputs, out_tensors = _build(proto, {}, device, optimize)
+        except NeedsValue as exc:
+            if isinstance(exc, IfNotConvertible) and exc.node_key not in forced and staged.top_level_if(proto, exc.node_key):
+                forced.add(exc.node_key)
+                continue
+            value_inputs, shape_inputs = _deps(graph, exc)
+            if not value_inputs and not shape_inputs:
+                raise
+            compiled = None
+        break
     if compiled is not None:
         # the report as compiled: report() adds the roofline, a kernel plan's worth of work
         compiled._report.notes.extend(notes)

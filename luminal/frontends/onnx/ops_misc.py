@@ -1,7 +1,9 @@
 """Sequences (Python lists of values at compile time) and control flow (If, Loop).
 
-Sequence positions, If conditions and Loop trip counts must be known at compile time (a model
-whose graph inputs decide them is compiled per value of those inputs); Loop and Scan are unrolled.
+Sequence positions and Loop trip counts must be known at compile time (a model whose graph
+inputs decide them is compiled per value of those inputs, or runs the loop on the host:
+`staged.py`); Loop and Scan are unrolled. An If on a run-time condition is if-converted where
+its branches allow (`if_convert.py`).
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ import numpy as np
 
 from luminal.builder import functional as F
 from luminal.builder.functional import split_sizes
+from luminal.frontends.onnx import if_convert
+from luminal.frontends.onnx.errors import IfNotConvertible, NeedsValue
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.frontends.onnx.values import Known, Seq, Value
+from luminal.hlir import symbolic as sym
 
 MAX_UNROLL = 4096
 
@@ -81,10 +86,29 @@ def split_to_sequence(c, x, split=None, axis=0, keepdims=1):
     return Seq(split_sizes(x, a, sizes))
 
 
-@onnx_op("If", known=(0,))
+@onnx_op("If")
 def if_(c, cond, then_branch, else_branch):
-    branch = then_branch if bool(np.asarray(cond).reshape(-1)[0]) else else_branch
-    return c.subgraph(branch, {})
+    """The branch the condition picks when it is known at compile time; else both branches and
+    a select, where they are small and cannot fail (`if_convert`); else the model compiles per
+    value of the condition (an If on input data runs on the host instead: `staged.py`)."""
+    known = c.known(0)
+    if known is not None:
+        return c.subgraph(then_branch if bool(np.asarray(known).reshape(-1)[0]) else else_branch, {})
+    if not if_convert.convertible(c.importer.proto, c.node):
+        raise NeedsValue(f"If node {c.name!r}: its condition depends on run-time data", c.node.input[0])
+    if not all(sym.equal(d, 1) for d in cond.shape):
+        c.fail(f"the condition has shape {cond.shape}; If takes one element")
+    flag = cond.reshape(()) if cond.ndim else cond
+    outs = []
+    for t, e in zip(c.subgraph(then_branch, {}), c.subgraph(else_branch, {})):
+        if t.seq is not None or e.seq is not None:
+            raise IfNotConvertible(f"If node {c.name!r}: a branch returns a sequence", c.node.input[0], c.node.output[0])
+        t, e = c.importer.tensor(t), c.importer.tensor(e)
+        if t.dtype != e.dtype or len(t.shape) != len(e.shape) or not all(sym.equal(a, b) for a, b in zip(t.shape, e.shape)):
+            raise IfNotConvertible(f"If node {c.name!r}: the branches give {t.dtype}{t.shape} and {e.dtype}{e.shape}",
+                                   c.node.input[0], c.node.output[0])
+        outs.append(F.where(flag, t, e))
+    return outs
 
 
 @onnx_op("Loop", known=(0, 1), variadic=True)

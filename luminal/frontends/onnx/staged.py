@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from luminal.frontends.onnx import staged_rnn
+from luminal.frontends.onnx import if_convert, staged_rnn
 from luminal.frontends.onnx.errors import OnnxError, OnnxImportError, OnnxInputError
 from luminal.frontends.onnx.host_step import HostStep
 from luminal.frontends.onnx.importer import Importer, _value_deps, attr_value, graph_input_deps, initializer_array
@@ -66,9 +66,11 @@ def free_names(nodes, defined=()) -> list[str]:
     return list(out)
 
 
-def host_reason(graph: onnx.GraphProto, node: onnx.NodeProto, shapes: dict, recurrence: str = "unroll") -> str | None:
+def host_reason(proto: onnx.ModelProto, node: onnx.NodeProto, shapes: dict, recurrence: str = "unroll",
+                forced=()) -> str | None:
     """Why `node` (of the model's main graph) runs on the host, or None when the importer can
-    unroll or fold it at compile time."""
+    unroll, fold or if-convert it at compile time. `forced`: Ifs found not to if-convert."""
+    graph = proto.graph
     inputs = {vi.name: vi for vi in graph.input}
     inits = {i.name for i in graph.initializer}
 
@@ -103,7 +105,11 @@ def host_reason(graph: onnx.GraphProto, node: onnx.NodeProto, shapes: dict, recu
     if node.op_type == "If":
         values, _ = graph_input_deps(graph, node.input[0])
         data = sorted(n for n in values - inits if n in inputs and _is_data(inputs[n]))
-        return f"its condition is computed from the data of input(s) {data}" if data else None
+        if node.output[0] in forced:
+            return f"its condition is computed from input(s) {sorted(values - inits)} and its branches' results differ in shape"
+        if not data or if_convert.convertible(proto, node):
+            return None  # a setting: compiled per value; small safe branches: both computed, one selected
+        return f"its condition is computed from the data of input(s) {data}"
     return None
 
 
@@ -133,7 +139,7 @@ def inferred_shapes(proto: onnx.ModelProto) -> dict[str, list]:
     return out
 
 
-def plan(proto: onnx.ModelProto, recurrence: str = "unroll") -> list | None:
+def plan(proto: onnx.ModelProto, recurrence: str = "unroll", forced=()) -> list | None:
     """The main graph cut at its host nodes: [("graph", nodes) | ("host", node, reason), ...], or
     None when no node needs the host (the model compiles as one graph)."""
     graph = proto.graph
@@ -143,7 +149,7 @@ def plan(proto: onnx.ModelProto, recurrence: str = "unroll") -> list | None:
     steps: list = []
     run: list = []
     for node in graph.node:
-        reason = host_reason(graph, node, shapes, recurrence) if node.op_type in HOSTABLE else None
+        reason = host_reason(proto, node, shapes, recurrence, forced) if node.op_type in HOSTABLE else None
         if reason is None:
             run.append(node)
             continue
@@ -453,6 +459,11 @@ class Plan:
 
     def describe(self) -> list[str]:
         return [s.describe() for s in self.steps]
+
+
+def top_level_if(proto: onnx.ModelProto, key: str) -> bool:
+    """An If of the model's main graph has `key` as its first output (one `plan` can host)."""
+    return any(n.op_type == "If" and n.output and n.output[0] == key for n in proto.graph.node)
 
 
 def check_supported(proto: onnx.ModelProto) -> None:
