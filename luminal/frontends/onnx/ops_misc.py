@@ -12,8 +12,9 @@ import numpy as np
 
 from luminal.builder import functional as F
 from luminal.builder.functional import split_sizes
+from luminal.errors import LuminalError
 from luminal.frontends.onnx import if_convert
-from luminal.frontends.onnx.errors import IfNotConvertible, NeedsValue
+from luminal.frontends.onnx.errors import IfNotConvertible, NeedsValue, OnnxImportError, UnsupportedOpsError
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.frontends.onnx.values import Known, Seq, Value
 from luminal.hlir import symbolic as sym
@@ -99,8 +100,15 @@ def if_(c, cond, then_branch, else_branch):
     if not all(sym.equal(d, 1) for d in cond.shape):
         c.fail(f"the condition has shape {cond.shape}; If takes one element")
     flag = cond.reshape(()) if cond.ndim else cond
+    try:  # a branch that cannot be built for every input (a Reshape the condition guards) is not computed always
+        branches = c.subgraph(then_branch, {}), c.subgraph(else_branch, {})
+    except UnsupportedOpsError:
+        raise
+    except (OnnxImportError, LuminalError) as exc:
+        raise IfNotConvertible(f"If node {c.name!r}: a branch does not build for every input ({exc})", c.node.input[0],
+                               c.node.output[0]) from exc
     outs = []
-    for t, e in zip(c.subgraph(then_branch, {}), c.subgraph(else_branch, {})):
+    for t, e in zip(*branches):
         if t.seq is not None or e.seq is not None:
             raise IfNotConvertible(f"If node {c.name!r}: a branch returns a sequence", c.node.input[0], c.node.output[0])
         t, e = c.importer.tensor(t), c.importer.tensor(e)
