@@ -165,3 +165,20 @@ def test_zero_padding_copies_the_spec_bytes(pads, elem):
         want = lo.compile(model, device="numpy")({"x": feed})[0]
         got = cpu({"x": feed})[0]
         assert got.shape == want.shape and got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("pads,ceil", [([1, 1, 1, 1], 0), ([0, 0, 0, 0], 1), ([1, 0, 0, 1], 1)])
+def test_minus_inf_padding_of_max_pools(pads, ceil):
+    """A max pool's -inf padding (a Select of the padded input and -inf under the pad's mask)
+    copies row by row: the NumPy runtime's bytes, NaN and -inf in the input included."""
+    x = RNG.standard_normal([2, 3, 12, 11]).astype(np.float32)
+    x.reshape(-1)[[0, 11, 30, 131]] = [np.nan, -np.inf, -0.0, np.nan]
+    node = oh.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=pads, ceil_mode=ceil)
+    graph = oh.make_graph([node], "pool", [oh.make_tensor_value_info("x", TP.FLOAT, ["n", 3, 12, 11])],
+                          [oh.make_tensor_value_info("y", TP.FLOAT, ["n", "c", "h", "w"])])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    cpu = lo.compile(model, device="cpu")
+    assert "a row of the padding" in cpu.compiled.runtime.source
+    for feed in (x, x[1:]):
+        want = lo.compile(model, device="numpy")({"x": feed})[0]
+        assert cpu({"x": feed})[0].tobytes() == want.tobytes()

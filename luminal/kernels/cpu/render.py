@@ -472,7 +472,7 @@ GENERATORS = {  # every other op (pointwise, iota, contiguous copies) is `elemen
 if hasattr(Op, "CONCAT"):
     GENERATORS[Op.CONCAT] = concat
 GENERATORS[Op.WINDOW_REDUCE] = lambda node, name: _kernel(name, node, *cpu_conv.window_reduce(node))  # conv, pooling
-GENERATORS[Op.CONTIGUOUS] = lambda node, name: (  # zero padding: rows of zeros, copy, zeros
+GENERATORS[Op.CONTIGUOUS] = GENERATORS[Op.SELECT] = lambda node, name: (  # padding: rows of fill, copy, fill
     _kernel(name, node, *found) if (found := cpu_conv.pad_copy(node)) else elementwise(node, name))
 EXTERNS = {"gemm": matmul}  # extern steps of the plan (`luminal.kernels.plan.EXTERN`) in this dialect
 
