@@ -13,6 +13,62 @@ def _check_index(index, what):
         raise DTypeError(f"{what}: indices must be int32 or int64, got {index.dtype}")
 
 
+BITONIC_MIN = 1024  # rows longer than this sort by a bitonic network (n log^2 n), shorter by rank (n^2)
+
+
+def _after(av, ai, bv, bi, n: int, largest: bool, is_float: bool):
+    """Whether element b comes before element a in topk's order (bool tensor): real elements
+    before the padding (index >= n); by value, largest (smallest) first, NaN as the largest value
+    as in torch; ties by index. A strict total order, so a sorting network gives the one stable
+    answer."""
+    if not largest:
+        av, bv = av.order_flip(), bv.order_flip()
+    if is_float:
+        na, nb = av.isnan(), bv.isnan()
+        gt = bv.gt(av).logical_or((nb.logical_and(na.logical_not())) if largest else na.logical_and(nb.logical_not()))
+        tie = bv.eq(av).logical_or(na.logical_and(nb))
+    elif av.dtype is DType.BOOL:
+        gt, tie = bv.logical_and(av.logical_not()), bv.eq(av)
+    else:
+        gt, tie = bv.gt(av), bv.eq(av)
+    earlier = bi.lt(ai)
+    real_a, real_b = ai.lt(n), bi.lt(n)
+    by_value = real_a.logical_and(real_b).logical_and(gt.logical_or(tie.logical_and(earlier)))
+    return by_value.logical_or(real_a.logical_not().logical_and(real_b.logical_or(earlier)))
+
+
+def _bitonic(x, largest: bool):
+    """(values, int64 indices) of the last axis of `x` (static length n) in topk's order: a
+    bitonic sorting network over the row padded to a power of two, each stage a compare-exchange
+    of the two halves of blocks (n log^2 n work where ranking every pair was n^2: a topk over
+    8,400 took 0.4 s a call). Values move, never recomputed: exact."""
+    import numpy as np
+
+    from luminal.builder.functional import concat
+
+    n = int(x.shape[-1])
+    m = 1 << (n - 1).bit_length()
+    lead = tuple(x.shape[:-1])
+    v = x.pad([(0, 0)] * (x.ndim - 1) + [(0, m - n)]) if m > n else x
+    i = x.graph.iota(m, DType.I64).expand(lead + (m,))
+    size = 2
+    while size <= m:
+        half = size // 2
+        while half >= 1:
+            blocks = m // (2 * half)
+            shape = lead + (blocks, 2, half)
+            vv, ii = v.reshape(shape), i.reshape(shape)
+            lo_v, hi_v, lo_i, hi_i = vv[..., 0:1, :], vv[..., 1:2, :], ii[..., 0:1, :], ii[..., 1:2, :]
+            # block b of this stage sorts descending where bit `size` of its positions is set
+            desc = ((np.arange(blocks) // (size // (2 * half))) % 2).astype(bool).reshape(blocks, 1, 1)
+            swap = _after(lo_v, lo_i, hi_v, hi_i, n, largest, x.dtype.is_float).logical_xor(x.graph.constant(desc))
+            v = concat([hi_v.where_(swap, lo_v), lo_v.where_(swap, hi_v)], -2).reshape(lead + (m,))
+            i = concat([hi_i.where_(swap, lo_i), lo_i.where_(swap, hi_i)], -2).reshape(lead + (m,))
+            half //= 2
+        size *= 2
+    return v, i
+
+
 class IndexingMixin:
     def gather(self, axis: int, index):
         """torch.gather: out[i][j] = self[index[i][j]][j] for axis 0, and so on."""
@@ -156,8 +212,11 @@ class IndexingMixin:
     def topk(self, k: int, axis: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002
         """(values, int64 indices) of the k largest (smallest) along axis; ties keep order.
 
-        Rank-based, in primitives: rank[i] = #{j: x[j] beats x[i]}; the index at output
-        position r is the i whose rank is r. O(n^2) per row, exact.
+        In primitives, exact. Rows up to BITONIC_MIN (or of symbolic length): rank-based,
+        rank[i] = #{j: x[j] beats x[i]}, the index at output position r the i whose rank is r
+        (n^2 per row, one fused kernel). Longer static rows: a bitonic sorting network (`_bitonic`:
+        n log^2 n per row, about 5 kernels per stage, log2(n)^2 / 2 stages: a topk over 8,400 went
+        from 0.4 s to 15 ms a call on the C backend, its compile from 0.6 to 3.8 s).
         """
         from luminal.builder.tensor import normalize_axis
 
@@ -166,6 +225,10 @@ class IndexingMixin:
         n = x.shape[-1]
         if sym.is_static(n) and isinstance(k, int) and not 0 <= k <= n:
             raise ShapeError(f"topk: k={k} is out of range for an axis of size {n}")
+        if sym.is_static(n) and int(n) > BITONIC_MIN and isinstance(k, int):
+            values, index = _bitonic(x, largest)
+            values, index = values[..., :k], index[..., :k]
+            return values.transpose(a, -1), index.transpose(a, -1)
         xi, xj = x.unsqueeze(-1), x.unsqueeze(-2)  # [..., i, j]
         if not largest:
             xi, xj = xi.order_flip(), xj.order_flip()
