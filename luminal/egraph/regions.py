@@ -6,6 +6,12 @@ that grow regions would put every way of cutting a chain into the e-graph. The c
 the usual one (tinygrad, XLA): an elementwise op joins its consumer's region when the
 consumer is elementwise too and is its only user; scalar constants are inlined into the
 expression. A region is kept when it holds at least two ops (one kernel instead of several).
+
+One exception: a cheap op (`SHARED_OK`: add, multiply, compare, maximum) that reads only the
+region's inputs and whose users all sit in one region joins it too, recomputed per use (an
+expression is a tree): a conv's bias add read three times by the LeakyRelu after it (compare,
+scale, select) costs three adds per element inside the kernel, not a pass of its own over the
+tensor (19 of them in openWakeWord's embedding model).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from luminal.egraph.encode import is_bcast
 from luminal.hlir.ops import POINTWISE, Expr, Node, Op, toposort
 
 MAX_REGION_OPS = 64  # bounds the expression (and the kernel) size
+SHARED_OK = frozenset({Op.ADD, Op.MUL, Op.LESS_THAN, Op.MAXIMUM})  # recomputed per use when shared within a region
 
 
 def _scalar_const(n: Node):
@@ -37,15 +44,27 @@ def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
     def joins(child: Node) -> bool:
         return child.op in POINTWISE and users[id(child)] == 1 and _scalar_const(child) is None
 
+    def shared_joins(child: Node, reads: collections.Counter) -> bool:
+        """A cheap op of region inputs only, every use of it inside this region (`reads`)."""
+        return (child.op in SHARED_OK and users[id(child)] > 1 and reads[id(child)] == users[id(child)]
+                and _scalar_const(child) is None and not any(s.op in POINTWISE and users[id(s)] == 1 for s in child.src))
+
     for n in reversed(order):  # consumers first: a region grows from its root downwards
         if n.op in POINTWISE and id(n) not in absorbed:
-            stack, count = [n], 1
+            stack, count, members = [n], 1, [n]
             while stack:
                 for s in stack.pop().src:
                     if joins(s) and count < MAX_REGION_OPS:
                         absorbed.add(id(s))
                         stack.append(s)
+                        members.append(s)
                         count += 1
+            reads = collections.Counter(id(s) for m in members for s in m.src)
+            for m in list(members):
+                for s in m.src:
+                    if id(s) not in absorbed and count + reads[id(s)] <= MAX_REGION_OPS and shared_joins(s, reads):
+                        absorbed.add(id(s))
+                        count += reads[id(s)]
     new: dict[int, Node] = {}
     regions = 0
     for n in order:

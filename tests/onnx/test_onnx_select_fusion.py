@@ -5,7 +5,8 @@ times): the builder's where (a Gather from the stacked pair) then feeds Max's st
 reshape and unsqueeze cancelling, so no view sits on the Gather. The Select rule must still find
 it (`patterns.select_operands`), and the views left around the Select must compose rather than
 be copied (`extract.instantiate`): the whole chain is one FusedElementwise, no Concat, Gather or
-Contiguous, with the NumPy runtime's values on NaN, +-inf and -0.0.
+Contiguous, the bias add (read three times by the LeakyRelu) inside it too (`regions.SHARED_OK`),
+with the NumPy runtime's values on NaN, +-inf and -0.0.
 """
 
 import numpy as np
@@ -69,7 +70,9 @@ def test_where_then_stack_is_one_kernel(name):
         x = _input(batch)
         got, want = compiled(x)[0], spec(x)[0]
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-        np.testing.assert_array_equal(got, want)  # NaNs at the same places, equal elsewhere
+        # to rounding: the NumPy runtime computes a region in float64 and rounds once (the bias add
+        # is inside the region), the C kernel in float32
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
         ref = reference(x)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
         np.testing.assert_allclose(got, ref, rtol=1e-6, atol=0)
@@ -77,3 +80,21 @@ def test_where_then_stack_is_one_kernel(name):
     ops = [n.op for n in toposort(compiled.compiled.outputs)]
     assert Op.GATHER not in ops and Op.CONCAT not in ops and Op.CONTIGUOUS not in ops, ops
     assert ops.count(Op.FUSED_ELEMENTWISE) == 1, ops
+    assert Op.ADD not in ops, ops  # the bias add, read three times by the LeakyRelu, is inside the kernel
+
+
+def test_a_shared_add_read_outside_the_region_stays_a_kernel():
+    """The bias add is also an output: it is computed once, into its own buffer, and the region
+    reads it (`regions.SHARED_OK` joins a shared op only when every use is inside one region)."""
+    nodes = [oh.make_node("Add", ["x", "b"], ["t"]), oh.make_node("LeakyRelu", ["t"], ["y"], alpha=0.2)]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", TP.FLOAT, SHAPE)],
+                          [oh.make_tensor_value_info("y", TP.FLOAT, SHAPE), oh.make_tensor_value_info("t", TP.FLOAT, SHAPE)],
+                          [_const("b", np.linspace(-1, 1, 37))])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    compiled, spec = lo.compile(model, device="cpu"), lo.compile(model, device="numpy")
+    x = _input(2)
+    for got, want in zip(compiled(x), spec(x)):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    ops = [n.op for n in toposort(compiled.compiled.outputs)]
+    assert ops.count(Op.ADD) == 1 and ops.count(Op.FUSED_ELEMENTWISE) == 1, ops
