@@ -1,10 +1,17 @@
-"""The CNN activations and pools, whose C kernels are compare-and-select loops that vectorize
-only under `-fno-trapping-math` (a compare may then be if-converted): the library built with the
-flag gives bit for bit what the one built without it gives (NaN, ±inf and -0.0 in the vector
-lanes and in the scalar tail), and the NumPy runtime's NaNs and values (to rounding: the spec
-computes HardSwish in another order; Relu/Max of -0.0 is one of the signed zeros either way)."""
+"""The CPU kernels CNNs spend their non-GEMM time in, against the specification:
+
+- compare-and-select loops (Relu, Clip, HardSwish, Max/Min, max pools) vectorize only under
+  `-fno-trapping-math` (a compare may then be if-converted): the library built with the flag
+  gives bit for bit what the one built without it gives (NaN, ±inf and -0.0 in the vector lanes
+  and the scalar tail), and the NumPy runtime's NaNs and values (to rounding: the spec computes
+  HardSwish in another order; Relu/Max of -0.0 is one of the signed zeros either way);
+- concats copied row by row, short window rows as one flat plane, zero and -inf padding split
+  into fill and copy: the NumPy runtime's bytes or values;
+- inference BatchNormalization with constant statistics folded at import, as onnxruntime does.
+"""
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper as oh
@@ -182,3 +189,30 @@ def test_minus_inf_padding_of_max_pools(pads, ceil):
     for feed in (x, x[1:]):
         want = lo.compile(model, device="numpy")({"x": feed})[0]
         assert cpu({"x": feed})[0].tobytes() == want.tobytes()
+
+
+def test_batch_norm_with_constant_statistics_is_two_ops():
+    """Inference BatchNormalization with initializer statistics: x * s + t with s and t folded at
+    import (no kernels recomputing them per call), as onnxruntime folds them: its values, NaN and
+    inf in x included; a negative variance and a zero one with epsilon 0 give NaN channels there
+    (the unfolded formula gave +-inf where x != mean)."""
+    ch = 6
+    x = RNG.standard_normal([2, ch, 5, 7]).astype(np.float32)
+    x.reshape(-1)[[0, 9, 50]] = [np.nan, np.inf, -np.inf]
+    stats = {"scale": RNG.standard_normal(ch), "bias": RNG.standard_normal(ch), "mean": RNG.standard_normal(ch),
+             "var": np.abs(RNG.standard_normal(ch)) + 0.1}
+    stats["var"][4] = -1.0  # NaN
+    stats["var"][5], stats["mean"][5] = 0.0, 0.0  # with epsilon 0: an infinite scale
+    inits = [oh.make_tensor(k, TP.FLOAT, [ch], v.astype(np.float32)) for k, v in stats.items()]
+    node = oh.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], epsilon=0.0)
+    graph = oh.make_graph([node], "bn", [oh.make_tensor_value_info("x", TP.FLOAT, ["n", ch, 5, 7])],
+                          [oh.make_tensor_value_info("y", TP.FLOAT, ["n", ch, 5, 7])], inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 15)], ir_version=8)
+    cpu = lo.compile(model, device="cpu")
+    got = cpu({"x": x})[0]
+    assert len(cpu.compiled.runtime.program.steps) == 1  # one elementwise kernel, nothing per call for s and t
+    spec = lo.compile(model, device="numpy")({"x": x})[0]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, spec, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)  # NaN and inf where onnxruntime has them
+    assert np.isnan(got[:, 4]).all() and np.isnan(got[:, 5]).all()  # as onnxruntime: x * inf + (0 - 0 * inf)

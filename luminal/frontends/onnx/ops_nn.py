@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from luminal.builder.nn import conv as nn_conv
 from luminal.builder.nn import windows
 from luminal.frontends.onnx.registry import onnx_op
@@ -194,6 +196,16 @@ def batch_norm(c, x, scale, bias, mean, var, epsilon=1e-5, momentum=0.9, trainin
         run_mean = mean.mul(momentum).add(bm.mul(1 - momentum))
         run_var = var.mul(momentum).add(bv.mul(1 - momentum))
         return y, run_mean, run_var
+    known = [c.known(i) for i in range(1, 5)]
+    if all(k is not None and k.dtype == x.dtype.numpy for k in known):
+        # constant statistics (inference): x * s + t, s and t computed here in float64 and rounded
+        # once, as onnxruntime folds them; not four small kernels per call recomputing them
+        sc, bi, mu, va = (np.asarray(k, np.float64) for k in known)
+        with np.errstate(invalid="ignore", divide="ignore"):  # a negative or zero variance: NaN or inf, as computed
+            s = sc / np.sqrt(va + epsilon)
+            t = bi - mu * s
+        return x.mul(_per_channel(c.g.constant(s.astype(x.dtype.numpy)), x)).add(
+            _per_channel(c.g.constant(t.astype(x.dtype.numpy)), x))
     inv = var.add(epsilon).rsqrt()
     y = x.sub(_per_channel(mean, x)).mul(_per_channel(inv.mul(scale), x)).add(_per_channel(bias, x))
     return y
