@@ -11,6 +11,7 @@ from onnx import helper as oh
 from onnx import numpy_helper
 
 import luminal.onnx as lo
+from luminal.errors import IndexOutOfRange
 from luminal.hlir.ops import Op, toposort
 
 ort = pytest.importorskip("onnxruntime")
@@ -61,3 +62,46 @@ def test_recurrences_are_gemms_with_onnxruntime_values(op, direction, batch, len
     low, high = 1 + dirs * (SEQ - 1) * recurrent, 1 + dirs * SEQ * recurrent
     assert low <= ops.count(Op.MAT_MUL) <= high, ops
     assert ops.count(Op.KAHAN_SUM) + ops.count(Op.SUM_REDUCE) <= dirs * recurrent, ops
+
+
+def _embedding_gru(transpose: bool, vocab: int = 11):
+    rng = np.random.default_rng(4)
+    emb = rng.standard_normal((vocab, INP)).astype(np.float32)
+    emb[3, 2] = np.inf  # a row that gives inf/NaN gates: the table carries them as the GEMM would
+    inits = [numpy_helper.from_array(emb, "E"),
+             numpy_helper.from_array(rng.standard_normal((2, 3 * HID, INP)).astype(np.float32) * 0.5, "W"),
+             numpy_helper.from_array(rng.standard_normal((2, 3 * HID, HID)).astype(np.float32) * 0.5, "R"),
+             numpy_helper.from_array(rng.standard_normal((2, 6 * HID)).astype(np.float32) * 0.5, "B")]
+    nodes = [oh.make_node("Gather", ["E", "ids"], ["e"], axis=0)]
+    if transpose:
+        nodes.append(oh.make_node("Transpose", ["e"], ["x"], perm=[1, 0, 2]))
+    nodes.append(oh.make_node("GRU", ["x" if transpose else "e", "W", "R", "B"], ["y", "y_h"], hidden_size=HID,
+                              direction="bidirectional", linear_before_reset=1))
+    ids_shape = ["b", SEQ] if transpose else [SEQ, "b"]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("ids", TP.INT64, ids_shape)],
+                          [oh.make_tensor_value_info("y", TP.FLOAT, ["d"] * 4), oh.make_tensor_value_info("y_h", TP.FLOAT, ["d"] * 3)],
+                          inits)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 14)], ir_version=8)
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+def test_embedding_projection_is_a_table_lookup(transpose):
+    """Gather(E, ids) (transposed from batch-major) into a GRU: the input projection is a gather
+    from E @ W^T, computed once (no projection GEMM), with onnxruntime's values, negative ids
+    included; an id out of range is the named error, as the Gather of E would raise."""
+    model = _embedding_gru(transpose)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = lo.compile(model, device="cpu")
+    for batch in (1, 3):
+        ids = np.array([[0, 5, -1, 10, 7], [1, 1, 2, 9, -11], [4, 6, 8, 0, 2]][:batch], np.int64)
+        ids = ids if transpose else ids.T.copy()
+        got, want = compiled(ids), sess.run(None, {"ids": ids})
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    with_inf = np.full((1, SEQ), 3, np.int64) if transpose else np.full((SEQ, 1), 3, np.int64)
+    for g, w in zip(compiled(with_inf), sess.run(None, {"ids": with_inf})):
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+    ops = [n.op for n in toposort(compiled.compiled.outputs)]
+    assert ops.count(Op.MAT_MUL) == 2 * (SEQ - 1), ops  # the recurrent GEMMs only: no projection
+    with pytest.raises(IndexOutOfRange):
+        compiled(np.full(with_inf.shape, 11, np.int64))
