@@ -232,7 +232,8 @@ def _index_through(plan: Im2colGemm, idx: list[str]) -> list[str]:
 def _run(plan: Im2colGemm, head: list[str], cl: str, inputs: list[Node], t: str) -> str:
     """C filling dst[q + u] for u < run: the copy's elements at head + [cl + u].
     Through a padded copy, the run splits where the pad's mask on the dim that u moves changes:
-    zeros, the unmasked reads (vectorized, no test per element), zeros."""
+    zeros, the unmasked reads (vectorized, no test per element), zeros; the mask of the dims u
+    does not move is tested once per run (a row of the padding: all zeros)."""
     last = len(plan.copy.shape) - 1
     idx = head + [f"({cl} + u)"]
     if plan.pad is None:
@@ -242,19 +243,26 @@ def _run(plan: Im2colGemm, head: list[str], cl: str, inputs: list[Node], t: str)
     src = plan.pad.src[0]
     index = _index_through(plan, idx)
     base, st = view_of(src)
-    j, c = next(((j, c) for j, (coefs, _) in enumerate(plan.terms) for i, c in coefs if i == last), (None, 0))
-    if j is None or st.mask is None or (sym.equal(st.mask[j][0], 0) and sym.equal(st.mask[j][1], st.shape[j])):
+    moved = [(j, c) for j, (coefs, _) in enumerate(plan.terms) for i, c in coefs if i == last]
+    if st.mask is None or len(moved) > 1:
         return f"""#pragma omp simd
           for (long long u = 0; u < run; ++u) dst[q + u] = ({t})({read(src, index, pointer_of(src, inputs))});"""
-    lo, hi = st.mask[j]
-    mask = st.mask[:j] + ((0, st.shape[j]),) + st.mask[j + 1:]
-    inner = Node(Op.VIEW, src.dtype, src.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset, mask))
-    y0 = _index_through(plan, head + [cl])[j]
-    value = read(inner, index, pointer_of(src, inputs))
-    return f"""const long long y0 = {y0};  /* the padded dim's index at u = 0; it grows by {c} per u */
+    j, c = moved[0] if moved else (None, 0)
+    at0 = _index_through(plan, head + [cl])
+    conds = [f"{at0[k]} >= {c_dim(lo)}" for k, (lo, hi) in enumerate(st.mask) if k != j and not sym.equal(lo, 0)]
+    conds += [f"{at0[k]} < {c_dim(hi)}" for k, (lo, hi) in enumerate(st.mask) if k != j and not sym.equal(hi, st.shape[k])]
+    plain = Node(Op.VIEW, src.dtype, src.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset))
+    value = read(plain, index, pointer_of(src, inputs))
+    if j is None or (sym.equal(st.mask[j][0], 0) and sym.equal(st.mask[j][1], st.shape[j])):
+        bounds = "long long u_lo = 0, u_hi = run;"
+    else:
+        lo, hi = st.mask[j]
+        bounds = f"""const long long y0 = {at0[j]};  /* the padded dim's index at u = 0; it grows by {c} per u */
           long long u_lo = {c_dim(lo)} > y0 ? ({c_dim(lo)} - y0 + {c - 1}) / {c} : 0;
           long long u_hi = {c_dim(hi)} > y0 ? ({c_dim(hi)} - y0 + {c - 1}) / {c} : 0;
-          u_lo = lum_min(u_lo, run); u_hi = lum_max(u_lo, lum_min(u_hi, run));
+          u_lo = lum_min(u_lo, run); u_hi = lum_max(u_lo, lum_min(u_hi, run));"""
+    return f"""{bounds}
+          if (!({' && '.join(conds) or '1'})) u_lo = u_hi = run;  /* a row of the padding */
           for (long long u = 0; u < u_lo; ++u) dst[q + u] = 0;
           #pragma omp simd
           for (long long u = u_lo; u < u_hi; ++u) dst[q + u] = ({t})({value});
