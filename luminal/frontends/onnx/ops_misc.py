@@ -102,7 +102,7 @@ def if_(c, cond, then_branch, else_branch):
     flag = cond.reshape(()) if cond.ndim else cond
     try:  # a branch that cannot be built for every input (a Reshape the condition guards) is not computed always
         branches = c.subgraph(then_branch, {}), c.subgraph(else_branch, {})
-    except UnsupportedOpsError:
+    except (UnsupportedOpsError, NeedsValue):  # unsupported anyway; per value or shape as any node
         raise
     except (OnnxImportError, LuminalError) as exc:
         raise IfNotConvertible(f"If node {c.name!r}: a branch does not build for every input ({exc})", c.node.input[0],
