@@ -421,3 +421,29 @@ def test_an_identity_branch_needs_no_compiled_graph():
         np.testing.assert_allclose(compiled(feeds)[0], _ort(model, feeds)[0], rtol=1e-6)  # sigmoid: an ulp apart
     branch = compiled.plan.steps[1].subs["else_branch"]
     assert branch._identity == ["p"] and not branch._models
+
+
+def _official_recurrence_cases():
+    from onnx.backend.test.loader import load_node_model_tests
+
+    return [c for c in load_node_model_tests() if c.model.graph.node[0].op_type in ("RNN", "GRU", "LSTM")]
+
+
+@pytest.mark.parametrize("case", _official_recurrence_cases(), ids=lambda c: c.name)
+def test_official_recurrence_node_tests_stepped_on_the_host(case):
+    """onnx's RNN/GRU/LSTM node tests (peepholes, biases, sequence_lens, batchwise layout,
+    reverse, bidirectional) with the sequence dim made symbolic, stepped on the host
+    (recurrence="host"), against the suite's expected outputs."""
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    layout = next((a.i for a in model.graph.node[0].attribute if a.name == "layout"), 0)
+    model.graph.input[0].type.tensor_type.shape.dim[layout].dim_param = "T"
+    y = model.graph.output[0].type.tensor_type.shape
+    if len(y.dim) == 4:
+        y.dim[layout].dim_param = "T"
+    compiled = lonnx.compile(model, device="numpy", optimize=False, recurrence="host", check=False)
+    assert type(compiled).__name__ == "StagedModel"
+    (inputs, outputs), = case.data_sets[:1]
+    for got, want in zip(compiled(*inputs), outputs):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-5)  # the suite's own tolerance
