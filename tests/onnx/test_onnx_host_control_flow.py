@@ -447,3 +447,30 @@ def test_official_recurrence_node_tests_stepped_on_the_host(case):
     for got, want in zip(compiled(*inputs), outputs):
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-5)  # the suite's own tolerance
+
+
+def _official_scan_cases():
+    from onnx.backend.test.loader import load_node_model_tests
+
+    return [c for c in load_node_model_tests() if c.name.startswith("test_scan9")]
+
+
+@pytest.mark.parametrize("case", _official_scan_cases(), ids=lambda c: c.name)
+def test_official_scan_node_tests_over_a_symbolic_length_on_the_host(case):
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    node = model.graph.node[0]
+    m = next(a.i for a in node.attribute if a.name == "num_scan_inputs")
+    axes = next((list(a.ints) for a in node.attribute if a.name == "scan_input_axes"), [0] * m)
+    scanned = list(node.input[len(node.input) - m:])
+    for vi in model.graph.input:
+        if vi.name in scanned:
+            vi.type.tensor_type.shape.dim[axes[scanned.index(vi.name)]].dim_param = "T"
+    for vi in model.graph.output:
+        vi.type.tensor_type.ClearField("shape")
+    compiled = lonnx.compile(model, device="numpy", optimize=False, check=False)
+    assert type(compiled).__name__ == "StagedModel"
+    (inputs, outputs), = case.data_sets[:1]
+    for got, want in zip(compiled(*inputs), outputs):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6)
