@@ -1,5 +1,7 @@
-"""Helpers for tests that put many saved models into one plan (imported as the suite imports
-op_cases.py: tests/ is on sys.path)."""
+"""Helpers for tests that put many saved models into one plan, or hammer one from threads
+(imported as the suite imports op_cases.py: tests/ is on sys.path)."""
+
+import threading
 
 from luminal.hlir.ops import Node, Op, toposort
 
@@ -13,3 +15,27 @@ def renamed_inputs(outputs, prefix):
         else:
             new[id(n)] = n.replace(src=tuple(new[id(s)] for s in n.src))
     return [new[id(n)] for n in outputs]
+
+
+def hammer(call, jobs: list[list]) -> list[list]:
+    """Run `call` on every job list in its own thread, all released at once; results per thread.
+    Any exception in a thread (egglog's panics are BaseExceptions) fails the caller."""
+    barrier = threading.Barrier(len(jobs))
+    results: list[list] = [[] for _ in jobs]
+    errors = []
+
+    def work(t):
+        try:
+            barrier.wait()
+            for job in jobs[t]:
+                results[t].append(call(job))
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(len(jobs))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    return results

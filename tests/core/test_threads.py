@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pytest
+from graph_helpers import hammer
 
 import luminal as lm
 
@@ -35,28 +36,6 @@ def _feeds(k: int) -> dict:
     return {"ids": rng.integers(0, 32, n).astype(np.int64), "x": rng.standard_normal((n, 16)).astype(np.float32)}
 
 
-def _hammer(call, jobs: list[list]) -> list[list]:
-    """Run `call` on every job list in its own thread, all released at once; results per thread."""
-    barrier = threading.Barrier(len(jobs))
-    results: list[list] = [[] for _ in jobs]
-    errors = []
-
-    def work(t):
-        try:
-            barrier.wait()
-            for job in jobs[t]:
-                results[t].append(call(job))
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(len(jobs))]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors
-    return results
-
 
 @pytest.fixture(scope="module")
 def graph():
@@ -72,7 +51,7 @@ def test_concurrent_calls_get_their_own_answers(graph, device, graphs, monkeypat
     compiled = graph.compile(device=device)
     jobs = [[_feeds(t * CALLS + c) for c in range(CALLS)] for t in range(THREADS)]
     want = [[compiled(f) for f in fs] for fs in jobs]  # serial: warms up and captures the graphs too
-    got = _hammer(compiled, jobs)
+    got = hammer(compiled, jobs)
     for t in range(THREADS):
         for c in range(CALLS):
             for a, b in zip(got[t][c], want[t][c]):
@@ -92,7 +71,7 @@ def test_an_index_error_reaches_only_the_thread_that_caused_it(graph, device):
         except lm.IndexOutOfRange:
             return "raised"
 
-    got = _hammer(call, [[bad] * CALLS] + [[good] * CALLS] * (THREADS - 1))
+    got = hammer(call, [[bad] * CALLS] + [[good] * CALLS] * (THREADS - 1))
     assert got[0] == ["raised"] * CALLS
     want = compiled(good)
     for results in got[1:]:
@@ -109,7 +88,7 @@ def test_concurrent_first_calls_of_fresh_models(device):
     compiled = [g.compile(device=device, optimize=False) for g in graphs]
     feeds = _feeds(4)
     want = graphs[0].run(feeds)
-    got = _hammer(lambda k: compiled[k](feeds), [[k, k] for k in range(THREADS)])
+    got = hammer(lambda k: compiled[k](feeds), [[k, k] for k in range(THREADS)])
     for results in got:
         for r in results:
             for a, b in zip(r, want):

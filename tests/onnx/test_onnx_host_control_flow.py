@@ -1,11 +1,10 @@
 """Loop, Scan and If that run-time data decides: compiled stages with the control flow on the host
 (`luminal/frontends/onnx/staged.py`), compared with onnxruntime, compiled once for every value."""
 
-import threading
-
 import numpy as np
 import onnx
 import pytest
+from graph_helpers import hammer
 from onnx import TensorProto as TP
 from onnx import helper as oh
 
@@ -243,25 +242,11 @@ def test_loop_inside_a_host_loop_body_and_two_threads():
     compiled = lonnx.compile(model)
     cases = [{"trip": np.array(t, np.int64), "x": np.array([v, -v], np.float32)} for t, v in [(5, 8.0), (3, 0.25), (6, 3.0)]]
     want = [_ort(model, f)[0] for f in cases]
-    results, errors = {}, []
-
-    def work(k):
-        try:
-            for _ in range(3):
-                for i, f in enumerate(cases):
-                    results[(k, i)] = compiled(f)[0]
-        except BaseException as exc:  # noqa: BLE001 - reported below (egglog panics are BaseExceptions)
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    assert len(results) == 2 * len(cases)
-    for (_, i), got in results.items():
-        np.testing.assert_allclose(got, want[i], rtol=1e-6)
+    got = hammer(lambda f: compiled(f)[0], [cases * 3, cases * 3])  # two threads, each every case 3 times
+    for outs in got:
+        assert len(outs) == 3 * len(cases)
+        for i, out in enumerate(outs):
+            np.testing.assert_allclose(out, want[i % len(cases)], rtol=1e-6)
 
 
 def test_host_control_flow_errors_are_named():
