@@ -228,6 +228,9 @@ def main(argv=None) -> int:
     torch_version = sys.modules["torch"].__version__ if "torch" in sys.modules else None
     env = {"python": platform.python_version(), "platform": platform.platform(), "threads": threads(),
            "torch_loaded": torch_version, "blas": runtime.blas().kind,
+           # the environment may pin OpenBLAS's kernels (OPENBLAS_CORETYPE=Haswell: AVX2 GEMMs on an
+           # AVX-512 CPU, where onnxruntime's own GEMMs use AVX-512): luminal leaves the user's setting be
+           "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
            "numpy": np.__version__, "onnxruntime": importlib.metadata.version("onnxruntime"),
            "luminal": importlib.metadata.version("luminal"), "load_avg": os.getloadavg(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -237,7 +240,8 @@ def main(argv=None) -> int:
     (RESULTS / f"{stem}.json").write_text(json.dumps({"environment": env, "rows": rows, "elapsed_s": elapsed}, indent=1))
     within = sum(1 for r in rows if r.get("ratio", float("inf")) <= TARGET)
     how = f"torch {torch_version} loaded, " if torch_version else "torch not loaded, "
-    markdown = (f"Measured {env['date']} on {env['platform']}, {env['threads']} threads, {how}BLAS {env['blas']}, "
+    pinned = f" (OPENBLAS_CORETYPE={env['openblas_coretype']})" if env["openblas_coretype"] and env["blas"] == "openblas" else ""
+    markdown = (f"Measured {env['date']} on {env['platform']}, {env['threads']} threads, {how}BLAS {env['blas']}{pinned}, "
                 f"onnxruntime {env['onnxruntime']}, load average {env['load_avg'][0]:.1f} at the end "
                 f"(`python -m benchmarks.onnx_bench{' --with-torch' if opts.with_torch else ''}`, {elapsed:.0f} s). "
                 f"Batch 1; medians in alternating rounds; ** marks a ratio above {TARGET:g}x. "
