@@ -459,3 +459,36 @@ def test_official_scan_node_tests_over_a_symbolic_length_on_the_host(case):
     for got, want in zip(compiled(*inputs), outputs):
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _loop_with_an_if(then_nodes, then_shape=(2,)):
+    """A for-loop as exporters write it (the condition passed on unchanged, a static trip count)
+    whose body holds an If on the loop's state."""
+    then = oh.make_graph(then_nodes, "then", [], [oh.make_tensor_value_info("r", F32, list(then_shape))])
+    els = oh.make_graph([oh.make_node("Neg", ["x_in"], ["r2"])], "else", [], [oh.make_tensor_value_info("r2", F32, [2])])
+    body = oh.make_graph(
+        [oh.make_node("ReduceSum", ["x_in"], ["s"], keepdims=0), oh.make_node("Greater", ["s", "zero"], ["big"]),
+         oh.make_node("If", ["big"], ["y"], then_branch=then, else_branch=els),
+         oh.make_node("ReduceSum", ["y"], ["t"], keepdims=1), oh.make_node("Add", ["x_in", "t"], ["x_out"]),
+         oh.make_node("Identity", ["c"], ["c_out"])],
+        "body", [oh.make_tensor_value_info("i", I64, []), oh.make_tensor_value_info("c", BOOL, []),
+                 oh.make_tensor_value_info("x_in", F32, [2])],
+        [oh.make_tensor_value_info("c_out", BOOL, []), oh.make_tensor_value_info("x_out", F32, [2])])
+    return _model([oh.make_node("Loop", ["three", "", "x"], ["y"], body=body)],
+                  [oh.make_tensor_value_info("x", F32, [2])], [oh.make_tensor_value_info("y", F32, [2])],
+                  [oh.make_tensor("three", I64, [], [3]), oh.make_tensor("zero", F32, [], [0.0]),
+                   oh.make_tensor("idx", I64, [2], [1, 0])], check=False)
+
+
+@pytest.mark.parametrize("then_nodes,then_shape,hosted", [
+    ([oh.make_node("Mul", ["x_in", "x_in"], ["r"])], (2,), False),  # if-converted inside the unrolled loop
+    ([oh.make_node("Gather", ["x_in", "idx"], ["r"])], (2,), True),  # a branch that can fail: the loop on the host
+    ([oh.make_node("Concat", ["x_in", "x_in"], ["r"], axis=0)], (4,), True),  # branches of different shapes
+])
+def test_a_for_loop_is_unrolled_unless_its_body_holds_an_if_that_cannot_convert(then_nodes, then_shape, hosted):
+    model = _loop_with_an_if(then_nodes, then_shape)
+    compiled = lonnx.compile(model, check=False)
+    assert (type(compiled).__name__ == "StagedModel") == hosted
+    for x in ([1.0, -3.0], [2.0, 5.0], [np.nan, 1.0]):
+        feeds = {"x": np.array(x, np.float32)}
+        np.testing.assert_allclose(compiled(feeds)[0], _ort(model, feeds)[0], rtol=1e-6)

@@ -48,7 +48,7 @@ class NeedsValue(OnnxImportError):
 class IfNotConvertible(NeedsValue):
     """An If on a run-time condition whose branches turned out not to select element by element
     (different shapes or dtypes, sequences): it runs on the host instead (raised internally).
-    `node_key`: the If's first output name."""
+    `node_key`: the If's first output name (the model hosts the top-level node that is or holds it)."""
 
     def __init__(self, msg: str, value_name: str, node_key: str):
         super().__init__(msg, value_name)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import onnx
 
+from luminal.frontends.onnx.inferred import Inferred
+
 MAX_BRANCH_NODES = 64  # both branches together: past this, computing both costs more than a host step
 # ops that never raise at run time and whose output shapes follow from their input shapes
 # (a Reshape/Slice/Expand whose target is run-time data fails the import instead: then the model
@@ -30,8 +32,9 @@ FLOAT_ONLY = {"Div", "Pow"}
 FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 
 
-def convertible(proto: onnx.ModelProto, node: onnx.NodeProto) -> bool:
-    """`node` (an If) may be imported as both branches and a select."""
+def convertible(node: onnx.NodeProto, inferred: Inferred) -> bool:
+    """`node` (an If) may be imported as both branches and a select; `inferred` is the model's
+    shape inference (its element types are read only for a branch that divides)."""
     branches = [a.g for a in node.attribute if a.name in ("then_branch", "else_branch")]
     if node.op_type != "If" or len(branches) != 2:
         return False
@@ -42,38 +45,4 @@ def convertible(proto: onnx.ModelProto, node: onnx.NodeProto) -> bool:
         if n.op_type not in SAFE_OPS or n.domain not in ("", "ai.onnx") or any(
                 a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
             return False
-    risky = [n for n in nodes if n.op_type in FLOAT_ONLY]
-    if risky:
-        types = _elem_types(proto)
-        if any(types.get(n.input[0]) not in FLOATS for n in risky):
-            return False
-    return True
-
-
-def _elem_types(proto: onnx.ModelProto) -> dict[str, int]:
-    """value name -> ONNX element type, as onnx's shape inference finds them (subgraphs included)."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
-    except Exception:  # noqa: BLE001 - without inference, no Div/Pow branch is converted
-        return {}
-    out: dict[str, int] = {}
-
-    def walk(g: onnx.GraphProto) -> None:
-        for i in g.initializer:
-            out[i.name] = i.data_type
-        for vi in list(g.input) + list(g.value_info) + list(g.output):
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                out[vi.name] = vi.type.tensor_type.elem_type
-        for n in g.node:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    walk(a.g)
-                for sub in a.graphs:
-                    walk(sub)
-            if n.op_type == "Constant":
-                for a in n.attribute:
-                    if a.name == "value":
-                        out[n.output[0]] = a.t.data_type
-
-    walk(inferred.graph)
-    return out
+    return all(inferred.elem_types.get(n.input[0]) in FLOATS for n in nodes if n.op_type in FLOAT_ONLY)

@@ -13,6 +13,7 @@ models (Shape -> Gather -> Concat -> Reshape). Consumers that need a value at co
 
 from __future__ import annotations
 
+import functools
 import keyword
 import re
 
@@ -26,6 +27,7 @@ from luminal.builder import functional as F
 from luminal.errors import LuminalError, ShapeError
 from luminal.frontends.onnx import registry
 from luminal.frontends.onnx.errors import (
+    IfNotConvertible,
     InvalidModelError,
     NeedsShape,
     NeedsValue,
@@ -33,6 +35,7 @@ from luminal.frontends.onnx.errors import (
     OnnxImportError,
     UnsupportedOpsError,
 )
+from luminal.frontends.onnx.inferred import Inferred
 from luminal.frontends.onnx.shape_eval import evaluate as evaluate_symbolic
 from luminal.frontends.onnx.values import Known, Seq, Value, hlir_dtype
 from luminal.hlir import symbolic as sym
@@ -151,6 +154,11 @@ class Importer:
             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
                 self.elem_types.setdefault(vi.name, vi.type.tensor_type.elem_type)
 
+    @functools.cached_property
+    def inferred(self) -> Inferred:
+        """onnx's shape inference of the model, run once if a node asks (If-conversion)."""
+        return Inferred(self.proto)
+
     def assume(self, a, b) -> None:
         if (a, b) not in self.assumptions:
             self.assumptions.append((a, b))
@@ -254,6 +262,8 @@ class Importer:
             if not names or exc.value_name in saved:
                 raise
             traced = [n for n in names if any(graph_input_deps(self.proto.graph, n))]
+            if isinstance(exc, IfNotConvertible):  # keeps naming its If: the model hosts what holds it
+                raise IfNotConvertible(str(exc), (traced or names)[0], exc.node_key) from None
             raise type(exc)(str(exc), (traced or names)[0]) from None
         finally:
             self.values = saved

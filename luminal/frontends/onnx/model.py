@@ -22,6 +22,7 @@ from luminal.frontends.onnx.errors import (
     OnnxInputError,
 )
 from luminal.frontends.onnx.importer import Importer, graph_input_deps, input_dim_name
+from luminal.frontends.onnx.inferred import Inferred
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op, toposort
 
@@ -247,6 +248,11 @@ def _declared_shape(vi) -> tuple:
     )
 
 
+def _declared_infos(value_infos) -> list[IOInfo]:
+    """IOInfo of graph inputs or outputs as the model declares them (before a build says more)."""
+    return [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in value_infos]
+
+
 def _build(proto, specialize, device, optimize, shapes=None):
     """Import and compile `proto` with the inputs in `specialize` compiled in by value."""
     name = proto.graph.name or "onnx"
@@ -314,23 +320,23 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
                 for vi in graph.input if vi.name in inits]
     value_inputs: set[str] = set()
     shape_inputs: set[str] = set()
-    forced: set[str] = set()  # Ifs on run-time data whose branches did not if-convert: on the host
+    forced: set[str] = set()  # nodes holding an If on run-time data that did not if-convert: on the host
+    inferred = Inferred(proto)  # onnx's shape inference, run once if a decision needs it
     while True:
-        steps = staged.plan(proto, recurrence, forced)
+        steps = staged.plan(proto, recurrence, forced, inferred)
         if steps is not None:  # Loop/Scan/If that run-time data decides: compiled stages, control flow on the host
             staged.check_supported(proto)
-            in_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in declared]
-            out_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi))
-                         for vi in graph.output]
+            in_infos, out_infos = _declared_infos(declared), _declared_infos(graph.output)
             notes += [f"on the host: {s[1].op_type} node {s[1].name or '<unnamed>'!r}, {s[2]}" for s in steps if s[0] == "host"]
             return staged.staged_model(proto, steps, in_infos, out_infos, notes, defaults=defaults, base=OnnxModel,
-                                       compile_fn=compile,
+                                       compile_fn=compile, inferred=inferred,
                                        options={"device": device, "optimize": optimize, "recurrence": recurrence})
         try:
             compiled, inputs, outputs, out_tensors = _build(proto, {}, device, optimize)
         except NeedsValue as exc:
-            if isinstance(exc, IfNotConvertible) and exc.node_key not in forced and staged.top_level_if(proto, exc.node_key):
-                forced.add(exc.node_key)
+            host = staged.enclosing(proto, exc.node_key) if isinstance(exc, IfNotConvertible) else None
+            if host is not None and host not in forced:
+                forced.add(host)
                 continue
             value_inputs, shape_inputs = _deps(graph, exc)
             if not value_inputs and not shape_inputs:
@@ -353,8 +359,7 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
                 shape[ragged[i]] = f"<={shape[ragged[i]]}"
             out_infos.append(IOInfo(out_name, dtype, tuple(shape)))
     else:
-        in_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in declared]
-        out_infos = [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in graph.output]
+        in_infos, out_infos = _declared_infos(declared), _declared_infos(graph.output)
         notes.append(f"compiled per value of input(s) {sorted(value_inputs)} and per shape of {sorted(shape_inputs)}: "
                      "nodes need them at compile time")
     return OnnxModel(proto, in_infos, out_infos, notes, device=device, optimize=optimize, compiled=compiled,

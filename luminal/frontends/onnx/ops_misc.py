@@ -95,7 +95,7 @@ def if_(c, cond, then_branch, else_branch):
     known = c.known(0)
     if known is not None:
         return c.subgraph(then_branch if bool(np.asarray(known).reshape(-1)[0]) else else_branch, {})
-    if not if_convert.convertible(c.importer.proto, c.node):
+    if not if_convert.convertible(c.node, c.importer.inferred):
         raise NeedsValue(f"If node {c.name!r}: its condition depends on run-time data", c.node.input[0])
     if not all(sym.equal(d, 1) for d in cond.shape):
         c.fail(f"the condition has shape {cond.shape}; If takes one element")

@@ -33,6 +33,7 @@ from luminal.frontends.onnx import if_convert, staged_rnn
 from luminal.frontends.onnx.errors import OnnxError, OnnxImportError, OnnxInputError
 from luminal.frontends.onnx.host_step import HostStep
 from luminal.frontends.onnx.importer import Importer, _value_deps, attr_value, graph_input_deps, initializer_array
+from luminal.frontends.onnx.inferred import Inferred
 
 RECURRENT_OPS = staged_rnn.RECURRENT_OPS
 HOSTABLE = ("Loop", "Scan", "If", *RECURRENT_OPS)
@@ -66,11 +67,14 @@ def free_names(nodes, defined=()) -> list[str]:
     return list(out)
 
 
-def host_reason(proto: onnx.ModelProto, node: onnx.NodeProto, shapes: dict, recurrence: str = "unroll",
+def host_reason(proto: onnx.ModelProto, node: onnx.NodeProto, inferred: Inferred, recurrence: str = "unroll",
                 forced=()) -> str | None:
     """Why `node` (of the model's main graph) runs on the host, or None when the importer can
-    unroll, fold or if-convert it at compile time. `forced`: Ifs found not to if-convert."""
+    unroll, fold or if-convert it at compile time. `forced`: nodes that are or hold an If found
+    not to if-convert (`enclosing`)."""
     graph = proto.graph
+    if node.output and node.output[0] in forced and node.op_type != "If":
+        return "it holds an If on run-time data whose branches' results differ in shape"
     inputs = {vi.name: vi for vi in graph.input}
     inits = {i.name for i in graph.initializer}
 
@@ -85,29 +89,34 @@ def host_reason(proto: onnx.ModelProto, node: onnx.NodeProto, shapes: dict, recu
             return f"its trip count or condition is computed from input(s) {controls}"
         if not body.output:
             return None
-        state = {i.name for i in body.input[1:]}
+        # the carried values (not the condition input: a body that passes it on, as exporters of
+        # for-loops write, runs a sequence of conditions its constant start decides: unrolled)
+        state = {i.name for i in body.input[2:]}
         outer = set(free_names(body.node, {i.name for i in body.input} | {i.name for i in body.initializer}))
         values, shape_deps = _value_deps(body.node, state | outer, body.output[0].name)
         if values & state or any(deps(n) for n in (values | shape_deps) & outer):
             return "its body computes the condition from the loop's state or the inputs"
+        for n in body.node:  # an If on the state that cannot be if-converted: the body compiles as a model of its own
+            if n.op_type == "If" and _value_deps(body.node, state, n.input[0])[0] and not if_convert.convertible(n, inferred):
+                return f"its body holds If node {n.name or '<unnamed>'!r} on the loop's state"
         return None
     if node.op_type == "Scan":
         m = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
         axes = next((list(a.ints) for a in node.attribute if a.name == "scan_input_axes"), None) or [0] * m
         for name, axis in zip(node.input[len(node.input) - m:], axes):
-            dims = shapes.get(name)
+            dims = inferred.shapes.get(name)
             if dims is not None and -len(dims) <= axis < len(dims) and isinstance(dims[axis], int):
                 return None  # a static length: unrolled
         scanned = sorted(set().union(*(deps(n) for n in node.input[len(node.input) - m:] if n)))
         return f"its length comes from input(s) {scanned}" if scanned else None
     if node.op_type in RECURRENT_OPS:
-        return staged_rnn.host_reason(node, shapes, deps) if recurrence == "host" else None
+        return staged_rnn.host_reason(node, inferred.shapes, deps) if recurrence == "host" else None
     if node.op_type == "If":
         values, _ = graph_input_deps(graph, node.input[0])
         data = sorted(n for n in values - inits if n in inputs and _is_data(inputs[n]))
         if node.output[0] in forced:
             return f"its condition is computed from input(s) {sorted(values - inits)} and its branches' results differ in shape"
-        if not data or if_convert.convertible(proto, node):
+        if not data or if_convert.convertible(node, inferred):
             return None  # a setting: compiled per value; small safe branches: both computed, one selected
         return f"its condition is computed from the data of input(s) {data}"
     return None
@@ -120,36 +129,18 @@ def _is_data(vi: onnx.ValueInfoProto) -> bool:
     return tt.elem_type in FLOAT_TYPES or not tt.HasField("shape") or len(tt.shape.dim) > 0
 
 
-def inferred_shapes(proto: onnx.ModelProto) -> dict[str, list]:
-    """value name -> dims (int, dim_param str, or None when unknown) that onnx's shape inference
-    finds for the main graph; {} where it fails."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
-    except Exception:  # noqa: BLE001 - inference is a help here, never a requirement
-        inferred = proto
-    g = inferred.graph
-    out = {}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        tt = vi.type.tensor_type
-        if vi.type.HasField("tensor_type") and tt.HasField("shape"):
-            out[vi.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or None)
-                            for d in tt.shape.dim]
-    for init in g.initializer:
-        out[init.name] = list(init.dims)
-    return out
-
-
-def plan(proto: onnx.ModelProto, recurrence: str = "unroll", forced=()) -> list | None:
+def plan(proto: onnx.ModelProto, recurrence: str = "unroll", forced=(), inferred: Inferred | None = None) -> list | None:
     """The main graph cut at its host nodes: [("graph", nodes) | ("host", node, reason), ...], or
-    None when no node needs the host (the model compiles as one graph)."""
+    None when no node needs the host (the model compiles as one graph). `inferred`: the model's
+    shape inference, shared with the caller (run when a decision needs it)."""
     graph = proto.graph
     if not any(n.op_type in HOSTABLE for n in graph.node):
         return None
-    shapes = inferred_shapes(proto) if any(n.op_type in ("Scan", *RECURRENT_OPS) for n in graph.node) else {}
+    inferred = inferred or Inferred(proto)
     steps: list = []
     run: list = []
     for node in graph.node:
-        reason = host_reason(proto, node, shapes, recurrence, forced) if node.op_type in HOSTABLE else None
+        reason = host_reason(proto, node, inferred, recurrence, forced) if node.op_type in HOSTABLE else None
         if reason is None:
             run.append(node)
             continue
@@ -240,7 +231,9 @@ class SubModel:
         return self.compile_fn(model, check=False, **self.options)
 
     def reports(self) -> list:
-        return [m.report() for m in self._models.values() if getattr(m, "compiled", True) is not None]
+        """The compile reports of the graphs built so far (a staged body's too; a model compiled per
+        value has one only once called)."""
+        return [m.report() for m in self._models.values() if m.compiled is not None or hasattr(m, "plan")]
 
 
 def _outer(proto, env_names, nodes, defined=()) -> tuple[list[str], list]:
@@ -338,7 +331,7 @@ class HostNode(HostStep):
         trip = int(self._scalar(env, node.input[0], "trip count")) if node.input[0] else None
         has_cond = len(node.input) > 1 and node.input[1]
         go = bool(self._scalar(env, node.input[1], "condition")) if has_cond else True
-        carried = [np.asarray(self._value(env, n)) for n in node.input[2:]]
+        carried = [self._value(env, n) for n in node.input[2:]]
         k = len(carried)
         outer = self._outer_feeds(body, env, 2 + k)
         names = body.input_names
@@ -378,8 +371,8 @@ class HostNode(HostStep):
         node, body = self.node, self.subs["body"]
         m = int(self.attrs["num_scan_inputs"])
         n_state = len(node.input) - m
-        states = [np.asarray(self._value(env, n)) for n in node.input[:n_state]]
-        xs = [np.asarray(self._value(env, n)) for n in node.input[n_state:]]
+        states = [self._value(env, n) for n in node.input[:n_state]]
+        xs = [self._value(env, n) for n in node.input[n_state:]]
         in_dirs = list(self.attrs.get("scan_input_directions") or [0] * m)
         in_axes = [a % x.ndim for a, x in zip(self.attrs.get("scan_input_axes") or [0] * m, xs)]
         lengths = {x.shape[a] for x, a in zip(xs, in_axes)}
@@ -423,13 +416,13 @@ class HostNode(HostStep):
 class Plan:
     """The steps of a staged model and what they share (see `StagedModel`)."""
 
-    def __init__(self, proto, steps, *, options: dict, default_names, compile_fn):
+    def __init__(self, proto, steps, *, options: dict, default_names, compile_fn, inferred: Inferred):
         self.proto, self.options, self.compile_fn = proto, options, compile_fn
         graph = proto.graph
         self.default_names = set(default_names)
         self.initializers = {i.name: i for i in graph.initializer}
         self.env_names = {vi.name for vi in graph.input if vi.name not in self.initializers}
-        self.shapes = inferred_shapes(proto)
+        self.shapes = inferred.shapes
         self.steps = []
         self.host_reads: set[str] = set()  # what host nodes and their bodies read from the model
         outputs = {o.name for o in graph.output}
@@ -461,9 +454,15 @@ class Plan:
         return [s.describe() for s in self.steps]
 
 
-def top_level_if(proto: onnx.ModelProto, key: str) -> bool:
-    """An If of the model's main graph has `key` as its first output (one `plan` can host)."""
-    return any(n.op_type == "If" and n.output and n.output[0] == key for n in proto.graph.node)
+def enclosing(proto: onnx.ModelProto, key: str) -> str | None:
+    """The first output of the main graph's Loop, Scan or If that is the If whose first output is
+    `key`, or holds it in a subgraph (the node `plan` can host); None if there is none."""
+
+    def holds(node) -> bool:
+        return (node.op_type == "If" and node.output[:1] == [key]) or any(holds(n) for g in _subgraphs(node) for n in g.node)
+
+    return next((n.output[0] for n in proto.graph.node if n.op_type in ("Loop", "Scan", "If") and n.output
+                 and holds(n)), None)
 
 
 def check_supported(proto: onnx.ModelProto) -> None:
@@ -485,7 +484,8 @@ class StagedReport:
         return "\n".join(lines + [str(r) for r in self.reports])
 
 
-def staged_model(proto, steps, inputs, outputs, notes, *, options: dict, defaults, base: type, compile_fn):
+def staged_model(proto, steps, inputs, outputs, notes, *, options: dict, defaults, base: type, compile_fn,
+                 inferred: Inferred):
     """The model (a subclass of `base`, model.py's OnnxModel) of `proto` cut at host nodes (`plan`);
     `compile_fn` (luminal.onnx.compile) compiles its stages, bodies and branches."""
 
@@ -497,7 +497,7 @@ def staged_model(proto, steps, inputs, outputs, notes, *, options: dict, default
             super().__init__(proto, inputs, outputs, notes, device=options["device"], optimize=options["optimize"],
                              defaults=defaults)
             self.plan = Plan(proto, steps, options=options, default_names=[d.name for d in defaults],
-                             compile_fn=compile_fn)
+                             compile_fn=compile_fn, inferred=inferred)
 
         def report(self):
             subs = [s.sub_models() for s in self.plan.steps]
