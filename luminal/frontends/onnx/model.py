@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,10 +24,13 @@ from luminal.frontends.onnx.errors import (
 )
 from luminal.frontends.onnx.importer import Importer, graph_input_deps, input_dim_name
 from luminal.frontends.onnx.inferred import Inferred
+from luminal.frontends.onnx.ops_rnn import TooManySteps
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op, toposort
 
 COMPILED_KEPT = 32  # graphs compiled per distinct input value/shape kept by one model (least recently used dropped)
+RECURRENCES = ("auto", "unroll", "host")  # luminal.onnx.compile's recurrence policies
+SHAPES_NOTED = 8  # distinct shapes a model's notes list per recurrence form
 
 
 @dataclass(frozen=True)
@@ -59,10 +63,16 @@ class OnnxModel:
     An initializer that is also listed as a graph input is a default (ONNX semantics): `defaults`
     lists them; the caller may override one by name (`model(x, w=new_w)`), and the model is
     then compiled with that value in its place, once per distinct value.
+
+    `host_form` (recurrence="auto", a recurrence over a symbolic length): builds the model with
+    its recurrences stepped on the host. The first distinct shape compiles unrolled (the fastest
+    per call); the second, or one the unroll refuses (past `ops_rnn.MAX_STEPS`, or out of memory),
+    builds the host form once, and it serves every later new shape. A shape compiled unrolled
+    stays unrolled (never evicted): one input always gets the same graph, so the same numbers.
     """
 
     def __init__(self, proto, inputs: list[IOInfo], outputs: list[IOInfo], notes: list[str], *,
-                 device: str, optimize, compiled=None, value_inputs=(), shape_inputs=(), defaults=()):
+                 device: str, optimize, compiled=None, value_inputs=(), shape_inputs=(), defaults=(), host_form=None):
         self.proto = proto
         self.inputs = inputs
         self.defaults = list(defaults)  # overridable initializers (IOInfo)
@@ -75,6 +85,12 @@ class OnnxModel:
         self._cache: collections.OrderedDict = collections.OrderedDict()  # LRU, at most COMPILED_KEPT graphs
         # (input, axis) of every dynamic dim: a call with one of them 0 compiles statically
         self._dynamic_axes = [(i.name, axis) for i in inputs for axis, d in enumerate(i.shape) if not isinstance(d, int)]
+        self._host_form = host_form  # callable -> the host-stepped model (None: no such form, or it failed)
+        self._host = None  # that model, once built
+        self._unrolled: dict = {}  # key -> graph compiled unrolled under "auto" (kept: see the docstring)
+        self._host_shapes: list[str] = []  # the first SHAPES_NOTED shapes the host form served
+        self._lock = threading.Lock()  # the caches
+        self._build_lock = threading.Lock()  # one compile at a time: a second caller of a new key waits for it
 
     @property
     def input_names(self) -> list[str]:
@@ -85,10 +101,21 @@ class OnnxModel:
         return [o.name for o in self.outputs]
 
     def report(self):
+        if self._host is not None:  # recurrence="auto" after a second shape: both forms
+            reports = [g.report() for g in self._unrolled.values()] + [self._host.report()]
+            return RecurrenceReport(self.proto.graph.name or "onnx", self._forms(), reports)
         if self.compiled is None:
             raise OnnxInputError(f"this model compiles per value of {list(self.value_inputs)} and per shape of "
                                  f"{list(self.shape_inputs)}; call it first")
         return self.compiled.report()
+
+    def _forms(self) -> list[str]:
+        """Which form served which shapes (recurrence="auto")."""
+        unrolled = "; ".join(_fmt_key(k) for k in self._unrolled) or "none"
+        shown = list(self._host_shapes)
+        more = ", ..." if len(shown) >= SHAPES_NOTED else ""
+        return [f"unrolled (a graph per shape): {unrolled}",
+                f"stepped on the host (one build for every other shape): {'; '.join(shown) or 'none yet'}{more}"]
 
     def __repr__(self) -> str:
         ins = ", ".join(map(str, self.inputs))
@@ -143,20 +170,9 @@ class OnnxModel:
         compiled = self.compiled
         zero_dim = any(arrays[name].shape[axis] == 0 for name, axis in self._dynamic_axes)
         if self.value_inputs or self.shape_inputs or zero_dim or overrides:
-            # a dynamic dim of size 0 breaks the symbols' assumption (>= 1): compile this call's shapes statically
-            shape_names = self.input_names if zero_dim else self.shape_inputs
-            key = self._key(arrays, shape_names), _value_key(overrides)
-            compiled = self._cache.get(key)
-            if compiled is None:
-                compiled = self._build_retrying(arrays, zero_dim, overrides)
-                # the build may have added inputs to value_inputs/shape_inputs: stored under the key
-                # the next call computes (under the old one, the next call compiled it again)
-                key = self._key(arrays, self.input_names if zero_dim else self.shape_inputs), key[1]
-                self._cache[key] = compiled
-                while len(self._cache) > COMPILED_KEPT:  # each holds its own optimized graph and runtime
-                    self._cache.popitem(last=False)
-            else:
-                self._cache.move_to_end(key)
+            compiled = self._compiled_for(arrays, zero_dim, overrides)
+            if isinstance(compiled, OnnxModel):  # the host-stepped form (recurrence="auto")
+                return compiled(arrays)
             if not overrides and not zero_dim:  # a graph static for a size-0 call would reject the next, dynamic one
                 self.compiled = compiled
         self._check_assumptions(compiled, arrays)
@@ -199,6 +215,83 @@ class OnnxModel:
                     f"(here {va} > {vb}), e.g. a sequence longer than a table the model slices"
                 )
 
+    def _compiled_for(self, arrays, zero_dim: bool, overrides: dict):
+        """The graph for this call's values and shapes (compiled at the first call that brings
+        them), or the host-stepped model that serves them (recurrence="auto")."""
+        # a dynamic dim of size 0 breaks the symbols' assumption (>= 1): compile this call's shapes statically
+        key = self._key(arrays, self.input_names if zero_dim else self.shape_inputs), _value_key(overrides)
+        compiled = self._lookup(key)
+        if compiled is not None:
+            return compiled
+        # overridden weights and size-0 calls compile per key as before: the host form embeds the
+        # weights its cells read, and a static size-0 graph is cheap
+        auto = not zero_dim and not overrides
+        host = self._host
+        if auto and host is not None:
+            self._note_host(key)
+            return host
+        with self._build_lock:
+            compiled = self._lookup(key)  # another thread may have compiled it meanwhile
+            if compiled is not None:
+                return compiled
+            auto = auto and self._host_form is not None
+            if auto and (self._host is not None or self._unrolled):
+                host = self._host_model(key, "a second distinct shape")
+                if host is not None:
+                    return host
+                auto = False
+            try:
+                compiled = self._build_retrying(arrays, zero_dim, overrides)
+            except (TooManySteps, MemoryError) as exc:
+                host = self._host_model(key, f"the unroll failed ({type(exc).__name__}: {exc})") if auto else None
+                if host is None:
+                    raise
+                return host
+            # the build may have added inputs to value_inputs/shape_inputs: stored under the key
+            # the next call computes (under the old one, the next call compiled it again)
+            key = self._key(arrays, self.input_names if zero_dim else self.shape_inputs), key[1]
+            with self._lock:
+                if auto:
+                    self._unrolled[key] = compiled
+                    self.notes.append(f"recurrence='auto': {_fmt_key(key)} compiled unrolled")
+                else:
+                    self._cache[key] = compiled
+                    while len(self._cache) > COMPILED_KEPT:  # each holds its own optimized graph and runtime
+                        self._cache.popitem(last=False)
+            return compiled
+
+    def _lookup(self, key):
+        with self._lock:
+            compiled = self._unrolled.get(key)
+            if compiled is None:
+                compiled = self._cache.get(key)
+                if compiled is not None:
+                    self._cache.move_to_end(key)
+            return compiled
+
+    def _host_model(self, key, why: str):
+        """The host-stepped form, built at its first need (under the build lock); None, noted,
+        when it cannot be built (the model then unrolls every length, as recurrence="unroll")."""
+        if self._host is None:
+            try:
+                host = self._host_form()
+            except OnnxError as exc:
+                self._host_form = None
+                self.notes.append(f"recurrence='auto': the host-stepped form failed ({exc}); every shape compiles unrolled")
+                return None
+            self.notes.append(f"recurrence='auto': {why} at {_fmt_key(key)}: the recurrence is stepped on the host "
+                              "for this and every later new shape (one build)")
+            self._host = host
+        self._note_host(key)
+        return self._host
+
+    def _note_host(self, key) -> None:
+        if len(self._host_shapes) < SHAPES_NOTED:
+            shown = _fmt_key(key)
+            with self._lock:
+                if shown not in self._host_shapes and len(self._host_shapes) < SHAPES_NOTED:
+                    self._host_shapes.append(shown)
+
     def _key(self, arrays, shape_names) -> tuple:
         values = tuple((n, arrays[n].dtype.str, arrays[n].shape, arrays[n].tobytes()) for n in self.value_inputs)
         return values, tuple((n, arrays[n].shape) for n in shape_names)
@@ -237,6 +330,25 @@ def _value_key(arrays: dict) -> tuple:
 
 def _fmt(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def _fmt_key(key) -> str:
+    """A compile key as its shapes ("x (7, 2, 3)") and the names of the values compiled in."""
+    (values, shapes), _ = key
+    parts = [f"{n} {_fmt(s)}" for n, s in shapes] + [f"{n} (by value)" for n, *_ in values]
+    return ", ".join(parts) or "no shapes"
+
+
+class RecurrenceReport:
+    """`report()` of a recurrence="auto" model that runs both forms: which served which shapes,
+    then the compile reports (the unrolled graphs', the host-stepped model's)."""
+
+    def __init__(self, name: str, forms: list[str], reports: list):
+        self.name, self.forms, self.reports = name, forms, reports
+
+    def __str__(self) -> str:
+        lines = [f"luminal model: {self.name} (recurrence='auto')"] + [f"  {f}" for f in self.forms]
+        return "\n".join(lines + [str(r) for r in self.reports])
 
 
 def _declared_shape(vi) -> tuple:
@@ -291,19 +403,22 @@ def _shape_only_inputs_compile_per_shape(hlir_inputs, outputs) -> None:
 
 
 def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: bool = True,  # noqa: A001
-            recurrence: str = "unroll") -> OnnxModel:
+            recurrence: str = "auto") -> OnnxModel:
     """Compile an ONNX model (a path, bytes or `onnx.ModelProto`) for `device` (a `luminal.devices`
     entry: an unknown one, or one this machine cannot run, raises DeviceError before any work).
 
-    `recurrence`: how RNN/GRU/LSTM over a symbolic sequence length run. "unroll" (the default)
-    unrolls them per distinct length (compiled at the first call of each length, up to
-    COMPILED_KEPT kept; the fastest per call: the input projection is one GEMM over all steps);
-    "host" steps the cell on the host, compiled once for every length (for inputs of many
-    lengths; each step is a call of the compiled cell). Loop, Scan and If that run-time data
-    decides always run on the host (`staged.py`)."""
+    `recurrence`: how RNN/GRU/LSTM over a symbolic sequence length run, as torch.compile's
+    automatic dynamic shapes do. "auto" (the default): the first distinct length compiles
+    unrolled (the fastest per call: the input projection is one GEMM over all steps); a second
+    distinct length, or one past `ops_rnn.MAX_STEPS`, builds the host-stepped form once, and it
+    serves every later new length (a length compiled unrolled stays so). "unroll": every
+    distinct length compiles unrolled (up to COMPILED_KEPT kept; past MAX_STEPS it raises
+    `TooManySteps`). "host": the cell is stepped on the host, compiled once for every length
+    (each step a call of the compiled cell). Loop, Scan and If that run-time data decides always
+    run on the host (`staged.py`)."""
     devices.require(device)
-    if recurrence not in ("unroll", "host"):
-        raise OnnxError(f"recurrence={recurrence!r}: it is 'unroll' or 'host'")
+    if recurrence not in RECURRENCES:
+        raise OnnxError(f"recurrence={recurrence!r}: it is one of {', '.join(map(repr, RECURRENCES))}")
     proto, _ = loader.load_model(model, check=check)
     proto, note = loader.upgrade(proto)
     notes = [note] if note else []
@@ -362,5 +477,16 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
         in_infos, out_infos = _declared_infos(declared), _declared_infos(graph.output)
         notes.append(f"compiled per value of input(s) {sorted(value_inputs)} and per shape of {sorted(shape_inputs)}: "
                      "nodes need them at compile time")
+    host_form = None
+    if compiled is None and recurrence == "auto" and _steps_recurrence(proto, forced, inferred):
+        def host_form():
+            return compile(proto, device=device, optimize=optimize, check=False, recurrence="host")
     return OnnxModel(proto, in_infos, out_infos, notes, device=device, optimize=optimize, compiled=compiled,
-                     value_inputs=sorted(value_inputs), shape_inputs=sorted(shape_inputs), defaults=defaults)
+                     value_inputs=sorted(value_inputs), shape_inputs=sorted(shape_inputs), defaults=defaults,
+                     host_form=host_form)
+
+
+def _steps_recurrence(proto, forced, inferred) -> bool:
+    """Whether recurrence="host" would step a recurrence of `proto` on the host."""
+    steps = staged.plan(proto, "host", forced, inferred)
+    return any(s[0] == "host" and s[1].op_type in staged.RECURRENT_OPS for s in steps or ())

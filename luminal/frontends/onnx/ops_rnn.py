@@ -4,7 +4,8 @@ GRU linear_before_reset).
 
 Lowered to HLIR primitives by unrolling the recurrence over the sequence length, which is the
 input's static dim in each compiled graph: a model whose sequence dim is symbolic compiles once
-per distinct length (`NeedsShape`, the OnnxModel caches up to COMPILED_KEPT graphs). The input
+per distinct length (`NeedsShape`; under `recurrence="auto"`, the default, only the first length:
+later ones, and any past MAX_STEPS, step the cell on the host, `staged_rnn.py`). The input
 projection X @ W^T is one MatMul over all steps and both directions (a projection per step
 commutes with reversing the steps: one GEMM twice as wide, which the CPU backend may split across
 threads); each step adds H @ R^T (one GEMM for all of a GRU's gates when linear_before_reset) and
@@ -19,11 +20,15 @@ import numpy as np
 import onnx
 
 from luminal.builder import functional as F
-from luminal.frontends.onnx.errors import NeedsShape
+from luminal.frontends.onnx.errors import NeedsShape, OnnxImportError
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.hlir import symbolic as sym
 
-MAX_STEPS = 4096
+MAX_STEPS = 4096  # an unrolled recurrence's steps: more compile too slowly (the graph grows with the length)
+
+
+class TooManySteps(OnnxImportError):
+    """A recurrence longer than MAX_STEPS asked to unroll: `recurrence="auto"` steps it on the host instead."""
 LOOKUP_MAX = 1 << 22  # elements of a precomputed embedding-projection table (16 MB of f32)
 
 
@@ -79,7 +84,8 @@ def _prepare(c, x, seq_lens, layout):
                          "recurrences, so this model compiles once per sequence length", c.node.input[0])
     n = int(n)
     if n > MAX_STEPS:
-        c.fail(f"a sequence of {n} steps: luminal unrolls at most {MAX_STEPS}")
+        raise TooManySteps(f"{c.node.op_type} node {c.name!r}: a sequence of {n} steps: luminal unrolls at most "
+                           f"{MAX_STEPS} (recurrence='auto' or 'host' steps it on the host)")
     return x, n
 
 

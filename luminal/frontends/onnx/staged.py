@@ -110,7 +110,7 @@ def host_reason(proto: onnx.ModelProto, node: onnx.NodeProto, inferred: Inferred
         scanned = sorted(set().union(*(deps(n) for n in node.input[len(node.input) - m:] if n)))
         return f"its length comes from input(s) {scanned}" if scanned else None
     if node.op_type in RECURRENT_OPS:
-        return staged_rnn.host_reason(node, inferred.shapes, deps) if recurrence == "host" else None
+        return staged_rnn.host_reason(node, inferred.shapes, deps, recurrence)
     if node.op_type == "If":
         values, _ = graph_input_deps(graph, node.input[0])
         data = sorted(n for n in values - inits if n in inputs and _is_data(inputs[n]))

@@ -19,25 +19,31 @@ from onnx import helper, numpy_helper
 from luminal.frontends.onnx.errors import OnnxError, OnnxImportError
 from luminal.frontends.onnx.host_step import HostStep
 from luminal.frontends.onnx.importer import attr_value, initializer_array
+from luminal.frontends.onnx.ops_rnn import MAX_STEPS
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 ACTIVATIONS = {"RNN": 1, "GRU": 2, "LSTM": 3}  # activation functions per direction
 RECURRENT_OPS = tuple(GATES)
 
 
-def host_reason(node: onnx.NodeProto, shapes: dict, deps) -> str | None:
-    """Why a recurrence runs on the host (its length is symbolic and the cell can be stepped),
-    or None: unrolled by `ops_rnn.py` (per length when symbolic)."""
+def host_reason(node: onnx.NodeProto, shapes: dict, deps, recurrence: str = "host") -> str | None:
+    """Why a recurrence runs on the host, or None: unrolled by `ops_rnn.py` (per length when
+    symbolic). On the host: a static length past MAX_STEPS (under "auto" and "host"), and a
+    symbolic one under "host" (under "auto" the model decides per call, `model.py`)."""
     attrs = {a.name: attr_value(a) for a in node.attribute}
-    dims = shapes.get(node.input[0])
-    axis = 1 if attrs.get("layout", 0) else 0
-    if dims is not None and len(dims) == 3 and isinstance(dims[axis], int):
-        return None  # a static length: unrolled, its input projection one GEMM over all steps
     names = list(attrs.get("activations") or [])
     for key in ("activation_alpha", "activation_beta"):  # aligned with the activations: sliced alike
         if attrs.get(key) and len(attrs[key]) != len(names):
             return None
     if node.domain not in ("", "ai.onnx"):
+        return None
+    dims = shapes.get(node.input[0])
+    axis = 1 if attrs.get("layout", 0) else 0
+    if dims is not None and len(dims) == 3 and isinstance(dims[axis], int):
+        if dims[axis] > MAX_STEPS and recurrence != "unroll":  # unrolling would fail (TooManySteps)
+            return f"its {dims[axis]} steps are more than the {MAX_STEPS} luminal unrolls"
+        return None  # a static length: unrolled, its input projection one GEMM over all steps
+    if recurrence != "host":
         return None
     sources = sorted(deps(node.input[0]))
     return f"its sequence length comes from input(s) {sources}" if sources else None
