@@ -172,16 +172,24 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
       lum_skinny_gemm_##N(M, NN, K, A, lda, bt, K, C, ldc); \
       free(bt); } \
   } \
-  else if (GEMM && !lum_blas_in_team && lum_threads > 1 && M * NN * K >= (1LL << 21) && NN >= 32 && !omp_in_parallel()) { \
-    /* OpenBLAS, single-threaded, on column blocks of C (multiples of 16), one per thread of the \
-       loops' team; a loop over the blocks, so every block is computed whatever team OpenMP gives */ \
-    const int team = lum_threads; \
-    const long long per = ((NN + team - 1) / team + 15) / 16 * 16, n_blocks = (NN + per - 1) / per; \
+  else if (GEMM && !lum_blas_in_team && lum_threads > 1 && M * NN * K >= (1LL << 21) && (NN >= 32 || M >= 64) \
+           && !omp_in_parallel()) { \
+    /* OpenBLAS (or luminal's AVX-512 SGEMM), single-threaded, on blocks of C (multiples of 16), \
+       one per thread of the loops' team; a loop over the blocks, so every block is computed \
+       whatever team OpenMP gives. Blocks of columns, or of rows when the columns are few and the \
+       rows many (ResNet50's 7x7 stage, 512 x 49 x 4608: each thread would read all of A) */ \
+    const int team = lum_threads, by_rows = NN < 128 && M > NN; \
+    const long long extent = by_rows ? M : NN; \
+    const long long per = ((extent + team - 1) / team + 15) / 16 * 16, n_blocks = (extent + per - 1) / per; \
     _Pragma("omp parallel for num_threads(team) schedule(static)") \
     for (long long blk = 0; blk < n_blocks; ++blk) { \
-      const long long j0 = blk * per; \
-      GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, lum_min(per, NN - j0), K, (T)1, A, lda, \
-           B + (tb ? j0 * ldb : j0), ldb, (T)0, C + j0, ldc); } \
+      const long long s0 = blk * per, w = lum_min(per, extent - s0); \
+      if (by_rows) \
+        GEMM(101, ta ? 112 : 111, tb ? 112 : 111, w, NN, K, (T)1, A + (ta ? s0 : s0 * lda), lda, B, ldb, (T)0, \
+             C + s0 * ldc, ldc); \
+      else \
+        GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, w, K, (T)1, A, lda, B + (tb ? s0 * ldb : s0), ldb, (T)0, \
+             C + s0, ldc); } \
   } \
   else if (GEMM) GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, NN, K, (T)1, A, lda, B, ldb, (T)0, C, ldc); \
   else lum_loop_gemm_##N(ta, tb, M, NN, K, A, lda, B, ldb, C, ldc); \

@@ -44,7 +44,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
-from luminal.kernels.cpu import build
+from luminal.kernels.cpu import build, gemm_avx512
 from luminal.kernels.cpu.program import CProgram, launch_table, render_program
 from luminal.kernels.cpu.render import CStep
 from luminal.kernels.plan import Schedule
@@ -96,7 +96,9 @@ class _Blas:
       OpenBLAS beside it, two pools of spinning threads fight over the cores). The prelude adapts
       the Fortran LP64 calls to its row-major interface.
     - **NumPy's OpenBLAS** (ILP64 `cblas_*64_` in `numpy.libs`) otherwise: importing torch only
-      for its BLAS would cost more than it saves.
+      for its BLAS would cost more than it saves. When its kernels are narrower than the CPU's
+      (AVX2 on an AVX-512 CPU: `OPENBLAS_CORETYPE=Haswell`), luminal's own AVX-512 SGEMM stands
+      in front of it (`gemm_avx512.py`; `LUMINAL_GEMM` chooses).
 
     `LUMINAL_BLAS=openblas` or `=mkl` forces one (for comparisons); a forced MKL without torch
     loaded falls back to OpenBLAS."""
@@ -105,6 +107,8 @@ class _Blas:
         self.kind = kind  # "mkl", "openblas" or "none" (loops)
         self.sgemm = self.dgemm = self.sgemv = self.dgemv = self.set_threads_ptr = None  # what the C code calls
         self.path = None
+        self.core = None  # OpenBLAS's kernels (its core name: "Haswell", "SkylakeX", ...)
+        self.gemm = "blas"  # who serves sgemm: the BLAS, or "luminal-avx512" in front of it (gemm_avx512.py)
         if kind == "mkl" and self._find_mkl():
             return
         self.kind = "openblas" if self._find_openblas() else "none"
@@ -148,6 +152,11 @@ class _Blas:
                 if setter is not None:
                     self.set_threads_ptr = ctypes.cast(setter, ctypes.c_void_p).value
                 self.path = path
+                self.core = _openblas_core(lib, prefix, suffix)
+                if gemm_avx512.wanted(self.core):  # AVX2 kernels on an AVX-512 CPU (OPENBLAS_CORETYPE, say)
+                    ours = gemm_avx512.sgemm(self.sgemm)
+                    if ours is not None:
+                        self.sgemm, self.gemm = ours, "luminal-avx512"
                 return True
         self.sgemm = self.dgemm = None
         return False
@@ -160,6 +169,16 @@ class _Blas:
         else:
             lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.set_threads_ptr,
                                                             self.sgemv, self.dgemv)))
+
+
+def _openblas_core(lib, prefix: str, suffix: str) -> str | None:
+    """OpenBLAS's kernel set as it chose it at load time (or as OPENBLAS_CORETYPE pinned it)."""
+    fn = getattr(lib, f"{prefix}openblas_get_corename{suffix}", None)
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_char_p
+    name = fn()
+    return name.decode(errors="replace") if name else None
 
 
 _BLAS: dict[str, _Blas] = {}

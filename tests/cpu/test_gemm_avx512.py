@@ -1,0 +1,157 @@
+"""luminal's AVX-512 SGEMM (`luminal/kernels/cpu/gemm_avx512.py`), which stands in front of
+OpenBLAS when OpenBLAS runs narrower kernels than the CPU has: called directly (every path of
+its blocking: packed and in-place A, edge tiles, K blocks, transposes, more rows than a row block
+and more columns than a column block), on special values, split into blocks (bit for bit the
+whole call's answer), and inside compiled graphs against the NumPy runtime."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.kernels.cpu import build, gemm_avx512, runtime
+
+needs_avx512 = pytest.mark.skipif(build.compiler() is None or not gemm_avx512.cpu_has_avx512(),
+                                  reason="no C compiler, or a CPU without AVX-512")
+LL, F, P = ctypes.c_longlong, ctypes.c_float, ctypes.c_void_p
+ROW_MAJOR, PLAIN, TRANS = 101, 111, 112
+
+
+@pytest.fixture(scope="module")
+def openblas_sgemm():
+    """OpenBLAS's own cblas_sgemm address (LUMINAL_GEMM=blas: nothing in front of it)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LUMINAL_GEMM", "blas")
+        b = runtime._Blas("openblas")
+    if b.kind != "openblas":
+        pytest.skip("NumPy's OpenBLAS was not found")
+    return b.sgemm
+
+
+@pytest.fixture(scope="module")
+def ours(openblas_sgemm):
+    address = gemm_avx512.sgemm(openblas_sgemm)
+    assert address is not None, "the AVX-512 SGEMM did not build on an AVX-512 CPU"
+    return ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, LL, LL, LL, F, P, LL, P, LL, F, P, LL)(address)
+
+
+def _gemm(fn, a, b, ta=False, tb=False, alpha=1.0, beta=0.0, c=None):
+    """C = alpha op(A) op(B) + beta C through `fn` (cblas_sgemm's ILP64 signature); a, b as op(A), op(B)."""
+    A = np.ascontiguousarray(a.T) if ta else np.ascontiguousarray(a)
+    B = np.ascontiguousarray(b.T) if tb else np.ascontiguousarray(b)
+    m, k = a.shape
+    n = b.shape[1]
+    C = np.full((m, n), np.nan, np.float32) if c is None else c.copy()  # beta 0: C is never read
+    fn(ROW_MAJOR, TRANS if ta else PLAIN, TRANS if tb else PLAIN, LL(m), LL(n), LL(k), F(alpha), P(A.ctypes.data),
+       LL(A.shape[1]), P(B.ctypes.data), LL(B.shape[1]), F(beta), P(C.ctypes.data), LL(n))
+    return C
+
+
+def _close(got, a, b):
+    """Within f32 rounding of the exact product: |err| <= K * eps * sum |a||b| per element."""
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    bound = a.shape[1] * np.finfo(np.float32).eps * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64))
+    assert np.all(np.abs(got - want) <= bound + 1e-30), np.max(np.abs(got - want) - bound)
+
+
+SHAPES = [
+    (1, 1, 1), (12, 32, 384), (13, 33, 7), (11, 31, 385),  # one tile, edges on every side, K past one block
+    (25, 70, 800), (100, 64, 300), (100, 65, 300), (7, 9, 1000),  # A read in place (<= 64 columns) or packed
+    (200, 40, 5), (193, 100, 17), (13, 4100, 5),  # more rows than a row block (192), more columns than 4096
+]
+
+
+@needs_avx512
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_every_blocking_path_matches_float64(ours, m, n, k, ta, tb):
+    rng = np.random.default_rng(m * 7919 + n * 31 + k)
+    a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    _close(_gemm(ours, a, b, ta, tb), a, b)
+
+
+@needs_avx512
+def test_small_integers_are_exact_and_k_zero_gives_zeros(ours):
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(-3, 4, (50, 700)).astype(np.float32), rng.integers(-3, 4, (700, 90)).astype(np.float32)
+    np.testing.assert_array_equal(_gemm(ours, a, b), (a.astype(np.float64) @ b).astype(np.float32))
+    empty = _gemm(ours, np.zeros((5, 0), np.float32), np.zeros((0, 40), np.float32))
+    np.testing.assert_array_equal(empty, np.zeros((5, 40), np.float32))
+
+
+@needs_avx512
+def test_special_values_as_openblas(ours, openblas_sgemm):
+    """NaN and inf propagate to their rows and columns (inf * 0 is NaN), a -0.0 product sums to
+    +0.0 as OpenBLAS's (and so the NumPy runtime's), and huge products overflow to inf alike."""
+    theirs = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, LL, LL, LL, F, P, LL, P, LL, F, P, LL)(openblas_sgemm)
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((40, 50), dtype=np.float32), rng.standard_normal((50, 70), dtype=np.float32)
+    a[3, 7], a[9, 0], b[2, 5], b[11, 60] = np.nan, np.inf, -np.inf, 0.0
+    a[20, :] = -0.0
+    a[30, :2], b[:2, 40] = 3e38, 3e38
+    for ta in (False, True):
+        got, want = _gemm(ours, a, b, ta), _gemm(theirs, a, b, ta)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got) & (got > 0), np.isinf(want) & (want > 0))
+        np.testing.assert_array_equal(np.signbit(got[20]), np.signbit(want[20]))
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-4)
+
+
+@needs_avx512
+def test_alpha_and_beta_go_to_the_blas(ours):
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((40, 30), dtype=np.float32), rng.standard_normal((30, 50), dtype=np.float32)
+    c = rng.standard_normal((40, 50), dtype=np.float32)
+    got = _gemm(ours, a, b, alpha=2.0, beta=0.5, c=c)
+    np.testing.assert_allclose(got, 2.0 * (a.astype(np.float64) @ b) + 0.5 * c, rtol=1e-5, atol=1e-4)
+
+
+@needs_avx512
+@pytest.mark.parametrize("n", [49, 300])  # A in place, A packed
+def test_blocks_of_rows_or_columns_are_the_whole_calls_answer(ours, n):
+    """The prelude splits a large GEMM into blocks of rows or columns, one per thread of a team
+    whose size depends on the machine's load: every block must round exactly as the whole call."""
+    rng = np.random.default_rng(n)
+    a, b = rng.standard_normal((200, 900), dtype=np.float32), rng.standard_normal((900, n), dtype=np.float32)
+    whole = _gemm(ours, a, b)
+    np.testing.assert_array_equal(_gemm(ours, a[16:112], b), whole[16:112])
+    np.testing.assert_array_equal(_gemm(ours, a[16:40], b), whole[16:40])  # few rows: B read in place
+    np.testing.assert_array_equal(_gemm(ours, a, b[:, 32:48 + n // 2]), whole[:, 32:48 + n // 2])
+
+
+@needs_avx512
+def test_compiled_graphs_use_it_and_match_the_numpy_runtime(monkeypatch):
+    """LUMINAL_GEMM=avx512 puts it in front of OpenBLAS (auto does when OpenBLAS's kernels are
+    narrower): a conv-shaped product, a product with few columns split into row blocks across
+    the team, and a transposed weight, against the NumPy runtime."""
+    monkeypatch.setenv("LUMINAL_GEMM", "avx512")
+    monkeypatch.setattr(runtime, "_BLAS", {})
+    monkeypatch.setenv("LUMINAL_BLAS", "openblas")  # NumPy's OpenBLAS even when torch (its MKL) is loaded
+    g = lm.Graph("gemm512")
+    w, x, v = g.input("w", (96, 576)), g.input("x", (576, "n")), g.input("v", ("n", 576))
+    g.output(w @ x, "conv")
+    g.output(v @ w.T, "linear")
+    cpu, ref = g.compile(device="cpu"), g.compile(device="numpy")
+    assert cpu.runtime.blas.gemm == "luminal-avx512"
+    rng = np.random.default_rng(1)
+    for n in (49, 400, 3):
+        feeds = {"w": rng.standard_normal((96, 576), dtype=np.float32), "x": rng.standard_normal((576, n), dtype=np.float32)}
+        feeds["v"] = np.ascontiguousarray(feeds["x"].T)
+        for (name, _), got, want in zip(g.outputs, cpu(feeds), ref(feeds)):
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-4, err_msg=f"{name} n={n}")
+
+
+def test_the_choice_follows_luminal_gemm(monkeypatch):
+    monkeypatch.setattr(gemm_avx512, "cpu_has_avx512", lambda: True)
+    monkeypatch.delenv("LUMINAL_GEMM", raising=False)
+    assert gemm_avx512.wanted("Haswell") and gemm_avx512.wanted(None)
+    assert not gemm_avx512.wanted("SkylakeX") and not gemm_avx512.wanted("COOPERLAKE")
+    monkeypatch.setenv("LUMINAL_GEMM", "blas")
+    assert not gemm_avx512.wanted("Haswell")
+    monkeypatch.setenv("LUMINAL_GEMM", "avx512")
+    assert gemm_avx512.wanted("SkylakeX")
+    monkeypatch.setattr(gemm_avx512, "cpu_has_avx512", lambda: False)
+    assert not gemm_avx512.wanted("Haswell")  # never on a CPU without it, whatever is asked
