@@ -8,6 +8,7 @@ from graph_helpers import hammer
 from onnx import TensorProto as TP
 from onnx import helper as oh
 
+import luminal
 import luminal.onnx as lonnx
 from luminal.frontends.onnx import staged
 
@@ -358,7 +359,7 @@ def test_recurrence_over_a_symbolic_length_is_stepped_on_the_host(op, direction,
         for g, w in zip(compiled(feeds), _ort(model, feeds)):
             assert g.shape == w.shape
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
-    assert _builds(compiled) == (2 if direction == "bidirectional" else 1)  # a cell per direction, once
+    assert _builds(compiled) == 1  # one cell for every direction, compiled once
 
 
 def test_recurrence_on_the_host_matches_the_unrolled_one():
@@ -374,6 +375,45 @@ def test_recurrence_on_the_host_matches_the_unrolled_one():
             assert type(lonnx.compile(hosted, recurrence="host")).__name__ == "StagedModel"
             for g, w in zip(got, lonnx.compile(unrolled, device=device)(feeds)):
                 np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", [0, 1])
+def test_a_recurrence_of_no_step_returns_the_initial_states(layout):
+    """A sequence of length 0, stepped and unrolled: Y is empty, Y_h and Y_c the initial states,
+    as for a batch row whose sequence_lens is 0 (the state is kept past a row's length). The
+    ONNX reference implementation fails on it and onnxruntime returns zeros (for such a row too):
+    luminal keeps its one rule."""
+    model = _recurrence("LSTM", "bidirectional", False, True, layout=layout)
+    feeds = _rnn_feeds(model, 3)
+    feeds["x"] = feeds["x"][:, :0] if layout else feeds["x"][:0]
+    feeds["h0"][0, 0, 0], feeds["c0"][-1, -1, -1] = -0.0, np.nan
+    for device in ("numpy", "cpu"):
+        for recurrence in ("host", "unroll"):
+            y, y_h, y_c = lonnx.compile(model, device=device, recurrence=recurrence)(feeds)
+            assert y.shape == ((2, 0, 2, 5) if layout else (0, 2, 2, 5))
+            np.testing.assert_array_equal(y_h, feeds["h0"])
+            np.testing.assert_array_equal(y_c, feeds["c0"])
+            assert np.signbit(y_h.reshape(-1)[0])
+
+
+def test_a_bound_cell_takes_another_signature_the_whole_way():
+    """`SubModel.bound`: the runtime called directly for the signature it was bound to; feeds of
+    another batch size go through the model (compiled for every batch), both right."""
+    model = _recurrence("GRU")
+    compiled = lonnx.compile(model, device="cpu", recurrence="host")
+    compiled(_rnn_feeds(model, 3))
+    cell = compiled.plan.steps[0].cell
+    rng = np.random.default_rng(1)
+    feeds = {"x_t0": rng.standard_normal((1, 2, 3), np.float32), "h_in0": rng.standard_normal((1, 2, 5), np.float32)}
+    step = cell.bound(feeds)
+    assert step is not cell and cell.bound(feeds) is step  # bound once per signature
+    calls = sum(g["calls"] for g in luminal.stats()["graphs"])
+    np.testing.assert_array_equal(step(feeds)[0], cell(feeds)[0])
+    assert sum(g["calls"] for g in luminal.stats()["graphs"]) == calls + 2  # luminal.stats() counts both
+    other = {"x_t0": rng.standard_normal((1, 4, 3), np.float32), "h_in0": rng.standard_normal((1, 4, 5), np.float32)}
+    np.testing.assert_array_equal(step(other)[0], cell(other)[0])
+    with pytest.raises(lonnx.OnnxError, match="dtype"):  # the whole way: a cell for f64 inputs, which the f32 weights refuse
+        step({"x_t0": feeds["x_t0"].astype(np.float64), "h_in0": feeds["h_in0"]})
 
 
 def test_recurrence_host_errors_are_named():

@@ -109,6 +109,12 @@ def _run(c, x, W, R, B, seq_lens, initial, direction, layout, gates: int, step):
         c.fail(f"direction {direction!r} is not forward, reverse or bidirectional")
     batch = x.shape[1]
     hidden = R.shape[-1]
+    if n == 0:  # no step: Y is empty and the final states are the initial ones (zeros when absent)
+        y = F.full(x.graph, (0, dirs, batch, hidden), 0.0, x.dtype)
+        finals = [F.full(x.graph, (dirs, batch, hidden), 0.0, x.dtype) if s is None else s for s in initial]
+        if layout:
+            return [y.permute(2, 0, 1, 3)] + [f.permute(1, 0, 2) for f in finals]
+        return [y] + finals
     ys, finals = [], []
     width = gates * hidden
     xw_all = _projected_lookup(c, layout)

@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from luminal.errors import InputError
 from luminal.frontends.onnx import if_convert, staged_rnn
 from luminal.frontends.onnx.errors import OnnxError, OnnxImportError, OnnxInputError
 from luminal.frontends.onnx.host_step import HostStep
@@ -170,6 +171,7 @@ class SubModel:
         self.options = options  # luminal.onnx.compile's keyword arguments (device, optimize, recurrence)
         self.compile_fn = compile_fn  # luminal.onnx.compile (passed in: model.py imports this module)
         self._models: dict = {}
+        self._bound: dict = {}  # signature (names, shapes, dtypes) -> `bound`'s callable
         self._lock = threading.Lock()
         self._identity = self._passthrough()
 
@@ -205,6 +207,10 @@ class SubModel:
     def __call__(self, feeds: dict) -> list[np.ndarray]:
         if self._identity is not None:
             return [np.asarray(feeds[n]).copy() for n in self._identity]
+        return self._model(feeds)({n: feeds[n] for n in self.input_names})
+
+    def _model(self, feeds: dict):
+        """The compiled model for the signature of `feeds` (compiled at its first call)."""
         dims = {n: self._dims(n, feeds[n]) for n in self.input_names}
         key = tuple((n, feeds[n].dtype.str, tuple(dims[n])) for n in self.input_names)
         with self._lock:
@@ -214,7 +220,55 @@ class SubModel:
                 self._models[key] = model
                 while len(self._models) > SIGNATURES_KEPT:
                     self._models.pop(next(iter(self._models)))
-        return model({n: feeds[n] for n in self.input_names})
+        return model
+
+    def bound(self, feeds: dict):
+        """A callable like this one for many calls whose feeds have the names, dtypes and shapes
+        of `feeds` (a recurrence's steps): the compiled graph's runtime called directly, the
+        per-call work of SubModel, OnnxModel and CompiledGraph (signature, input checks, dim
+        binding) done once per signature; the runtime still checks the arrays it is given. A
+        call of another signature goes the whole way (`self`)."""
+        signature = tuple((n, feeds[n].shape, feeds[n].dtype.str) for n in self.input_names)
+        call = self._bound.get(signature)
+        if call is None:
+            call = self._bind(feeds)
+            with self._lock:
+                self._bound[signature] = call
+                while len(self._bound) > SIGNATURES_KEPT:
+                    self._bound.pop(next(iter(self._bound)))
+        return call
+
+    def _bind(self, feeds: dict):
+        model = self._model(feeds) if self._identity is None else None
+        if model is None or hasattr(model, "plan") or model.value_inputs:
+            return self  # an identity, a staged graph, or one compiled per value: the whole way
+        compiled = model.compiled
+        if model.shape_inputs:  # compiled per shape (weights that are inputs, say): this signature's graph
+            arrays = {n: feeds[n] for n in model.input_names}
+            if any(arrays[name].shape[axis] == 0 for name, axis in model._dynamic_axes):
+                return self
+            compiled = model._compiled_for(arrays, False, {})
+        if (getattr(compiled, "runtime", None) is None or getattr(compiled, "assumptions", None)
+                or getattr(compiled, "ragged", None) or any(feeds[n.arg].dtype != n.dtype.numpy for n in compiled.inputs)):
+            return self  # a model stepping a recurrence of its own, or with checks of its own: the whole way
+        names = [n.arg for n in compiled.inputs]
+        expected = [(feeds[n].shape, feeds[n].dtype) for n in names]
+        casts = [o.dtype for o in model.outputs]
+        runtime = compiled.runtime
+
+        def call(step_feeds: dict) -> list[np.ndarray]:
+            arrays = {n: step_feeds[n] for n in names}
+            if any(type(a) is not np.ndarray or (a.shape, a.dtype) != sig for a, sig in zip(arrays.values(), expected)):
+                return self(step_feeds)
+            with compiled._calls_lock:  # luminal.stats() counts these calls too
+                compiled.calls += 1
+            try:
+                results = runtime(arrays)
+            except InputError as exc:
+                raise OnnxInputError(str(exc)) from None
+            return [r if dt is None or r.dtype == dt else r.astype(dt) for r, dt in zip(results, casts)]
+
+        return call
 
     def _compile(self, feeds: dict, dims: dict):
         inputs = []
