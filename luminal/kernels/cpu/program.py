@@ -149,11 +149,19 @@ def render_program(outputs: list[Node]) -> CProgram:
     return CProgram(sources, identity, steps, schedule, symbols, sorted(bodies))
 
 
+# The prelude's GEMM code (BLAS dispatch, skinny and loop GEMMs, the float64 path), compiled in a
+# unit that calls it, costs about as much compile time as this many characters of kernels (gcc 12,
+# -O2: ~0.2 s, as ~25 KB of the 32-layer Llama's row loops)
+GEMM_SOURCE_COST = 25_000
+
+
 def library_source(bodies: dict[str, tuple[str, CStep]], units: int = 1) -> list[str]:
     """The library of the kernels `bodies` (name -> (code, a step running it)) as `units` C
     translation units, compiled in parallel (at most one per kernel; the first holds the driver):
-    a function of the set of kernels and `units` only. Kernels are dealt to the units largest
-    first, each to the smallest unit so far."""
+    a function of the set of kernels and `units` only. The kernels calling the prelude's GEMMs
+    all go to the first unit (a unit that calls them compiles the prelude's GEMM code, a fifth of
+    a second: once, not in every unit); the others are dealt to the units largest first, each to
+    the smallest unit so far."""
     names = sorted(bodies)
     arity = [(1 + len(bodies[n][1].inputs), len(bodies[n][1].symbols), int(bodies[n][1].err)) for n in names]
     driver = (DRIVER.replace("@KERNELS@", ", ".join(f"lum_w_{n}" for n in names) or "0")
@@ -163,10 +171,14 @@ def library_source(bodies: dict[str, tuple[str, CStep]], units: int = 1) -> list
               .replace("@MAXP@", str(max([a for a, _, _ in arity], default=1)))
               .replace("@MAXD@", str(max([b for _, b, _ in arity] + [1]))))
     declared = "".join(f"LUM_SHARED void lum_w_{n}(void* const* p, const long long* d, int* err);\n" for n in names)
-    units = max(1, min(units, len(names)))
+    gemms = [n for n in names if "lum_gemm_" in bodies[n][0]]
+    units = max(1, min(units, len(names) - len(gemms) + (1 if gemms else 0)))  # no unit without a kernel
     parts: list[list[str]] = [[] for _ in range(units)]
     sizes = [0] * units
-    for n in sorted(names, key=lambda n: (-len(bodies[n][0]), n)):
+    if gemms:
+        parts[0] += gemms
+        sizes[0] = GEMM_SOURCE_COST + sum(len(bodies[n][0]) for n in gemms)
+    for n in sorted(set(names) - set(gemms), key=lambda n: (-len(bodies[n][0]), n)):
         u = sizes.index(min(sizes))
         parts[u].append(n)
         sizes[u] += len(bodies[n][0])

@@ -72,10 +72,11 @@ def _signature(name: str, out: Node, inputs: list[Node], symbols: list[str], err
     return signature(name, out, inputs, symbols, err, kind="static void", restrict="restrict")
 
 
-def _rows(shape, prefix: str, work: str, body: str) -> str:
+def _rows(shape, prefix: str, work: str, body: str, per_row) -> str:
     """`body` for every row of `shape` (index names `<prefix>0..`, flat number `row`): each thread
-    (OpenMP, when `work` reaches PAR_MIN) takes a contiguous range of rows, splits its first row
-    into indices once and then steps them with carries (no division per row)."""
+    (OpenMP, when `work` = n_rows * `per_row` reaches PAR_MIN) takes a contiguous range of rows,
+    splits its first row into indices once and then steps them with carries (no division per row).
+    `work` is the test as C, `per_row` the same work per row as a dim."""
     names, init = unravel("lo", shape, prefix)
     # build the carry chain from the outside in
     chain = ""
@@ -99,8 +100,19 @@ def _rows(shape, prefix: str, work: str, body: str) -> str:
     # the same block outside any parallel region when the work is small (one thread: nt = 1, t = 0):
     # `omp parallel if (0)` still builds a team of one in libgomp, ~0.4 us a launch (a fifth of a
     # small model's call)
-    return f"""const long long n_rows = {c_dim(sym.product(shape))};
-  if (n_rows > 1 && {work} >= {PAR_MIN}) {{
+    n_rows = sym.product(shape)
+    head = f"const long long n_rows = {c_dim(n_rows)};\n  "
+    if sym.is_static(n_rows) and sym.is_static(per_row):
+        # static sizes decide the test here: only the block that runs is rendered (the compiler
+        # drops the other anyway, so the machine code is the same; a quarter less source to parse
+        # and outline)
+        if n_rows > 1 and n_rows * per_row >= PAR_MIN:
+            return head + f"""{{
+  #pragma omp parallel
+  {block}
+  }}"""
+        return head + block
+    return head + f"""if (n_rows > 1 && {work} >= {PAR_MIN}) {{
   #pragma omp parallel
   {block}
   }} else {block}"""
@@ -125,7 +137,7 @@ def _loops(node: Node, body_of, simd: bool = True) -> tuple[str, list[str]]:
         for (long long {inner} = 0; {inner} < n_in; ++{inner}) {{
           {body}
         }}"""
-    code = f"const long long n_in = {c_dim(last)};\n  " + _rows(outer, "i", "n_rows * n_in", row_body)
+    code = f"const long long n_in = {c_dim(last)};\n  " + _rows(outer, "i", "n_rows * n_in", row_body, last)
     return code, names + [inner] + ["0LL"] * (len(shape) - k)
 
 
@@ -190,7 +202,7 @@ def reduce(node: Node, name: str):
         body = f"""{acc} acc = {lowest};
     for (long long r = 0; r < {k}; ++r) acc = lum_max_nan(acc, ({acc})({value}));
     out[row] = {store_value(node.dtype, "acc")};"""
-    return _kernel(name, node, inputs, symbols, False, _rows(node.shape, "o", f"n_rows * {k}", body))
+    return _kernel(name, node, inputs, symbols, False, _rows(node.shape, "o", f"n_rows * {k}", body, src.shape[axis]))
 
 
 SMALL_AXIS = 8  # reductions over a static axis this short are unrolled into a vectorized elementwise loop
@@ -267,7 +279,7 @@ def softmax(node: Node, name: str):
     {t} inv = ({t})(1.0 / s);  // a row of -inf gives 0 * inf = NaN, as the decomposition does
     #pragma omp simd
     for (long long j = 0; j < {n}; ++j) out[{out_addr}] = {store_value(node.dtype, f"exp{e}(({x}) - m) * inv")};"""
-    code = _rows(row_shape, "o", f"n_rows * {n} * 8", body)
+    code = _rows(row_shape, "o", f"n_rows * {n} * 8", body, sym.product([src.shape[axis], 8]))
     return _kernel(name, node, inputs, symbols_of(node), False, code)
 
 
@@ -357,7 +369,7 @@ def concat(node: Node, name: str):
         }} else {{
           {copy(merged[1], shifted)}
         }}"""
-        code = f"const long long n_in = {c_dim(shape[-1])};\n  " + _rows(shape[:-1], "i", "n_rows * n_in", rows)
+        code = f"const long long n_in = {c_dim(shape[-1])};\n  " + _rows(shape[:-1], "i", "n_rows * n_in", rows, shape[-1])
         return _kernel(name, node, inputs, symbols_of(node), False, code)
 
     def body(idx, flat):
@@ -448,10 +460,18 @@ def matmul(node: Node, name: str):
     }}
     free(a_buf); free(b_buf); free(c_buf);"""
 
-    code = f"""const long long n_batch = {c_dim(sym.product(batch))};
+    n_batch = sym.product(batch)
+    head = f"""const long long n_batch = {c_dim(n_batch)};
   if ({m} <= 0 || {n} <= 0) return;
   if ({k} <= 0) {{ for (long long q = 0; q < n_batch * {m} * {n}; ++q) out[q] = {store_value(node.dtype, "0")}; return; }}
-  /* small GEMMs of a batch (attention's heads) in parallel, one per thread, when the BLAS is
+  """
+    if sym.is_static(n_batch) and n_batch <= 1:
+        # one GEMM: no batch to share out (lum_batch_parallel is false), so only the serial loop
+        # is rendered (the same machine code; the compiler need not outline and drop the other)
+        return _kernel(name, node, inputs, symbols_of(node), False, head + f"""{{
+    {batch_loop("")}
+  }}""")
+    code = head + f"""/* small GEMMs of a batch (attention's heads) in parallel, one per thread, when the BLAS is
      the OpenMP team's own (MKL runs single-threaded inside the region); else one after another,
      outside any parallel region (inside even an inactive one, MKL threads by nested teams that
      libgomp builds afresh per call: bert-small's GEMMs 3x slower on 2 threads) */

@@ -1,0 +1,101 @@
+"""What keeps a cold C build short without changing what runs: static sizes render only the row
+loop block (and GEMM batch loop) that runs, and the kernels calling the prelude's GEMMs share one
+translation unit (each unit calling them compiles the prelude's GEMM code again)."""
+
+import re
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.kernels.cpu import build, program
+from luminal.kernels.cpu.prelude import PRELUDE
+from luminal.kernels.cpu.render import PAR_MIN
+
+pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
+
+
+def _rows_graph(n):
+    """Row loops of every kind (pointwise, reduce, softmax, concat along a middle axis, a batched
+    and a single GEMM) at `n` rows of 301 (an int: static sizes; a name: dynamic)."""
+    g = lm.Graph("rows")
+    x, y = g.input("x", (n, 301)), g.input("y", (n, 301))
+    g.output((x * 2.0 + y).exp().maximum(y), "fused")
+    g.output(x.sum(-1), "sum")
+    g.output(x.max(-1), "max")
+    g.output(x.softmax(-1), "softmax")
+    g.output(lm.concat([x.reshape(n, 7, 43), y.reshape(n, 7, 43)], axis=1), "concat")
+    w = g.constant(np.random.default_rng(1).standard_normal((301, 5)).astype(np.float32), name="w")
+    g.output(x @ w, "gemm")
+    g.output(x.reshape(n, 7, 43) @ y.reshape(n, 7, 43).transpose(1, 2), "batched")
+    return g
+
+
+def _feeds(n, rng):
+    feeds = {"x": rng.standard_normal((n, 301)).astype(np.float32), "y": rng.standard_normal((n, 301)).astype(np.float32)}
+    feeds["x"][0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    feeds["y"][-1, -3:] = [-0.0, np.inf, np.nan]
+    return feeds
+
+
+def _kernels(source: str) -> str:
+    return source.split("lum_run")[0].split(PRELUDE, 1)[-1]
+
+
+@pytest.mark.parametrize("n", [1, 3, PAR_MIN // 301 + 7])  # serial, serial, across the team
+def test_static_row_loops_render_the_block_that_runs(n, monkeypatch, tmp_path):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    g = _rows_graph(n)
+    cpu, ref = g.compile(device="cpu"), g.compile(device="numpy")
+    kernels = _kernels(cpu.runtime.source)
+    assert "if (n_rows > 1 &&" not in kernels  # decided while rendering
+    if n == 1:
+        assert "lum_batch_parallel" not in kernels and "#pragma omp parallel" not in kernels
+    if n > PAR_MIN // 301:
+        assert "#pragma omp parallel\n" in kernels
+    for (name, _), got, want in zip(g.outputs, cpu(feeds := _feeds(n, np.random.default_rng(n))), ref(feeds)):
+        assert got.shape == want.shape, name
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+        np.testing.assert_array_equal(np.signbit(got[got == 0]), np.signbit(want[want == 0]), err_msg=name)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5, err_msg=f"{name} n={n}")
+
+
+def test_dynamic_row_loops_keep_the_run_time_test(monkeypatch, tmp_path):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    g = _rows_graph("n")
+    cpu, ref = g.compile(device="cpu"), g.compile(device="numpy")
+    kernels = _kernels(cpu.runtime.source)
+    assert "if (n_rows > 1 &&" in kernels and "lum_batch_parallel" in kernels
+    for n in (1, PAR_MIN // 301 + 7):
+        for (name, _), got, want in zip(g.outputs, cpu(feeds := _feeds(n, np.random.default_rng(n))), ref(feeds)):
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5, err_msg=f"{name} n={n}")
+
+
+def _unit_kernels(source: str) -> set[str]:
+    return set(re.findall(r"^static void (\w+)\(", source.split(PRELUDE, 1)[1], re.M))
+
+
+def test_gemm_kernels_share_the_first_unit(monkeypatch, tmp_path):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "units", lambda kernels: 2)
+    g = _rows_graph(3)
+    rt = g.compile(device="cpu").runtime
+    first, second = rt.program.sources
+    gemms = {k for k in rt.program.kernels if k.startswith("matmul_")}
+    assert len(gemms) == 2 and gemms <= _unit_kernels(first)
+    assert _unit_kernels(second) and "lum_gemm_" not in second.split(PRELUDE, 1)[1]
+    assert _unit_kernels(first) | _unit_kernels(second) == set(rt.program.kernels)
+    for (name, _), got, want in zip(g.outputs, rt(feeds := _feeds(3, np.random.default_rng(0))), g.run(feeds)):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5, err_msg=name)
+
+
+def test_no_unit_without_a_kernel():
+    """Only GEMM kernels: one unit, however many the machine could compile at once."""
+    bodies = {"matmul_a": ("static void matmul_a(void) { lum_gemm_f(0); }", None),
+              "matmul_b": ("static void matmul_b(void) { lum_gemm_f(1); }", None)}
+    steps = {n: program.CStep(n, None, [], [], False) for n in bodies}
+    bodies = {n: (code, steps[n]) for n, (code, _) in bodies.items()}
+    assert len(program.library_source(bodies, 4)) == 1
+    bodies["add_c"] = ("static void add_c(void) { }", program.CStep("add_c", None, [], [], False))
+    assert len(program.library_source(bodies, 4)) == 2
