@@ -15,11 +15,12 @@ from luminal.frontends.onnx import (  # noqa: F401
     compile,
     supported_ops,
 )
+from luminal.frontends.onnx.ops_rnn import MAX_STEPS, TooManySteps  # noqa: F401 - recurrence="unroll"'s limit
 
 InputError = OnnxInputError
 
 __all__ = [
-    "Backend", "BackendRep", "ExternalDataError", "IOInfo", "InputError", "InvalidModelError", "OnnxError",
-    "OnnxImportError", "OnnxInputError", "OnnxModel", "UnsupportedOpsError", "UnsupportedOpsetError", "compile",
-    "supported_ops",
+    "MAX_STEPS", "Backend", "BackendRep", "ExternalDataError", "IOInfo", "InputError", "InvalidModelError", "OnnxError",
+    "OnnxImportError", "OnnxInputError", "OnnxModel", "TooManySteps", "UnsupportedOpsError", "UnsupportedOpsetError",
+    "compile", "supported_ops",
 ]

@@ -416,6 +416,33 @@ def test_a_bound_cell_takes_another_signature_the_whole_way():
         step({"x_t0": feeds["x_t0"].astype(np.float64), "h_in0": feeds["h_in0"]})
 
 
+def test_a_host_loop_calls_its_bound_body_and_a_size_0_state_goes_the_whole_way():
+    """A Loop on the host calls its body's runtime bound once per signature (`SubModel.bound`);
+    a carried value of size 0 goes through the model, which compiles it statically, as a call
+    of the model would. Against onnxruntime, NaN, inf and -0.0 included."""
+    body = oh.make_graph(
+        [oh.make_node("Cast", ["i"], ["fi"], to=F32), oh.make_node("Add", ["acc_in", "fi"], ["acc_out"]),
+         oh.make_node("ReduceSum", ["acc_out"], ["scan"], keepdims=1), oh.make_node("Identity", ["c"], ["c_out"])],
+        "body", [oh.make_tensor_value_info("i", I64, []), oh.make_tensor_value_info("c", BOOL, []),
+                 oh.make_tensor_value_info("acc_in", F32, ["n"])],
+        [oh.make_tensor_value_info("c_out", BOOL, []), oh.make_tensor_value_info("acc_out", F32, ["n"]),
+         oh.make_tensor_value_info("scan", F32, [1])])
+    model = _model([oh.make_node("Loop", ["trip", "", "x"], ["acc", "scans"], body=body)],
+                   [oh.make_tensor_value_info("trip", I64, []), oh.make_tensor_value_info("x", F32, ["n"])],
+                   [oh.make_tensor_value_info("acc", F32, ["n"]), oh.make_tensor_value_info("scans", F32, [None, 1])])
+    compiled = lonnx.compile(model)
+    for x in ([1.5, -2.0], [], [-0.0, np.nan, np.inf]):
+        feeds = {"trip": np.array(3, np.int64), "x": np.array(x, np.float32)}
+        for g, w in zip(compiled(feeds), _ort(model, feeds), strict=True):
+            assert g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+    sub = compiled.plan.steps[0].subs["body"]
+    feeds = {"i": np.array(0, np.int64), "c": np.array(True), "acc_in": np.zeros(0, np.float32)}
+    assert sub.bound(feeds) is sub  # size 0: the whole way
+    feeds["acc_in"] = np.ones(2, np.float32)
+    assert sub.bound(feeds) is not sub
+
+
 def test_recurrence_host_errors_are_named():
     model = _recurrence("GRU", "forward", True, True)
     with pytest.raises(lonnx.OnnxError, match="recurrence='loop'"):
