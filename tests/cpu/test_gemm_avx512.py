@@ -155,3 +155,31 @@ def test_the_choice_follows_luminal_gemm(monkeypatch):
     assert gemm_avx512.wanted("SkylakeX")
     monkeypatch.setattr(gemm_avx512, "cpu_has_avx512", lambda: False)
     assert not gemm_avx512.wanted("Haswell")  # never on a CPU without it, whatever is asked
+
+
+@needs_avx512
+@pytest.mark.parametrize("m", [20, 40, 300])
+def test_a_calls_bits_do_not_depend_on_the_team(monkeypatch, m):
+    """The prelude picks the SGEMM on the whole call (a few rows times a transposed B: the BLAS)
+    and then splits it into row or column blocks across the team: one thread and two give the
+    same bits, on both sides of the 32-row line and with more columns than rows."""
+    monkeypatch.setenv("LUMINAL_GEMM", "avx512")
+    monkeypatch.setenv("LUMINAL_BLAS", "openblas")
+    monkeypatch.setattr(runtime, "_BLAS", {})
+    g = lm.Graph("team")
+    x, w, v = g.input("x", ("m", 4096)), g.input("w", (30, 4096)), g.input("v", (4096, 200))
+    g.output(x @ w.T, "transposed")  # more rows than columns: row blocks
+    g.output(x @ v, "plain")  # more columns than rows (m = 20, 40): column blocks
+    cpu = g.compile(device="cpu")
+    assert cpu.runtime.blas.gemm == "luminal-avx512"
+    rng = np.random.default_rng(m)
+    feeds = {"x": rng.standard_normal((m, 4096), dtype=np.float32), "w": rng.standard_normal((30, 4096), dtype=np.float32),
+             "v": rng.standard_normal((4096, 200), dtype=np.float32)}
+    monkeypatch.setattr(runtime, "threads", lambda: 1)
+    one = cpu(feeds)
+    monkeypatch.setattr(runtime, "threads", lambda: 2)
+    for got, want in zip(cpu(feeds), one):
+        np.testing.assert_array_equal(got, want)
+    ref = g.compile(device="numpy")(feeds)
+    for got, want in zip(one, ref):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)

@@ -9,21 +9,22 @@ onnxruntime with the pinned kernels and 1.8-1.9x with OpenBLAS's own choice.
 This is the classic BLIS/GotoBLAS structure: op(B) packed into panels of 32 columns (K blocks of
 at most 384 rows, 4096 columns at a time), op(A) into panels of 12 rows (192 rows at a time), and
 a 12 x 32 micro-kernel holding 24 zmm accumulators, one fused multiply-add per element and k.
-With at most 64 columns (ResNet50's last stage: 512 x 49 x 4608) A is read in place, 12 rows at
-a time, instead of packed: each of its elements is used at most 64 times, so the copy cost more
-than it saved; with at most 48 rows (DenseNet's 32-channel growth convs) B is read in place
-likewise. Each element of C is one chain of fused multiply-adds in k order (a K block
+With at most 320 columns (ResNet50's last stages: 512 x 49 x 4608, 256 x 196 x 2304) A is read
+in place, 12 rows at a time, instead of packed (the copy cost more than it saved); with at most
+48 rows (DenseNet's 32-channel growth convs) B is read in place likewise. A last panel of at most
+16 columns runs half the multiply-adds. Each element of C is one chain of fused multiply-adds in k order (a K block
 continues from the previous block's value in C), so the result does not depend on how the call
 is split into blocks or across threads.
 
 Measured against OpenBLAS 0.3.31 pinned to Haswell, single thread, on a Zen 5 (a ctypes script
 timing both on the same operands; `tests/cpu/test_gemm_avx512.py` checks results, not speed):
 1.5-2.0x on conv-shaped GEMMs (64 x 3136 x 576: 92 -> 140 GFLOP/s; 384^3: 106 -> 191; 512 x 49 x
-4608: 2.87 -> 1.53 ms), 1.1-1.25x on small ones (8 x 256 x 256, 500 x 12 x 500), par (0.98x) for
-a few rows times a transposed weight (16 x 512 x 512, B transposed), about par with OpenBLAS's
-own AVX-512 kernels. Any alpha != 1, beta != 0 or column-major call goes to the BLAS it stands in
-front of (`lum_gemm512_set_fallback`); the prelude sends M or N of 1 to gemv and 2-8 columns to
-its skinny loop before any of this.
+4608: 2.87 -> 1.53 ms), 1.1-1.25x on small ones (8 x 256 x 256, 500 x 12 x 500), about par with
+OpenBLAS's own AVX-512 kernels. Any alpha != 1, beta != 0 or column-major call goes to the BLAS it stands in
+front of (`lum_gemm512_set_fallback`). The prelude (`lum_pick_sgemm`) sends M or N of 1 to gemv,
+2-8 columns to its skinny loop, and fewer than 32 rows times a transposed B (a linear layer over
+a few tokens: B must be transposed into panels, 0.8-0.9x OpenBLAS) to the BLAS: decided on the
+whole call, before any split, so every block of one call runs the same code.
 
 `LUMINAL_GEMM`: "auto" (default: used when the CPU has AVX-512 and OpenBLAS's kernels are not
 AVX-512 ones), "blas" (never), "avx512" (whenever the CPU has AVX-512; for comparisons).
@@ -54,6 +55,7 @@ SOURCE = r"""// luminal's AVX-512 SGEMM (luminal/kernels/cpu/gemm_avx512.py)
 #define KC 384
 #define MC 192
 #define NC 4096
+#define LUM_A_IN_PLACE_COLS 320  /* at most this many columns: A read in place, not packed */
 #define LUM_B_IN_PLACE_ROWS 48  /* at most this many rows: B read in place, not packed */
 
 typedef void (*lum_sgemm_fn)(int, int, int, long long, long long, long long, float, const float*, long long,
@@ -154,10 +156,18 @@ static void NAME(long long kc, const float* restrict a, long long lda, const flo
   const __mmask16 m1 = nr >= 32 ? 0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0; \
   LUM_ROWS(LUM_ROW_POINTER) \
   LUM_ROWS(LUM_INIT) \
-  _Pragma("GCC unroll 4") \
-  for (long long k = 0; k < kc; ++k) { \
-    const __m512 b0 = B_AT(0, m0), b1 = B_AT(16, m1); \
-    LUM_ROWS_FMA(A_AT) \
+  if (nr <= 16) {  /* a last panel of at most 16 columns: half the multiply-adds */ \
+    _Pragma("GCC unroll 4") \
+    for (long long k = 0; k < kc; ++k) { \
+      const __m512 b0 = B_AT(0, m0); \
+      LUM_ROWS_FMA_HALF(A_AT) \
+    } \
+  } else { \
+    _Pragma("GCC unroll 4") \
+    for (long long k = 0; k < kc; ++k) { \
+      const __m512 b0 = B_AT(0, m0), b1 = B_AT(16, m1); \
+      LUM_ROWS_FMA(A_AT) \
+    } \
   } \
   if (mr == MR && nr == NR) { LUM_ROWS(LUM_STORE) } \
   else { LUM_ROWS(LUM_STORE_M) } \
@@ -169,6 +179,10 @@ static void NAME(long long kc, const float* restrict a, long long lda, const flo
     c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0); c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1); }
 #define LUM_ROWS_FMA(A_AT) LUM_FMA(A_AT, 0) LUM_FMA(A_AT, 1) LUM_FMA(A_AT, 2) LUM_FMA(A_AT, 3) LUM_FMA(A_AT, 4) \
   LUM_FMA(A_AT, 5) LUM_FMA(A_AT, 6) LUM_FMA(A_AT, 7) LUM_FMA(A_AT, 8) LUM_FMA(A_AT, 9) LUM_FMA(A_AT, 10) LUM_FMA(A_AT, 11)
+#define LUM_FMA_HALF(A_AT, i) { c##i##0 = _mm512_fmadd_ps(_mm512_set1_ps(A_AT(i)), b0, c##i##0); }
+#define LUM_ROWS_FMA_HALF(A_AT) LUM_FMA_HALF(A_AT, 0) LUM_FMA_HALF(A_AT, 1) LUM_FMA_HALF(A_AT, 2) LUM_FMA_HALF(A_AT, 3) \
+  LUM_FMA_HALF(A_AT, 4) LUM_FMA_HALF(A_AT, 5) LUM_FMA_HALF(A_AT, 6) LUM_FMA_HALF(A_AT, 7) LUM_FMA_HALF(A_AT, 8) \
+  LUM_FMA_HALF(A_AT, 9) LUM_FMA_HALF(A_AT, 10) LUM_FMA_HALF(A_AT, 11)
 #define LUM_STORE(i) _mm512_storeu_ps(C + i * ldc, c##i##0); _mm512_storeu_ps(C + i * ldc + 16, c##i##1);
 #define LUM_STORE_M(i) if (i < mr) { _mm512_mask_storeu_ps(C + i * ldc, m0, c##i##0); _mm512_mask_storeu_ps(C + i * ldc + 16, m1, c##i##1); }
 #define LUM_B_PACKED(h, m) _mm512_load_ps(b + NR * k + h)
@@ -202,10 +216,11 @@ void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long lon
     lum_fallback(layout, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  if (transa != 112 && N <= 2 * NR) {
-    /* a few columns: every element of A is used at most 2 * NR times, so packing A (a copy of
-       all of it, 9.4 MB for ResNet50's 512 x 4608 weight) would cost more than it saves: the
-       kernel reads A's rows in place, 12 at a time, across the (one or two) panels of B */
+  if (transa != 112 && N <= LUM_A_IN_PLACE_COLS) {
+    /* up to 320 columns: A's rows are read in place, 12 at a time, across every panel of B (all
+       of B's K block stays in L2) instead of packed: the copy of A (9.4 MB a call for ResNet50's
+       512 x 4608 weight, 49 columns) cost more than it saved (1000 x 169 x 512: 1.08 -> 0.93 ms;
+       256 x 196 x 2304: 1.89 -> 1.26 ms, thread CPU time) */
     for (long long pc = 0; pc < K; pc += kc_max) {
       const long long kc = lum_mini(kc_max, K - pc);
       lum_pack_b(kc, N, B + pc * brs, brs, bcs, Bp);

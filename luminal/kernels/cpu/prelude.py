@@ -61,6 +61,7 @@ typedef void (*lum_threads_fn)(int);
 /* state shared by the library's translation units (defined once, in the driver's: `SHARED`) */
 #define LUM_SHARED __attribute__((visibility("hidden")))
 extern LUM_SHARED lum_sgemm_fn lum_sgemm;
+extern LUM_SHARED lum_sgemm_fn lum_sgemm_blas;  /* the BLAS's own when luminal's AVX-512 SGEMM is lum_sgemm */
 extern LUM_SHARED lum_dgemm_fn lum_dgemm;
 extern LUM_SHARED lum_sgemv_fn lum_sgemv;
 extern LUM_SHARED lum_dgemv_fn lum_dgemv;
@@ -153,9 +154,19 @@ LUM_SKINNY_GEMM(float, f32)
 LUM_SKINNY_GEMM(double, d)
 /* M == 1 or N == 1 (one token's linear layers in decode) is a matrix-vector product: gemv reads
    the matrix once, where gemm packs it first (5x slower for a 1408 x 512 weight) */
-#define LUM_BLAS_GEMM(T, N, GEMM, GEMV) \
+/* Which SGEMM serves a call: luminal's AVX-512 one when it stands in front of the BLAS
+   (gemm_avx512.py), except for a few rows times a transposed B (a linear layer over a few tokens:
+   B must be transposed into panels, 0.8-0.9x OpenBLAS). Decided on the whole call, before any
+   split into blocks, so every block of a call runs the same code and the bits never depend on
+   the team's size. */
+static inline lum_sgemm_fn lum_pick_sgemm(int tb, long long M) {
+  return tb && M < 32 && lum_sgemm_blas ? lum_sgemm_blas : lum_sgemm;
+}
+#define lum_pick_dgemm(tb, M) lum_dgemm
+#define LUM_BLAS_GEMM(T, N, PICK, GEMV) \
 static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K, const T* A, long long lda, \
                          const T* B, long long ldb, T* C, long long ldc) { \
+  const __typeof__(PICK(0, 0)) GEMM = PICK(tb, M); \
   lum_blas_one_thread(); \
   if (GEMV && M == 1)  /* C[1 x N] = a . op(B): op(B)^T a, a's elements lda apart when transposed */ \
     GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A, ta ? lda : 1, (T)0, C, 1); \
@@ -176,9 +187,10 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
            && !omp_in_parallel()) { \
     /* OpenBLAS (or luminal's AVX-512 SGEMM), single-threaded, on blocks of C (multiples of 16), \
        one per thread of the loops' team; a loop over the blocks, so every block is computed \
-       whatever team OpenMP gives. Blocks of columns, or of rows when the columns are few and the \
-       rows many (ResNet50's 7x7 stage, 512 x 49 x 4608: each thread would read all of A) */ \
-    const int team = lum_threads, by_rows = NN < 128 && M > NN; \
+       whatever team OpenMP gives. Blocks of columns, or of rows when there are more rows than \
+       columns (each thread packs its block of one operand and all of the other: rows copy A \
+       once in all; ResNet50's 7x7 stage, 512 x 49 x 4608, read all of A per thread) */ \
+    const int team = lum_threads, by_rows = M > NN; \
     const long long extent = by_rows ? M : NN; \
     const long long per = ((extent + team - 1) / team + 15) / 16 * 16, n_blocks = (extent + per - 1) / per; \
     _Pragma("omp parallel for num_threads(team) schedule(static)") \
@@ -195,8 +207,8 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
   else lum_loop_gemm_##N(ta, tb, M, NN, K, A, lda, B, ldb, C, ldc); \
 }
 #define lum_loop_gemm_f32 lum_loop_gemm_f
-LUM_BLAS_GEMM(float, f32, lum_sgemm, lum_sgemv)
-LUM_BLAS_GEMM(double, d, lum_dgemm, lum_dgemv)
+LUM_BLAS_GEMM(float, f32, lum_pick_sgemm, lum_sgemv)
+LUM_BLAS_GEMM(double, d, lum_pick_dgemm, lum_dgemv)
 /* set_precision("float64") (the call's `precision` argument; thread-local: the GEMMs run on the
    calling thread): f32 GEMMs accumulate in double and round once, as the NumPy runtime's. A
    matrix-vector product is a double-accumulating loop over the f32 values (memory-bound: as fast
@@ -255,7 +267,7 @@ static void lum_gemm_f(int ta, int tb, long long M, long long N, long long K, co
 """
 
 # The definitions of the shared state and the BLAS setter: in the driver's translation unit only.
-SHARED = r"""LUM_SHARED lum_sgemm_fn lum_sgemm;
+SHARED = r"""LUM_SHARED lum_sgemm_fn lum_sgemm, lum_sgemm_blas;
 LUM_SHARED lum_dgemm_fn lum_dgemm;
 LUM_SHARED lum_sgemv_fn lum_sgemv;
 LUM_SHARED lum_dgemv_fn lum_dgemv;
@@ -266,6 +278,11 @@ void lum_set_blas(void* sgemm, void* dgemm, void* set_threads, void* sgemv, void
   lum_sgemm = (lum_sgemm_fn)sgemm; lum_dgemm = (lum_dgemm_fn)dgemm; lum_blas_set_threads = (lum_threads_fn)set_threads;
   lum_sgemv = (lum_sgemv_fn)sgemv; lum_dgemv = (lum_dgemv_fn)dgemv;
   lum_blas_in_team = 0;  /* OpenBLAS: a batch of small GEMMs stays serial (concurrent calls contend for its lock) */
+  lum_sgemm_blas = NULL;
+}
+/* luminal's AVX-512 SGEMM in front of the BLAS lum_set_blas just set (gemm_avx512.py) */
+void lum_set_sgemm_front(void* sgemm) {
+  if (sgemm && lum_sgemm) { lum_sgemm_blas = lum_sgemm; lum_sgemm = (lum_sgemm_fn)sgemm; }
 }
 /* A Fortran (LP64) BLAS: the MKL that PyTorch links, whose threads are libgomp's (the pool of
    this library's loops), so GEMMs and loops share one team instead of two pools fighting over
@@ -308,5 +325,6 @@ void lum_set_fortran_blas(void* sgemm, void* dgemm, void* sgemv, void* dgemv, vo
   lum_sgemv = sgemv ? lum_f_cblas_fgemv : NULL; lum_dgemv = dgemv ? lum_f_cblas_dgemv : NULL;
   lum_blas_set_threads = NULL;  /* the BLAS's threads are the OpenMP team's: lum_run sets them */
   lum_blas_in_team = sgemm != NULL;
+  lum_sgemm_blas = NULL;
 }
 """

@@ -109,6 +109,7 @@ class _Blas:
         self.path = None
         self.core = None  # OpenBLAS's kernels (its core name: "Haswell", "SkylakeX", ...)
         self.gemm = "blas"  # who serves sgemm: the BLAS, or "luminal-avx512" in front of it (gemm_avx512.py)
+        self.front = None  # luminal's AVX-512 sgemm, when it stands in front of `sgemm`
         if kind == "mkl" and self._find_mkl():
             return
         self.kind = "openblas" if self._find_openblas() else "none"
@@ -154,9 +155,9 @@ class _Blas:
                 self.path = path
                 self.core = _openblas_core(lib, prefix, suffix)
                 if gemm_avx512.wanted(self.core):  # AVX2 kernels on an AVX-512 CPU (OPENBLAS_CORETYPE, say)
-                    ours = gemm_avx512.sgemm(self.sgemm)
-                    if ours is not None:
-                        self.sgemm, self.gemm = ours, "luminal-avx512"
+                    self.front = gemm_avx512.sgemm(self.sgemm)
+                    if self.front is not None:
+                        self.gemm = "luminal-avx512"
                 return True
         self.sgemm = self.dgemm = None
         return False
@@ -169,6 +170,8 @@ class _Blas:
         else:
             lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.set_threads_ptr,
                                                             self.sgemv, self.dgemv)))
+            if self.front is not None:
+                lib.lum_set_sgemm_front(ctypes.c_void_p(self.front))
 
 
 def _openblas_core(lib, prefix: str, suffix: str) -> str | None:
