@@ -209,14 +209,16 @@ void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long lon
   const long long brs = transb == 112 ? 1 : ldb, bcs = transb == 112 ? ldb : 1;
   const long long k_blocks = (K + KC - 1) / KC, kc_max = (K + k_blocks - 1) / k_blocks;  /* even K blocks */
   const long long nc_max = lum_mini(NC, (N + NR - 1) / NR * NR), mc_max = lum_mini(MC, (M + MR - 1) / MR * MR);
-  float* Bp = lum_alloc(kc_max * nc_max);
-  float* Ap = lum_alloc(kc_max * mc_max);
-  if (!Bp || !Ap) {  /* out of memory: the BLAS */
+  const int a_in_place = transa != 112 && N <= LUM_A_IN_PLACE_COLS;
+  const int b_in_place = !a_in_place && transb != 112 && M <= LUM_B_IN_PLACE_ROWS;
+  float* Bp = b_in_place ? NULL : lum_alloc(kc_max * nc_max);
+  float* Ap = a_in_place ? NULL : lum_alloc(kc_max * mc_max);
+  if ((!b_in_place && !Bp) || (!a_in_place && !Ap)) {  /* out of memory: the BLAS */
     free(Bp); free(Ap);
     lum_fallback(layout, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  if (transa != 112 && N <= LUM_A_IN_PLACE_COLS) {
+  if (a_in_place) {
     /* up to 320 columns: A's rows are read in place, 12 at a time, across every panel of B (all
        of B's K block stays in L2) instead of packed: the copy of A (9.4 MB a call for ResNet50's
        512 x 4608 weight, 49 columns) cost more than it saved (1000 x 169 x 512: 1.08 -> 0.93 ms;
@@ -232,7 +234,7 @@ void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long lon
     free(Bp); free(Ap);
     return;
   }
-  if (transb != 112 && M <= LUM_B_IN_PLACE_ROWS) {
+  if (b_in_place) {
     /* a few rows: B's elements are used at most that many times each, so B is read in place (its
        rows, 32 columns at a time, stay in cache across the few panels of A) instead of packed */
     for (long long pc = 0; pc < K; pc += kc_max) {
