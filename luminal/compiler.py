@@ -308,6 +308,10 @@ def _optimize_cached(outputs: list[Node], device: str, report: Report) -> tuple[
             report.notes += [str(n) for n in fields.get("notes", [])]
             return optimized, key.digest
         report.cache["optimize"] = "miss" if key else "off"
+    if device == "cpu":  # the C GEMM object builds in the background while egglog runs
+        from luminal.kernels.cpu import program
+
+        program.prepare()
     t0 = time.perf_counter()
     from luminal import egraph
 

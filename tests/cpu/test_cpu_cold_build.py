@@ -9,7 +9,6 @@ import pytest
 
 import luminal as lm
 from luminal.kernels.cpu import build, program
-from luminal.kernels.cpu.prelude import PRELUDE
 from luminal.kernels.cpu.render import PAR_MIN
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
@@ -39,7 +38,7 @@ def _feeds(n, rng):
 
 
 def _kernels(source: str) -> str:
-    return source.split("lum_run")[0].split(PRELUDE, 1)[-1]
+    return source.split("lum_run")[0].split(program.GEMM_LINKED, 1)[-1]
 
 
 @pytest.mark.parametrize("n", [1, 3, PAR_MIN // 301 + 7])  # serial, serial, across the team
@@ -73,7 +72,7 @@ def test_dynamic_row_loops_keep_the_run_time_test(monkeypatch, tmp_path):
 
 
 def _unit_kernels(source: str) -> set[str]:
-    return set(re.findall(r"^static void (\w+)\(", source.split(PRELUDE, 1)[1], re.M))
+    return set(re.findall(r"^static void (\w+)\(", source.split(program.GEMM_LINKED, 1)[1], re.M))
 
 
 def test_gemm_kernels_share_the_first_unit(monkeypatch, tmp_path):
@@ -84,7 +83,7 @@ def test_gemm_kernels_share_the_first_unit(monkeypatch, tmp_path):
     first, second = rt.program.sources
     gemms = {k for k in rt.program.kernels if k.startswith("matmul_")}
     assert len(gemms) == 2 and gemms <= _unit_kernels(first)
-    assert _unit_kernels(second) and "lum_gemm_" not in second.split(PRELUDE, 1)[1]
+    assert _unit_kernels(second) and "lum_gemm_" not in second.split(program.GEMM_LINKED, 1)[1]
     assert _unit_kernels(first) | _unit_kernels(second) == set(rt.program.kernels)
     for (name, _), got, want in zip(g.outputs, rt(feeds := _feeds(3, np.random.default_rng(0))), g.run(feeds)):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5, err_msg=name)
@@ -99,3 +98,60 @@ def test_no_unit_without_a_kernel():
     assert len(program.library_source(bodies, 4)) == 1
     bodies["add_c"] = ("static void add_c(void) { }", program.CStep("add_c", None, [], [], False))
     assert len(program.library_source(bodies, 4)) == 2
+
+
+def _objects(directory):
+    return sorted((directory / "cpu").glob("*.o"))
+
+
+def test_the_gemm_object_is_built_once_and_linked(monkeypatch, tmp_path):
+    """Every library calling a GEMM links the one cached GEMM object (the prelude's own copies in
+    its units are unused); a second library reuses it, and it is not part of a library without
+    GEMMs."""
+    import ctypes
+
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    ga, gb = _rows_graph(3), _rows_graph(5)
+    a = ga.compile(device="cpu")
+    (obj,) = _objects(tmp_path)
+    built = obj.stat().st_ino
+    assert "lum_ext_gemm_f(" in a.runtime.source and "lum_ext_gemm_f" in _symbols(a.runtime.library_path)
+    b = gb.compile(device="cpu")
+    assert b.runtime.library_path != a.runtime.library_path
+    assert _objects(tmp_path) == [obj] and obj.stat().st_ino == built  # not built again
+    g = lm.Graph("no_gemm")
+    x = g.input("x", (3, 4))
+    g.output(x.exp(), "e")
+    c = g.compile(device="cpu")
+    assert "lum_ext_gemm_f" not in _symbols(c.runtime.library_path)
+    ctypes.CDLL(str(c.runtime.library_path))
+    feeds = _feeds(5, np.random.default_rng(2))
+    for (name, _), got, want in zip(gb.outputs, b(feeds), gb.run(feeds)):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5, err_msg=name)
+
+
+def _symbols(library) -> str:
+    import subprocess
+
+    return subprocess.run(["nm", str(library)], capture_output=True, text=True).stdout
+
+
+def test_a_corrupt_gemm_object_is_rebuilt(monkeypatch, tmp_path):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    first = build.compiled_object(program.GEMM_OBJECT)
+    good = first.read_bytes()
+    first.write_bytes(good[:-64] + b"\0" * 64)  # not the bytes its sha256 names: never linked
+    again = build.compiled_object(program.GEMM_OBJECT)
+    assert again == first and again.read_bytes() == good
+    first.unlink()
+    assert build.compiled_object(program.GEMM_OBJECT).read_bytes() == good
+
+
+def test_prepare_builds_in_the_background_and_the_build_waits(monkeypatch, tmp_path):
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "_objects", {})
+    program.prepare()
+    program.prepare()  # once per process
+    (thread,) = build._objects.values()
+    obj = build.compiled_object(program.GEMM_OBJECT)  # waits for the thread's build
+    assert not thread.is_alive() and _objects(tmp_path) == [obj]

@@ -128,6 +128,15 @@ class LuminalFunction:
         return self.imported(values)
 
 
+def _prepare(device: str) -> None:
+    """A compile is about to start: what the device's build will need and can build without the
+    graph (the C GEMM object) starts building in the background while the graph is lowered."""
+    if device == "cpu":
+        from luminal.kernels.cpu import program
+
+        program.prepare()
+
+
 def _mutated_inputs(agm) -> frozenset[int]:
     """Positions of the inputs aot_autograd's graph updates (a buffer's `self.count += 1`): their
     new values are outputs, copied back by aot_autograd, so they must be read afresh each call."""
@@ -181,6 +190,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
             return lambda *args: cached(list(args))
         except LuminalError:  # a miss: compile it (and store it) below
             pass
+    _prepare(opts["device"])
     aten = decompose_graph(gm, example_inputs) if opts["lowering"] == "auto" else None
     if aten is not None:  # the fast path: Dynamo calls the result directly, unboxed
         boxed = fw_compiler(aten, None, aten.meta["luminal_lowering"])

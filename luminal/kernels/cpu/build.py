@@ -12,6 +12,11 @@ units compiled in parallel: `units`). A library is written atomically (built to 
 renamed) with its own sha256 beside it; a cached library is loaded only from our cache folder and
 only when its bytes match that sha256 — anything else is deleted and rebuilt. The folder is pruned
 to `$LUMINAL_CACHE_MAX_MB` after each build (`cache.prune`, least recently used first).
+
+Code every library needs but no graph shapes (the prelude's GEMM entry points: `LINKED`) is an
+object of its own, `<cache>/cpu/<key>.o` (`compiled_object`, cached and verified the same way),
+built once per machine and linked into each library that calls it; `prepare_object` starts its
+build on a background thread as a compile begins.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import os
 import platform
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,17 +145,24 @@ def units(kernels: int) -> int:
 KERNELS_PER_UNIT = 6
 
 
+# A name the generated C may call -> the source of the object that defines it (`compiled_object`:
+# built once per machine), linked into every library whose text names it
+LINKED: dict[str, str] = {}
+
+
 def build(sources: str | list[str], cc: str | None = None, identity: str | None = None) -> Path:
     """The shared library of `sources` (one C translation unit, or several compiled in parallel
-    and linked; built, or found in the cache and verified). `identity`: the text the cache key
-    hashes when not the sources themselves (the same library however it is split into units)."""
+    and linked, with the `LINKED` objects they call; built, or found in the cache and verified).
+    `identity`: the text the cache key hashes when not the sources themselves (the same library
+    however it is split into units)."""
     sources = [sources] if isinstance(sources, str) else list(sources)
     cc = cc or compiler()
     if cc is None:
         raise CpuBuildError("no C compiler found (set CC, or apt-get install gcc)")
     options = flags()
     text = identity if identity is not None else "\0".join(sources)
-    key = hashlib.sha256("\0".join((text, *options, _version(cc))).encode()).hexdigest()[:32]
+    linked = [source for name, source in LINKED.items() if any(name in s for s in sources)]
+    key = hashlib.sha256("\0".join((text, *options, _version(cc), *linked)).encode()).hexdigest()[:32]
     found = cached(key)
     if found is not None:
         return found
@@ -163,7 +176,8 @@ def build(sources: str | list[str], cc: str | None = None, identity: str | None 
         tmp = directory / f"{key}.{os.getpid()}.so"
         stats.builds += 1
         try:
-            _compile(cc, options, sources, directory, key, tmp)
+            extra = [compiled_object(source, cc) for source in linked]
+            _compile(cc, options, sources, directory, key, tmp, extra)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -173,6 +187,71 @@ def build(sources: str | list[str], cc: str | None = None, identity: str | None 
     return library
 
 
+def compiled_object(source: str, cc: str | None = None) -> Path:
+    """`source` compiled (position-independent, the libraries' flags) to an object in the cache,
+    `<cache>/cpu/<key>.o`, for libraries to link: built once per machine (and compiler, flags and
+    text), written atomically with its sha256 beside it and used only when its bytes match, as the
+    libraries are. A build `prepare_object` started in the background is waited for."""
+    cc = cc or compiler()
+    if cc is None:
+        raise CpuBuildError("no C compiler found (set CC, or apt-get install gcc)")
+    options, key = _object_key(source, cc)
+    with _objects_lock:
+        pending = _objects.get(key)
+    if pending is not None and pending is not threading.current_thread():
+        pending.join()
+    directory = cache_dir("cpu")
+    obj = directory / f"{key}.o"
+    if obj.exists() and _verified(obj):
+        touch(obj)
+        return obj
+    with open(directory / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if obj.exists() and _verified(obj):
+            return obj
+        c_file, tmp = directory / f"{key}.c", directory / f"{key}.{os.getpid()}.{threading.get_ident()}.o"
+        write_atomic(c_file, source.encode())
+        try:
+            _run([cc, *options, "-c", str(c_file), "-o", str(tmp)], cc, c_file)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        write_atomic(obj.with_suffix(".sha256"), _sha256(tmp).encode())
+        os.replace(tmp, obj)
+    return obj
+
+
+def _object_key(source: str, cc: str) -> tuple[tuple[str, ...], str]:
+    options = tuple(f for f in flags() if not f.startswith("-l") and f != "-shared")
+    return options, hashlib.sha256("\0".join((source, *options, _version(cc), "object")).encode()).hexdigest()[:32]
+
+
+_objects: dict[str, threading.Thread] = {}  # key -> the thread building it (this process)
+_objects_lock = threading.Lock()
+
+
+def prepare_object(source: str) -> None:
+    """Start building `compiled_object(source)` on a background thread (once per process), so
+    that it is ready, or nearly, when a library links it: the compiler runs on a core the Python
+    phases before the library's build leave idle. Errors surface when the library asks for it."""
+    cc = compiler()
+    if cc is None:
+        return
+    _, key = _object_key(source, cc)
+
+    def run():
+        try:
+            compiled_object(source, cc)
+        except Exception:  # noqa: BLE001 - compiled_object raises it again in the library's build
+            pass
+
+    with _objects_lock:
+        if key in _objects:
+            return
+        _objects[key] = thread = threading.Thread(target=run, name="luminal-cc", daemon=True)
+    thread.start()
+
+
 def c_files(library: Path) -> list[Path]:
     """The C files a library was built from (kept next to it, for reading what was compiled)."""
     key = library.stem
@@ -180,9 +259,9 @@ def c_files(library: Path) -> list[Path]:
         sorted(library.parent.glob(f"{key}.*.c"), key=lambda p: int(p.suffixes[0][1:]))
 
 
-def _compile(cc: str, options, sources: list[str], directory: Path, key: str, out: Path) -> None:
+def _compile(cc: str, options, sources: list[str], directory: Path, key: str, out: Path, extra=()) -> None:
     """`sources` into the shared library `out`: one compiler run for one unit, else the units
-    compiled to objects in parallel and linked."""
+    compiled to objects in parallel and linked (with the objects `extra`)."""
     libs = [f for f in options if f.startswith("-l")]  # after the objects: the linker reads left to right
     compile_flags = [f for f in options if not f.startswith("-l")]
     names = [f"{key}.c"] if len(sources) == 1 else [f"{key}.{i}.c" for i in range(len(sources))]
@@ -190,7 +269,7 @@ def _compile(cc: str, options, sources: list[str], directory: Path, key: str, ou
     for f, text in zip(files, sources):
         write_atomic(f, text.encode())
     if len(files) == 1:
-        _run([cc, *compile_flags, str(files[0]), "-o", str(out), *libs, "-lm"], cc, files[0])
+        _run([cc, *compile_flags, str(files[0]), *map(str, extra), "-o", str(out), *libs, "-lm"], cc, files[0])
         return
     objects = [f.with_name(f"{f.stem}.{os.getpid()}.o") for f in files]
     try:
@@ -203,7 +282,7 @@ def _compile(cc: str, options, sources: list[str], directory: Path, key: str, ou
                 failed = (f, err)
         if failed is not None:
             raise CpuBuildError(f"{cc} could not build {failed[0]}:\n{failed[1].strip()[-4000:]}")
-        _run([cc, *compile_flags, *map(str, objects), "-o", str(out), *libs, "-lm"], cc, files[0])
+        _run([cc, *compile_flags, *map(str, objects), *map(str, extra), "-o", str(out), *libs, "-lm"], cc, files[0])
     finally:
         for o in objects:
             o.unlink(missing_ok=True)

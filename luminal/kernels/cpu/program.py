@@ -149,10 +149,33 @@ def render_program(outputs: list[Node]) -> CProgram:
     return CProgram(sources, identity, steps, schedule, symbols, sorted(bodies))
 
 
-# The prelude's GEMM code (BLAS dispatch, skinny and loop GEMMs, the float64 path), compiled in a
-# unit that calls it, costs about as much compile time as this many characters of kernels (gcc 12,
-# -O2: ~0.2 s, as ~25 KB of the 32-layer Llama's row loops)
-GEMM_SOURCE_COST = 25_000
+# The prelude's float GEMM entry points (BLAS dispatch, gemv, skinny and loop GEMMs, the float64
+# path: 1.2G of gcc's instructions, a third of the 32-layer Llama's 55-kernel library) are compiled
+# once per machine into an object every library links (`build.compiled_object`, started in the
+# background by `prepare`), not in every library and unit that calls them: a kernel unit names them
+# `lum_ext_gemm_*`, and the prelude's own copies, unused there, are dropped unoptimized.
+_GEMMS = (("f", "float"), ("d", "double"))
+GEMM_OBJECT = "\n".join([PRELUDE, *(
+    f"LUM_SHARED void lum_ext_gemm_{n}(int ta, int tb, long long M, long long N, long long K, const {t}* A, "
+    f"long long lda, const {t}* B, long long ldb, {t}* C, long long ldc) "
+    f"{{ lum_gemm_{n}(ta, tb, M, N, K, A, lda, B, ldb, C, ldc); }}" for n, t in _GEMMS)])
+GEMM_LINKED = "".join(
+    f"LUM_SHARED void lum_ext_gemm_{n}(int, int, long long, long long, long long, const {t}*, long long, "
+    f"const {t}*, long long, {t}*, long long);\n#define lum_gemm_{n} lum_ext_gemm_{n}\n" for n, t in _GEMMS)
+
+
+build.LINKED["lum_ext_gemm_"] = GEMM_OBJECT
+
+
+def prepare() -> None:
+    """Start building the GEMM object in the background (a no-op once it is in the cache): called
+    as a compile begins, so that the compiler runs while Python lowers and optimizes the graph."""
+    build.prepare_object(GEMM_OBJECT)
+
+
+# The kernels calling GEMMs are kept in one unit all the same (the integer GEMMs, loops, are
+# still the prelude's): they cost about this many characters of other kernels' compile time.
+GEMM_SOURCE_COST = 2_000
 
 
 def library_source(bodies: dict[str, tuple[str, CStep]], units: int = 1) -> list[str]:
@@ -186,7 +209,7 @@ def library_source(bodies: dict[str, tuple[str, CStep]], units: int = 1) -> list
     for u, part in enumerate(parts):
         kernels = [bodies[n][0] for n in sorted(part)] + [_wrapper(bodies[n][1]) for n in sorted(part)]
         tail = [SHARED, declared, driver] if u == 0 else []
-        sources.append("\n".join([PRELUDE, *kernels, *tail]))
+        sources.append("\n".join([PRELUDE, GEMM_LINKED if gemms else "", *kernels, *tail]))
     return sources
 
 
