@@ -360,6 +360,7 @@ def test_recurrence_over_a_symbolic_length_is_stepped_on_the_host(op, direction,
             assert g.shape == w.shape
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
     assert _builds(compiled) == 1  # one cell for every direction, compiled once
+    assert compiled.plan.steps[0].w_t is not None  # W an initializer: every step's X @ W^T one GEMM on the host
 
 
 def test_recurrence_on_the_host_matches_the_unrolled_one():
@@ -404,13 +405,14 @@ def test_a_bound_cell_takes_another_signature_the_whole_way():
     compiled(_rnn_feeds(model, 3))
     cell = compiled.plan.steps[0].cell
     rng = np.random.default_rng(1)
-    feeds = {"x_t0": rng.standard_normal((1, 2, 3), np.float32), "h_in0": rng.standard_normal((1, 2, 5), np.float32)}
+    width = 15  # X @ W^T, projected on the host: 3 gates of 5
+    feeds = {"x_t0": rng.standard_normal((1, 2, width), np.float32), "h_in0": rng.standard_normal((1, 2, 5), np.float32)}
     step = cell.bound(feeds)
     assert step is not cell and cell.bound(feeds) is step  # bound once per signature
     calls = sum(g["calls"] for g in luminal.stats()["graphs"])
     np.testing.assert_array_equal(step(feeds)[0], cell(feeds)[0])
     assert sum(g["calls"] for g in luminal.stats()["graphs"]) == calls + 2  # luminal.stats() counts both
-    other = {"x_t0": rng.standard_normal((1, 4, 3), np.float32), "h_in0": rng.standard_normal((1, 4, 5), np.float32)}
+    other = {"x_t0": rng.standard_normal((1, 4, width), np.float32), "h_in0": rng.standard_normal((1, 4, 5), np.float32)}
     np.testing.assert_array_equal(step(other)[0], cell(other)[0])
     with pytest.raises(lonnx.OnnxError, match="dtype"):  # the whole way: a cell for f64 inputs, which the f32 weights refuse
         step({"x_t0": feeds["x_t0"].astype(np.float64), "h_in0": feeds["h_in0"]})
@@ -495,6 +497,7 @@ def test_official_recurrence_node_tests_stepped_on_the_host(case):
         y.dim[layout].dim_param = "T"
     compiled = lonnx.compile(model, device="numpy", optimize=False, recurrence="host", check=False)
     assert type(compiled).__name__ == "StagedModel"
+    assert compiled.plan.steps[0].w_t is None  # W an input here: the cell projects each step itself
     (inputs, outputs), = case.data_sets[:1]
     for got, want in zip(compiled(*inputs), outputs):
         assert got.shape == want.shape

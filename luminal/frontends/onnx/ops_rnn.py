@@ -25,6 +25,10 @@ from luminal.frontends.onnx.registry import onnx_op
 from luminal.hlir import symbolic as sym
 
 MAX_STEPS = 4096  # an unrolled recurrence's steps: more compile too slowly (the graph grows with the length)
+# The host-stepped cell's private domain (`staged_rnn.py`): the same ops with X already projected,
+# X @ W^T of shape (seq, batch, directions * gates * hidden), and no W (the host computes the
+# projection of every step as one GEMM before stepping).
+PROJECTED = "ai.luminal.projected"
 
 
 class TooManySteps(OnnxImportError):
@@ -117,7 +121,7 @@ def _run(c, x, W, R, B, seq_lens, initial, direction, layout, gates: int, step):
         return [y] + finals
     ys, finals = [], []
     width = gates * hidden
-    xw_all = _projected_lookup(c, layout)
+    xw_all = x if c.node.domain == PROJECTED else _projected_lookup(c, layout)
     if xw_all is None:
         xw_all = x.matmul(W.reshape((dirs * width, W.shape[-1])).T)  # (seq, batch, dirs * gates * hidden)
     for d in range(dirs):
@@ -206,6 +210,7 @@ def _recurrent(h, r):
     return h.matmul(r.T)
 
 
+@onnx_op("RNN", domain=PROJECTED)
 @onnx_op("RNN", since=7)
 def rnn(c, x, W, R, B=None, seq_lens=None, initial_h=None, *, activation_alpha=None, activation_beta=None,
         activations=None, clip=None, direction="forward", hidden_size=None, layout=0):
@@ -219,6 +224,7 @@ def rnn(c, x, W, R, B=None, seq_lens=None, initial_h=None, *, activation_alpha=N
     return _run(c, x, W, R, B, seq_lens, _initial(layout, initial_h), direction, layout, 1, step)
 
 
+@onnx_op("GRU", domain=PROJECTED)
 @onnx_op("GRU", since=7)
 def gru(c, x, W, R, B=None, seq_lens=None, initial_h=None, *, activation_alpha=None, activation_beta=None,
         activations=None, clip=None, direction="forward", hidden_size=None, layout=0, linear_before_reset=0):
@@ -252,6 +258,7 @@ def gru(c, x, W, R, B=None, seq_lens=None, initial_h=None, *, activation_alpha=N
     return _run(c, x, W, R, B, seq_lens, _initial(layout, initial_h), direction, layout, 3, step)
 
 
+@onnx_op("LSTM", domain=PROJECTED)
 @onnx_op("LSTM", since=7)
 def lstm(c, x, W, R, B=None, seq_lens=None, initial_h=None, initial_c=None, P=None, *, activation_alpha=None,
          activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None, input_forget=0,

@@ -163,12 +163,13 @@ class SubModel:
     (or whose sizes contradict a declared static dim)."""
 
     def __init__(self, proto, name: str, nodes, inputs: list[str], outputs: list[str], *, declared=None,
-                 shapes=None, initializers=(), options: dict, compile_fn):
+                 shapes=None, initializers=(), opsets=(), options: dict, compile_fn):
         self.proto, self.name, self.nodes = proto, name, list(nodes)
         self.input_names, self.output_names = list(inputs), list(outputs)
         self.declared = declared or {}  # input name -> ValueInfoProto (a body's own inputs)
         self.shapes = shapes or {}  # input name -> inferred dims
         self.initializers = list(initializers)  # TensorProtos the nodes read (embedded)
+        self.opsets = list(opsets)  # OperatorSetIdProtos beside the model's (a private domain's ops)
         self.options = options  # luminal.onnx.compile's keyword arguments (device, optimize, recurrence)
         self.compile_fn = compile_fn  # luminal.onnx.compile (passed in: model.py imports this module)
         self._models: dict = {}
@@ -280,7 +281,8 @@ class SubModel:
             inputs.append(helper.make_tensor_value_info(n, elem, dims[n]))
         outputs = [helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in self.output_names]
         graph = helper.make_graph(self.nodes, self.name, inputs, outputs, initializer=self.initializers)
-        model = helper.make_model(graph, opset_imports=self.proto.opset_import, ir_version=self.proto.ir_version)
+        model = helper.make_model(graph, opset_imports=[*self.proto.opset_import, *self.opsets],
+                                  ir_version=self.proto.ir_version)
         model.functions.extend(self.proto.functions)
         return self.compile_fn(model, check=False, **self.options)
 
