@@ -150,8 +150,25 @@ def test_a_corrupt_gemm_object_is_rebuilt(monkeypatch, tmp_path):
 def test_prepare_builds_in_the_background_and_the_build_waits(monkeypatch, tmp_path):
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(build, "_objects", {})
+    monkeypatch.setattr(build, "_spare_core", lambda: True)
     program.prepare()
     program.prepare()  # once per process
     (thread,) = build._objects.values()
     obj = build.compiled_object(program.GEMM_OBJECT)  # waits for the thread's build
     assert not thread.is_alive() and _objects(tmp_path) == [obj]
+
+
+def test_a_busy_machine_builds_the_gemm_object_beside_the_units(monkeypatch, tmp_path):
+    """No core to spare: prepare() starts nothing (it would slow the Python phases), and the
+    library's build compiles the object beside its units (one unit here: compiled, then linked)."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "_objects", {})
+    monkeypatch.setattr(build, "_spare_core", lambda: False)
+    monkeypatch.setattr(build, "units", lambda kernels: 1)
+    program.prepare()
+    assert not build._objects and not _objects(tmp_path)
+    g = _rows_graph(3)
+    cpu = g.compile(device="cpu")
+    assert len(_objects(tmp_path)) == 1 and "lum_ext_gemm_f" in _symbols(cpu.runtime.library_path)
+    for (name, _), got, want in zip(g.outputs, cpu(feeds := _feeds(3, np.random.default_rng(3))), g.run(feeds)):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5, err_msg=name)

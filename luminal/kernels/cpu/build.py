@@ -176,8 +176,9 @@ def build(sources: str | list[str], cc: str | None = None, identity: str | None 
         tmp = directory / f"{key}.{os.getpid()}.so"
         stats.builds += 1
         try:
-            extra = [compiled_object(source, cc) for source in linked]
-            _compile(cc, options, sources, directory, key, tmp, extra)
+            for source in linked:  # built beside the units when it is not built yet
+                prepare_object(source, spare_core_only=False)
+            _compile(cc, options, sources, directory, key, tmp, [functools.partial(compiled_object, s, cc) for s in linked])
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -221,6 +222,14 @@ def compiled_object(source: str, cc: str | None = None) -> Path:
     return obj
 
 
+def _spare_core() -> bool:
+    """The machine has a core to spare beside this process (whose own work counts in the load)."""
+    try:
+        return (os.cpu_count() or 1) - os.getloadavg()[0] >= 0.5
+    except OSError:
+        return True
+
+
 def _object_key(source: str, cc: str) -> tuple[tuple[str, ...], str]:
     options = tuple(f for f in flags() if not f.startswith("-l") and f != "-shared")
     return options, hashlib.sha256("\0".join((source, *options, _version(cc), "object")).encode()).hexdigest()[:32]
@@ -230,12 +239,14 @@ _objects: dict[str, threading.Thread] = {}  # key -> the thread building it (thi
 _objects_lock = threading.Lock()
 
 
-def prepare_object(source: str) -> None:
+def prepare_object(source: str, spare_core_only: bool = True) -> None:
     """Start building `compiled_object(source)` on a background thread (once per process), so
     that it is ready, or nearly, when a library links it: the compiler runs on a core the Python
-    phases before the library's build leave idle. Errors surface when the library asks for it."""
+    phases before the library's build leave idle (`spare_core_only`: only when the load average
+    says there is one; on a busy machine it would slow those phases as much as it saves later).
+    Errors surface when the library asks for it."""
     cc = compiler()
-    if cc is None:
+    if cc is None or (spare_core_only and not _spare_core()):
         return
     _, key = _object_key(source, cc)
 
@@ -260,16 +271,17 @@ def c_files(library: Path) -> list[Path]:
 
 
 def _compile(cc: str, options, sources: list[str], directory: Path, key: str, out: Path, extra=()) -> None:
-    """`sources` into the shared library `out`: one compiler run for one unit, else the units
-    compiled to objects in parallel and linked (with the objects `extra`)."""
+    """`sources` into the shared library `out`: one compiler run for one unit, else (or with
+    objects to link: `extra`, functions returning their paths, called once the units are built)
+    the units compiled to objects in parallel and linked."""
     libs = [f for f in options if f.startswith("-l")]  # after the objects: the linker reads left to right
     compile_flags = [f for f in options if not f.startswith("-l")]
     names = [f"{key}.c"] if len(sources) == 1 else [f"{key}.{i}.c" for i in range(len(sources))]
     files = [directory / n for n in names]
     for f, text in zip(files, sources):
         write_atomic(f, text.encode())
-    if len(files) == 1:
-        _run([cc, *compile_flags, str(files[0]), *map(str, extra), "-o", str(out), *libs, "-lm"], cc, files[0])
+    if len(files) == 1 and not extra:
+        _run([cc, *compile_flags, str(files[0]), "-o", str(out), *libs, "-lm"], cc, files[0])
         return
     objects = [f.with_name(f"{f.stem}.{os.getpid()}.o") for f in files]
     try:
@@ -282,7 +294,8 @@ def _compile(cc: str, options, sources: list[str], directory: Path, key: str, ou
                 failed = (f, err)
         if failed is not None:
             raise CpuBuildError(f"{cc} could not build {failed[0]}:\n{failed[1].strip()[-4000:]}")
-        _run([cc, *compile_flags, *map(str, objects), *map(str, extra), "-o", str(out), *libs, "-lm"], cc, files[0])
+        linked = [str(path()) for path in extra]
+        _run([cc, *compile_flags, *map(str, objects), *linked, "-o", str(out), *libs, "-lm"], cc, files[0])
     finally:
         for o in objects:
             o.unlink(missing_ok=True)
