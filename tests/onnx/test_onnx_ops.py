@@ -81,7 +81,8 @@ def test_recurrent(op, direction, layout):
 
 
 def test_recurrent_symbolic_length_compiles_per_length():
-    """A symbolic sequence length: one graph per length (the recurrence is unrolled), both right."""
+    """A symbolic sequence length under the default recurrence="auto": the first length compiles
+    unrolled, the second runs the cell stepped on the host; both right."""
     hid, inp = 4, 3
     w = RNG.standard_normal((1, 4 * hid, inp)).astype(np.float32)
     r = RNG.standard_normal((1, 4 * hid, hid)).astype(np.float32)

@@ -54,5 +54,8 @@ def _domain(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain
 
 
+PRIVATE_DOMAINS = "ai.luminal."  # luminal's own ops (e.g. a host-stepped cell's projected form), not for models
+
+
 def supported_ops() -> list[str]:
-    return sorted(name if not dom else f"{dom}.{name}" for dom, name in REGISTRY)
+    return sorted(name if not dom else f"{dom}.{name}" for dom, name in REGISTRY if not dom.startswith(PRIVATE_DOMAINS))
