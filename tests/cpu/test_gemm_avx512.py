@@ -59,6 +59,7 @@ SHAPES = [
     (1, 1, 1), (12, 32, 384), (13, 33, 7), (11, 31, 385),  # one tile, edges on every side, K past one block
     (25, 70, 800), (100, 64, 300), (100, 65, 300), (7, 9, 1000),  # A read in place (<= 64 columns) or packed
     (200, 40, 5), (193, 100, 17), (13, 4100, 5),  # more rows than a row block (192), more columns than 4096
+    (90, 700, 400), (97, 700, 400), (90, 2100, 20),  # B in place up to 96 rows and 2048 columns, packed past them
 ]
 
 
