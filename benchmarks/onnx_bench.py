@@ -229,8 +229,10 @@ def main(argv=None) -> int:
     env = {"python": platform.python_version(), "platform": platform.platform(), "threads": threads(),
            "torch_loaded": torch_version, "blas": runtime.blas().kind,
            # the environment may pin OpenBLAS's kernels (OPENBLAS_CORETYPE=Haswell: AVX2 GEMMs on an
-           # AVX-512 CPU, where onnxruntime's own GEMMs use AVX-512): luminal leaves the user's setting be
-           "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+           # AVX-512 CPU, where onnxruntime's own GEMMs use AVX-512): luminal leaves the user's setting
+           # be, and its own AVX-512 SGEMM then stands in front of OpenBLAS (`sgemm`: who serves it)
+           "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "openblas_core": runtime.blas().core,
+           "sgemm": runtime.blas().gemm,
            "numpy": np.__version__, "onnxruntime": importlib.metadata.version("onnxruntime"),
            "luminal": importlib.metadata.version("luminal"), "load_avg": os.getloadavg(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -241,6 +243,7 @@ def main(argv=None) -> int:
     within = sum(1 for r in rows if r.get("ratio", float("inf")) <= TARGET)
     how = f"torch {torch_version} loaded, " if torch_version else "torch not loaded, "
     pinned = f" (OPENBLAS_CORETYPE={env['openblas_coretype']})" if env["openblas_coretype"] and env["blas"] == "openblas" else ""
+    pinned += ", SGEMM luminal's AVX-512 kernel" if env["sgemm"] == "luminal-avx512" else ""
     markdown = (f"Measured {env['date']} on {env['platform']}, {env['threads']} threads, {how}BLAS {env['blas']}{pinned}, "
                 f"onnxruntime {env['onnxruntime']}, load average {env['load_avg'][0]:.1f} at the end "
                 f"(`python -m benchmarks.onnx_bench{' --with-torch' if opts.with_torch else ''}`, {elapsed:.0f} s). "
