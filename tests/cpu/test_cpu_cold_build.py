@@ -9,6 +9,7 @@ import pytest
 
 import luminal as lm
 from luminal.kernels.cpu import build, program
+from luminal.kernels.cpu.prelude import PRELUDE
 from luminal.kernels.cpu.render import PAR_MIN
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
@@ -37,8 +38,12 @@ def _feeds(n, rng):
     return feeds
 
 
+def _after_prelude(source: str) -> str:
+    return source.split(PRELUDE, 1)[1].replace(program.GEMM_LINKED, "")
+
+
 def _kernels(source: str) -> str:
-    return source.split("lum_run")[0].split(program.GEMM_LINKED, 1)[-1]
+    return _after_prelude(source.split("lum_run")[0])
 
 
 @pytest.mark.parametrize("n", [1, 3, PAR_MIN // 301 + 7])  # serial, serial, across the team
@@ -72,7 +77,7 @@ def test_dynamic_row_loops_keep_the_run_time_test(monkeypatch, tmp_path):
 
 
 def _unit_kernels(source: str) -> set[str]:
-    return set(re.findall(r"^static void (\w+)\(", source.split(program.GEMM_LINKED, 1)[1], re.M))
+    return set(re.findall(r"^static void (\w+)\(", _after_prelude(source), re.M))
 
 
 def test_gemm_kernels_share_the_first_unit(monkeypatch, tmp_path):
@@ -83,7 +88,7 @@ def test_gemm_kernels_share_the_first_unit(monkeypatch, tmp_path):
     first, second = rt.program.sources
     gemms = {k for k in rt.program.kernels if k.startswith("matmul_")}
     assert len(gemms) == 2 and gemms <= _unit_kernels(first)
-    assert _unit_kernels(second) and "lum_gemm_" not in second.split(program.GEMM_LINKED, 1)[1]
+    assert _unit_kernels(second) and "lum_gemm_" not in _after_prelude(second)
     assert _unit_kernels(first) | _unit_kernels(second) == set(rt.program.kernels)
     for (name, _), got, want in zip(g.outputs, rt(feeds := _feeds(3, np.random.default_rng(0))), g.run(feeds)):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5, err_msg=name)
@@ -111,6 +116,7 @@ def test_the_gemm_object_is_built_once_and_linked(monkeypatch, tmp_path):
     import ctypes
 
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "spare_core", lambda: True)
     ga, gb = _rows_graph(3), _rows_graph(5)
     a = ga.compile(device="cpu")
     (obj,) = _objects(tmp_path)
@@ -150,7 +156,7 @@ def test_a_corrupt_gemm_object_is_rebuilt(monkeypatch, tmp_path):
 def test_prepare_builds_in_the_background_and_the_build_waits(monkeypatch, tmp_path):
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(build, "_objects", {})
-    monkeypatch.setattr(build, "_spare_core", lambda: True)
+    monkeypatch.setattr(build, "spare_core", lambda: True)
     program.prepare()
     program.prepare()  # once per process
     (thread,) = build._objects.values()
@@ -158,17 +164,38 @@ def test_prepare_builds_in_the_background_and_the_build_waits(monkeypatch, tmp_p
     assert not thread.is_alive() and _objects(tmp_path) == [obj]
 
 
-def test_a_busy_machine_builds_the_gemm_object_beside_the_units(monkeypatch, tmp_path):
-    """No core to spare: prepare() starts nothing (it would slow the Python phases), and the
-    library's build compiles the object beside its units (one unit here: compiled, then linked)."""
+def test_a_busy_machine_compiles_the_prelude_gemms_until_the_object_is_there(monkeypatch, tmp_path):
+    """No core to spare and no object yet: prepare() starts nothing (it would slow the Python
+    phases as much as it saves), and the library compiles the prelude's GEMMs (cheaper than the
+    object: specialized to its calls). Once the object is in the cache, libraries link it."""
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(build, "_objects", {})
-    monkeypatch.setattr(build, "_spare_core", lambda: False)
-    monkeypatch.setattr(build, "units", lambda kernels: 1)
+    monkeypatch.setattr(build, "spare_core", lambda: False)
     program.prepare()
     assert not build._objects and not _objects(tmp_path)
     g = _rows_graph(3)
     cpu = g.compile(device="cpu")
+    assert not _objects(tmp_path) and "lum_ext_gemm_f" not in _symbols(cpu.runtime.library_path)
+    build.compiled_object(program.GEMM_OBJECT)
+    g5 = _rows_graph(5)
+    cpu5 = g5.compile(device="cpu")
+    assert "lum_ext_gemm_f" in _symbols(cpu5.runtime.library_path)
+    for graph, compiled in ((g, cpu), (g5, cpu5)):
+        feeds = _feeds(3 if graph is g else 5, np.random.default_rng(3))
+        for (name, _), got, want in zip(graph.outputs, compiled(feeds), graph.run(feeds)):
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5, err_msg=name)
+
+
+def test_the_object_builds_beside_one_unit(monkeypatch, tmp_path):
+    """A core to spare at render time but the object not started: the library's build compiles it
+    beside its one unit (compiled to an object, then linked with it)."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "_objects", {})
+    monkeypatch.setattr(program, "prepare", lambda: None)
+    monkeypatch.setattr(build, "units", lambda kernels: 1)
+    monkeypatch.setattr(build, "spare_core", lambda: True)
+    g = _rows_graph(3)
+    cpu = g.compile(device="cpu")
     assert len(_objects(tmp_path)) == 1 and "lum_ext_gemm_f" in _symbols(cpu.runtime.library_path)
-    for (name, _), got, want in zip(g.outputs, cpu(feeds := _feeds(3, np.random.default_rng(3))), g.run(feeds)):
+    for (name, _), got, want in zip(g.outputs, cpu(feeds := _feeds(3, np.random.default_rng(4))), g.run(feeds)):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5, err_msg=name)

@@ -222,7 +222,20 @@ def compiled_object(source: str, cc: str | None = None) -> Path:
     return obj
 
 
-def _spare_core() -> bool:
+def object_available(source: str) -> bool:
+    """`compiled_object(source)` is in the cache (verified when it is linked) or being built by
+    this process."""
+    cc = compiler()
+    if cc is None:
+        return False
+    _, key = _object_key(source, cc)
+    with _objects_lock:
+        if key in _objects:
+            return True
+    return (cache_dir("cpu") / f"{key}.o").exists()
+
+
+def spare_core() -> bool:
     """The machine has a core to spare beside this process (whose own work counts in the load)."""
     try:
         return (os.cpu_count() or 1) - os.getloadavg()[0] >= 0.5
@@ -246,7 +259,7 @@ def prepare_object(source: str, spare_core_only: bool = True) -> None:
     says there is one; on a busy machine it would slow those phases as much as it saves later).
     Errors surface when the library asks for it."""
     cc = compiler()
-    if cc is None or (spare_core_only and not _spare_core()):
+    if cc is None or (spare_core_only and not spare_core()):
         return
     _, key = _object_key(source, cc)
 

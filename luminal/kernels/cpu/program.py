@@ -144,8 +144,11 @@ def render_program(outputs: list[Node]) -> CProgram:
         steps.append(step)
     symbols = sorted({s for st in steps for s in st.symbols})
     units = build.units(len(bodies))
-    sources = library_source(bodies, units)
-    identity = sources[0] if units == 1 else library_source(bodies)[0]
+    # the GEMM object, when it is built or building, or a core is free to build it beside the units;
+    # else (a busy machine, nothing cached) the prelude's GEMMs, compiled in the library, cost less
+    linked = build.object_available(GEMM_OBJECT) or build.spare_core()
+    sources = library_source(bodies, units, linked)
+    identity = sources[0] if units == 1 else library_source(bodies, 1, linked)[0]
     return CProgram(sources, identity, steps, schedule, symbols, sorted(bodies))
 
 
@@ -178,10 +181,11 @@ def prepare() -> None:
 GEMM_SOURCE_COST = 2_000
 
 
-def library_source(bodies: dict[str, tuple[str, CStep]], units: int = 1) -> list[str]:
+def library_source(bodies: dict[str, tuple[str, CStep]], units: int = 1, linked: bool = True) -> list[str]:
     """The library of the kernels `bodies` (name -> (code, a step running it)) as `units` C
     translation units, compiled in parallel (at most one per kernel; the first holds the driver):
-    a function of the set of kernels and `units` only. The kernels calling the prelude's GEMMs
+    a function of the set of kernels, `units` and `linked` (the GEMMs are the linked object's, else
+    the prelude's, compiled in the first unit) only. The kernels calling the prelude's GEMMs
     all go to the first unit (a unit that calls them compiles the prelude's GEMM code, a fifth of
     a second: once, not in every unit); the others are dealt to the units largest first, each to
     the smallest unit so far."""
@@ -209,7 +213,7 @@ def library_source(bodies: dict[str, tuple[str, CStep]], units: int = 1) -> list
     for u, part in enumerate(parts):
         kernels = [bodies[n][0] for n in sorted(part)] + [_wrapper(bodies[n][1]) for n in sorted(part)]
         tail = [SHARED, declared, driver] if u == 0 else []
-        sources.append("\n".join([PRELUDE, GEMM_LINKED if gemms else "", *kernels, *tail]))
+        sources.append("\n".join([PRELUDE, GEMM_LINKED if gemms and linked else "", *kernels, *tail]))
     return sources
 
 
