@@ -176,9 +176,13 @@ def prepare() -> None:
     build.prepare_object(GEMM_OBJECT)
 
 
-# The kernels calling GEMMs are kept in one unit all the same (the integer GEMMs, loops, are
-# still the prelude's): they cost about this many characters of other kernels' compile time.
-GEMM_SOURCE_COST = 2_000
+# Compile cost in characters of row-loop kernels (gcc 12 -O2, cc1 instructions of the 32-layer
+# Llama's library, ~50k per character), to balance the units: a GEMM kernel's text (its operand
+# cases fold away) costs 0.4 of that; the driver and the wrappers of the first unit ~5,000; the
+# prelude's GEMMs, when compiled in the library (not linked: `linked`), ~25,000.
+GEMM_BODY_WEIGHT = 0.4
+DRIVER_COST = 5_000
+GEMM_SOURCE_COST = 25_000
 
 
 def library_source(bodies: dict[str, tuple[str, CStep]], units: int = 1, linked: bool = True) -> list[str]:
@@ -202,9 +206,10 @@ def library_source(bodies: dict[str, tuple[str, CStep]], units: int = 1, linked:
     units = max(1, min(units, len(names) - len(gemms) + (1 if gemms else 0)))  # no unit without a kernel
     parts: list[list[str]] = [[] for _ in range(units)]
     sizes = [0] * units
-    if gemms:
+    sizes[0] = DRIVER_COST
+    if gemms:  # the GEMM kernels together: a unit calling the prelude's GEMMs compiles them
         parts[0] += gemms
-        sizes[0] = GEMM_SOURCE_COST + sum(len(bodies[n][0]) for n in gemms)
+        sizes[0] += (0 if linked else GEMM_SOURCE_COST) + sum(GEMM_BODY_WEIGHT * len(bodies[n][0]) for n in gemms)
     for n in sorted(set(names) - set(gemms), key=lambda n: (-len(bodies[n][0]), n)):
         u = sizes.index(min(sizes))
         parts[u].append(n)
