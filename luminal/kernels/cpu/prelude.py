@@ -75,33 +75,24 @@ extern LUM_SHARED __thread int lum_threads, lum_f64;
    thread (each barrier waits for a descheduled peer: NudeNet 2.3 s against 88 ms at load 9 on 2
    cores). The 1-minute load average counts this process's own threads too, so its own share is
    taken out: an exponential average, with the load average's 60 s time constant, of the
-   process's CPU use. It starts at what the load average has seen of this process so far: its CPU
-   use averaged over its age, weighted by how much of the average's 60 s window that age fills (a
-   cold start 10 s old that kept one core busy is 0.15 of the load, not all of it: counting all of
-   it gave a full team beside two busy processes, and the first call's GEMMs waited on a
-   descheduled peer, 0.1-4 s). Unknown age: all of the load, full teams, as torch does. */
+   process's CPU use. At the process's first call the load average cannot tell its share from
+   others' (it lags a minute: processes that already ended still count), but what runs right now
+   can: the runnable tasks /proc/loadavg counts, less this calling thread, are others'. The share
+   starts at the load less those (beside two busy processes a full team waited on a descheduled
+   peer: 120-140 ms calls for 7.5 ms of work); unreadable: all of the load, full teams, as torch. */
 #include <stdio.h>
 #include <time.h>
-#include <unistd.h>
 static double lum_now(clockid_t clock) { struct timespec t; clock_gettime(clock, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
-static double lum_own_start(double load, double cpu) {
-  double up = -1, age = -1;
-  unsigned long long start = 0;
-  char buf[1024];
-  FILE* f = fopen("/proc/uptime", "r");
-  if (f) { if (fscanf(f, "%lf", &up) != 1) up = -1; fclose(f); }
-  f = fopen("/proc/self/stat", "r");
-  if (f) {
-    const size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char* p = strrchr(buf, ')');  /* the command name may hold spaces and parentheses */
-    for (int field = 2; p && field < 22; ++field) p = strchr(p + 1, ' ');  /* to field 22, starttime */
-    if (p && sscanf(p + 1, "%llu", &start) == 1 && up > 0) age = up - (double)start / sysconf(_SC_CLK_TCK);
-  }
-  if (age <= 0) return load;
-  const double seen = cpu / age * (1 - exp(-age / 60));
-  return seen < load ? seen : load;
+static double lum_own_start(double load) {
+  double l1, l5, l15;
+  int running = 0, total = 0;
+  FILE* f = fopen("/proc/loadavg", "r");
+  if (!f) return load;
+  const int got = fscanf(f, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total);
+  fclose(f);
+  if (got != 5 || running < 1) return load;
+  const double others = running - 1;
+  return load > others ? load - others : 0;
 }
 static int lum_team(int threads) {
   static double own = -1, last_wall, last_cpu;
@@ -111,7 +102,7 @@ static int lum_team(int threads) {
   #pragma omp critical(lum_team)
   {
     if (own < 0) {
-      own = lum_own_start(load, cpu);
+      own = lum_own_start(load);
       last_wall = wall; last_cpu = cpu;
     } else if (wall - last_wall > 0.5) {
       const double a = exp(-(wall - last_wall) / 60);
