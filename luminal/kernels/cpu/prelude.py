@@ -77,11 +77,33 @@ extern LUM_SHARED __thread int lum_threads, lum_f64;
    taken out: an exponential average, with the load average's 60 s time constant, of the
    process's CPU use. At the process's first call the load average cannot tell its share from
    others' (it lags a minute: processes that already ended still count), but what runs right now
-   can: the runnable tasks /proc/loadavg counts, less this calling thread, are others'. The share
-   starts at the load less those (beside two busy processes a full team waited on a descheduled
-   peer: 120-140 ms calls for 7.5 ms of work); unreadable: all of the load, full teams, as torch. */
+   can: the runnable tasks /proc/loadavg counts, less this process's own runnable threads (the
+   caller, and another library's spinning pool: onnxruntime's beside it in a benchmark), are
+   other processes'. The share starts at the load less those (beside two busy processes a full
+   team waited on a descheduled peer: 120-140 ms calls for 7.5 ms of work); unreadable: all of the
+   load, full teams, as torch. */
+#include <dirent.h>
 #include <stdio.h>
 #include <time.h>
+static int lum_own_running(void) {  /* this process's threads in state R (running or runnable) */
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  char path[300], buf[512];
+  for (struct dirent* e; (e = readdir(d)) != NULL;) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    snprintf(path, sizeof path, "/proc/self/task/%.200s/stat", e->d_name);
+    FILE* f = fopen(path, "r");
+    if (!f) continue;
+    const size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = 0;
+    const char* p = strrchr(buf, ')');  /* the thread's name may hold spaces and parentheses */
+    n += p && p[1] == ' ' && p[2] == 'R';
+  }
+  closedir(d);
+  return n;
+}
 static double lum_now(clockid_t clock) { struct timespec t; clock_gettime(clock, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 static double lum_own_start(double load) {
   double l1, l5, l15;
@@ -90,8 +112,9 @@ static double lum_own_start(double load) {
   if (!f) return load;
   const int got = fscanf(f, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total);
   fclose(f);
-  if (got != 5 || running < 1) return load;
-  const double others = running - 1;
+  const int ours = lum_own_running();
+  if (got != 5 || running < 1 || ours < 1) return load;
+  const double others = running > ours ? running - ours : 0;
   return load > others ? load - others : 0;
 }
 static int lum_team(int threads) {
