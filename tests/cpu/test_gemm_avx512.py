@@ -145,6 +145,20 @@ def test_compiled_graphs_use_it_and_match_the_numpy_runtime(monkeypatch):
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-4, err_msg=f"{name} n={n}")
 
 
+def test_in_front_of_mkl_only_where_mkl_runs_narrower(monkeypatch):
+    monkeypatch.setattr(gemm_avx512, "cpu_has_avx512", lambda: True)
+    monkeypatch.delenv("LUMINAL_GEMM", raising=False)
+    monkeypatch.setattr(gemm_avx512, "_vendor", lambda: "AuthenticAMD")
+    assert gemm_avx512.wanted_over_mkl()  # MKL's AVX2 code on AMD
+    monkeypatch.setattr(gemm_avx512, "_vendor", lambda: "GenuineIntel")
+    assert not gemm_avx512.wanted_over_mkl()  # MKL's own AVX-512 kernels
+    monkeypatch.setenv("LUMINAL_GEMM", "avx512")
+    assert gemm_avx512.wanted_over_mkl()
+    monkeypatch.setenv("LUMINAL_GEMM", "blas")
+    monkeypatch.setattr(gemm_avx512, "_vendor", lambda: "AuthenticAMD")
+    assert not gemm_avx512.wanted_over_mkl()
+
+
 def test_the_choice_follows_luminal_gemm(monkeypatch):
     monkeypatch.setattr(gemm_avx512, "cpu_has_avx512", lambda: True)
     monkeypatch.delenv("LUMINAL_GEMM", raising=False)
@@ -159,20 +173,24 @@ def test_the_choice_follows_luminal_gemm(monkeypatch):
 
 
 @needs_avx512
+@pytest.mark.parametrize("kind", ["openblas", "mkl"])
 @pytest.mark.parametrize("m", [20, 40, 300])
-def test_a_calls_bits_do_not_depend_on_the_team(monkeypatch, m):
+def test_a_calls_bits_do_not_depend_on_the_team(monkeypatch, m, kind):
     """The prelude picks the SGEMM on the whole call (a few rows times a transposed B: the BLAS)
-    and then splits it into row or column blocks across the team: one thread and two give the
-    same bits, on both sides of the 32-row line and with more columns than rows."""
+    and then splits it into row or column blocks across the team (beside MKL too, whose own
+    GEMMs thread themselves): one thread and two give the same bits, on both sides of the 32-row
+    line and with more columns than rows."""
+    if kind == "mkl":
+        pytest.importorskip("torch")  # the MKL inside it
     monkeypatch.setenv("LUMINAL_GEMM", "avx512")
-    monkeypatch.setenv("LUMINAL_BLAS", "openblas")
+    monkeypatch.setenv("LUMINAL_BLAS", kind)
     monkeypatch.setattr(runtime, "_BLAS", {})
     g = lm.Graph("team")
     x, w, v = g.input("x", ("m", 4096)), g.input("w", (30, 4096)), g.input("v", (4096, 200))
     g.output(x @ w.T, "transposed")  # more rows than columns: row blocks
     g.output(x @ v, "plain")  # more columns than rows (m = 20, 40): column blocks
     cpu = g.compile(device="cpu")
-    assert cpu.runtime.blas.gemm == "luminal-avx512"
+    assert cpu.runtime.blas.kind == kind and cpu.runtime.blas.gemm == "luminal-avx512"
     rng = np.random.default_rng(m)
     feeds = {"x": rng.standard_normal((m, 4096), dtype=np.float32), "w": rng.standard_normal((30, 4096), dtype=np.float32),
              "v": rng.standard_normal((4096, 200), dtype=np.float32)}

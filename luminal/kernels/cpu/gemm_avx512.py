@@ -28,7 +28,8 @@ a few tokens: B must be transposed into panels, 0.8-0.9x OpenBLAS) to the BLAS: 
 whole call, before any split, so every block of one call runs the same code.
 
 `LUMINAL_GEMM`: "auto" (default: used when the CPU has AVX-512 and OpenBLAS's kernels are not
-AVX-512 ones), "blas" (never), "avx512" (whenever the CPU has AVX-512; for comparisons).
+AVX-512 ones, or in front of torch's MKL on an AMD CPU with AVX-512, where MKL runs its AVX2
+code), "blas" (never), "avx512" (whenever the CPU has AVX-512; for comparisons).
 """
 
 from __future__ import annotations
@@ -287,16 +288,38 @@ def _cpu_flags() -> set[str]:
         return set()
 
 
-def wanted(blas_core: str | None) -> bool:
-    """Whether to put our SGEMM in front of a BLAS whose kernels are `blas_core` (OpenBLAS's core
-    name; None when unknown)."""
+def _mode() -> str:
     mode = os.environ.get("LUMINAL_GEMM", "auto").strip().lower() or "auto"
     if mode not in ("auto", "blas", "avx512"):
         LOG.warning("LUMINAL_GEMM=%r is not 'auto', 'blas' or 'avx512'; using 'auto'", mode)
         mode = "auto"
+    return mode
+
+
+def wanted(blas_core: str | None) -> bool:
+    """Whether to put our SGEMM in front of a BLAS whose kernels are `blas_core` (OpenBLAS's core
+    name; None when unknown)."""
+    mode = _mode()
     if mode == "blas" or not cpu_has_avx512():
         return False
     return mode == "avx512" or (blas_core or "").strip().lower() not in AVX512_CORES
+
+
+def wanted_over_mkl() -> bool:
+    """Whether to put our SGEMM in front of the MKL inside torch: on an AMD CPU with AVX-512 MKL
+    runs its AVX2 code ("auto"), or whenever the CPU has AVX-512 ("avx512")."""
+    mode = _mode()
+    if mode == "blas" or not cpu_has_avx512():
+        return False
+    return mode == "avx512" or _vendor() == "AuthenticAMD"
+
+
+def _vendor() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), "")
+    except OSError:
+        return ""
 
 
 def sgemm(fallback: int) -> int | None:

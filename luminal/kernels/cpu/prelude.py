@@ -200,6 +200,9 @@ static inline lum_sgemm_fn lum_pick_sgemm(int tb, long long M) {
   return tb && M < 32 && lum_sgemm_blas ? lum_sgemm_blas : lum_sgemm;
 }
 #define lum_pick_dgemm(tb, M) lum_dgemm
+/* the picked GEMM is luminal's AVX-512 SGEMM, which runs on its calling thread: a large call is
+   split across the team even beside MKL, whose own GEMMs thread themselves */
+#define LUM_OURS(g) (lum_sgemm_blas != NULL && (const void*)(g) == (const void*)lum_sgemm)
 #define LUM_BLAS_GEMM(T, N, PICK, GEMV) \
 static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K, const T* A, long long lda, \
                          const T* B, long long ldb, T* C, long long ldc) { \
@@ -220,7 +223,8 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
       lum_skinny_gemm_##N(M, NN, K, A, lda, bt, K, C, ldc); \
       free(bt); } \
   } \
-  else if (GEMM && !lum_blas_in_team && lum_threads > 1 && M * NN * K >= (1LL << 21) && (NN >= 32 || M >= 64) \
+  else if (GEMM && (!lum_blas_in_team || LUM_OURS(GEMM)) && lum_threads > 1 && M * NN * K >= (1LL << 21) \
+           && (NN >= 32 || M >= 64) \
            && !omp_in_parallel()) { \
     /* OpenBLAS (or luminal's AVX-512 SGEMM), single-threaded, on blocks of C (multiples of 16), \
        one per thread of the loops' team; a loop over the blocks, so every block is computed \

@@ -131,6 +131,11 @@ class _Blas:
         setter = getattr(lib, "MKL_Set_Num_Threads_Local", None)  # C API (by value); torch sets MKL's global count: ours is per call
         self.set_threads_ptr = None if setter is None else ctypes.cast(setter, ctypes.c_void_p).value
         self.path = path
+        if gemm_avx512.wanted_over_mkl():  # MKL runs its AVX2 code on an AMD CPU with AVX-512
+            fallback = blas_of("openblas").sgemm  # for what the prelude never asks (alpha, beta, column-major)
+            self.front = gemm_avx512.sgemm(fallback) if fallback else None
+            if self.front is not None:
+                self.gemm = "luminal-avx512"
         return True
 
     def _find_openblas(self) -> bool:
@@ -167,6 +172,8 @@ class _Blas:
         if self.kind == "mkl":
             lib.lum_set_fortran_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.sgemv, self.dgemv,
                                                                     self.set_threads_ptr)))
+            if self.front is not None:
+                lib.lum_set_sgemm_front(ctypes.c_void_p(self.front))
         else:
             lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.set_threads_ptr,
                                                             self.sgemv, self.dgemv)))
@@ -192,9 +199,14 @@ def blas() -> _Blas:
     want = os.environ.get("LUMINAL_BLAS", "").strip().lower()
     if want not in ("mkl", "openblas"):
         want = "mkl" if "torch" in sys.modules else "openblas"
-    if want not in _BLAS:
-        _BLAS[want] = _Blas(want)
-    return _BLAS[want]
+    return blas_of(want)
+
+
+def blas_of(kind: str) -> _Blas:
+    """The `_Blas` of `kind` ("mkl" or "openblas"), found once per process."""
+    if kind not in _BLAS:
+        _BLAS[kind] = _Blas(kind)
+    return _BLAS[kind]
 
 
 _CPUS = max(1, os.cpu_count() or 1)  # read once: os.cpu_count() costs ~6 us, a tenth of a small model's call
