@@ -202,3 +202,25 @@ def test_a_calls_bits_do_not_depend_on_the_team(monkeypatch, m, kind):
     ref = g.compile(device="numpy")(feeds)
     for got, want in zip(one, ref):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@needs_avx512
+def test_prepare_builds_it_in_the_background_once(monkeypatch, tmp_path):
+    """As a compile begins (`program.prepare`), the library starts building on a background thread
+    (a core to spare), so the runtime's first bind finds it in the cache; once per process."""
+    import threading
+
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("LUMINAL_GEMM", raising=False)
+    monkeypatch.setattr(gemm_avx512, "_prepared", threading.Event())
+    monkeypatch.setattr(build, "spare_core", lambda: True)
+    started = []
+    real_build = build.build
+    monkeypatch.setattr(build, "build", lambda *a, **k: started.append(threading.current_thread().name) or real_build(*a, **k))
+    gemm_avx512.prepare()
+    gemm_avx512.prepare()  # once per process
+    for t in threading.enumerate():
+        if t.name == "luminal-cc-gemm512":
+            t.join(120)
+    assert started == ["luminal-cc-gemm512"]
+    assert build.cached(real_build(gemm_avx512.SOURCE).stem) is not None  # in the cache: a bind builds nothing

@@ -322,6 +322,32 @@ def _vendor() -> str:
         return ""
 
 
+_prepared = threading.Event()
+
+
+def prepare() -> None:
+    """Start building the library in the background (once per process; a no-op when it is in the
+    cache): called as a compile begins (`program.prepare`), so that the compiler runs while Python
+    lowers and optimizes the graph, not when the runtime first binds its BLAS. Only with a core
+    to spare, as the GEMM object's build."""
+    if _prepared.is_set() or not cpu_has_avx512() or _mode() == "blas" or build.compiler() is None:
+        return
+    _prepared.set()
+    if not build.spare_core():
+        return
+
+    def run():
+        for t in threading.enumerate():  # after the GEMM object's build (build.prepare_object), not beside it:
+            if t.name == "luminal-cc" and t is not threading.current_thread():  # one core stays Python's
+                t.join()
+        try:
+            build.build(SOURCE)
+        except Exception:  # noqa: BLE001 - `sgemm` builds again and logs why, and the BLAS serves
+            pass
+
+    threading.Thread(target=run, name="luminal-cc-gemm512", daemon=True).start()
+
+
 def sgemm(fallback: int) -> int | None:
     """The address of our SGEMM (cblas_sgemm's ILP64 signature), calling `fallback` (a cblas_sgemm
     address) for what it does not take; None when it cannot be built or the CPU lacks AVX-512

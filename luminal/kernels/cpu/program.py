@@ -18,7 +18,7 @@ import hashlib
 from dataclasses import dataclass
 
 from luminal.hlir.ops import Node, Op
-from luminal.kernels.cpu import build
+from luminal.kernels.cpu import build, gemm_avx512
 from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.cpu.prelude import PRELUDE, SHARED
 from luminal.kernels.cpu.render import CStep, _generator, _operand
@@ -174,6 +174,7 @@ def prepare() -> None:
     """Start building the GEMM object in the background (a no-op once it is in the cache): called
     as a compile begins, so that the compiler runs while Python lowers and optimizes the graph."""
     build.prepare_object(GEMM_OBJECT)
+    gemm_avx512.prepare()  # luminal's AVX-512 SGEMM, when the runtime will put it in front of the BLAS
 
 
 # Compile cost in characters of row-loop kernels (gcc 12 -O2, cc1 instructions of the 32-layer
