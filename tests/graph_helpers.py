@@ -1,5 +1,6 @@
-"""Helpers for tests that put many saved models into one plan, or hammer one from threads
-(imported as the suite imports op_cases.py: tests/ is on sys.path)."""
+"""Helpers for tests that put many saved models into one plan, hammer one from threads, or run
+onnx's recurrence node tests over a symbolic length (imported as the suite imports op_cases.py:
+tests/ is on sys.path)."""
 
 import threading
 
@@ -39,3 +40,24 @@ def hammer(call, jobs: list[list]) -> list[list]:
         th.join()
     assert not errors, errors
     return results
+
+
+def official_recurrence_cases() -> list:
+    """onnx's RNN/GRU/LSTM node tests (the backend suite's loader)."""
+    from onnx.backend.test.loader import load_node_model_tests
+
+    return [c for c in load_node_model_tests() if c.model.graph.node[0].op_type in ("RNN", "GRU", "LSTM")]
+
+
+def with_symbolic_length(case):
+    """(a copy of the case's model with its sequence dim named "T" in X and, when 4-d, Y; its layout)."""
+    import onnx
+
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    layout = next((a.i for a in model.graph.node[0].attribute if a.name == "layout"), 0)
+    model.graph.input[0].type.tensor_type.shape.dim[layout].dim_param = "T"
+    y = model.graph.output[0].type.tensor_type.shape
+    if len(y.dim) == 4:
+        y.dim[layout].dim_param = "T"
+    return model, layout

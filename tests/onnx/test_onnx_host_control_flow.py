@@ -4,7 +4,7 @@
 import numpy as np
 import onnx
 import pytest
-from graph_helpers import hammer
+from graph_helpers import hammer, official_recurrence_cases, with_symbolic_length
 from onnx import TensorProto as TP
 from onnx import helper as oh
 
@@ -477,24 +477,12 @@ def test_an_identity_branch_needs_no_compiled_graph():
     assert branch._identity == ["p"] and not branch._models
 
 
-def _official_recurrence_cases():
-    from onnx.backend.test.loader import load_node_model_tests
-
-    return [c for c in load_node_model_tests() if c.model.graph.node[0].op_type in ("RNN", "GRU", "LSTM")]
-
-
-@pytest.mark.parametrize("case", _official_recurrence_cases(), ids=lambda c: c.name)
+@pytest.mark.parametrize("case", official_recurrence_cases(), ids=lambda c: c.name)
 def test_official_recurrence_node_tests_stepped_on_the_host(case):
     """onnx's RNN/GRU/LSTM node tests (peepholes, biases, sequence_lens, batchwise layout,
     reverse, bidirectional) with the sequence dim made symbolic, stepped on the host
     (recurrence="host"), against the suite's expected outputs."""
-    model = onnx.ModelProto()
-    model.CopyFrom(case.model)
-    layout = next((a.i for a in model.graph.node[0].attribute if a.name == "layout"), 0)
-    model.graph.input[0].type.tensor_type.shape.dim[layout].dim_param = "T"
-    y = model.graph.output[0].type.tensor_type.shape
-    if len(y.dim) == 4:
-        y.dim[layout].dim_param = "T"
+    model, layout = with_symbolic_length(case)
     compiled = lonnx.compile(model, device="numpy", optimize=False, recurrence="host", check=False)
     assert type(compiled).__name__ == "StagedModel"
     assert compiled.plan.steps[0].w_t is None  # W an input here: the cell projects each step itself

@@ -5,7 +5,7 @@ host-stepped form, built once (`model.py`, `staged_rnn.py`); checked against onn
 import numpy as np
 import onnx
 import pytest
-from graph_helpers import hammer
+from graph_helpers import hammer, official_recurrence_cases, with_symbolic_length
 from onnx import TensorProto as TP
 from onnx import helper as oh
 
@@ -179,24 +179,12 @@ def test_two_threads_with_new_lengths_at_once():
     assert len(compiled._unrolled) == 1 and compiled._host is not None
 
 
-def _official_cases():
-    from onnx.backend.test.loader import load_node_model_tests
-
-    return [c for c in load_node_model_tests() if c.model.graph.node[0].op_type in ("RNN", "GRU", "LSTM")]
-
-
-@pytest.mark.parametrize("case", _official_cases(), ids=lambda c: c.name)
+@pytest.mark.parametrize("case", official_recurrence_cases(), ids=lambda c: c.name)
 def test_official_recurrence_node_tests_under_auto(case):
     """onnx's RNN/GRU/LSTM node tests with the sequence dim symbolic: a first call of another
     length compiles unrolled, then the suite's own input runs the host-stepped form, against
     the suite's expected outputs."""
-    model = onnx.ModelProto()
-    model.CopyFrom(case.model)
-    layout = next((a.i for a in model.graph.node[0].attribute if a.name == "layout"), 0)
-    model.graph.input[0].type.tensor_type.shape.dim[layout].dim_param = "T"
-    y = model.graph.output[0].type.tensor_type.shape
-    if len(y.dim) == 4:
-        y.dim[layout].dim_param = "T"
+    model, layout = with_symbolic_length(case)
     compiled = lonnx.compile(model, device="numpy", optimize=False, check=False)
     (inputs, outputs), = case.data_sets[:1]
     longer = list(inputs)

@@ -68,15 +68,31 @@ def compiler() -> str | None:
 
 
 @functools.cache
+def cpu_info() -> tuple[frozenset[str], str]:
+    """This CPU's feature flags and vendor as /proc/cpuinfo lists them (empty where it cannot be read)."""
+    flags, vendor = frozenset(), ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "flags" and not flags:
+                    flags = frozenset(value.split())
+                elif key == "vendor_id" and not vendor:
+                    vendor = value.strip()
+                if flags and vendor:
+                    break
+    except OSError:
+        pass
+    return flags, vendor
+
+
+@functools.cache
 def machine_flags() -> tuple[str, ...]:
     """Vector extensions of this CPU the compiler may use (part of the cache key, via the flags)."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return ()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return ()
+    cpu = cpu_info()[0]
     flags = tuple(f"-m{x}" for x in ("avx2", "f16c") if x in cpu)
     if "avx2" in cpu and _has_libmvec():
         flags += ("-DLUM_LIBMVEC", "-lmvec")

@@ -277,15 +277,7 @@ _lock = threading.Lock()
 
 
 def cpu_has_avx512() -> bool:
-    return "avx512f" in _cpu_flags() and "fma" in _cpu_flags()
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return set(next((line.split() for line in f if line.startswith("flags")), []))
-    except OSError:
-        return set()
+    return {"avx512f", "fma"} <= build.cpu_info()[0]
 
 
 def _mode() -> str:
@@ -315,11 +307,7 @@ def wanted_over_mkl() -> bool:
 
 
 def _vendor() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), "")
-    except OSError:
-        return ""
+    return build.cpu_info()[1]
 
 
 _prepared = threading.Event()
