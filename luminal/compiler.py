@@ -148,13 +148,16 @@ class CompiledGraph:
         return [n.arg for n in self.inputs]
 
     def __call__(self, *args, **kwargs) -> list[np.ndarray]:
-        if args and isinstance(args[0], dict) and len(args) == 1:
+        if len(args) == 1 and not kwargs and type(args[0]) is dict:  # the caller's dict, read, never changed
+            feeds = args[0]
+        elif args and isinstance(args[0], dict) and len(args) == 1:
             feeds = dict(args[0], **kwargs)
         else:
             if len(args) > len(self.inputs):
                 raise InputError(f"{len(args)} positional inputs given, the graph takes {len(self.inputs)}: {self.input_names}")
             feeds = dict(zip(self.input_names, args), **kwargs)
-        feeds = {k: v for k, v in feeds.items() if k not in self.unused_inputs}
+        if self.unused_inputs:
+            feeds = {k: v for k, v in feeds.items() if k not in self.unused_inputs}
         with self._calls_lock:
             self.calls += 1
         return self.runtime(feeds)

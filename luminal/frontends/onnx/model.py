@@ -46,6 +46,11 @@ class IOInfo:
         return f"{self.name}: {self.dtype}[{dims}]"
 
 
+def _spec(info: IOInfo) -> tuple:
+    """(name, dtype, rank, [(axis, size) of its static dims], info): an input's checks, once."""
+    return info.name, info.dtype, len(info.shape), [(a, d) for a, d in enumerate(info.shape) if isinstance(d, int)], info
+
+
 def _np_dtype(elem_type: int) -> np.dtype | None:
     try:
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
@@ -85,6 +90,8 @@ class OnnxModel:
         self._cache: collections.OrderedDict = collections.OrderedDict()  # LRU, at most COMPILED_KEPT graphs
         # (input, axis) of every dynamic dim: a call with one of them 0 compiles statically
         self._dynamic_axes = [(i.name, axis) for i in inputs for axis, d in enumerate(i.shape) if not isinstance(d, int)]
+        self._specs = [_spec(i) for i in inputs]  # what checking a call's arrays needs, worked out once
+        self._casts: dict[int, tuple] = {}  # id(compiled graph) -> (it, [(input, dtype)]): `__call__`
         self._host_form = host_form  # callable -> the host-stepped model (None: no such form, or it failed)
         self._host = None  # that model, once built
         self._unrolled: dict = {}  # key -> graph compiled unrolled under "auto" (kept: see the docstring)
@@ -133,31 +140,35 @@ class OnnxModel:
             if dup:
                 raise OnnxInputError(f"input(s) {dup} given both positionally and by name")
             feeds.update(kwargs)
-        names, default_names = self.input_names, self._default_names  # (lists built per access)
-        unknown = [k for k in feeds if k not in names and k not in default_names]
-        if unknown:
-            extra = f" (and defaults that may be overridden: {default_names})" if self.defaults else ""
-            raise OnnxInputError(f"unknown input name(s) {unknown}; the model's inputs are {names}{extra}")
-        missing = [n for n in names if n not in feeds]
-        if missing:
-            raise OnnxInputError(f"missing input(s) {missing}; the model's inputs are {names}")
+        specs = self._specs
+        if self.defaults or len(feeds) != len(specs) or any(spec[0] not in feeds for spec in specs):
+            names, default_names = self.input_names, self._default_names  # (lists built per access)
+            unknown = [k for k in feeds if k not in names and k not in default_names]
+            if unknown:
+                extra = f" (and defaults that may be overridden: {default_names})" if self.defaults else ""
+                raise OnnxInputError(f"unknown input name(s) {unknown}; the model's inputs are {names}{extra}")
+            missing = [n for n in names if n not in feeds]
+            if missing:
+                raise OnnxInputError(f"missing input(s) {missing}; the model's inputs are {names}")
+            specs = specs + [_spec(d) for d in self.defaults if d.name in feeds]
         arrays = {}
-        for info in self.inputs + [d for d in self.defaults if d.name in feeds] if self.defaults else self.inputs:
-            arr = feeds[info.name]
+        for name, dtype, ndim, static, info in specs:
+            arr = feeds[name]
             if type(arr) is not np.ndarray:
                 arr = np.asarray(arr)
-            if info.dtype is not None and arr.dtype != info.dtype:
-                raise OnnxInputError(f"input {info.name!r} has dtype {arr.dtype}, the model declares {info.dtype}")
-            if arr.ndim != len(info.shape):
+            if dtype is not None and arr.dtype != dtype:
+                raise OnnxInputError(f"input {name!r} has dtype {arr.dtype}, the model declares {dtype}")
+            shape = arr.shape
+            if len(shape) != ndim:
                 raise OnnxInputError(
-                    f"input {info.name!r} has shape {arr.shape} ({arr.ndim} dims), the model declares {_fmt(info.shape)}"
+                    f"input {name!r} has shape {shape} ({len(shape)} dims), the model declares {_fmt(info.shape)}"
                 )
-            for axis, (want, got) in enumerate(zip(info.shape, arr.shape)):
-                if isinstance(want, int) and want != got:
+            for axis, want in static:
+                if shape[axis] != want:
                     raise OnnxInputError(
-                        f"input {info.name!r} has shape {arr.shape}, the model declares {_fmt(info.shape)} (dim {axis} must be {want})"
+                        f"input {name!r} has shape {shape}, the model declares {_fmt(info.shape)} (dim {axis} must be {want})"
                     )
-            arrays[info.name] = arr
+            arrays[name] = arr
         return arrays
 
     @property
@@ -168,7 +179,7 @@ class OnnxModel:
         arrays = self._feeds(args, kwargs)
         overrides = {n: arrays.pop(n) for n in self._default_names if n in arrays} if self.defaults else {}
         compiled = self.compiled
-        zero_dim = any(arrays[name].shape[axis] == 0 for name, axis in self._dynamic_axes)
+        zero_dim = bool(self._dynamic_axes) and any(arrays[name].shape[axis] == 0 for name, axis in self._dynamic_axes)
         if self.value_inputs or self.shape_inputs or zero_dim or overrides:
             compiled = self._compiled_for(arrays, zero_dim, overrides)
             if isinstance(compiled, OnnxModel):  # the host-stepped form (recurrence="auto")
@@ -176,10 +187,15 @@ class OnnxModel:
             if not overrides and not zero_dim:  # a graph static for a size-0 call would reject the next, dynamic one
                 self.compiled = compiled
         self._check_assumptions(compiled, arrays)
+        casts = self._casts.get(id(compiled))
+        if casts is None or casts[0] is not compiled:
+            if len(self._casts) > 64:  # ids of graphs evicted from the caches
+                self._casts.clear()
+            casts = self._casts[id(compiled)] = (compiled, [(n.arg, n.dtype.numpy) for n in compiled.inputs])
         feeds = {}
-        for node in compiled.inputs:
-            arr = arrays[node.arg]
-            feeds[node.arg] = arr if arr.dtype == node.dtype.numpy else arr.astype(node.dtype.numpy)
+        for name, dtype in casts[1]:
+            arr = arrays[name]
+            feeds[name] = arr if arr.dtype == dtype else arr.astype(dtype)
         try:
             results = compiled(feeds)
         except InputError as exc:

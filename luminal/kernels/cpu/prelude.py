@@ -70,21 +70,24 @@ extern LUM_SHARED int lum_blas_threads;
 /* the call's team size and precision: per calling thread (two threads may run calls at once),
    read on it, never inside a parallel region */
 extern LUM_SHARED __thread int lum_threads, lum_f64;
-/* The team of a call with MKL (full teams, as torch's kernels): `threads`, less the cores the
-   rest of the machine keeps busy. On a loaded machine a full team is many times slower than one
-   thread (each barrier waits for a descheduled peer: NudeNet 2.3 s against 88 ms at load 9 on 2
-   cores). The 1-minute load average counts this process's own threads too, so its own share is
-   taken out: an exponential average, with the load average's 60 s time constant, of the
-   process's CPU use. At the process's first call the load average cannot tell its share from
-   others' (it lags a minute: processes that already ended still count), but what runs right now
-   can: the runnable tasks /proc/loadavg counts, less this process's own runnable threads (the
-   caller, and another library's spinning pool: onnxruntime's beside it in a benchmark), are
-   other processes'. The share starts at the load less those (beside two busy processes a full
-   team waited on a descheduled peer: 120-140 ms calls for 7.5 ms of work); unreadable: all of the
-   load, full teams, as torch. */
+/* The team of a call: `threads` (torch's count, as its kernels use), less the cores other
+   processes keep busy. On a loaded machine a full team is many times slower than one thread
+   (each barrier waits for a descheduled peer: NudeNet 2.3 s against 88 ms at load 9 on 2 cores;
+   a fresh process beside two busy ones ran a 7.5 ms model in 120-140 ms). Others' cores are
+   measured, not guessed from the load average: the machine's busy CPU time (/proc/stat) less this
+   process's own (every thread of it: another library's pool beside luminal counts as ours) over
+   windows of at least 0.1 s, read at most that often (a call of a 20 us model pays one clock
+   read, where the load average cost a file read per call). The load-average estimate this
+   replaces mistook the process's own recent work (its compile: gcc and Python for seconds) for
+   others' and then held the team at one thread for minutes on a quiet machine (SqueezeNet 7.8 ms
+   a call at CPU/wall 1.0, against 4.1-4.9 ms with the full team). With no window to measure
+   (the first call, or after 2 s without calls) what runs right now stands in: the runnable tasks
+   /proc/loadavg counts, less this process's own runnable threads. Unreadable /proc: full teams,
+   as torch. */
 #include <dirent.h>
 #include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 static int lum_own_running(void) {  /* this process's threads in state R (running or runnable) */
   DIR* d = opendir("/proc/self/task");
   if (!d) return -1;
@@ -105,36 +108,48 @@ static int lum_own_running(void) {  /* this process's threads in state R (runnin
   return n;
 }
 static double lum_now(clockid_t clock) { struct timespec t; clock_gettime(clock, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
-static double lum_own_start(double load) {
+static double lum_others_now(void) {  /* other processes' runnable tasks at this instant */
   double l1, l5, l15;
   int running = 0, total = 0;
   FILE* f = fopen("/proc/loadavg", "r");
-  if (!f) return load;
+  if (!f) return 0;
   const int got = fscanf(f, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total);
   fclose(f);
   const int ours = lum_own_running();
-  if (got != 5 || running < 1 || ours < 1) return load;
-  const double others = running > ours ? running - ours : 0;
-  return load > others ? load - others : 0;
+  if (got != 5 || ours < 1) return 0;
+  return running > ours ? running - ours : 0;
+}
+static double lum_busy_seconds(void) {  /* all CPUs' non-idle time since boot; < 0: unreadable */
+  unsigned long long user, nice, sys, idle, iowait, irq, softirq;
+  FILE* f = fopen("/proc/stat", "r");
+  if (!f) return -1;
+  const int got = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &sys, &idle, &iowait, &irq, &softirq);
+  fclose(f);
+  if (got != 7) return -1;  /* steal (the hypervisor's) and idle are nobody's work here */
+  return (double)(user + nice + sys + irq + softirq) / (double)sysconf(_SC_CLK_TCK);
 }
 static int lum_team(int threads) {
-  static double own = -1, last_wall, last_cpu;
-  double load, mine;
-  if (threads <= 1 || getloadavg(&load, 1) != 1) return threads < 1 ? 1 : threads;
-  const double wall = lum_now(CLOCK_MONOTONIC), cpu = lum_now(CLOCK_PROCESS_CPUTIME_ID);
+  static double others = 0, last_wall = -1e9, last_busy = -1, last_cpu;
+  double seen;
+  if (threads <= 1) return threads < 1 ? 1 : threads;
+  const double wall = lum_now(CLOCK_MONOTONIC);
   #pragma omp critical(lum_team)
   {
-    if (own < 0) {
-      own = lum_own_start(load);
-      last_wall = wall; last_cpu = cpu;
-    } else if (wall - last_wall > 0.5) {
-      const double a = exp(-(wall - last_wall) / 60);
-      own = own * a + (cpu - last_cpu) / (wall - last_wall) * (1 - a);
-      last_wall = wall; last_cpu = cpu;
+    const double gap = wall - last_wall;
+    if (gap > 2.0) {  /* nothing measured lately: what runs now, and a window from here */
+      others = lum_others_now();
+      last_wall = wall; last_busy = lum_busy_seconds(); last_cpu = lum_now(CLOCK_PROCESS_CPUTIME_ID);
+    } else if (gap >= 0.1) {
+      const double busy = lum_busy_seconds(), cpu = lum_now(CLOCK_PROCESS_CPUTIME_ID);
+      if (busy >= 0 && last_busy >= 0) {
+        const double o = (busy - last_busy - (cpu - last_cpu)) / gap;
+        others = o > 0 ? o : 0;
+      }
+      last_wall = wall; last_busy = busy; last_cpu = cpu;
     }
-    mine = own;
+    seen = others;
   }
-  const int free_cores = omp_get_num_procs() - (int)(load - mine + 0.5);
+  const int free_cores = omp_get_num_procs() - (int)(seen + 0.5);
   return free_cores < 1 ? 1 : free_cores < threads ? free_cores : threads;
 }
 /* OpenBLAS runs on its calling thread (its own pthread pool would spin against the OpenMP team):

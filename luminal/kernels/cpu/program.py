@@ -89,6 +89,8 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
   omp_set_num_threads(outer_threads);
   if (lum_mkl_threads_local) lum_mkl_threads_local(outer_mkl);
 }
+/* the team a call asking for `threads` would get now (`lum_team`): for tests and diagnostics */
+int lum_team_size(int threads) { return lum_team(threads); }
 """
 
 

@@ -371,6 +371,10 @@ class CpuRuntime:
         self._layouts: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
         self._lock = threading.Lock()
         self.arena_bytes = 0
+        self._scratch = threading.local()  # per calling thread: its arena and pointer table (`run`)
+        # no symbols: one layout serves every call (no lookup)
+        static = all(sym.is_static(d) for n in [*self.inputs, *self.outputs, *self.intermediates] for d in n.shape)
+        self._static = self._layout({}) if static else None
 
     @property
     def source(self) -> str:
@@ -430,11 +434,18 @@ class CpuRuntime:
         return self.run([arrays[n.arg] for n in self.inputs], bindings)
 
     def run(self, ins: list, bindings: dict) -> list[np.ndarray]:
-        total, _, _, out_shapes, offsets_at, dims_at = self._layout(bindings)
-        ins = [np.ascontiguousarray(a) for a in ins]
+        total, _, _, out_shapes, offsets_at, dims_at = self._static or self._layout(bindings)
+        ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
         outs = [np.empty(s, dt) for s, dt in zip(out_shapes, self._out_dtypes)]
-        arena = np.empty(total, np.uint8)
-        bufs = (ctypes.c_void_p * len(self._template)).from_buffer_copy(self._template)
+        # this thread's scratch (the arena and the pointer table), kept between its calls: two
+        # threads never share one, and a call's C run ends before the thread can start another
+        mine = self._scratch.__dict__
+        arena, bufs = mine.get("arena"), mine.get("bufs")
+        if arena is None or arena.nbytes < total:
+            arena = mine["arena"] = np.empty(total, np.uint8)
+            mine["arena_at"] = _address(arena)
+        if bufs is None:
+            bufs = mine["bufs"] = (ctypes.c_void_p * len(self._template)).from_buffer_copy(self._template)
         k = self._n_weights
         for i, a in enumerate(ins):
             bufs[k + i] = _address(a)
@@ -442,7 +453,7 @@ class CpuRuntime:
         for i, o in enumerate(outs):
             bufs[k + i] = _address(o)
         err = ctypes.c_int(0)
-        self._run(self._table_at, self._n_steps, bufs, dims_at, _address(arena), offsets_at, ctypes.byref(err), threads(),
+        self._run(self._table_at, self._n_steps, bufs, dims_at, mine["arena_at"], offsets_at, ctypes.byref(err), threads(),
                   None if self._seconds is None else self._seconds.ctypes.data, get_precision("cpu") == "float64")
         if err.value:
             if err.value & 2 and not err.value & 1:

@@ -1,0 +1,102 @@
+"""The team a compiled call runs on (`lum_team` in the prelude): the threads asked for, less the
+cores other processes keep busy, measured from /proc/stat less this process's own CPU time.
+
+A full team beside busy processes waits on descheduled peers at every barrier (many times
+slower than one thread); a team held small on a quiet machine wastes the cores. The first is
+asserted here (more load elsewhere only makes it truer); the second cannot be asserted on a
+shared CI machine, so what is checked is that this process's own busy threads never count as
+another process's."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.kernels.cpu import build
+
+pytestmark = [pytest.mark.skipif(build.compiler() is None, reason="no C compiler"),
+              pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="the team is measured from /proc")]
+
+CORES = os.cpu_count() or 1
+
+
+@pytest.fixture(scope="module")
+def team():
+    g = lm.Graph("team")
+    x = g.input("x", (4,))
+    g.output(x * 2.0, "y")
+    compiled = g.compile(device="cpu")
+    np.testing.assert_array_equal(compiled({"x": np.arange(4, dtype=np.float32)})[0], np.arange(4) * 2.0)
+    return compiled.runtime._lib.lum_team_size
+
+
+def _settled(team, threads: int, want, seconds: float = 3.0) -> list[int]:
+    """The team sizes seen over `seconds` (a window is measured every 0.1 s), until `want` holds."""
+    seen = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        seen.append(team(threads))
+        if want(seen[-1]) and len(seen) > 3:
+            break
+        time.sleep(0.03)
+    return seen
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: the team is always one thread")
+def test_busy_processes_take_their_cores_from_the_team(team):
+    spin = "while True: pass"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(CORES)]
+    try:
+        time.sleep(0.3)  # the spinners get going
+        seen = _settled(team, CORES, lambda n: n == 1)
+        assert seen[-1] == 1, f"beside {CORES} busy processes on {CORES} cores the team stayed at {seen}"
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+
+
+def test_the_team_is_within_what_was_asked(team):
+    for threads in (0, 1, 2, CORES, 4 * CORES):
+        n = team(threads)
+        assert 1 <= n <= max(1, threads), (threads, n)
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: the team is always one thread")
+def test_this_processes_own_busy_threads_are_not_others(team):
+    """A thread of this process kept busy in C (NumPy's BLAS, the GIL released) is this process's
+    own work: while it runs, the estimate of others' cores does not grow by its core (a process
+    that counted its own pool as another's would shrink its own teams)."""
+    stop = threading.Event()
+    a = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+
+    def work():
+        while not stop.is_set():
+            a @ a
+
+    def shortfall(worst: bool) -> int:  # the team's shortfall from CORES over a few windows
+        seen = _settled(team, CORES, lambda n: False, seconds=0.6)[3:]
+        return CORES - (min(seen) if worst else max(seen))
+
+    tries = []
+    for _ in range(3):  # another process's load may come or go meanwhile: one clean pair suffices
+        time.sleep(0.3)  # past the window that saw the last try's busy thread
+        quiet = shortfall(worst=False)
+        worker = threading.Thread(target=work)
+        worker.start()
+        try:
+            time.sleep(0.2)
+            loaded = shortfall(worst=True)
+        finally:
+            stop.set()
+            worker.join()
+            stop.clear()
+        tries.append((quiet, loaded))
+        if loaded <= quiet:
+            return
+    pytest.fail(f"this process's own busy thread counted as another's: (quiet, loaded) shortfalls {tries}")
