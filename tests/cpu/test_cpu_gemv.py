@@ -87,3 +87,39 @@ def test_set_precision_reaches_the_gemms(m, n):
     finally:
         lm.set_precision(None)
     assert lm.get_precision("cpu") == "float32"
+
+
+@pytest.mark.parametrize("k,n", [(1536, 203), (2048, 203), (4100, 77), (300, 4000)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_large_gemv_split_across_the_team_keeps_its_bits(monkeypatch, dtype, k, n):
+    """A matrix-vector product of 2^17 elements or more in its dot-product form runs on the team,
+    one block of outputs (multiples of 16) per thread (OpenBLAS called single-threaded): one
+    thread and two give the same bits, for M = 1 and N = 1, each operand plain or transposed (the
+    axpy forms, whose OpenBLAS kernel rounds differently per block size, 14 of 203 outputs at
+    K = 2048, run whole), output counts that do not divide evenly."""
+    from luminal.kernels.cpu import runtime
+
+    monkeypatch.setenv("LUMINAL_BLAS", "openblas")
+    monkeypatch.setattr(runtime, "_BLAS", {})
+    dt = lm.f32 if dtype == np.float32 else lm.f64
+    g = lm.Graph("gemv-team")
+    x, xt = g.input("x", (1, k), dt), g.input("xt", (k, 1), dt)
+    w, v = g.input("w", (n, k), dt), g.input("v", (k, n), dt)
+    g.output(x @ w.T, "row_wt")  # M = 1, B transposed (a linear layer)
+    g.output(x @ v, "row_v")  # M = 1, B plain
+    g.output(w @ xt, "col_w")  # N = 1, A plain
+    g.output(v.T @ xt, "col_vt")  # N = 1, A transposed
+    cpu = g.compile(device="cpu")
+    assert cpu.runtime.blas.kind == "openblas"
+    rng = np.random.default_rng(7)
+    feeds = {"x": rng.standard_normal((1, k)).astype(dtype), "xt": rng.standard_normal((k, 1)).astype(dtype),
+             "w": rng.standard_normal((n, k)).astype(dtype), "v": rng.standard_normal((k, n)).astype(dtype)}
+    monkeypatch.setattr(runtime, "threads", lambda: 1)
+    one = cpu(feeds)
+    monkeypatch.setattr(runtime, "threads", lambda: 2)
+    for _ in range(3):
+        for got, want in zip(cpu(feeds), one):
+            np.testing.assert_array_equal(got, want)
+    x64, xt64, w64, v64 = (feeds[s].astype(np.float64) for s in ("x", "xt", "w", "v"))
+    for got, want in zip(one, [x64 @ w64.T, x64 @ v64, w64 @ xt64, v64.T @ xt64]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)

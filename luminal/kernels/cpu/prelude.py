@@ -218,18 +218,46 @@ static inline lum_sgemm_fn lum_pick_sgemm(int tb, long long M) {
 /* the picked GEMM is luminal's AVX-512 SGEMM, which runs on its calling thread: a large call is
    split across the team even beside MKL, whose own GEMMs thread themselves */
 #define LUM_OURS(g) (lum_sgemm_blas != NULL && (const void*)(g) == (const void*)lum_sgemm)
+/* A matrix-vector product of at least 2^17 matrix elements (a 128 x 1536 layer: 10 us on one
+   thread, its weight past one core's L2 beside the next layer's) split across the team by blocks
+   of outputs, multiples of 16 (OpenBLAS called single-threaded; MKL threads its own): the block
+   size, or 0 to run it whole. Only the dot-product form (each output a row of the matrix times
+   the vector: a linear layer's transposed weight) is split: every output is then the same dot
+   product in the same order whatever the split, so the bits do not depend on the team. The
+   other form (the vector's elements times the matrix's rows, summed: OpenBLAS's gemv_n) rounds
+   differently with the block's size (K = 2048: 14 of 203 outputs differed) and runs whole. */
+static long long lum_gemv_block(long long outputs, long long K) {
+  if (lum_blas_in_team || lum_threads <= 1 || outputs < 32 || outputs * K < (1LL << 17) || omp_in_parallel()) return 0;
+  return ((outputs + lum_threads - 1) / lum_threads + 15) / 16 * 16;
+}
 #define LUM_BLAS_GEMM(T, N, PICK, GEMV) \
 static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K, const T* A, long long lda, \
                          const T* B, long long ldb, T* C, long long ldc) { \
   const __typeof__(PICK(0, 0)) GEMM = PICK(tb, M); \
   lum_blas_one_thread(); \
-  if (GEMV && M == 1)  /* C[1 x N] = a . op(B): op(B)^T a, a's elements lda apart when transposed */ \
-    GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A, ta ? lda : 1, (T)0, C, 1); \
+  if (GEMV && M == 1) {  /* C[1 x N] = a . op(B): op(B)^T a, a's elements lda apart when transposed */ \
+    const long long per = tb ? lum_gemv_block(NN, K) : 0; \
+    if (per) { \
+      _Pragma("omp parallel for num_threads(lum_threads) schedule(static)") \
+      for (long long s0 = 0; s0 < NN; s0 += per) { \
+        const long long w = lum_min(per, NN - s0); \
+        GEMV(101, tb ? 111 : 112, tb ? w : K, tb ? K : w, (T)1, B + (tb ? s0 * ldb : s0), ldb, A, ta ? lda : 1, (T)0, \
+             C + s0, 1); } \
+    } else GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A, ta ? lda : 1, (T)0, C, 1); \
+  } \
   else if (GEMV && M <= 4 && !lum_blas_in_team)  /* OpenBLAS: a row at a time (sgemm at M = 2 took 124 us, 2 gemv 36) */ \
     for (long long i = 0; i < M; ++i) \
       GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A + i * (ta ? 1 : lda), ta ? lda : 1, (T)0, C + i * ldc, 1); \
-  else if (GEMV && NN == 1)  /* C[M x 1] = op(A) b */ \
-    GEMV(101, ta ? 112 : 111, ta ? K : M, ta ? M : K, (T)1, A, lda, B, tb ? 1 : ldb, (T)0, C, ldc); \
+  else if (GEMV && NN == 1) {  /* C[M x 1] = op(A) b */ \
+    const long long per = ta ? 0 : lum_gemv_block(M, K); \
+    if (per) { \
+      _Pragma("omp parallel for num_threads(lum_threads) schedule(static)") \
+      for (long long s0 = 0; s0 < M; s0 += per) { \
+        const long long w = lum_min(per, M - s0); \
+        GEMV(101, ta ? 112 : 111, ta ? K : w, ta ? w : K, (T)1, A + (ta ? s0 : s0 * lda), lda, B, tb ? 1 : ldb, (T)0, \
+             C + s0 * ldc, ldc); } \
+    } else GEMV(101, ta ? 112 : 111, ta ? K : M, ta ? M : K, (T)1, A, lda, B, tb ? 1 : ldb, (T)0, C, ldc); \
+  } \
   else if (!ta && NN >= 2 && NN <= 8 && K >= 16 && M >= 16) { \
     if (tb) lum_skinny_gemm_##N(M, NN, K, A, lda, B, ldb, C, ldc); \
     else {  /* B's NN columns as rows: a small copy */ \
