@@ -21,7 +21,7 @@ import math
 
 from luminal.egraph import compat as eg
 from luminal.egraph.encode import DTYPES, Encoding, is_bcast
-from luminal.egraph.patterns import compose
+from luminal.egraph.patterns import compose, over_plain
 from luminal.egraph.schema import CONSTRUCTORS, OPS
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
@@ -213,6 +213,8 @@ def instantiate(entries: list[tuple], outputs: list, slots: list[Node]) -> list[
                     built.append(base)  # the views cancel: read the buffer itself (a region may absorb it)
                     continue
                 nodes, arg = (base,), st
+            elif (st := over_plain(arg, inner.arg)) is not None:  # the inner view only reshapes its buffer
+                nodes, arg = (inner.src[0],), st
             else:  # other views compose only at build time: materialize the inner one
                 nodes = (Node(Op.CONTIGUOUS, inner.dtype, inner.shape, (inner,)),)
         built.append(Node(op, dtype, shape, nodes, arg))

@@ -253,6 +253,21 @@ def compose(outer: ShapeTracker, inner: ShapeTracker) -> ShapeTracker | None:
     return ShapeTracker(tuple(outer.shape), tuple(strides), inner.offset)
 
 
+def over_plain(outer: ShapeTracker, inner: ShapeTracker) -> ShapeTracker | None:
+    """`outer` (any view: overlapping windows, a mask) read from `inner`'s buffer directly, when
+    `inner` reads that buffer in plain row-major order (a reshape or an added unit dim, at an
+    offset, no mask): element i of inner's shape is then the buffer's element inner.offset + i,
+    so outer's strides and mask hold as they are. A pool's window view of its input with a unit
+    dim added (GoogLeNet: three 512 x 16 x 16 copies a call) reads the input, not a copy. None
+    for any other inner view."""
+    if inner.mask is not None:
+        return None
+    want = contiguous_strides(inner.shape)
+    if not all(sym.equal(d, 1) or sym.equal(s, w) for d, s, w in zip(inner.shape, inner.strides, want)):
+        return None
+    return ShapeTracker(tuple(outer.shape), tuple(outer.strides), sym.norm(outer.offset + inner.offset), outer.mask)
+
+
 def _narrow_operand(view: Node, tracker: ShapeTracker | None, dtype: DType):
     """(source, tracker) reading the narrow value that `view` (a view of its widening to f32)
     reads, through one view of a node that is not a view, or None."""

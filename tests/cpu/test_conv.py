@@ -184,6 +184,32 @@ def test_1x1_conv_is_one_gemm_on_the_input_and_pools_one_window_reduce():
         assert ops[Op.WINDOW_REDUCE] == 1 and not (ops[Op.MAX_REDUCE] or ops[Op.SUM_REDUCE] or ops[Op.CONTIGUOUS]), ops
 
 
+def test_a_padded_max_pool_reads_its_padding_without_a_copy():
+    """A max pool with padding (or ceil_mode) over an activation: the -inf padding is one Select,
+    and the pool's windows read it through the unit dim the builder adds (a plain reshape of
+    the buffer): no CONTIGUOUS copy between them (GoogLeNet copied three 512 x 16 x 16 planes a
+    call). The values are torch's, NaN, infinities and signed zeros in the input, on every
+    device."""
+    pools = {"pad1": lambda t: nn.max_pool(t, (3, 3), 1, 1), "ceil": lambda t: nn.max_pool(t, (3, 3), 2, 0, ceil_mode=True)}
+    for name, pool in pools.items():
+        outputs = _optimized(lambda g, pool=pool: pool(g.input("x", (1, 8, 14, 14)).relu()))
+        ops = collections.Counter(n.op for n in toposort(outputs))
+        assert ops[Op.WINDOW_REDUCE] == 1 and ops[Op.SELECT] == 1 and not ops[Op.CONTIGUOUS], (name, ops)
+    x = np.random.default_rng(9).standard_normal((1, 8, 14, 14)).astype(np.float32)
+    x[0, 0, 0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    x[0, 1, 5, 5:8] = [-0.0, 0.0, -0.0]
+    g = lm.Graph("pools")
+    xi = g.input("x", (1, 8, 14, 14))
+    for name, pool in pools.items():
+        g.output(pool(xi * 2.0), name)
+    t = torch.from_numpy(x) * 2.0
+    want = [F.max_pool2d(t, 3, 1, 1).numpy(), F.max_pool2d(t, 3, 2, 0, ceil_mode=True).numpy()]
+    for device in ("numpy", "cpu"):
+        for got, ref in zip(g.compile(device=device)({"x": x}), want):
+            np.testing.assert_array_equal(got, ref, err_msg=device)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(ref), err_msg=device)
+
+
 def test_1x1_conv_on_a_channel_split_is_a_gemm_on_the_slice():
     """ShuffleNet's unit: channel shuffle, split in two, a 1x1 conv on the second half. The
     operand sits at an offset into the shuffled buffer: still one MatMul reading it in place

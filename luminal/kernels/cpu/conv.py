@@ -138,6 +138,7 @@ def _flat_body(node: Node, flat: Node, wq: int, inputs: list[Node]) -> str:
 # --- im2col + GEMM in tiles ------------------------------------------------------------------
 TILE_FLOATS = 262144  # a tile of the im2col matrix (K rows x T columns) holds about this many values (1 MiB of f32)
 TILE_MIN = 256  # columns per tile at least (the GEMM's N: BLAS wants it wide)
+TILE_PAR = 320  # columns per tile at most when the team's threads take tiles of their own (gemm_avx512's A in place)
 
 
 @dataclass
@@ -329,18 +330,35 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
   long long T = {TILE_FLOATS}LL / K;  /* columns per tile: the tile stays in cache */
   T = T < {TILE_MIN} ? {TILE_MIN} : T - T % 16;
   T = T < N ? T : N;
+  /* tiles in parallel when there are enough for the team: each thread fills its own tile of the
+     scratch and multiplies it by a single-threaded GEMM while it is in its core's cache, no
+     barrier between (MKL runs single-threaded in an active region; OpenBLAS is called so, and
+     luminal's SGEMM runs on its caller). The tiles shrink (multiples of 16 columns) to a multiple
+     of the team, so no thread waits a whole tile for another: GoogLeNet's 192 x 3136 x 576 went
+     from 7 tiles to 8. At most TILE_PAR columns: luminal's SGEMM reads the weight in place up to
+     320 columns and packs it for more (every tile, on every thread: 250 against 296 GFLOP/s on
+     that conv at 400-column tiles), and only when such a tile is within the 1 MiB budget (K at
+     most 819: with K = 1152, 128 x 784, the threads' own tiles beside the weight ran 10-20%
+     slower than one shared tile). Else one tile after another, the fill across the team and
+     the GEMM split
+     by the prelude. Each column of C is the same dot products either way: the bits do not
+     depend on the team. Never under set_precision("float64"), a flag of the calling thread. */
+  const long long t_par = T < {TILE_PAR} ? T : {TILE_PAR};
+  const int par = !lum_f64 && lum_threads > 1 && lum_threads * t_par <= N && {TILE_FLOATS}LL / K >= {TILE_PAR};
+  if (par) {{
+    T = t_par;
+    const long long want = ((N + T - 1) / T + lum_threads - 1) / lum_threads * lum_threads;
+    const long long t2 = ((N + want - 1) / want + 15) / 16 * 16;
+    if (t2 < T) T = t2;
+  }}
   const long long n_tiles = (N + T - 1) / T;
-  /* tiles in parallel, each thread its own tile of the scratch and a single-threaded GEMM, when
-     the BLAS's threads are the OpenMP team's (MKL); else one tile after another, the fill
-     across cores and the GEMM on the BLAS's threads */
-  const int par = lum_blas_in_team && !lum_f64 && lum_threads > 1 && lum_threads * T <= N;
   {t}* const scratch = in{inputs.index(copy)};  /* the copy's own buffer: at most threads x K x T of it is written */
   {t}* a_buf = NULL;  /* a contiguous copy of the weight, when it is not a plain matrix */
   for (long long bz = 0; bz < n_batch; ++bz) {{
     {" ".join(blines)}
     const {t}* a_ptr; int a_tr; long long a_ld;
     {a_setup}
-    if (par) {{  /* an active region: MKL runs each tile's GEMM on its calling thread */
+    if (par) {{  /* an active region: each tile's GEMM on its calling thread */
       #pragma omp parallel
       {{
       {t}* const tile = scratch + omp_get_thread_num() * K * T;

@@ -372,9 +372,10 @@ class CpuRuntime:
         self._lock = threading.Lock()
         self.arena_bytes = 0
         self._scratch = threading.local()  # per calling thread: its arena and pointer table (`run`)
-        # no symbols: one layout serves every call (no lookup)
-        static = all(sym.is_static(d) for n in [*self.inputs, *self.outputs, *self.intermediates] for d in n.shape)
-        self._static = self._layout({}) if static else None
+        # no symbolic dim: the first call's layout serves every call (no lookup); worked out at
+        # that call, whose errors (a broken file's sizes) the caller reports as a call's
+        self._fixed = all(sym.is_static(d) for n in [*self.inputs, *self.outputs, *self.intermediates] for d in n.shape)
+        self._static = None
 
     @property
     def source(self) -> str:
@@ -434,7 +435,12 @@ class CpuRuntime:
         return self.run([arrays[n.arg] for n in self.inputs], bindings)
 
     def run(self, ins: list, bindings: dict) -> list[np.ndarray]:
-        total, _, _, out_shapes, offsets_at, dims_at = self._static or self._layout(bindings)
+        layout = self._static
+        if layout is None:
+            layout = self._layout(bindings)
+            if self._fixed:
+                self._static = layout
+        total, _, _, out_shapes, offsets_at, dims_at = layout
         ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
         outs = [np.empty(s, dt) for s, dt in zip(out_shapes, self._out_dtypes)]
         # this thread's scratch (the arena and the pointer table), kept between its calls: two
