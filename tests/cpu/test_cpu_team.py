@@ -100,3 +100,53 @@ def test_this_processes_own_busy_threads_are_not_others(team):
         if loaded <= quiet:
             return
     pytest.fail(f"this process's own busy thread counted as another's: (quiet, loaded) shortfalls {tries}")
+
+
+def test_the_builds_count_other_processes_cores_not_their_own(monkeypatch):
+    """The C build's decisions (a spare core for the background builds, how many units compile
+    in parallel) read the cores other processes keep busy, measured like the team's: beside as
+    many busy processes as cores there is no spare core and one unit; this process's own busy
+    thread does not count (the 1-minute load average they read before counted it, and every
+    process that had just ended)."""
+    from luminal.kernels.cpu import build
+
+    spin = "while True: pass"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(CORES)]
+    try:
+        time.sleep(0.3)
+        build.busy_elsewhere()
+        time.sleep(0.5)  # a window to measure
+        assert build.busy_elsewhere() >= CORES - 0.6
+        time.sleep(0.5)
+        assert not build.spare_core() and build.units(60) == 1
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    stop = threading.Event()
+
+    def work():
+        x = 0
+        while not stop.is_set():
+            x += 1  # this process's own CPU (the GIL held: one core)
+
+    def window() -> float:
+        build.busy_elsewhere()
+        time.sleep(0.5)
+        return build.busy_elsewhere()
+
+    tries = []
+    for _ in range(3):  # another process's load may come or go meanwhile: one clean pair suffices
+        quiet = window()
+        worker = threading.Thread(target=work)
+        worker.start()
+        try:
+            loaded = window()
+        finally:
+            stop.set()
+            worker.join()
+            stop.clear()
+        tries.append((round(quiet, 2), round(loaded, 2)))
+        if loaded <= quiet + 0.5:
+            return
+    pytest.fail(f"this process's own busy thread counted as another's: (quiet, loaded) {tries}")

@@ -29,6 +29,7 @@ import platform
 import shutil
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,10 +152,7 @@ def units(kernels: int) -> int:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    try:
-        cores = min(cores, int(os.cpu_count() or 1) - int(os.getloadavg()[0] + 0.5) + 1)
-    except OSError:
-        pass
+    cores = min(cores, (os.cpu_count() or 1) - int(busy_elsewhere(own_builds=False) + 0.5))
     return max(1, min(cores, kernels // KERNELS_PER_UNIT))
 
 
@@ -252,11 +250,66 @@ def object_available(source: str) -> bool:
 
 
 def spare_core() -> bool:
-    """The machine has a core to spare beside this process (whose own work counts in the load)."""
+    """The machine has a core to spare beside this process's Python and what else runs."""
+    return (os.cpu_count() or 1) - 1 - busy_elsewhere() >= 0.5
+
+
+# Cores busy outside this process, measured: the machine's busy CPU time (/proc/stat) less this
+# process's own over the time since the last look (0.05-5 s: a compile's phases between its
+# start, `prepare`, and its build, `units`), else the tasks running right now that are not this
+# process's threads. The compiler this process started counts: it holds a core. The 1-minute load
+# average these decisions read before counted this process's own work of the last minute (and
+# processes already gone): right after one compile, or beside the eager run a benchmark just
+# finished, it said "no spare core" on an idle machine, so the next library built as one unit
+# (0.93 s for the 32-layer Llama's, against 0.45-0.5 s as two) and the GEMM object inside it.
+_looked: list = []  # [(monotonic, busy seconds or None, process CPU seconds)] of the last look
+_looked_lock = threading.Lock()
+
+
+def _busy_seconds() -> float | None:
     try:
-        return (os.cpu_count() or 1) - os.getloadavg()[0] >= 0.5
-    except OSError:
-        return True
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[1:8])
+        return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _running_elsewhere() -> float:
+    """Runnable tasks right now that are not this process's threads (0 when /proc is unreadable)."""
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        ours = 0
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    ours += f.read().rpartition(")")[2].split()[0] == "R"
+            except OSError:
+                continue
+        return float(max(0, running - max(ours, 1)))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def busy_elsewhere(own_builds: bool = True) -> float:
+    """Cores other processes keep busy (see above); `own_builds=False`: less the compilers this
+    process runs right now (a background build of the GEMM object or the SGEMM ends soon, and
+    the library's units share the cores with it: counted as a held core, the 32-layer Llama's
+    library built as one unit, 0.9 s, beside the SGEMM's last 0.2 s)."""
+    now, busy, own = time.monotonic(), _busy_seconds(), time.process_time()
+    with _looked_lock:
+        last = _looked[0] if _looked else None
+        _looked[:] = [(now, busy, own)]
+    if last is not None and busy is not None and last[1] is not None and 0.05 <= now - last[0] <= 5.0:
+        seen = max(0.0, (busy - last[1] - (own - last[2])) / (now - last[0]))
+    else:
+        seen = _running_elsewhere()
+    return seen if own_builds else max(0.0, seen - _compiling)
+
+
+_compiling = 0  # compiler runs of this process under way (`_run`)
 
 
 def _object_key(source: str, cc: str) -> tuple[tuple[str, ...], str]:
@@ -331,6 +384,13 @@ def _compile(cc: str, options, sources: list[str], directory: Path, key: str, ou
 
 
 def _run(command: list[str], cc: str, c_file: Path) -> None:
-    result = subprocess.run(command, capture_output=True, text=True)
+    global _compiling
+    with _looked_lock:
+        _compiling += 1
+    try:
+        result = subprocess.run(command, capture_output=True, text=True)
+    finally:
+        with _looked_lock:
+            _compiling -= 1
     if result.returncode:
         raise CpuBuildError(f"{cc} could not build {c_file}:\n{result.stderr.strip()[-4000:]}")

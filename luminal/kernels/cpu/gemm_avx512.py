@@ -313,15 +313,15 @@ def _vendor() -> str:
 _prepared = threading.Event()
 
 
-def prepare() -> None:
+def prepare(spare: bool | None = None) -> None:
     """Start building the library in the background (once per process; a no-op when it is in the
     cache): called as a compile begins (`program.prepare`), so that the compiler runs while Python
     lowers and optimizes the graph, not when the runtime first binds its BLAS. Only with a core
-    to spare, as the GEMM object's build."""
+    to spare, as the GEMM object's build (`spare`: what the caller found, else looked at here)."""
     if _prepared.is_set() or not cpu_has_avx512() or _mode() == "blas" or build.compiler() is None:
         return
     _prepared.set()
-    if not build.spare_core():
+    if not (build.spare_core() if spare is None else spare):
         return
 
     def run():

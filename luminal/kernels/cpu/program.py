@@ -175,8 +175,10 @@ build.LINKED["lum_ext_gemm_"] = GEMM_OBJECT
 def prepare() -> None:
     """Start building the GEMM object in the background (a no-op once it is in the cache): called
     as a compile begins, so that the compiler runs while Python lowers and optimizes the graph."""
-    build.prepare_object(GEMM_OBJECT)
-    gemm_avx512.prepare()  # luminal's AVX-512 SGEMM, when the runtime will put it in front of the BLAS
+    spare = build.spare_core()  # looked at once: the GEMM object's compiler, once started, would count against the next
+    if spare:
+        build.prepare_object(GEMM_OBJECT, spare_core_only=False)
+    gemm_avx512.prepare(spare)  # luminal's AVX-512 SGEMM, when the runtime will put it in front of the BLAS
 
 
 # Compile cost in characters of row-loop kernels (gcc 12 -O2, cc1 instructions of the 32-layer
