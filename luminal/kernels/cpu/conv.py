@@ -337,14 +337,15 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
      of the team, so no thread waits a whole tile for another: GoogLeNet's 192 x 3136 x 576 went
      from 7 tiles to 8. At most TILE_PAR columns: luminal's SGEMM reads the weight in place up to
      320 columns and packs it for more (every tile, on every thread: 250 against 296 GFLOP/s on
-     that conv at 400-column tiles), and only when such a tile is within the 1 MiB budget (K at
-     most 819: with K = 1152, 128 x 784, the threads' own tiles beside the weight ran 10-20%
-     slower than one shared tile). Else one tile after another, the fill across the team and
-     the GEMM split
-     by the prelude. Each column of C is the same dot products either way: the bits do not
-     depend on the team. Never under set_precision("float64"), a flag of the calling thread. */
+     that conv at 400-column tiles). DenseNet's 128 -> 32 growth conv at 56 x 56 (K = 1152):
+     1.20-1.28 ms against 1.45-2.42 one tile after another. Else (too few tiles for the team)
+     one tile after another, the fill across the team and the GEMM split
+     by the prelude. With luminal's SGEMM every element is one FMA chain in k order whatever the
+     tile, so the bits do not depend on the team; a BLAS's own SGEMM may round differently with
+     the call's size (OpenBLAS's small-matrix kernels), as under the prelude's column split.
+     Never under set_precision("float64"), a flag of the calling thread. */
   const long long t_par = T < {TILE_PAR} ? T : {TILE_PAR};
-  const int par = !lum_f64 && lum_threads > 1 && lum_threads * t_par <= N && {TILE_FLOATS}LL / K >= {TILE_PAR};
+  const int par = !lum_f64 && lum_threads > 1 && lum_threads * t_par <= N;
   if (par) {{
     T = t_par;
     const long long want = ((N + T - 1) / T + lum_threads - 1) / lum_threads * lum_threads;
