@@ -5,6 +5,8 @@ and more columns than a column block), on special values, split into blocks (bit
 whole call's answer), and inside compiled graphs against the NumPy runtime."""
 
 import ctypes
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -223,4 +225,36 @@ def test_prepare_builds_it_in_the_background_once(monkeypatch, tmp_path):
         if t.name == "luminal-cc-gemm512":
             t.join(120)
     assert started == ["luminal-cc-gemm512"]
-    assert build.cached(real_build(gemm_avx512.SOURCE).stem) is not None  # in the cache: a bind builds nothing
+    assert build.cached(real_build(gemm_avx512.SOURCE_LIGHT).stem) is not None  # in the cache: a bind builds nothing
+
+
+@needs_avx512
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="no objdump")
+def test_the_light_source_is_the_same_machine_code(tmp_path, monkeypatch):
+    """The library built without <immintrin.h> (its intrinsics declared over the same GCC
+    builtins) is instruction for instruction the one that includes it: the same numbers, in a
+    build that parses 0.07 s of headers instead of 0.4."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+
+    def code(path):
+        text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True,
+                              check=True).stdout
+        return text.split("\n", 3)[3]  # past the line naming the file
+
+    light, full = build.build(gemm_avx512.SOURCE_LIGHT), build.build(gemm_avx512.SOURCE)
+    assert light != full and code(light) == code(full)
+
+
+def test_a_compiler_that_rejects_the_light_source_builds_the_full_one(monkeypatch):
+    built = []
+    real = build.build
+
+    def fake(source, *a, **k):
+        built.append(source)
+        if source == gemm_avx512.SOURCE_LIGHT:
+            raise build.CpuBuildError("cc: unknown builtin")
+        return real(source, *a, **k) if build.compiler() else "full.so"
+
+    monkeypatch.setattr(build, "build", fake)
+    gemm_avx512._build()
+    assert built == [gemm_avx512.SOURCE_LIGHT, gemm_avx512.SOURCE]
