@@ -91,7 +91,7 @@ class OnnxModel:
         # (input, axis) of every dynamic dim: a call with one of them 0 compiles statically
         self._dynamic_axes = [(i.name, axis) for i in inputs for axis, d in enumerate(i.shape) if not isinstance(d, int)]
         self._specs = [_spec(i) for i in inputs]  # what checking a call's arrays needs, worked out once
-        self._casts: dict[int, tuple] = {}  # id(compiled graph) -> (it, [(input, dtype)]): `__call__`
+        self._casts: tuple = (None, [])  # (the graph last called, [(input, dtype)] it takes): `__call__`
         self._host_form = host_form  # callable -> the host-stepped model (None: no such form, or it failed)
         self._host = None  # that model, once built
         self._unrolled: dict = {}  # key -> graph compiled unrolled under "auto" (kept: see the docstring)
@@ -187,11 +187,9 @@ class OnnxModel:
             if not overrides and not zero_dim:  # a graph static for a size-0 call would reject the next, dynamic one
                 self.compiled = compiled
         self._check_assumptions(compiled, arrays)
-        casts = self._casts.get(id(compiled))
-        if casts is None or casts[0] is not compiled:
-            if len(self._casts) > 64:  # ids of graphs evicted from the caches
-                self._casts.clear()
-            casts = self._casts[id(compiled)] = (compiled, [(n.arg, n.dtype.numpy) for n in compiled.inputs])
+        casts = self._casts  # one read: another thread may store its own graph's meanwhile
+        if casts[0] is not compiled:
+            casts = self._casts = (compiled, [(n.arg, n.dtype.numpy) for n in compiled.inputs])
         feeds = {}
         for name, dtype in casts[1]:
             arr = arrays[name]

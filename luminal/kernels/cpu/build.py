@@ -170,9 +170,7 @@ def build(sources: str | list[str], cc: str | None = None, identity: str | None 
     `identity`: the text the cache key hashes when not the sources themselves (the same library
     however it is split into units)."""
     sources = [sources] if isinstance(sources, str) else list(sources)
-    cc = cc or compiler()
-    if cc is None:
-        raise CpuBuildError("no C compiler found (set CC, or apt-get install gcc)")
+    cc = _compiler(cc)
     options = flags()
     text = identity if identity is not None else "\0".join(sources)
     linked = [source for name, source in LINKED.items() if any(name in s for s in sources)]
@@ -202,14 +200,19 @@ def build(sources: str | list[str], cc: str | None = None, identity: str | None 
     return library
 
 
+def _compiler(cc: str | None) -> str:
+    cc = cc or compiler()
+    if cc is None:
+        raise CpuBuildError("no C compiler found (set CC, or apt-get install gcc)")
+    return cc
+
+
 def compiled_object(source: str, cc: str | None = None) -> Path:
     """`source` compiled (position-independent, the libraries' flags) to an object in the cache,
     `<cache>/cpu/<key>.o`, for libraries to link: built once per machine (and compiler, flags and
     text), written atomically with its sha256 beside it and used only when its bytes match, as the
     libraries are. A build `prepare_object` started in the background is waited for."""
-    cc = cc or compiler()
-    if cc is None:
-        raise CpuBuildError("no C compiler found (set CC, or apt-get install gcc)")
+    cc = _compiler(cc)
     options, key = _object_key(source, cc)
     with _objects_lock:
         pending = _objects.get(key)
@@ -262,7 +265,7 @@ def spare_core() -> bool:
 # processes already gone): right after one compile, or beside the eager run a benchmark just
 # finished, it said "no spare core" on an idle machine, so the next library built as one unit
 # (0.93 s for the 32-layer Llama's, against 0.45-0.5 s as two) and the GEMM object inside it.
-_looked: list = []  # [(monotonic, busy seconds or None, process CPU seconds)] of the last look
+_looked: tuple | None = None  # (monotonic, busy seconds or None, process CPU seconds) of the last look
 _looked_lock = threading.Lock()
 
 
@@ -298,10 +301,10 @@ def busy_elsewhere(own_builds: bool = True) -> float:
     process runs right now (a background build of the GEMM object or the SGEMM ends soon, and
     the library's units share the cores with it: counted as a held core, the 32-layer Llama's
     library built as one unit, 0.9 s, beside the SGEMM's last 0.2 s)."""
+    global _looked
     now, busy, own = time.monotonic(), _busy_seconds(), time.process_time()
     with _looked_lock:
-        last = _looked[0] if _looked else None
-        _looked[:] = [(now, busy, own)]
+        last, _looked = _looked, (now, busy, own)
     if last is not None and busy is not None and last[1] is not None and 0.05 <= now - last[0] <= 5.0:
         seen = max(0.0, (busy - last[1] - (own - last[2])) / (now - last[0]))
     else:
@@ -324,8 +327,8 @@ _objects_lock = threading.Lock()
 def prepare_object(source: str, spare_core_only: bool = True) -> None:
     """Start building `compiled_object(source)` on a background thread (once per process), so
     that it is ready, or nearly, when a library links it: the compiler runs on a core the Python
-    phases before the library's build leave idle (`spare_core_only`: only when the load average
-    says there is one; on a busy machine it would slow those phases as much as it saves later).
+    phases before the library's build leave idle (`spare_core_only`: only when `spare_core` finds
+    one; on a busy machine it would slow those phases as much as it saves later).
     Errors surface when the library asks for it."""
     cc = compiler()
     if cc is None or (spare_core_only and not spare_core()):

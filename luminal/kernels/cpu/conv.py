@@ -28,6 +28,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
+from luminal.kernels.cpu import gemm_avx512
 from luminal.kernels.render.cexpr import c_dim, compute_type, dims_symbols
 from luminal.kernels.render.conv import element
 from luminal.kernels.render.cstyle import (
@@ -138,7 +139,7 @@ def _flat_body(node: Node, flat: Node, wq: int, inputs: list[Node]) -> str:
 # --- im2col + GEMM in tiles ------------------------------------------------------------------
 TILE_FLOATS = 262144  # a tile of the im2col matrix (K rows x T columns) holds about this many values (1 MiB of f32)
 TILE_MIN = 256  # columns per tile at least (the GEMM's N: BLAS wants it wide)
-TILE_PAR = 320  # columns per tile at most when the team's threads take tiles of their own (gemm_avx512's A in place)
+TILE_PAR = gemm_avx512.A_IN_PLACE_COLS  # columns per tile at most when the team's threads take tiles of their own
 
 
 @dataclass
@@ -336,11 +337,10 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
      luminal's SGEMM runs on its caller). The tiles shrink (multiples of 16 columns) to a multiple
      of the team, so no thread waits a whole tile for another: GoogLeNet's 192 x 3136 x 576 went
      from 7 tiles to 8. At most TILE_PAR columns: luminal's SGEMM reads the weight in place up to
-     320 columns and packs it for more (every tile, on every thread: 250 against 296 GFLOP/s on
+     there and packs it for more (every tile, on every thread: 250 against 296 GFLOP/s on
      that conv at 400-column tiles). DenseNet's 128 -> 32 growth conv at 56 x 56 (K = 1152):
      1.20-1.28 ms against 1.45-2.42 one tile after another. Else (too few tiles for the team)
-     one tile after another, the fill across the team and the GEMM split
-     by the prelude. With luminal's SGEMM every element is one FMA chain in k order whatever the
+     one tile after another, the fill across the team and the GEMM split by the prelude. With luminal's SGEMM every element is one FMA chain in k order whatever the
      tile, so the bits do not depend on the team; a BLAS's own SGEMM may round differently with
      the call's size (OpenBLAS's small-matrix kernels), as under the prelude's column split.
      Never under set_precision("float64"), a flag of the calling thread. */

@@ -46,6 +46,8 @@ LOG = logging.getLogger("luminal")
 # OpenBLAS core names (openblas_get_corename) whose SGEMM kernels use AVX-512
 AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids", "zen4", "zen5")
 
+A_IN_PLACE_COLS = 320  # at most this many columns of C: A read in place, not packed (conv.py's tiles too)
+
 SOURCE = r"""// luminal's AVX-512 SGEMM (luminal/kernels/cpu/gemm_avx512.py)
 #pragma GCC target("avx512f,avx512vl,fma")
 #include <immintrin.h>
@@ -57,7 +59,7 @@ SOURCE = r"""// luminal's AVX-512 SGEMM (luminal/kernels/cpu/gemm_avx512.py)
 #define KC 384
 #define MC 192
 #define NC 4096
-#define LUM_A_IN_PLACE_COLS 320  /* at most this many columns: A read in place, not packed */
+#define LUM_A_IN_PLACE_COLS @A_IN_PLACE_COLS@  /* at most this many columns: A read in place, not packed */
 #define LUM_B_IN_PLACE_ROWS 48  /* at most this many rows (96 up to 2048 columns): B read in place, not packed */
 
 typedef void (*lum_sgemm_fn)(int, int, int, long long, long long, long long, float, const float*, long long,
@@ -270,14 +272,14 @@ void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long lon
   }
   free(Bp); free(Ap);
 }
-"""
+""".replace("@A_IN_PLACE_COLS@", str(A_IN_PLACE_COLS))
 
 # The same library without <immintrin.h> (built first; `SOURCE` when a compiler rejects it)
 INTRINSICS = r"""#if defined(__GNUC__) && !defined(__clang__) && defined(__OPTIMIZE__)
 /* The AVX-512F intrinsics this file uses, as GCC's <avx512fintrin.h> defines them (the same
    builtins, so the same machine code): parsing <immintrin.h> was 0.6 of this library's 0.9 s
    build, once per machine but on a fresh cache's first compile. Any other compiler, or a GCC
-   that rejects these, builds the variant that includes <immintrin.h> (`gemm_avx512._load`). */
+   that rejects these, builds the variant that includes <immintrin.h> (`gemm_avx512._build`). */
 typedef float lum_v16sf __attribute__((__vector_size__(64)));
 typedef float __m512 __attribute__((__vector_size__(64), __may_alias__));
 typedef float lum_m512_u __attribute__((__vector_size__(64), __may_alias__, __aligned__(1)));

@@ -237,12 +237,10 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
   lum_blas_one_thread(); \
   if (GEMV && M == 1) {  /* C[1 x N] = a . op(B): op(B)^T a, a's elements lda apart when transposed */ \
     const long long per = tb ? lum_gemv_block(NN, K) : 0; \
-    if (per) { \
+    if (per) {  /* op(B)^T = B's rows: block s0.. of them */ \
       _Pragma("omp parallel for num_threads(lum_threads) schedule(static)") \
-      for (long long s0 = 0; s0 < NN; s0 += per) { \
-        const long long w = lum_min(per, NN - s0); \
-        GEMV(101, tb ? 111 : 112, tb ? w : K, tb ? K : w, (T)1, B + (tb ? s0 * ldb : s0), ldb, A, ta ? lda : 1, (T)0, \
-             C + s0, 1); } \
+      for (long long s0 = 0; s0 < NN; s0 += per) \
+        GEMV(101, 111, lum_min(per, NN - s0), K, (T)1, B + s0 * ldb, ldb, A, ta ? lda : 1, (T)0, C + s0, 1); \
     } else GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A, ta ? lda : 1, (T)0, C, 1); \
   } \
   else if (GEMV && M <= 4 && !lum_blas_in_team)  /* OpenBLAS: a row at a time (sgemm at M = 2 took 124 us, 2 gemv 36) */ \
@@ -250,12 +248,10 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
       GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A + i * (ta ? 1 : lda), ta ? lda : 1, (T)0, C + i * ldc, 1); \
   else if (GEMV && NN == 1) {  /* C[M x 1] = op(A) b */ \
     const long long per = ta ? 0 : lum_gemv_block(M, K); \
-    if (per) { \
+    if (per) {  /* A's rows: block s0.. of them */ \
       _Pragma("omp parallel for num_threads(lum_threads) schedule(static)") \
-      for (long long s0 = 0; s0 < M; s0 += per) { \
-        const long long w = lum_min(per, M - s0); \
-        GEMV(101, ta ? 112 : 111, ta ? K : w, ta ? w : K, (T)1, A + (ta ? s0 : s0 * lda), lda, B, tb ? 1 : ldb, (T)0, \
-             C + s0 * ldc, ldc); } \
+      for (long long s0 = 0; s0 < M; s0 += per) \
+        GEMV(101, 111, lum_min(per, M - s0), K, (T)1, A + s0 * lda, lda, B, tb ? 1 : ldb, (T)0, C + s0 * ldc, ldc); \
     } else GEMV(101, ta ? 112 : 111, ta ? K : M, ta ? M : K, (T)1, A, lda, B, tb ? 1 : ldb, (T)0, C, ldc); \
   } \
   else if (!ta && NN >= 2 && NN <= 8 && K >= 16 && M >= 16) { \
