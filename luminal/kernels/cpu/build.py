@@ -58,6 +58,12 @@ class BuildStats:
 
 
 stats = BuildStats()
+_outcome = threading.local()  # this thread's last `build`: "hit" (found in the cache) or "miss" (compiled)
+
+
+def last_outcome() -> str | None:
+    """Whether this thread's last `build` found its library ("hit") or compiled it ("miss")."""
+    return getattr(_outcome, "last", None)
 
 
 def compiler() -> str | None:
@@ -176,6 +182,7 @@ def build(sources: str | list[str], cc: str | None = None, identity: str | None 
     linked = [source for name, source in LINKED.items() if any(name in s for s in sources)]
     key = hashlib.sha256("\0".join((text, *options, _version(cc), *linked)).encode()).hexdigest()[:32]
     found = cached(key)
+    _outcome.last = "hit"
     if found is not None:
         return found
     directory = cache_dir("cpu")
@@ -187,6 +194,7 @@ def build(sources: str | list[str], cc: str | None = None, identity: str | None 
             return library
         tmp = directory / f"{key}.{os.getpid()}.so"
         stats.builds += 1
+        _outcome.last = "miss"
         try:
             for source in linked:  # built beside the units when it is not built yet
                 prepare_object(source, spare_core_only=False)
@@ -302,7 +310,7 @@ def busy_elsewhere(own_builds: bool = True) -> float:
     the library's units share the cores with it: counted as a held core, the 32-layer Llama's
     library built as one unit, 0.9 s, beside the SGEMM's last 0.2 s)."""
     global _looked
-    now, busy, own = time.monotonic(), _busy_seconds(), time.process_time()
+    now, busy, own = time.monotonic(), _busy_seconds(), _own_seconds()
     with _looked_lock:
         last, _looked = _looked, (now, busy, own)
     if last is not None and busy is not None and last[1] is not None and 0.05 <= now - last[0] <= 5.0:
@@ -310,6 +318,15 @@ def busy_elsewhere(own_builds: bool = True) -> float:
     else:
         seen = _running_elsewhere()
     return seen if own_builds else max(0.0, seen - _compiling)
+
+
+def _own_seconds() -> float:
+    """CPU seconds of this process and of the children it has reaped: the compilers it ran
+    (the SGEMM's and the GEMM object's, built in the background while Python lowers the graph)
+    are its own work, not another process's. Counted as another's, the window they ran in read
+    as a busy core and the next library built as one unit."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 _compiling = 0  # compiler runs of this process under way (`_run`)
