@@ -441,10 +441,24 @@ def build_runtime(device, optimized: list[Node], digest: str | None):
     some (and storing the ones the runtime offers when there were none)."""
     found = device_artifacts(digest, device.name) if digest else None
     runtime = device.runtime(optimized, artifacts=found) if found is not None else device.runtime(optimized)
-    offered = getattr(runtime, "artifacts", None)
-    if digest and callable(offered) and not getattr(runtime, "restored", False):
-        store_device_artifacts(digest, device.name, offered())
+    if digest and not getattr(runtime, "restored", False):
+        offer_artifacts(runtime, digest, device.name)
     return runtime
+
+
+def offer_artifacts(runtime, digest: str, device: str) -> None:
+    """Store the artifacts `runtime` offers beside entry `digest`: now, or, for a runtime still
+    building its code in the background (`when_built`: the cpu device's first call), once built."""
+    def store(built, _seconds=None):
+        offered = getattr(built, "artifacts", None)
+        if callable(offered):
+            store_device_artifacts(digest, device, offered())
+
+    later = getattr(runtime, "when_built", None)
+    if callable(later):
+        later(store)
+    else:
+        store(runtime)
 
 
 def _artifacts_path(digest: str, device: str) -> Path:

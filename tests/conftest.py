@@ -9,3 +9,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("LUMINAL_EGRAPH_STRICT", "1")
 os.environ.setdefault("LUMINAL_COMPILE_CACHE", "0")  # off: compiles stay independent (its tests turn it on)
+# off: every call of a cpu-compiled graph runs the C, so the tests that compare it with the NumPy
+# runtime compare the C from the first call on (tests/cpu/test_cpu_tiered.py turns it on)
+os.environ.setdefault("LUMINAL_TIERED", "0")

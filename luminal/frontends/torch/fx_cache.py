@@ -166,8 +166,7 @@ def _store(entry: Entry, imported, weight_arrays: dict[int, object]) -> None:
     else:
         written = compile_cache.write(entry.digest, entry.text, refs, compiled.outputs, compiled._report, extra)
     if written:
-        offered = getattr(compiled.runtime, "artifacts", None)  # the runtime's, for a hit's runtime
-        compile_cache.store_device_artifacts(entry.digest, compiled.device.name, offered() if callable(offered) else None)
+        compile_cache.offer_artifacts(compiled.runtime, entry.digest, compiled.device.name)  # for a hit's runtime
 
 
 def restore(entry: Entry, args, name: str, opts: dict):
@@ -180,7 +179,7 @@ def restore(entry: Entry, args, name: str, opts: dict):
 def _restore(entry: Entry, args, name: str, opts: dict):
     from luminal import devices
     from luminal.builder import Graph
-    from luminal.compiler import STATS, CompiledGraph, _build_counts, op_counts
+    from luminal.compiler import STATS, CompiledGraph, _build_counts, note_build, op_counts
     from luminal.debug import emit
     from luminal.frontends.torch.fx_import import Imported, _constant
     from luminal.saving import _check_pytree_spec
@@ -229,9 +228,7 @@ def _restore(entry: Entry, args, name: str, opts: dict):
     builds = _build_counts()
     runtime = compile_cache.build_runtime(device, optimized, entry.digest)
     report.phases[device.phase] = time.perf_counter() - t0
-    after = _build_counts()
-    if after != builds:
-        report.cache[device.phase] = "miss" if after[0] > builds[0] else "hit"
+    note_build(report, device.phase, runtime, builds)
     compiled = CompiledGraph(inputs, optimized, out_names, runtime, report, unused, device=opts["device"])
     STATS.compiled.append(compiled)
     emit(compiled)

@@ -8,4 +8,5 @@
     runtime.py  `CpuRuntime`: ctypes, one native call per call, rebuilt without rendering from the
                 artifacts the compile cache stores; `make` falls back to the NumPy runtime
                 (warned once) without a C compiler
+    tiered.py   a cold library builds in the background while the first call runs on the NumPy runtime
 """

@@ -65,7 +65,10 @@ def _warn_once(key: str, message: str) -> None:
 def make(outputs, artifacts: dict | None = None, **_options):
     """The runtime of `device="cpu"`: compiled C, or the NumPy runtime (warned once) when this
     machine has no C compiler, the compiler fails, or the graph holds an op the C dialect cannot
-    render. (`CpuRuntime` itself raises: the tests build it directly.)"""
+    render. A graph whose library must be built (no stored `artifacts`) builds it in the
+    background while its first call runs on the NumPy runtime (`tiered.py`; `LUMINAL_TIERED=0`:
+    off). (`CpuRuntime` itself raises: the tests build it directly.)"""
+    from luminal.kernels.cpu import tiered
     from luminal.runtime import NumpyRuntime
 
     if build.compiler() is None:
@@ -74,16 +77,29 @@ def make(outputs, artifacts: dict | None = None, **_options):
         _warn_once("compiler", f'device="cpu": {what}; running the NumPy reference runtime instead '
                                "(apt-get install gcc for the compiled backend)")
         return NumpyRuntime(outputs)
+    if artifacts is None and tiered.enabled():
+        reference = NumpyRuntime(outputs)
+        return tiered.TieredRuntime(outputs, lambda: _compiled(outputs, None, reference), reference)
+    runtime, warning = _compiled(outputs, artifacts, None)
+    if warning is not None:
+        _warn_once(*warning)
+    return runtime
+
+
+def _compiled(outputs, artifacts: dict | None, reference) -> tuple[object, tuple[str, str] | None]:
+    """`CpuRuntime(outputs)`, or the NumPy runtime (`reference`, when one is made already) and the
+    warning to give once (its key, its message) when the C cannot serve this graph."""
+    from luminal.runtime import NumpyRuntime
+
     try:
-        return CpuRuntime(outputs, artifacts=artifacts)
+        return CpuRuntime(outputs, artifacts=artifacts), None
     except UnsupportedError as exc:
-        _warn_once(f"unsupported:{exc}", f'device="cpu": {exc}; this graph runs on the NumPy reference runtime')
-        return NumpyRuntime(outputs)
+        warning = (f"unsupported:{exc}", f'device="cpu": {exc}; this graph runs on the NumPy reference runtime')
     except build.CpuBuildError as exc:  # a compiler that rejects our flags (no OpenMP, say): correct, slower
         first = str(exc).splitlines()[:6]
-        _warn_once(f"build:{build.compiler()}", 'device="cpu": the C compiler failed; running the NumPy reference '
+        warning = (f"build:{build.compiler()}", 'device="cpu": the C compiler failed; running the NumPy reference '
                                                 "runtime instead:\n" + "\n".join(first))
-        return NumpyRuntime(outputs)
+    return (reference if reference is not None else NumpyRuntime(outputs)), warning
 
 
 # --- BLAS: PyTorch's MKL when torch is loaded, else the OpenBLAS NumPy ships ---------------------
@@ -324,8 +340,10 @@ class CpuRuntime:
         if restored is None:
             program = render_program(outputs)
             library = build.build(program.sources, identity=program.identity)
+            self.build_outcome = build.last_outcome()
         else:
             program, library = restored
+            self.build_outcome = "hit"
         self.program = program
         sched = program.schedule
         self.inputs = sched.inputs

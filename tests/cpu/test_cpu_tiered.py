@@ -1,0 +1,195 @@
+"""A cold cpu build in the background (`luminal.kernels.cpu.tiered`): the first call, when it
+comes before the library is built, runs on the NumPy runtime; every later call on the C
+(waiting for it); the report, the compile cache's artifacts and a process's exit wait for it;
+a failed build warns and keeps the NumPy runtime; deterministic mode and LUMINAL_TIERED=0
+turn it off. (tests/conftest.py turns it off for every other test.)"""
+
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.kernels.cpu import build, tiered
+from luminal.kernels.cpu import runtime as cpu_runtime
+from luminal.kernels.cpu.runtime import CpuRuntime
+from luminal.runtime import NumpyRuntime
+
+pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
+
+
+@pytest.fixture
+def on(monkeypatch, tmp_path):
+    monkeypatch.setenv("LUMINAL_TIERED", "1")
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+
+
+@pytest.fixture
+def held(monkeypatch):
+    """The background build waits for `held.set()` (so a test decides when the C is ready)."""
+    gate = threading.Event()
+    real = cpu_runtime.CpuRuntime
+
+    def slow(*args, **kwargs):
+        assert gate.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_runtime, "CpuRuntime", slow)
+    yield gate
+    gate.set()
+
+
+def _graph():
+    """Sums, exp and a softmax over f32 rows: the NumPy runtime (float64 working precision,
+    rounded once) and the C (f32) differ in the last bits of some outputs."""
+    rng = np.random.default_rng(0)
+    g = lm.Graph("tiered")
+    x = g.input("x", ("n", 64))
+    w = g.constant(rng.standard_normal((64, 48)).astype(np.float32), name="w")
+    h = ((x @ w) * 0.1).exp() + x.sum(-1, keepdim=True)
+    g.output(h.softmax(-1) + h.mean(-1, keepdim=True), "y")
+    return g
+
+
+def _feeds(n=9):
+    x = np.random.default_rng(n).standard_normal((n, 64)).astype(np.float32)
+    x[0, :3] = [np.nan, np.inf, -0.0]
+    return {"x": x}
+
+
+def test_the_first_call_runs_on_the_reference_every_later_call_on_the_c(on, held):
+    g = _graph()
+    compiled = g.compile(device="cpu")
+    rt = compiled.runtime
+    assert isinstance(rt, tiered.TieredRuntime) and not rt.ready
+    assert compiled._report.cache["build"] == "background"
+    first = compiled(_feeds())[0]
+    assert rt.reference_calls == 1
+    held.set()
+    second = compiled(_feeds())[0]
+    third = compiled(_feeds(4))[0]
+    assert rt.reference_calls == 1 and rt.ready
+    reference, c = NumpyRuntime(compiled.outputs), CpuRuntime(compiled.outputs)  # the optimized graph
+    np.testing.assert_array_equal(first, reference(_feeds())[0])  # the reference's bits
+    np.testing.assert_array_equal(second, c(_feeds())[0])  # the C's bits
+    np.testing.assert_array_equal(third, c(_feeds(4))[0])
+    assert not np.array_equal(first, second, equal_nan=True)  # they differ: the test tells them apart
+    np.testing.assert_allclose(first, second, rtol=1e-5, atol=1e-6)
+    report = compiled.report()
+    assert report.cache["build"] == "miss" and report.background["build"] > 0
+    assert "in the background: build" in str(report) and "1 call(s) ran on the NumPy runtime" in str(report)
+    assert "lum_run" in rt.source and rt.stats()["device"] == "cpu"  # the C runtime's, waited for
+
+
+def test_a_ready_library_serves_the_first_call(on):
+    compiled = _graph().compile(device="cpu")
+    compiled.runtime.wait()
+    compiled(_feeds())
+    assert compiled.runtime.reference_calls == 0
+
+
+def test_threads_calling_before_the_build_get_one_reference_call(on, held):
+    g = _graph()
+    compiled = g.compile(device="cpu")
+    want = NumpyRuntime(compiled.outputs)(_feeds())[0]
+    results, errors = [], []
+
+    def call():
+        try:
+            results.append(compiled(_feeds())[0])
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    threads[0].join(0.5)
+    held.set()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(results) == 4 and compiled.runtime.reference_calls == 1
+    for r in results:
+        np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-6)
+
+
+def test_off_in_deterministic_mode_and_by_the_environment(on, monkeypatch):
+    torch = pytest.importorskip("torch")
+    g = _graph()
+    assert isinstance(g.compile(device="cpu").runtime, tiered.TieredRuntime)
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert isinstance(g.compile(device="cpu").runtime, CpuRuntime)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    monkeypatch.setenv("LUMINAL_TIERED", "0")
+    assert isinstance(g.compile(device="cpu").runtime, CpuRuntime)
+
+
+def test_a_failed_build_warns_and_keeps_the_reference(on, monkeypatch):
+    def broken(*_args, **_kwargs):
+        raise build.CpuBuildError("cc could not build x.c:\nerror: no")
+
+    monkeypatch.setattr(cpu_runtime, "CpuRuntime", broken)
+    monkeypatch.setattr(cpu_runtime, "_warned", set())
+    g = _graph()
+    compiled = g.compile(device="cpu")
+    want = NumpyRuntime(compiled.outputs)(_feeds())[0]
+    with pytest.warns(RuntimeWarning, match="the C compiler failed"):
+        for _ in range(3):
+            np.testing.assert_array_equal(compiled(_feeds())[0], want)
+    assert compiled.runtime.wait() is compiled.runtime._reference
+
+
+def test_an_unexpected_build_error_is_raised_in_the_caller(on, monkeypatch):
+    def broken(*_args, **_kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cpu_runtime, "CpuRuntime", broken)
+    compiled = _graph().compile(device="cpu")
+    compiled.runtime._ready.wait(60)
+    for _ in range(2):  # the build is over: no call runs on the reference, each raises its error
+        with pytest.raises(OSError, match="disk full"):
+            compiled(_feeds())
+    assert compiled.runtime.reference_calls == 0
+
+
+def test_errors_of_the_first_call_are_the_reference_runtimes(on, held):
+    g = lm.Graph("gather")
+    table, idx = g.input("t", (5, 3)), g.input("i", (2,), lm.int64)
+    g.output(table[idx])
+    compiled = g.compile(device="cpu")
+    with pytest.raises(lm.IndexOutOfRange):
+        compiled({"t": np.zeros((5, 3), np.float32), "i": np.array([1, 7])})
+    held.set()
+    with pytest.raises(lm.IndexOutOfRange):
+        compiled({"t": np.zeros((5, 3), np.float32), "i": np.array([1, 7])})
+
+
+def test_the_next_process_finds_what_the_background_built(tmp_path):
+    """A process that exits right after its first call waits for the build (the thread is not a
+    daemon) and stores the artifacts: the next process compiles with no build and no rendering."""
+    script = textwrap.dedent(f"""
+        import sys, warnings
+        sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+        import numpy as np
+        from test_cpu_tiered import _graph, _feeds
+        compiled = _graph().compile(device="cpu")
+        compiled(_feeds())
+        print("CACHE", sorted(compiled._report.cache.items()), type(compiled.runtime).__name__)
+    """)
+    env = {**__import__("os").environ, "LUMINAL_TIERED": "1", "LUMINAL_CACHE_DIR": str(tmp_path),
+           "LUMINAL_COMPILE_CACHE": "1"}
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    assert "TieredRuntime" in runs[0].stdout and "('build', 'background')" in runs[0].stdout
+    assert "CpuRuntime" in runs[1].stdout and "('build', 'hit')" in runs[1].stdout
+    assert "('optimize', 'hit')" in runs[1].stdout
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not list((tmp_path / "cpu").glob("*.*.so"))  # no half-built library left behind
