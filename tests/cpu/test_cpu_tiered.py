@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import luminal as lm
+from luminal.builder import nn
 from luminal.kernels.cpu import build, tiered
 from luminal.kernels.cpu import runtime as cpu_runtime
 from luminal.kernels.cpu.runtime import CpuRuntime
@@ -90,6 +91,38 @@ def test_a_ready_library_serves_the_first_call(on):
     compiled.runtime.wait()
     compiled(_feeds())
     assert compiled.runtime.reference_calls == 0
+
+
+def test_a_first_call_the_reference_would_take_long_waits_for_the_c(on, held, monkeypatch):
+    """The reference's cost is estimated at the first call's dims: a large one waits for the C."""
+    g = _graph()
+    compiled = g.compile(device="cpu")
+    rt = compiled.runtime
+    small = tiered.reference_seconds(rt._reference.order, {"n": 9})
+    big = tiered.reference_seconds(rt._reference.order, {"n": 200_000})
+    assert 0 < small < big / 1000
+    monkeypatch.setattr(tiered, "REFERENCE_BUDGET_S", (small + big) / 2)  # a smaller array than the real budget needs
+    threading.Timer(0.3, held.set).start()
+    x = np.random.default_rng(0).standard_normal((200_000, 64)).astype(np.float32)
+    got = compiled({"x": x})[0]
+    assert rt.reference_calls == 0 and rt.reference_estimate == big
+    np.testing.assert_array_equal(got, CpuRuntime(compiled.outputs)({"x": x})[0])
+
+
+def test_the_estimate_follows_the_reference_runtimes_work():
+    """More layers, more rows, a conv's window product: each raises the estimate."""
+    from luminal.runtime import NumpyRuntime
+
+    def cost(g, **dims):
+        return tiered.reference_seconds(NumpyRuntime(g.compile(device="numpy").outputs).order, dims)
+
+    g = _graph()
+    assert cost(g, n=10) < cost(g, n=10_000) < cost(g, n=100_000)
+    conv = lm.Graph("conv")  # depthwise: the reference materializes the window product
+    x = conv.input("x", (32, 32, 128, 128))
+    w = conv.constant(np.ones((32, 1, 3, 3), np.float32), name="w")
+    conv.output(nn.conv(x, w, padding=1, groups=32))
+    assert cost(conv) > tiered.REFERENCE_BUDGET_S  # 32x32x128x128 outputs x 9 taps, in float64
 
 
 def test_threads_calling_before_the_build_get_one_reference_call(on, held):

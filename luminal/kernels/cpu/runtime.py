@@ -79,7 +79,7 @@ def make(outputs, artifacts: dict | None = None, **_options):
         return NumpyRuntime(outputs)
     if artifacts is None and tiered.enabled():
         reference = NumpyRuntime(outputs)
-        return tiered.TieredRuntime(outputs, lambda: _compiled(outputs, None, reference), reference)
+        return tiered.TieredRuntime(outputs, lambda: _compiled(outputs, None, reference), reference, _warn_once)
     runtime, warning = _compiled(outputs, artifacts, None)
     if warning is not None:
         _warn_once(*warning)
