@@ -255,6 +255,14 @@ def compile_outputs(
     device: str = "cpu", optimize: bool | None = None, name: str = "graph", report: Report | None = None,
 ) -> CompiledGraph:
     """Run the passes on `outputs` (HLIR nodes) and bind the result to a runtime."""
+    from luminal.hlir.ops import sorting_once
+
+    with sorting_once():  # the passes sort the same graphs again and again
+        return _compile_outputs(inputs, outputs, output_names, device=device, optimize=optimize, name=name,
+                                report=report)
+
+
+def _compile_outputs(inputs, outputs, output_names, *, device, optimize, name, report) -> CompiledGraph:
     from luminal.debug import Progress, emit
 
     entry = devices.require(device)  # a configuration error, before any work

@@ -14,6 +14,7 @@ from luminal.errors import DTypeError
 
 
 class DType(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons: identity, in C (Enum's hashes the name in Python)
     # value: (short name, numpy dtype, C type)
     F32 = ("f32", np.dtype(np.float32), "float")
     F64 = ("f64", np.dtype(np.float64), "double")

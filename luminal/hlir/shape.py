@@ -36,6 +36,16 @@ class ShapeTracker:
     offset: Dim = 0
     mask: tuple[tuple[Dim, Dim], ...] | None = None
 
+    def __hash__(self) -> int:  # computed once: a View's tracker is hashed by every Node interning it
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.shape, self.strides, self.offset, self.mask))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __reduce__(self):  # pickled and copied without the cached hash (another process hashes otherwise)
+        return (ShapeTracker, (self.shape, self.strides, self.offset, self.mask))
+
     @staticmethod
     def contiguous(shape) -> ShapeTracker:
         shape = tuple(shape)

@@ -156,7 +156,7 @@ class _Decomposer:
                 raise _Fallback(f"the traced metadata did not settle in {MAX_ROUNDS} walks")
             for step in steps:
                 self._replay(step)
-        self.graph.eliminate_dead_code()
+        _drop_unused(self.graph)
         out = _LazyGraphModule(self.attrs, self.graph, class_name="LuminalAten")
         calls = sum(n.op in ("call_function", "call_method") for n in self.gm.graph.nodes)
         used = len({id(s[1]) for s in steps if s[0] == "call"})
@@ -304,6 +304,16 @@ class _Decomposer:
     def _fake_like(self, t: torch.Tensor) -> torch.Tensor:
         with self.fake_mode:
             return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device)
+
+
+def _drop_unused(graph: torch.fx.Graph) -> None:
+    """Erase the nodes nothing reads (last first, so a chain goes whole). Every node here is a
+    functional ATen op, a constant or a no-op assert the importer drops anyway (`_trace` refuses
+    mutation), so nothing needs FX's `eliminate_dead_code` and its per-node purity check: 31 ms
+    for the 32-layer Llama's 3,871 nodes, to remove one."""
+    for node in reversed(graph.nodes):
+        if node.op not in ("placeholder", "output") and not node.users:
+            graph.erase_node(node)
 
 
 def _symbolic(t: torch.Tensor) -> bool:
