@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 ALIGN = 256  # bytes: what cudaMalloc guarantees, so every buffer keeps the alignment of a fresh allocation
 
 
@@ -35,22 +37,31 @@ def _round_up(n: int) -> int:
 
 def plan_arena(sizes: list[int], intervals: list[tuple[int, int]]) -> ArenaLayout:
     """Offsets for buffers of `sizes` bytes alive over inclusive launch `intervals`."""
-    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], intervals[i][0], i))
-    placed: list[tuple[int, int, int]] = []  # (offset, end, buffer)
-    offsets = [0] * len(sizes)
+    n = len(sizes)
+    order = sorted(range(n), key=lambda i: (-sizes[i], intervals[i][0], i))
+    # the buffers placed so far (offset, end, first and last launch), in placement order: the
+    # ones alive with the next are picked by one vectorized test, not a Python loop over all (the
+    # 32-layer Llama's ~1,000 intermediates took 40 ms of a warm process's first call that way)
+    starts = np.fromiter((iv[0] for iv in intervals), np.int64, n)
+    stops = np.fromiter((iv[1] for iv in intervals), np.int64, n)
+    placed_off, placed_end = np.empty(n, np.int64), np.empty(n, np.int64)
+    placed_lo, placed_hi = np.empty(n, np.int64), np.empty(n, np.int64)
+    offsets = [0] * n
     total = 0
-    for i in order:
+    for k, i in enumerate(order):
         size = _round_up(max(sizes[i], 1))
-        lo, hi = intervals[i]
-        busy = sorted((o, e) for o, e, j in placed if intervals[j][0] <= hi and lo <= intervals[j][1])
+        lo, hi = int(starts[i]), int(stops[i])
+        live = (placed_lo[:k] <= hi) & (placed_hi[:k] >= lo)
+        busy_off, busy_end = placed_off[:k][live], placed_end[:k][live]
         best, cursor = None, 0
-        for o, e in busy:  # best fit: the smallest gap that holds the buffer
+        for j in np.lexsort((busy_end, busy_off)).tolist():  # by offset, then end: best fit, the smallest gap that holds it
+            o, e = int(busy_off[j]), int(busy_end[j])
             gap = o - cursor
             if gap >= size and (best is None or gap < best[1]):
                 best = (cursor, gap)
             cursor = max(cursor, e)
         offset = best[0] if best is not None else cursor
         offsets[i] = offset
-        placed.append((offset, offset + size, i))
+        placed_off[k], placed_end[k], placed_lo[k], placed_hi[k] = offset, offset + size, lo, hi
         total = max(total, offset + size)
     return ArenaLayout(tuple(offsets), total)

@@ -11,7 +11,6 @@ import pytest
 import luminal as lm
 from luminal import compile_cache
 from luminal.kernels.cpu import build, program
-from luminal.kernels.cpu import runtime as cpu_runtime
 from luminal.kernels.cpu.runtime import CpuRuntime
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
@@ -47,7 +46,7 @@ def test_a_runtime_from_its_artifacts_renders_nothing(monkeypatch):
     g = _mlp(3)
     first = CpuRuntime(g.output_nodes)
     data = json.loads(json.dumps(first.artifacts()))  # plain JSON
-    monkeypatch.setattr(cpu_runtime, "render_program", lambda *_: pytest.fail("rendered"))
+    monkeypatch.setattr(program, "render_program", lambda *_: pytest.fail("rendered"))
     again = CpuRuntime(g.output_nodes, artifacts=data)
     assert again.restored and again.library_path == first.library_path
     assert [s.name for s in again.program.steps] == [s.name for s in first.program.steps]

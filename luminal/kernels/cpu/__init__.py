@@ -4,6 +4,7 @@
     prelude.py  the C every library starts with (half types, error flags, the GEMM entry points)
     program.py  the library (the distinct kernels once, sorted, and the fixed driver `lum_run`) and
                 the launch table it interprets: a library that does not grow with depth
+    steps.py    a library's steps, program and launch table (what a restored runtime needs, without the renderer)
     build.py    the system C compiler -> one shared library, cached on disk by content hash
     runtime.py  `CpuRuntime`: ctypes, one native call per call, rebuilt without rendering from the
                 artifacts the compile cache stores; `make` falls back to the NumPy runtime

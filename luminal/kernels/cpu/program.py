@@ -15,33 +15,15 @@ from __future__ import annotations
 
 import collections
 import hashlib
-from dataclasses import dataclass
 
 from luminal.hlir.ops import Node, Op
 from luminal.kernels.cpu import build, gemm_avx512
 from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.cpu.prelude import PRELUDE, SHARED
-from luminal.kernels.cpu.render import CStep, _generator, _operand
+from luminal.kernels.cpu.render import _generator, _operand
+from luminal.kernels.cpu.steps import CProgram, CStep
 from luminal.kernels.plan import Schedule
 from luminal.kernels.render.cstyle import buffer_sources
-
-
-@dataclass
-class CProgram:
-    """A graph's C library and the steps its launch table runs (buffers by role).
-
-    The library holds only the graph's distinct kernels (sorted by name: the same set of kernels
-    gives the same source, whatever the depth or the model) and the fixed driver `lum_run`; the
-    order of launches is data (`launch_table`), so the source and its build time do not grow
-    with the number of layers."""
-
-    sources: list[str] | None  # its translation units (None: restored from artifacts, not rendered)
-    identity: str | None  # the library as one unit: what its cache key hashes
-    steps: list[CStep]
-    schedule: Schedule
-    symbols: list[str]  # the order of the `dims` argument
-    kernels: list[str]  # the library's kernels, in the order of its `lum_kernels` table
-
 
 # The driver: every launch of the table in order. A step of the table is
 #   kernel, n_ptrs, n_dims, ptr codes (>= 0: bufs[code]; < 0: arena + offsets[-1 - code]), dim codes (dims[code])
@@ -225,19 +207,3 @@ def library_source(bodies: dict[str, tuple[str, CStep]], units: int = 1, linked:
         tail = [SHARED, declared, driver] if u == 0 else []
         sources.append("\n".join([PRELUDE, GEMM_LINKED if gemms and linked else "", *kernels, *tail]))
     return sources
-
-
-def launch_table(program: CProgram, slot_of) -> list[int]:
-    """The launch table `lum_run` interprets: per step its kernel (index into `program.kernels`),
-    pointer codes and dim codes. `slot_of(node)` is ("buf", i) for weights, inputs and outputs
-    (`bufs[i]`) or ("tmp", j) (`arena + offsets[j]`)."""
-    index = {name: i for i, name in enumerate(program.kernels)}
-    dim = {s: i for i, s in enumerate(program.symbols)}
-    table: list[int] = []
-    for st in program.steps:
-        ptrs = []
-        for n in (st.output, *st.inputs):
-            kind, i = slot_of(n)
-            ptrs.append(i if kind == "buf" else -1 - i)
-        table += [index[st.name], len(ptrs), len(st.symbols), *ptrs, *(dim[s] for s in st.symbols)]
-    return table

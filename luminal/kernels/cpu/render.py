@@ -27,14 +27,13 @@ keeps each distinct one once and builds the library and the launch table around 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
 from luminal.kernels.cpu import conv as cpu_conv
+from luminal.kernels.cpu.steps import CStep
 from luminal.kernels.plan import EXTERN
 from luminal.kernels.render.cexpr import c_dim, compute_type
 from luminal.kernels.render.cstyle import (
@@ -55,17 +54,6 @@ from luminal.kernels.render.cstyle import (
 
 PAR_MIN = 65536  # elements of work below which a loop stays on one core (a parallel region costs µs)
 
-
-
-@dataclass
-class CStep:
-    """One step of the entry point: `name(out, inputs..., [err], dims...)`."""
-
-    name: str
-    output: Node
-    inputs: list[Node]
-    symbols: list[str]
-    err: bool
 
 
 def _signature(name: str, out: Node, inputs: list[Node], symbols: list[str], err: bool) -> str:

@@ -6,7 +6,7 @@ shared library (`build.py`) and run by one native call per call of the model.
 - **a call**: outputs and the arena are fresh NumPy arrays of the call (so concurrent calls from
   several threads never share a buffer), then `lum_run(table, steps, bufs, dims, arena, offsets,
   err, threads, seconds, f64)` runs every step of the launch table (built once, in Python, by
-  `program.launch_table`) in C with the GIL released. The error flag (1: a Gather/Scatter index
+  `steps.launch_table`) in C with the GIL released. The error flag (1: a Gather/Scatter index
   out of range, 2: an integer Mod by zero) is the call's own and read after it.
 - **threads**: OpenMP gets `torch.get_num_threads()` when torch is already imported, else
   `os.cpu_count()`. GEMMs go to a BLAS found at run time and passed to the library as function
@@ -45,8 +45,7 @@ from luminal.hlir.ops import Op
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build, gemm_avx512
-from luminal.kernels.cpu.program import CProgram, launch_table, render_program
-from luminal.kernels.cpu.render import CStep
+from luminal.kernels.cpu.steps import CProgram, CStep, launch_table
 from luminal.kernels.plan import Schedule
 from luminal.runtime.binding import bind_inputs
 from luminal.runtime.fused_ops import get_precision
@@ -338,6 +337,8 @@ class CpuRuntime:
         outputs = list(outputs)
         restored = _restore(outputs, artifacts) if artifacts is not None else None
         if restored is None:
+            from luminal.kernels.cpu.program import render_program  # not imported by a restored runtime
+
             program = render_program(outputs)
             library = build.build(program.sources, identity=program.identity)
             self.build_outcome = build.last_outcome()
@@ -404,6 +405,8 @@ class CpuRuntime:
             except OSError:
                 pass
             if self.program.sources is None:
+                from luminal.kernels.cpu.program import render_program
+
                 self.program.sources = render_program(self.outputs).sources
         return "\n".join(self.program.sources)
 
