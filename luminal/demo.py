@@ -104,16 +104,24 @@ def real_model() -> bool:
     t0 = time.perf_counter()
     compiled = lm.compile(model, args)
     print(f"compiled in {time.perf_counter() - t0:.1f} s")
+    runtime = compiled.compiled.runtime
     with torch.no_grad():  # inference: outputs outside autograd, as eager's under no_grad
         want = model(*args)
-        compiled(*args)  # the first call builds the C library (cached on disk afterwards)
+        t0 = time.perf_counter()
+        first = compiled(*args)  # the C library builds in the background (cached on disk afterwards)
+        first_ms = (time.perf_counter() - t0) * 1e3
+        served = "the NumPy runtime" if getattr(runtime, "reference_calls", 0) else "the compiled C"
+        print(f"first call in {first_ms:.1f} ms on {served}"
+              + (" while the C library built in the background" if served != "the compiled C" else ""))
+        if hasattr(runtime, "wait"):
+            runtime.wait()
         t0 = time.perf_counter()
         got = compiled(*args)
         run_ms = (time.perf_counter() - t0) * 1e3
-    diff = float((got - want).abs().max())
+    diff = max(float((got - want).abs().max()), float((first - want).abs().max()))
     sims = (got @ got.T).numpy()
     print(f"embeddings {tuple(got.shape)} in {run_ms:.1f} ms on device {compiled.device!r} (compiled C); "
-          f"max |luminal - torch eager| = {diff:.2e}")
+          f"max |luminal - torch eager| = {diff:.2e} (both calls)")
     print(f"cosine similarity of the first sentence to the others: {sims[0, 1]:.3f}, {sims[0, 2]:.3f}")
     print(compiled.report())
     source = compiled.cuda_source()

@@ -379,7 +379,8 @@ def prepare(spare: bool | None = None) -> None:
             if t.name == "luminal-cc" and t is not threading.current_thread():  # one core stays Python's
                 t.join()
         try:
-            _build()
+            with build.in_background():
+                _build()
         except Exception:  # noqa: BLE001 - `sgemm` builds again and logs why, and the BLAS serves
             pass
 

@@ -78,7 +78,11 @@ def make(outputs, artifacts: dict | None = None, **_options):
         return NumpyRuntime(outputs)
     if artifacts is None and tiered.enabled():
         reference = NumpyRuntime(outputs)
-        return tiered.TieredRuntime(outputs, lambda: _compiled(outputs, None, reference), reference, _warn_once)
+        def background():
+            with build.in_background():  # its compilers at a lower priority than the first call
+                return _compiled(outputs, None, reference)
+
+        return tiered.TieredRuntime(outputs, background, reference, _warn_once)
     runtime, warning = _compiled(outputs, artifacts, None)
     if warning is not None:
         _warn_once(*warning)
