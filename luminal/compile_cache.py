@@ -233,6 +233,16 @@ def read(digest: str, text: str, bound: dict[str, ConstantArray],
     return block, optimized, inputs
 
 
+def present(digest: str) -> bool:
+    """Whether entry `digest` is in the cache (as a graph or a link): a miss is known without
+    binding the caller's weights first."""
+    try:
+        base = folder()
+    except OSError:
+        return False
+    return (base / f"{digest}.lum").exists() or (base / f"{digest}.link.json").exists()
+
+
 def _checked_block(block, text: str, digest: str) -> dict:
     """An entry's (or a link's) `compile_cache` block, if it is this key's and well formed; else
     ValueError (the entry is then a miss)."""

@@ -123,8 +123,10 @@ class Op(enum.Enum):
     @property
     def title(self) -> str:
         """CamelCase name as in DESIGN.md (`LessThan`, `SumReduce`)."""
-        return "".join(part.capitalize() for part in self.name.split("_"))
+        return _TITLES[self]
 
+
+_TITLES = {op: "".join(part.capitalize() for part in op.name.split("_")) for op in Op}  # spelled once, read per node
 
 LEAF = frozenset({Op.INPUT, Op.CONSTANT, Op.IOTA})
 UNARY = frozenset({Op.EXP2, Op.LOG2, Op.SIN, Op.SQRT, Op.RECIP})

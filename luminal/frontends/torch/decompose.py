@@ -463,9 +463,12 @@ def _signature(a, env, leaves, seen=None):
             if not isinstance(v, (torch.fx.Node, _Value)):
                 raise _Fallback(f"argument {a.name} is not a tensor")
             t = v.meta.get("val")
-            if not _is_tensor(t) or _symbolic(t):
+            if not _is_tensor(t):
                 raise _Fallback(f"argument {a.name} is not a static tensor")
-            sig = ("T", tuple(t.shape), tuple(t.stride()), t.dtype, t.device.type, t.storage_offset() != 0)
+            shape, stride = tuple(t.shape), tuple(t.stride())  # read once: a fake tensor's are slow to get
+            if not all(type(d) is int for d in shape + stride):  # a SymInt (an unbacked size, say)
+                raise _Fallback(f"argument {a.name} is not a static tensor")
+            sig = ("T", shape, stride, t.dtype, t.device.type, t.storage_offset() != 0)
             if isinstance(v, _Value):
                 v.sig = sig
         leaves.append(v)
