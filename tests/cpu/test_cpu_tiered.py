@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -240,7 +241,12 @@ def test_the_background_build_runs_its_compilers_at_a_lower_priority(on, monkeyp
         return commands[-1]
 
     monkeypatch.setattr(build, "_command", record)
+    monkeypatch.setattr(tiered, "FIRST_CALL_WAIT_S", 60.0)
     compiled = _graph().compile(device="cpu")
+    time.sleep(0.3)
+    assert not commands  # nothing compiles beside the compile's Python or before the first call
+    compiled(_feeds())
+    assert compiled.runtime.reference_calls == 1
     compiled.runtime.wait()
     assert commands and all(c[:3] == [build._NICE, "-n", str(build.BACKGROUND_NICE)] for c in commands)
     commands.clear()
