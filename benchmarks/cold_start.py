@@ -8,13 +8,17 @@ first call pays them):
 - `eager`: the first call of `torch.compile(model, backend="eager")`: Dynamo's tracing alone,
   the floor under any backend's first call;
 - `cold`: the first call with backend="luminal", the compile cache (`luminal.compile_cache`, and
-  with it the C library cache) in a new, empty `LUMINAL_CACHE_DIR`;
+  with it the C library cache) in a new, empty `LUMINAL_CACHE_DIR`; on `cpu` the C library then
+  builds in the background and that first call runs on the NumPy runtime (`first_call_on`;
+  `background_s` says how long the build took: `luminal/kernels/cpu/tiered.py`);
 - `warm`: the same again in another process, the cache that `cold` filled (a user's second run).
 
 luminal's share is the time spent inside luminal: its backend function (the lowering to
 core ATen, the compile cache's key) plus the compiled function's first call (the FX import,
-egglog, the kernel plan, the C build), less one steady-state call of the compiled function (the
-model's own run, measured right after). It is measured around luminal's entry points, not summed
+egglog, the kernel plan, the C build where the first call waits for it), less one steady-state
+call of the compiled function (the model's own run, measured right after, once the C is built:
+so a first call the NumPy runtime served counts that runtime's time, less the C's, as luminal's).
+It is measured around luminal's entry points, not summed
 from the report's phases, so nothing luminal does is left out; as wall time, and as CPU time
 (the process's and its children's: on a loaded machine, closer to what a quiet one would show
 as wall time). The Llama of `--layers` layers
@@ -96,17 +100,27 @@ def first_call(model_name: str, layers: int | None, backend: str, device: str) -
             spent["steady"], cpu["steady"] = min(steady), min(steady_cpu)
     graphs = STATS.compiled[before:]
     phases: dict[str, float] = {}
+    background: dict[str, float] = {}  # off the first call's path (a cold C library: kernels/cpu/tiered.py)
     cache: dict[str, str] = {}
     for g in graphs:
         rep = g._report
         for k, v in rep.phases.items():
             phases[k] = phases.get(k, 0.0) + v
+        for k, v in rep.background.items():
+            background[k] = background.get(k, 0.0) + v
         cache.update(rep.cache)
     share = spent["backend"] + max(0.0, spent["first"] - spent["steady"])
     share_cpu = cpu["backend"] + max(0.0, cpu["first"] - cpu["steady"])
     return {"model": model_name, "layers": layers, "backend": backend, "device": device, "first_call_s": first,
             "luminal_s": share if backend == "luminal" else 0.0, "luminal_cpu_s": share_cpu if backend == "luminal" else 0.0,
-            "spent_s": spent, "cpu_s": cpu, "phases_s": phases, "cache": cache, "graphs": len(graphs)}
+            "spent_s": spent, "cpu_s": cpu, "phases_s": phases, "background_s": background, "cache": cache,
+            "graphs": len(graphs), "first_call_on": _first_call_on(graphs)}
+
+
+def _first_call_on(graphs) -> str:
+    """Which runtime served the first call: "numpy" where a cold cpu library was still building."""
+    served = {"numpy" if getattr(g.runtime, "reference_calls", 0) else g.device.name for g in graphs}
+    return ",".join(sorted(served))
 
 
 def cpu_s() -> float:

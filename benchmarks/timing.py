@@ -32,3 +32,17 @@ def interleaved_medians(fns: dict, rounds: int = 3, budget_s: float = 0.6) -> di
                 fn()
                 times[k].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
+
+
+def wait_for_builds() -> float:
+    """Wait for every C library still building in the background (`device="cpu"` builds a cold
+    library while the first call runs on the NumPy runtime: luminal/kernels/cpu/tiered.py), so
+    that what is timed or compared next is the compiled C; the seconds waited."""
+    from luminal.compiler import STATS
+
+    t0 = time.perf_counter()
+    for graph in STATS.compiled:
+        wait = getattr(graph.runtime, "wait", None)
+        if callable(wait):
+            wait()
+    return time.perf_counter() - t0

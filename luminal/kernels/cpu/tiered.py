@@ -93,6 +93,10 @@ def _levels(expr) -> int:
     return max(1, len(seen))
 
 
+_OWN = frozenset({"_compiled", "_served", "_ready", "_error", "_warning", "_first_done", "_first_taken", "_lock",
+                  "_callbacks", "_reference", "_warn", "_thread"})
+
+
 class TieredRuntime:
     """The NumPy runtime for the first call, the compiled one (`build()`'s) for every later call.
     Other attributes (`source`, `program`, `stats()`, `profile()`, ...) are the compiled runtime's,
@@ -108,6 +112,7 @@ class TieredRuntime:
         self._warn = warn
         self._reference = reference
         self._compiled = None
+        self._served = None  # the compiled runtime once a caller has seen it built (the fast path of a call)
         self._error: BaseException | None = None
         self._warning: tuple[str, str] | None = None
         self._ready = threading.Event()
@@ -166,9 +171,13 @@ class TieredRuntime:
         if self._warning is not None:
             warning, self._warning = self._warning, None
             self._warn(*warning)
+        self._served = self._compiled
         return self._compiled
 
     def __call__(self, feeds: dict):
+        compiled = self._served
+        if compiled is not None:  # built, and nothing left to raise or warn: the C, directly
+            return compiled(feeds)
         if not self._ready.is_set():
             with self._lock:
                 first, self._first_taken = not self._first_taken, True
@@ -208,6 +217,6 @@ class TieredRuntime:
         return last_bindings(self._compiled) or {}
 
     def __getattr__(self, name: str):
-        if name.startswith("__") or name in ("_compiled", "_ready", "_error", "_warning"):
+        if name.startswith("__") or name in _OWN:  # not set yet (a copy, a half-made object): no recursion
             raise AttributeError(name)
         return getattr(self.wait(), name)
