@@ -254,3 +254,40 @@ def test_the_background_build_runs_its_compilers_at_a_lower_priority(on, monkeyp
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(build.cache_dir("cpu").parent / "again"))
     _graph().compile(device="cpu")
     assert any(c[0] != build._NICE for c in commands)  # the library's own units, waited for
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork")
+def test_a_child_forked_while_the_library_builds_builds_it_too(tmp_path):
+    """A server that compiles, serves a first call and forks its workers: the parent's build
+    thread is not in the child, which builds the library itself instead of waiting forever."""
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+        import numpy as np
+        from luminal.kernels.cpu import tiered
+        from test_cpu_tiered import _graph, _feeds
+        tiered.FIRST_CALL_WAIT_S = 60.0
+        compiled = _graph().compile(device="cpu")
+        first = compiled(_feeds())[0]
+        pid = os.fork()
+        if pid == 0:
+            got = compiled(_feeds())[0]  # the C, built in this child
+            ok = compiled.runtime.ready and np.allclose(got, first, rtol=1e-5, atol=1e-6, equal_nan=True)
+            os._exit(0 if ok else 3)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                print("CHILD", os.waitstatus_to_exitcode(status))
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, 9)
+            print("CHILD hung")
+        compiled(_feeds())
+        print("PARENT", compiled.runtime.ready)
+    """)
+    env = {**__import__("os").environ, "LUMINAL_TIERED": "1", "LUMINAL_CACHE_DIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "CHILD 0" in run.stdout and "PARENT True" in run.stdout, run.stdout + run.stderr[-2000:]

@@ -19,7 +19,8 @@ contract. The compile report says which runtime the first call ran on and how lo
 background build took. A build that fails falls back to the NumPy runtime with the same warning
 `make` gives, raised in the calling thread at the next call. The build thread is not a daemon:
 a process that exits right after its first call waits for the build, so that the next process
-finds the library in the cache.
+finds the library in the cache. A child forked while a build runs starts the build again itself
+(`os.register_at_fork`): the parent's thread is not in the child.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 TIERED_ENV = "LUMINAL_TIERED"
@@ -93,8 +95,19 @@ def _levels(expr) -> int:
     return max(1, len(seen))
 
 
+_PENDING: weakref.WeakSet = weakref.WeakSet()  # runtimes whose build has not ended (this process's)
+
+
+def _after_fork_in_child() -> None:
+    for runtime in list(_PENDING):
+        runtime._restart_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
 _OWN = frozenset({"_compiled", "_served", "_ready", "_error", "_warning", "_first_done", "_first_taken", "_lock",
-                  "_callbacks", "_reference", "_warn", "_thread"})
+                  "_callbacks", "_reference", "_warn", "_thread", "_build_fn"})
 
 
 class TieredRuntime:
@@ -123,7 +136,20 @@ class TieredRuntime:
         self.reference_calls = 0  # calls the NumPy runtime served
         self.build_seconds: float | None = None  # the background build's wall time, once done
         self.reference_estimate: float | None = None  # `reference_seconds` of the first call, if it came early
+        self._build_fn = build
+        _PENDING.add(self)
         self._thread = threading.Thread(target=self._build, args=(build,), name="luminal-build")
+        self._thread.start()
+
+    def _restart_after_fork(self) -> None:
+        """In a forked child: the parent's build thread is not there (its events and locks may be
+        held forever): fresh ones, and the build started again here, so that no call waits on
+        a build only the parent runs (a server forking workers after the compile)."""
+        first_done = self._first_done.is_set()
+        self._ready, self._lock, self._first_done = threading.Event(), threading.Lock(), threading.Event()
+        if first_done:
+            self._first_done.set()
+        self._thread = threading.Thread(target=self._build, args=(self._build_fn,), name="luminal-build")
         self._thread.start()
 
     def _build(self, build) -> None:
@@ -137,6 +163,7 @@ class TieredRuntime:
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
             self._error = exc
         self.build_seconds = time.perf_counter() - t0
+        _PENDING.discard(self)
         with self._lock:
             self._ready.set()
             callbacks, self._callbacks = self._callbacks, []
