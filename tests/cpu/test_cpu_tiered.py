@@ -9,7 +9,6 @@ import sys
 import textwrap
 import threading
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -224,9 +223,7 @@ def test_the_next_process_finds_what_the_background_built(tmp_path):
     assert "TieredRuntime" in runs[0].stdout and "('build', 'background')" in runs[0].stdout
     assert "CpuRuntime" in runs[1].stdout and "('build', 'hit')" in runs[1].stdout
     assert "('optimize', 'hit')" in runs[1].stdout
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert not list((tmp_path / "cpu").glob("*.*.so"))  # no half-built library left behind
+    assert not list((tmp_path / "cpu").glob("*.*.so"))  # no half-built library left behind
 
 
 @pytest.mark.skipif(build._NICE is None, reason="no `nice` on PATH")

@@ -183,15 +183,16 @@ def build(sources: str | list[str], cc: str | None = None, identity: str | None 
     linked = [source for name, source in LINKED.items() if any(name in s for s in sources)]
     key = hashlib.sha256("\0".join((text, *options, _version(cc), *linked)).encode()).hexdigest()[:32]
     found = cached(key)
-    _outcome.last = "hit"
     if found is not None:
+        _outcome.last = "hit"
         return found
     directory = cache_dir("cpu")
     library = directory / f"{key}.so"
     with open(directory / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same key: wait for it
-        if library.exists() and _verified(library):
+        if library.exists() and _verified(library):  # another process built it meanwhile
             stats.cache_hits += 1
+            _outcome.last = "hit"
             return library
         tmp = directory / f"{key}.{os.getpid()}.so"
         stats.builds += 1

@@ -1,9 +1,9 @@
 """`device="cpu"` while its library builds: the first call on the NumPy reference runtime.
 
 A graph whose C library is not in the cache costs its compile a C build (0.5-0.6 s for a
-32-layer Llama on two cores, once per machine and graph). `TieredRuntime` starts that build on
-a background thread as soon as the graph is optimized and returns at once; the model's *first*
-call, if it comes before the library is ready and the NumPy runtime would take it under
+32-layer Llama on two cores, more with the per-machine objects on a fresh cache). `TieredRuntime`
+returns at once and builds the library on a background thread that starts after the model's
+*first* call (or `FIRST_CALL_WAIT_S` without one), its compilers at a lower priority; that call, if it comes before the library is ready and the NumPy runtime would take it under
 `REFERENCE_BUDGET_S` (estimated from the graph at that call's dims: `reference_seconds`; a large
 conv net's window products take longer than the build), runs on the NumPy runtime (the executable
 specification every device is tested against: in float64 working precision by default, so that
@@ -107,7 +107,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _OWN = frozenset({"_compiled", "_served", "_ready", "_error", "_warning", "_first_done", "_first_taken", "_lock",
-                  "_callbacks", "_reference", "_warn", "_thread", "_build_fn"})
+                  "_callbacks", "_reference", "_warn", "_thread", "_build_fn", "_done"})
 
 
 class TieredRuntime:
@@ -137,8 +137,9 @@ class TieredRuntime:
         self.build_seconds: float | None = None  # the background build's wall time, once done
         self.reference_estimate: float | None = None  # `reference_seconds` of the first call, if it came early
         self._build_fn = build
+        self._done = False  # the build has ended (its callbacks taken): set under `_lock`
         _PENDING.add(self)
-        self._thread = threading.Thread(target=self._build, args=(build,), name="luminal-build")
+        self._thread = threading.Thread(target=self._build, name="luminal-build")
         self._thread.start()
 
     def _restart_after_fork(self) -> None:
@@ -149,26 +150,27 @@ class TieredRuntime:
         self._ready, self._lock, self._first_done = threading.Event(), threading.Lock(), threading.Event()
         if first_done:
             self._first_done.set()
-        self._thread = threading.Thread(target=self._build, args=(self._build_fn,), name="luminal-build")
+        self._thread = threading.Thread(target=self._build, name="luminal-build")
         self._thread.start()
 
-    def _build(self, build) -> None:
+    def _build(self) -> None:
         # after the first call (or FIRST_CALL_WAIT_S without one): its Python and the NumPy
         # runtime get the cores, not the renderer and the compilers (on two cores those slowed
         # the 32-layer Llama's first call by a third)
         self._first_done.wait(FIRST_CALL_WAIT_S)
         t0 = time.perf_counter()
         try:
-            self._compiled, self._warning = build()
+            self._compiled, self._warning = self._build_fn()
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
             self._error = exc
         self.build_seconds = time.perf_counter() - t0
         _PENDING.discard(self)
         with self._lock:
-            self._ready.set()
+            self._done = True
             callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
+        for fn in callbacks:  # before any caller goes on: the report and the stored artifacts are whole
             self._notify(fn)
+        self._ready.set()
 
     def _notify(self, fn) -> None:
         if self._compiled is not None:
@@ -180,7 +182,7 @@ class TieredRuntime:
     def when_built(self, fn: Callable) -> None:
         """Call `fn(compiled_runtime, seconds)` once the build is done (now, if it is)."""
         with self._lock:
-            if not self._ready.is_set():
+            if not self._done:
                 self._callbacks.append(fn)
                 return
         self._notify(fn)
