@@ -13,11 +13,11 @@ parts are optimized once per process: templates are cached by part signature (`C
 from __future__ import annotations
 
 import collections
-import gc
 import threading
 import time
 from dataclasses import dataclass
 
+from luminal.compile_cache import gc_paused
 from luminal.egraph import compat as eg
 from luminal.egraph import contained, rules_algebra, rules_fusion, rules_numerics
 from luminal.egraph.encode import encode
@@ -146,13 +146,8 @@ def optimize(outputs: list[Node], report) -> list[Node]:
     The cyclic garbage collector is paused meanwhile: this pass allocates many small tuples
     and nodes (none in cycles), and inside torch.compile every collection would walk Dynamo's
     whole heap (seconds at 32 layers)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         return _optimize(outputs, report)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _optimize(outputs: list[Node], report) -> list[Node]:

@@ -302,3 +302,43 @@ def test_device_artifacts_of_other_kernel_code_are_refused(cache):
     path.write_text(json.dumps(data))
     assert compile_cache.device_artifacts(digest, "cpu") is None
     assert compile_cache.device_artifacts("e" * 64, "cpu") is None  # absent
+
+
+def test_gc_paused_ages_what_it_allocated_and_keeps_it_collectable():
+    """`gc_paused` hands its allocations to the oldest generation (no young collection walks
+    them on resuming), cyclic garbage made inside is still collected, and a process's own frozen
+    objects stay frozen."""
+    import gc
+
+    class Cycle:
+        pass
+
+    def cycles(n):
+        made = []
+        for _ in range(n):
+            a, b = Cycle(), Cycle()
+            a.other, b.other = b, a
+            made.append(a)
+        return made
+
+    assert gc.isenabled()
+    with compile_cache.gc_paused():
+        assert not gc.isenabled()
+        kept = cycles(5000)
+        garbage = cycles(5000)
+        del garbage
+    assert gc.isenabled()
+    assert gc.get_count()[0] < 5000  # not left to the next young collection
+    assert gc.collect() >= 10000  # the dropped cycles (4 objects each, dicts included) still go
+    del kept
+    gc.collect()
+    frozen = cycles(10)
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        with compile_cache.gc_paused():
+            cycles(100)
+        assert gc.get_freeze_count() == before  # the process's frozen heap is not thawed
+    finally:
+        gc.unfreeze()
+        del frozen
