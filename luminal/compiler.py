@@ -319,9 +319,9 @@ def _optimize_cached(outputs: list[Node], device: str, report: Report) -> tuple[
             return optimized, key.digest
         report.cache["optimize"] = "miss" if key else "off"
     if device == "cpu":  # the C GEMM object builds in the background while egglog runs
-        from luminal.kernels.cpu import program
+        from luminal.kernels import cpu
 
-        program.prepare()
+        cpu.prepare()
     t0 = time.perf_counter()
     from luminal import egraph
 

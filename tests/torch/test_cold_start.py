@@ -3,6 +3,7 @@ torch's Python decompositions only (the same graphs as aot_autograd's full table
 walking every registered op), traces its distinct calls together, builds no Python code for
 its FX graphs, and egglog's Rust bindings load without egglog's Python API."""
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -100,39 +101,48 @@ class Pooled(torch.nn.Module):
 
 
 def _imports(model, x, **compile_kwargs):
-    """The lowered graph's compile-cache key imported with and without the import memo."""
+    """The lowered graph's compile-cache key imported with and without the import memo, from
+    the core-ATen graph and (where the per-call decomposition applies) call by call; and the
+    hits of each import's memo."""
     from luminal import compile_cache
     from luminal.frontends.torch import fx_import
+    from luminal.hlir.ops import ConstantArray, Op, toposort
 
     keys, hits = [], []
 
     def backend(gm, example_inputs):
-        aten = decompose.decompose_graph(gm, example_inputs)
-        if aten is None:  # symbolic shapes: aot_autograd's graph, imported the same way
+        calls = decompose.decompose_calls(gm, example_inputs)
+        if calls is None:  # symbolic shapes: aot_autograd's graph, imported the same way
             from torch._decomp import core_aten_decompositions
             from torch._dynamo.backends.common import aot_autograd
             from torch._functorch.aot_autograd import make_boxed_func
 
             def fw(agm, _):
-                keys.append(_both(agm))
+                keys.append(_all([agm]))
                 return make_boxed_func(agm.forward)
 
             return aot_autograd(fw_compiler=fw, decompositions=core_aten_decompositions())(gm, example_inputs)
-        keys.append(_both(aten))
+        assert calls.by_calls
+        keys.append(_all([calls, calls.graph_module()]))
         return gm.forward
 
-    def _both(agm):
+    def _all(sources):
         out = []
-        for memo in (False, True):
-            saved = fx_import.MEMO
-            fx_import.MEMO = memo
-            try:
-                importer = fx_import.FxImporter(agm, "g")
-                imported = importer.build()
-            finally:
-                fx_import.MEMO = saved
-            out.append(compile_cache.Key.of(imported.out_nodes, "numpy").digest)
-        hits.append(importer.memo.hits)
+        for source in sources:
+            for memo in (False, True):
+                saved = fx_import.MEMO
+                fx_import.MEMO = memo
+                try:
+                    importer = source.importer("g") if isinstance(source, decompose.Decomposed) else \
+                        fx_import.FxImporter(source, "g")
+                    imported = importer.build()
+                finally:
+                    fx_import.MEMO = saved
+                constants = sorted(n.arg.name for n in toposort(imported.out_nodes)  # named by the frontend
+                                   if n.op is Op.CONSTANT and isinstance(n.arg, ConstantArray)
+                                   and not re.fullmatch(r"const\d+", n.arg.name))
+                out.append((compile_cache.Key.of(imported.out_nodes, "numpy").digest, tuple(constants)))
+            hits.append((getattr(importer, "call_memo", None) or importer.memo).hits)
         return out
 
     torch._dynamo.reset()
@@ -146,5 +156,50 @@ def test_import_memo_builds_the_graph_a_direct_import_builds():
     model = Pooled().eval()
     for x, kwargs in ((torch.randn(2, 5, 16), {}), (torch.randn(3, 7, 16), {"dynamic": True})):
         keys, hits = _imports(model, x, **kwargs)
-        assert keys and all(direct == memo for direct, memo in keys), keys
+        # static: call by call and from the graph, each with and without the memo; dynamic: the graph
+        assert [len(k) for k in keys] == ([4] if not kwargs else [2]), keys
+        assert all(len(set(k)) == 1 for k in keys), keys
         assert all(h > 0 for h in hits), hits  # the repeated blocks came from templates
+
+
+class Forms(torch.nn.Module):
+    """One distinct call on arguments of two HLIR forms (exp of a contiguous 4x4: a view of the
+    (16,) input, then a computed tensor), a call whose second output nothing reads, and a
+    decomposition that makes a tensor constant."""
+
+    def forward(self, x):
+        a = torch.exp(x.view(4, 4))
+        b = torch.exp(x.view(4, 4) * 2)
+        values, _indices = torch.max(a + b, dim=0)
+        return values + F.adaptive_avg_pool1d(b.unsqueeze(0), 3).sum()
+
+
+def test_call_by_call_import_keys_on_the_arguments_form():
+    keys, hits = _imports(Forms().eval(), torch.randn(16))
+    assert [len(k) for k in keys] == [4] and len(set(keys[0])) == 1, keys
+    assert hits[0] > 0, hits
+
+
+class Strided(torch.nn.Module):
+    def forward(self, x):
+        return torch.sin(x[3:].as_strided((2, 3), (1, 2), 4)) + torch.sin(x[:6].view(2, 3))
+
+
+def test_an_op_that_reads_its_arguments_metadata_is_imported_from_the_graph():
+    """`as_strided` on a slice reads the slice's storage offset from its argument's metadata:
+    such a graph is imported from its core-ATen graph, and gives eager's values."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        calls = decompose.decompose_calls(gm, example_inputs)
+        seen.append(calls is not None and calls.by_calls)
+        return gm.forward
+
+    x = torch.randn(12)
+    torch._dynamo.reset()
+    torch.compile(Strided(), backend=backend)(x)
+    assert seen == [False]
+    torch._dynamo.reset()
+    out = torch.compile(Strided(), backend="luminal", options={"device": "numpy", "strict": True})(x)
+    torch.testing.assert_close(out, Strided()(x))
+

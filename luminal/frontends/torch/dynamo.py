@@ -35,7 +35,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from luminal import devices
 from luminal.errors import DeviceError, LuminalError, UnsupportedError
 from luminal.frontends.torch import fx_cache
-from luminal.frontends.torch.decompose import decompose_graph
+from luminal.frontends.torch.decompose import Decomposed, decompose_calls
 from luminal.frontends.torch.fx_import import FxImporter
 
 OPTIONS = {"device": "cpu", "strict": False, "optimize": None, "lowering": "auto"}
@@ -90,7 +90,10 @@ class LuminalFunction:
         self.eager = None
 
     def _build(self, args):
-        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        if isinstance(self.gm, Decomposed):
+            placeholders = self.gm.placeholders
+        else:
+            placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
         self.weights = {i: a for i, a in enumerate(args) if id(a) in self.weight_ids and i not in self.mutated}
         constants = {placeholders[i].name: a for i, a in self.weights.items()}
         self.weight_ptrs = {i: a.data_ptr() for i, a in self.weights.items()}
@@ -99,7 +102,8 @@ class LuminalFunction:
             if self.imported is None:
                 raise LuminalError(f"the compile cache entry of graph {self.name} is gone or refused")
             return
-        imported = FxImporter(self.gm, self.name).build(constants)
+        importer = self.gm.importer(self.name) if isinstance(self.gm, Decomposed) else FxImporter(self.gm, self.name)
+        imported = importer.build(constants)
         seconds, how = self.lowering
         self.imported = imported.compile(device=self.opts["device"], optimize=self.opts["optimize"], name=self.name,
                                          phases={"lower": seconds}, notes=[f"lowered to core ATen by {how}"])
@@ -121,7 +125,8 @@ class LuminalFunction:
                     raise
                 warnings.warn(f"luminal: running graph {self.name} eagerly: {exc}", stacklevel=2)
                 EAGER_FALLBACKS.append(f"{self.name}: {exc}")
-                self.eager = make_boxed_func(self.gm.forward)
+                gm = self.gm.graph_module() if isinstance(self.gm, Decomposed) else self.gm
+                self.eager = make_boxed_func(gm.forward)
                 return self.eager(args)
         values = list(args)
         args.clear()  # boxed calling convention: let aot_autograd free its inputs early
@@ -132,9 +137,9 @@ def _prepare(device: str) -> None:
     """A compile is about to start: what the device's build will need and can build without the
     graph (the C GEMM object) starts building in the background while the graph is lowered."""
     if device == "cpu":
-        from luminal.kernels.cpu import program
+        from luminal.kernels import cpu
 
-        program.prepare()
+        cpu.prepare()
 
 
 def _mutated_inputs(agm) -> frozenset[int]:
@@ -191,11 +196,11 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
         except LuminalError:  # a miss: compile it (and store it) below
             pass
     _prepare(opts["device"])
-    aten = decompose_graph(gm, example_inputs) if opts["lowering"] == "auto" else None
-    if aten is not None:  # the fast path: Dynamo calls the result directly, unboxed
-        boxed = fw_compiler(aten, None, aten.meta["luminal_lowering"])
-        if isinstance(boxed, LuminalFunction):
-            boxed.cache_entry = entry
+    calls = decompose_calls(gm, example_inputs) if opts["lowering"] == "auto" else None
+    if calls is not None:  # the fast path: Dynamo calls the result directly, unboxed
+        # every traced op is in luminal's table and none mutates (checked as it was traced)
+        boxed = LuminalFunction(calls, weight_ids, name, opts, (time.perf_counter() - start, calls.lowering))
+        boxed.cache_entry = entry
         return lambda *args: boxed(list(args))
 
     from torch._decomp import core_aten_decompositions

@@ -41,12 +41,15 @@ NO_OPS = {"_assert_tensor_metadata.default", "_assert_scalar.default", "sym_cons
 class FxImporter:
     """One FX graph of ATen ops -> one luminal Graph."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str = "graph"):
-        self.gm = gm
-        self.name = name
+    def __init__(self, gm: torch.fx.GraphModule | None, name: str = "graph", calls=None):
+        """`gm`, or `calls` (a `decompose.Decomposed`: its `placeholders`, and `import_into`
+        building the rest call by call, without a core-ATen graph: `Decomposed.importer`)."""
+        self.gm, self.calls, self.name = gm, calls, name
 
     def unsupported(self) -> list[tuple[str, str]]:
         """(node name, op) of every node luminal cannot import."""
+        if self.calls is not None:  # every traced node was checked against the table (`decompose._trace`)
+            return []
         ops = table()
         bad = []
         for node in self.gm.graph.nodes:
@@ -80,7 +83,10 @@ class FxImporter:
         self.check()
         g = Graph(self.name)
         env: dict = {}
-        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        if self.calls is not None:
+            placeholders = self.calls.placeholders
+        else:
+            placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
         vals = [n.meta.get("val") for n in placeholders]
         self.hints = hints_of(vals)
         bound: set[str] = set()
@@ -121,23 +127,41 @@ class FxImporter:
                     feeds[i] = ("dim", f"_dim_{node.name}")
                 else:
                     feeds[i] = None
-        out_node = None
-        memo = self.memo = ImportMemo() if MEMO else None
-        for node in self.gm.graph.nodes:
-            if node.op == "call_function":
-                if memo is None or _is_sym_node(node):
-                    env[node] = self._call(g, node, env)
-                else:  # repeated layers: each distinct call's nodes built once (`import_memo`)
-                    env[node] = memo.call(self, g, node, env)
-            elif node.op == "get_attr":
-                env[node] = _constant(g, fetch_attr(self.gm, node.target), node.name)
-            elif node.op == "output":
-                out_node = node
-        outputs = torch.fx.node.map_arg(out_node.args[0], lambda n: env[n])
+        self.memo = ImportMemo() if MEMO else None
+        if self.calls is not None:  # repeated layers: each distinct call built once (`import_memo`)
+            outputs = self.calls.import_into(self, g, env)
+        else:
+            outputs = self._nodes(g, self.gm, self.gm.graph.nodes, env)
         imported = Imported(g, placeholders, feeds, outputs, list(carriers.values()))
         imported.import_s = time.perf_counter() - start
         imported.weight_arrays = weight_arrays
         return imported
+
+    def _nodes(self, g: Graph, module, nodes, env):
+        """Import `nodes` (of `module`'s graph) into `env`; what its output node returns, if any."""
+        for node in nodes:
+            if node.op == "call_function":
+                env[node] = self.node(g, node, env)
+            elif node.op == "get_attr":
+                env[node] = self.get_attr(g, module, node, node.name)
+            elif node.op == "output":
+                return torch.fx.node.map_arg(node.args[0], lambda n: env[n])
+        return None
+
+    @staticmethod
+    def get_attr(g: Graph, module, node, name: str):
+        """A get_attr node's value: a tensor becomes a constant named `name`."""
+        return _constant(g, fetch_attr(module, node.target), name)
+
+    @staticmethod
+    def constant(g: Graph, value, name: str):
+        return _constant(g, value, name)
+
+    def node(self, g: Graph, node, env):
+        """One call_function node's value, from the import memo's templates where one applies."""
+        if self.memo is None or _is_sym_node(node):
+            return self._call(g, node, env)
+        return self.memo.call(self, g, node, env)  # repeated layers: each distinct call's nodes built once
 
     def _call(self, g: Graph, node, env):
         val = node.meta.get("val")

@@ -18,6 +18,14 @@ them over its own roots (`Node` interning makes the result the very node a direc
 builds). Calls whose template holds a tensor constant (index tables of pooling or
 interpolation: a new `ConstantArray` per call when imported directly), whose arguments have no
 exact spelling, or whose op raised on the stand-ins are imported directly, as before.
+
+Two levels use this. `ImportMemo` works on any FX graph of ATen ops, one node at a time (a
+node's key spells its arguments). `CallImporter` works on a Dynamo graph as `decompose` leaves
+it (`Decomposed`: each distinct call traced once, and the steps that use it), one *call* at a
+time: the distinct call fixes every ATen node's target, arguments and metadata, so a call's
+key is the distinct call and the forms of its tensor arguments, and the core-ATen graph (a copy
+of every call's nodes) is never made. For the 32-layer Llama: 2,005 keys instead of 3,576, no
+3,577-node replay, and luminal's import and lowering 0.1-0.15 s shorter.
 """
 
 from __future__ import annotations
@@ -92,24 +100,138 @@ class ImportMemo:
 
     def _make(self, importer, g, node, env, roots, leaves):
         self.misses += 1
-        stand = [Node(Op.INPUT, r.dtype, r.shape, (), ("luminal import stand-in", i)) for i, r in enumerate(roots)]
-
-        def standin(v):
-            if isinstance(v, Tensor):
-                form = leaves[id(v)]
-                if form[0] == "P":
-                    return Tensor(g, stand[form[1]])
-                return Tensor(g, Node(Op.VIEW, form[1], form[2], (stand[form[4]],), form[3]))
-            if isinstance(v, (tuple, list)):
-                return type(v)(standin(x) for x in v)
-            return v
-
-        sub_env = {n: standin(env[n]) for n in node.all_input_nodes}
+        stand = _stand_ins(roots)
+        sub_env = {n: _stand_in(g, env[n], leaves, stand) for n in node.all_input_nodes}
         try:
             out = importer._call(g, node, sub_env)
         except Exception:  # noqa: BLE001 - the direct import raises it again, with the real arguments
             return _DIRECT
         return _Template.of(out, stand)
+
+
+class CallImporter:
+    """A `decompose.Decomposed` -> HLIR: each distinct call's traced nodes imported once per
+    form of its tensor arguments (as `ImportMemo` does per ATen node: stand-ins of that form,
+    kept as a template) and re-instantiated on every call of that form, without the core-ATen
+    graph ever being made. The distinct call fixes everything else its nodes' import reads
+    (targets, plain arguments, every node's metadata); the metadata of its placeholders is that
+    of its arguments up to the storage offset, which only `as_strided` reads
+    (`decompose.READS_ARGUMENT_META`: such graphs are imported from their FX graph). Constants
+    are named as the replayed graph names them (`_const{i}`, in step order). Unlike the replayed
+    graph, nothing unused is dropped first: Dynamo's graph holds no unused call, and what a
+    call computes that nothing reads (an unused second output) is never reached from the
+    outputs, so it costs its import only."""
+
+    def __init__(self, importer, g, memo: ImportMemo | None, value_type: type):
+        """`value_type`: what the steps hold a computed value as (`decompose._Value`)."""
+        self.importer, self.g, self.memo, self.value_type = importer, g, memo, value_type
+        self.templates: dict = {}
+        self.consts = 0  # constants named so far
+        self.hits = self.misses = 0
+
+    def run(self, steps: list[tuple], env: dict):
+        """Import every step (`env`: the placeholders' values); the graph's outputs."""
+        values: dict[int, object] = {}  # id(_Value) -> its value
+        for step in steps:
+            if step[0] == "attr":
+                _, value, tensor = step
+                values[id(value)] = self.importer.constant(self.g, tensor, self._name())
+            elif step[0] == "call":
+                _, d, leaves, out = step
+                args = [env[v] if isinstance(v, torch.fx.Node) else values[id(v)] for v in leaves]
+                _bind(out, self._call(d, args), values, self.value_type)
+            else:
+                _, args, walk_env = step
+                return _resolve(torch.fx.node.map_arg(args, walk_env.__getitem__), env, values, self.value_type)
+        return None
+
+    def _name(self) -> str:
+        self.consts += 1
+        return f"_const{self.consts - 1}"
+
+    def _call(self, d, args: list):
+        if self.memo is None:
+            return self._import(d, args)
+        roots: list[Node] = []
+        leaves: dict[int, tuple] = {}
+        try:
+            key = (d, tuple(self.memo._value(a, roots, leaves) for a in args))
+        except _Unspellable:
+            return self._import(d, args)
+        template = self.templates.get(key)
+        if template is None:
+            template = self.templates[key] = self._make(d, args, roots, leaves)
+        if template is _DIRECT:
+            return self._import(d, args)
+        self.hits += 1
+        self.consts += _consts(d)
+        return template.instantiate(self.g, roots)
+
+    def _import(self, d, args: list):
+        """`d`'s nodes imported on `args` (its placeholders' values)."""
+        env = dict(zip(d.placeholders, args))
+        for n in d.nodes:
+            if n.op == "get_attr":
+                env[n] = self.importer.get_attr(self.g, d.module, n, self._name())
+            else:
+                env[n] = self.importer.node(self.g, n, env)
+        return torch.fx.node.map_arg(d.outputs, env.__getitem__)
+
+    def _make(self, d, args, roots, leaves):
+        self.misses += 1
+        stand = _stand_ins(roots)
+        consts = self.consts
+        try:
+            out = self._import(d, [_stand_in(self.g, a, leaves, stand) for a in args])
+        except Exception:  # noqa: BLE001 - the direct import raises it again, with the real arguments
+            return _DIRECT
+        finally:
+            self.consts = consts  # the template's constants are named where it is instantiated
+        return _Template.of(out, stand)
+
+
+def _consts(d) -> int:
+    """How many constants a distinct call's nodes make (one per get_attr, per call)."""
+    n = getattr(d, "consts", None)
+    if n is None:
+        n = d.consts = sum(1 for x in d.nodes if x.op == "get_attr")
+    return n
+
+
+def _bind(out, value, values: dict, value_type: type) -> None:
+    """Each `_Value` of a call's `out` gets the value in the same place of what the call built."""
+    if isinstance(out, (tuple, list)):
+        for o, v in zip(out, value):
+            _bind(o, v, values, value_type)
+    elif isinstance(out, value_type):
+        values[id(out)] = value
+
+
+def _resolve(v, env: dict, values: dict, value_type: type):
+    """A walk value (a `_Value`, a placeholder, a structure of them) as its imported value."""
+    if isinstance(v, torch.fx.Node):
+        return env[v]
+    if isinstance(v, (tuple, list)):
+        return type(v)(_resolve(x, env, values, value_type) for x in v)
+    if isinstance(v, dict):
+        return {k: _resolve(x, env, values, value_type) for k, x in v.items()}
+    return values[id(v)] if isinstance(v, value_type) else v
+
+
+def _stand_ins(roots: list[Node]) -> list[Node]:
+    return [Node(Op.INPUT, r.dtype, r.shape, (), ("luminal import stand-in", i)) for i, r in enumerate(roots)]
+
+
+def _stand_in(g, v, leaves: dict, stand: list[Node]):
+    """A value of the same form as `v` (`ImportMemo._value`) over the stand-ins `stand`."""
+    if isinstance(v, Tensor):
+        form = leaves[id(v)]
+        if form[0] == "P":
+            return Tensor(g, stand[form[1]])
+        return Tensor(g, Node(Op.VIEW, form[1], form[2], (stand[form[4]],), form[3]))
+    if isinstance(v, (tuple, list)):
+        return type(v)(_stand_in(g, x, leaves, stand) for x in v)
+    return v
 
 
 class _Template:

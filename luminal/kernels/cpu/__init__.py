@@ -11,3 +11,17 @@
                 (warned once) without a C compiler
     tiered.py   a cold library builds in the background while the first call runs on the NumPy runtime
 """
+
+
+def prepare() -> None:
+    """A compile is starting: start building the per-machine objects in the background
+    (`program.prepare`), unless the library itself will build in the background (`tiered`),
+    which builds them then. Checked before `program` is imported: its renderer is 40 ms of a
+    process's first compile, paid off the first call's path by the background build."""
+    from luminal.kernels.cpu import tiered
+
+    if tiered.enabled():
+        return
+    from luminal.kernels.cpu import program
+
+    program.prepare()

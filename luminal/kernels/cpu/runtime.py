@@ -46,7 +46,6 @@ from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build, gemm_avx512
 from luminal.kernels.cpu.steps import CProgram, CStep, launch_table
-from luminal.kernels.plan import Schedule
 from luminal.runtime.binding import bind_inputs
 from luminal.runtime.fused_ops import get_precision
 
@@ -306,6 +305,8 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
     arity = list((ctypes.c_int * (3 * max(count, 1))).in_dll(lib, "lum_kernel_arity"))
     if names != kernels or count != len(kernels):
         raise ArtifactMismatch("the library holds other kernels")
+    from luminal.kernels.plan import Schedule  # the renderer's modules: not on a cold first call's path (`tiered`)
+
     sched = Schedule.build(outputs)
     known = {str(s) for n in sched.inputs for d in n.shape for s in getattr(d, "free_symbols", ())}
     if not set(symbols) <= known:
