@@ -34,7 +34,7 @@ import numpy as np
 from luminal.errors import LuminalError
 from luminal.hlir import symbolic as sym
 from luminal.hlir import verify
-from luminal.hlir.dtypes import DType
+from luminal.hlir.dtypes import DType, is_bfloat16
 from luminal.hlir.ops import POINTWISE, ConstantArray, Expr, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
 
@@ -261,7 +261,7 @@ def _weights_bytes(weights: dict[str, np.ndarray]) -> tuple[bytes, dict[str, str
 def weight_spec(name: str, array: np.ndarray, stats: dict | None = None, seed: int = 0) -> dict:
     """What `weights="seeded"` stores for one constant: shape, dtype, seed, mean and std."""
     if stats is None:
-        values = np.asarray(array, np.float64) if array.dtype.kind in "fc" or array.dtype == DType.BF16.numpy else None
+        values = np.asarray(array, np.float64) if array.dtype.kind in "fc" or is_bfloat16(array.dtype) else None
         if values is None:
             raise LuminalError(f"weight {name!r} ({array.dtype}) cannot be seeded: only float constants can")
         stats = {"mean": float(values.mean()) if values.size else 0.0, "std": float(values.std()) if values.size else 0.0}
@@ -330,7 +330,7 @@ def save_compiled(compiled, path, meta: dict | None = None, weights: str = "embe
                 raise LuminalError(f"weight_specs names constants the graph does not have: {unknown[:5]}")
             seeded = set(weight_specs)
         else:  # big float constants; small ones (rope frequencies, masks, ...) stay exact
-            seeded = {n for n, a in arrays.items() if a.size >= SEED_MIN and (a.dtype.kind == "f" or a.dtype == DType.BF16.numpy)}
+            seeded = {n for n, a in arrays.items() if a.size >= SEED_MIN and (a.dtype.kind == "f" or is_bfloat16(a.dtype))}
         specs = {n: weight_spec(n, arrays[n], (weight_specs or {}).get(n)) for n in sorted(seeded)}
         arrays = {n: a for n, a in arrays.items() if n not in specs}
     blob, weight_dtypes = _weights_bytes(arrays)

@@ -1,13 +1,17 @@
 """The element types of the HLIR and their NumPy / C / torch spellings.
 
 bf16 comes from `ml_dtypes`, so the NumPy reference runtime handles it like any other dtype.
+It is imported the first time something asks for bf16's NumPy dtype (`DType.numpy`, `DType.of`
+on a dtype it does not know yet), not with luminal: its extension takes 0.55-0.8 s to import on
+the 2-core VM the benchmarks run on, most of `import luminal`, for models that never touch bf16.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+import sys
 
-import ml_dtypes
 import numpy as np
 
 from luminal.errors import DTypeError
@@ -19,7 +23,7 @@ class DType(enum.Enum):
     F32 = ("f32", np.dtype(np.float32), "float")
     F64 = ("f64", np.dtype(np.float64), "double")
     F16 = ("f16", np.dtype(np.float16), "__half")
-    BF16 = ("bf16", np.dtype(ml_dtypes.bfloat16), "__nv_bfloat16")
+    BF16 = ("bf16", None, "__nv_bfloat16")  # numpy: ml_dtypes' bfloat16, on first use (`_bfloat16`)
     I32 = ("i32", np.dtype(np.int32), "int")
     I64 = ("i64", np.dtype(np.int64), "long long")
     BOOL = ("bool", np.dtype(np.bool_), "bool")
@@ -30,7 +34,8 @@ class DType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        return self.value[1]
+        dtype = self.value[1]
+        return dtype if dtype is not None else _bfloat16()
 
     @property
     def ctype(self) -> str:
@@ -75,9 +80,15 @@ class DType(enum.Enum):
         try:
             np_dtype = np.dtype(value)
         except TypeError:
-            raise DTypeError(f"unsupported dtype {value!r}") from None
+            try:  # a name only ml_dtypes registers ("bfloat16"), before it was imported
+                _bfloat16()
+                np_dtype = np.dtype(value)
+            except TypeError:
+                raise DTypeError(f"unsupported dtype {value!r}") from None
         if np_dtype in _BY_NUMPY:
             return _BY_NUMPY[np_dtype]
+        if np_dtype == _bfloat16():
+            return DType.BF16
         raise DTypeError(
             f"unsupported dtype {np_dtype}; luminal supports {', '.join(d.short for d in DType)}"
         )
@@ -85,7 +96,14 @@ class DType(enum.Enum):
 
 FLOATS = frozenset({DType.F32, DType.F64, DType.F16, DType.BF16})
 _BY_SHORT = {d.short: d for d in DType}
-_BY_NUMPY = {d.numpy: d for d in DType}
+_BY_NUMPY = {d.value[1]: d for d in DType if d.value[1] is not None}  # and bf16 (`DType.of`)
+
+
+@functools.lru_cache(maxsize=1)
+def _bfloat16() -> np.dtype:
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
 _BY_TORCH = {
     "torch.float32": DType.F32,
     "torch.float64": DType.F64,
@@ -98,3 +116,8 @@ _BY_TORCH = {
 
 f32, f64, f16, bf16 = DType.F32, DType.F64, DType.F16, DType.BF16
 int32, int64, bool_ = DType.I32, DType.I64, DType.BOOL
+
+
+def is_bfloat16(dtype) -> bool:
+    """Whether a NumPy dtype is bf16, without importing ml_dtypes (no array is bf16 before it is)."""
+    return "ml_dtypes" in sys.modules and dtype == _bfloat16()

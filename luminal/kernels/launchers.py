@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 from luminal.errors import DeviceError
-from luminal.hlir.dtypes import DType
+from luminal.hlir.dtypes import is_bfloat16
 from luminal.kernels.cublas import cupy_gemm, standin_gemm
 from luminal.kernels.weights import DEVICE_WEIGHTS, DeviceWeights  # noqa: F401 - the registry's home is weights.py
 
@@ -176,7 +176,7 @@ class CupyLauncher:
 
     def storage(self, dtype: np.dtype) -> np.dtype:
         """CuPy has no bfloat16: bf16 buffers are uint16 bits (the kernels take them as __nv_bfloat16)."""
-        return np.dtype(np.uint16) if np.dtype(dtype) == DType.BF16.numpy else np.dtype(dtype)
+        return np.dtype(np.uint16) if is_bfloat16(np.dtype(dtype)) else np.dtype(dtype)
 
     def upload(self, array):
         array = np.ascontiguousarray(array).reshape(np.shape(array))

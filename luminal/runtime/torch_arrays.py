@@ -19,7 +19,7 @@ import weakref
 
 import numpy as np
 
-from luminal.hlir.dtypes import DType
+from luminal.hlir.dtypes import DType, is_bfloat16
 
 
 def is_torch(value) -> bool:
@@ -153,6 +153,6 @@ def numpy_to_torch(a: np.ndarray):
 
     if not a.flags.writeable or not a.flags.c_contiguous:
         a = np.array(a)  # torch tensors are writable; 0-d stays 0-d (np.ascontiguousarray would not)
-    if a.dtype == DType.BF16.numpy:
+    if is_bfloat16(a.dtype):
         return bf16_of_bits(torch.from_numpy(a.view(np.int16)))
     return torch.from_numpy(a)
