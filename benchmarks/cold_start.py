@@ -21,9 +21,16 @@ so a first call the NumPy runtime served counts that runtime's time, less the C'
 It is measured around luminal's entry points, not summed
 from the report's phases, so nothing luminal does is left out; as wall time, and as CPU time
 (the process's and its children's: on a loaded machine, closer to what a quiet one would show
-as wall time). The Llama of `--layers` layers
+as wall time). Not in it: importing luminal (`import_s`, its own column: a user pays it once
+per process, wherever the import happens), which comes before the model and the compile.
+The Llama of `--layers` layers
 (the benchmark's llama-tiny, 16 tokens) gets all three on every device; every other benchmark
 model gets `cold` (to fill the cache) and `warm`.
+
+luminal's modules are byte-compiled before the first measurement (`compileall`, as `pip install`
+does): an environment that sets PYTHONDONTWRITEBYTECODE (the VM these figures come from does)
+would otherwise bill each process for compiling luminal's source again, 50-80 ms of a cold
+share, where torch's modules come byte-compiled from their wheel.
 """
 
 from __future__ import annotations
@@ -48,10 +55,17 @@ MODELS = ["llama-tiny", "llama-small", "qwen3-tiny", "qwen3-small", "bert-tiny",
 def first_call(model_name: str, layers: int | None, backend: str, device: str) -> dict:
     """In this (fresh) process: the first call of torch.compile(model, backend=...) and, for luminal,
     the time spent inside luminal and the report's phases and cache answers."""
+    t0 = time.perf_counter()
     import torch
 
+    imported_torch = time.perf_counter()
+    import_s = 0.0
+    if backend == "luminal":  # timed: `import luminal` (its torch frontend then imports torch._dynamo,
+        import luminal  # noqa: F401 - which torch.compile imports for any backend)
+
+        import_s = time.perf_counter() - imported_torch
+        from luminal.frontends.torch.dynamo import backend as luminal_backend
     from benchmarks.models import example_inputs, make
-    from luminal.compiler import STATS
 
     model = make(model_name, layers=layers)
     if hasattr(model, "config"):
@@ -60,8 +74,6 @@ def first_call(model_name: str, layers: int | None, backend: str, device: str) -
     spent = {"backend": 0.0, "first": 0.0, "steady": 0.0}  # wall seconds
     cpu = {"backend": 0.0, "first": 0.0, "steady": 0.0}  # this process's CPU seconds (plus its children's)
     if backend == "luminal":
-        from luminal.frontends.torch.dynamo import backend as luminal_backend
-
         def measured(gm, example_inputs):
             t0, c0 = time.perf_counter(), cpu_s()
             fn = luminal_backend(gm, example_inputs, options={"device": device})
@@ -84,6 +96,8 @@ def first_call(model_name: str, layers: int | None, backend: str, device: str) -
     else:
         target = "eager"
     torch._dynamo.reset()
+    from luminal.compiler import STATS
+
     before = len(STATS.compiled)
     fast = torch.compile(model, backend=target)
     with torch.no_grad():
@@ -114,7 +128,8 @@ def first_call(model_name: str, layers: int | None, backend: str, device: str) -
     return {"model": model_name, "layers": layers, "backend": backend, "device": device, "first_call_s": first,
             "luminal_s": share if backend == "luminal" else 0.0, "luminal_cpu_s": share_cpu if backend == "luminal" else 0.0,
             "spent_s": spent, "cpu_s": cpu, "phases_s": phases, "background_s": background, "cache": cache,
-            "graphs": len(graphs), "first_call_on": _first_call_on(graphs)}
+            "graphs": len(graphs), "first_call_on": _first_call_on(graphs), "import_s": import_s,
+            "torch_import_s": imported_torch - t0}
 
 
 def _first_call_on(graphs) -> str:
@@ -149,6 +164,10 @@ def load() -> str:
 
 
 def run(layers: int, models: list[str], devices: list[str], repeat: int, partial: Path | None = None) -> dict:
+    import compileall
+
+    compileall.compile_dir(str(ROOT / "luminal"), quiet=1)  # as an installed package is (module docstring)
+    compileall.compile_dir(str(ROOT / "benchmarks"), quiet=1)
     rows = []
     for device in devices:
         for model in models:
@@ -179,8 +198,8 @@ def line(row: dict) -> str:
         eager = row["eager"]["first_call_s"]
         text += (f" (first call {cold['first_call_s']:.2f} s = x{cold['first_call_s'] / eager:.2f} of backend='eager' "
                  f"{eager:.2f} s)")
-    text += (f"; warm: luminal {warm['luminal_s']:.2f} s (cpu {warm['luminal_cpu_s']:.2f} s), cache {warm['cache']} "
-             f"[{row['load_before']}]")
+    text += (f"; warm: luminal {warm['luminal_s']:.2f} s (cpu {warm['luminal_cpu_s']:.2f} s), cache {warm['cache']}; "
+             f"import luminal {cold.get('import_s', float('nan')):.2f} s [{row['load_before']}]")
     return text
 
 
@@ -192,7 +211,8 @@ def summary(rows: list[dict]) -> list[dict]:
         group = [r for r in rows if (r["model"], r["device"]) == (model, device)]
         s = {"model": model, "layers": group[0]["layers"], "device": device, "rounds": len(group),
              **{f"{k}_{m}": statistics.median(r[k][m] for r in group)
-                for k in ("cold", "warm") for m in ("luminal_s", "luminal_cpu_s")}}
+                for k in ("cold", "warm") for m in ("luminal_s", "luminal_cpu_s")},
+             "import_s": statistics.median(r["cold"].get("import_s", float("nan")) for r in group)}
         if "eager" in group[0]:
             s["eager_first_call_s"] = statistics.median(r["eager"]["first_call_s"] for r in group)
             s["cold_first_call_s"] = statistics.median(r["cold"]["first_call_s"] for r in group)
@@ -203,13 +223,13 @@ def summary(rows: list[dict]) -> list[dict]:
 
 def table(summary_rows: list[dict]) -> str:
     lines = ["| model | device | cold: luminal s (cpu s) | cold first call / backend='eager' | "
-             "warm (2nd process): luminal s (cpu s) |", "|---|---|---|---|---|"]
+             "warm (2nd process): luminal s (cpu s) | import luminal s |", "|---|---|---|---|---|---|"]
     for s in summary_rows:
         name = s["model"] + (f" ({s['layers']} layers)" if s["layers"] else "")
         ratio = (f"{s['cold_first_call_s']:.2f} / {s['eager_first_call_s']:.2f} s (x{s['cold_vs_eager']:.2f})"
                  if "cold_vs_eager" in s else "–")
         lines.append(f"| {name} | {s['device']} | {s['cold_luminal_s']:.2f} ({s['cold_luminal_cpu_s']:.2f}) | {ratio} | "
-                     f"{s['warm_luminal_s']:.2f} ({s['warm_luminal_cpu_s']:.2f}) |")
+                     f"{s['warm_luminal_s']:.2f} ({s['warm_luminal_cpu_s']:.2f}) | {s.get('import_s', float('nan')):.2f} |")
     return "\n".join(lines)
 
 
