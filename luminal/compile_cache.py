@@ -322,21 +322,9 @@ def store(key: Key, outputs: list[Node], optimized: list[Node], report) -> Path 
     """Write the entry of `key` (atomically) and prune the folder; None when not stored."""
     refs = {id(w): f"w{i}" for i, w in enumerate(key.weights)}
     path = write(key.digest, key.text, refs, optimized, report)
-    _last_stored[:] = [(tuple(optimized), key)] if path else []
+    if path:
+        report.stored_key = key  # a frontend's own entry can link to it (`write_link`) instead of repeating the graph
     return path
-
-
-_last_stored: list = []  # [(optimized outputs, Key)] of this process's last stored entry
-
-
-def stored_key(optimized: list[Node]) -> Key | None:
-    """The key of the entry this process just stored for exactly these optimized outputs (a
-    frontend's own entry can then link to it, `write_link`, instead of repeating the graph)."""
-    if _last_stored:
-        nodes, key = _last_stored[0]
-        if len(nodes) == len(optimized) and all(a is b for a, b in zip(nodes, optimized)):
-            return key
-    return None
 
 
 def write_link(digest: str, text: str, target: Key, bind: dict[str, str], report, extra: dict) -> Path | None:

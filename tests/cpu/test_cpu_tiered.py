@@ -288,3 +288,44 @@ def test_a_child_forked_while_the_library_builds_builds_it_too(tmp_path):
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "CHILD 0" in run.stdout and "PARENT True" in run.stdout, run.stdout + run.stderr[-2000:]
+
+
+def test_the_compile_cache_is_written_after_the_first_call(tmp_path):
+    """With the library building in the background, the compile cache's entries (the optimized
+    graph, and torch.compile's link from Dynamo's graph to it) are written on the build thread
+    once the first call is over, off its path; a process that exits right after that call still
+    leaves them, and the next process's compile hits at Dynamo's level."""
+    script = textwrap.dedent("""
+        import threading
+        import torch
+        from luminal.compiler import STATS
+        from luminal.kernels.cpu import tiered
+        gate, run = threading.Event(), tiered._quietly  # the writes wait until the state is printed
+        tiered._quietly = lambda fn: (gate.wait(60), run(fn))
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+        x = torch.randn(3, 8)
+        with torch.no_grad():
+            f = torch.compile(m, backend="luminal", options={"device": "cpu"})
+            y = f(x)
+            report = STATS.compiled[-1]._report  # as it stands (`report()` waits for the build)
+            print("PATH", sorted(report.cache.items()), sorted(report.background), "cache" in report.phases)
+            gate.set()
+            runtime = STATS.compiled[-1].runtime
+            if hasattr(runtime, "wait"):
+                runtime.wait()
+            print("AFTER", sorted(report.background), any("stored" in n for n in report.notes))
+            torch.testing.assert_close(y, m(x), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-5)
+    """)
+    env = {**__import__("os").environ, "LUMINAL_TIERED": "1", "LUMINAL_CACHE_DIR": str(tmp_path),
+           "LUMINAL_COMPILE_CACHE": "1"}
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    first = runs[0].stdout
+    # on the first call's path: the key and the lookup only; the writes came after it, in the background
+    assert "PATH [('build', 'background'), ('optimize', 'miss')] [] True" in first, first
+    assert "AFTER ['build', 'cache'] True" in first, first
+    assert "('dynamo graph', 'hit')" in runs[1].stdout and "('optimize', 'hit')" in runs[1].stdout, runs[1].stdout

@@ -98,6 +98,15 @@ def _levels(expr) -> int:
 _PENDING: weakref.WeakSet = weakref.WeakSet()  # runtimes whose build has not ended (this process's)
 
 
+def _quietly(fn: Callable) -> None:
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - a cache write must not break the model's calls
+        from luminal.debug import LOG
+
+        LOG.debug("luminal: a task after the first call failed", exc_info=True)
+
+
 def _after_fork_in_child() -> None:
     for runtime in list(_PENDING):
         runtime._restart_after_fork()
@@ -107,7 +116,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _OWN = frozenset({"_compiled", "_served", "_ready", "_error", "_warning", "_first_done", "_first_taken", "_lock",
-                  "_callbacks", "_reference", "_warn", "_thread", "_build_fn", "_done"})
+                  "_callbacks", "_reference", "_warn", "_thread", "_build_fn", "_done", "_started", "_early"})
 
 
 class TieredRuntime:
@@ -138,6 +147,8 @@ class TieredRuntime:
         self.reference_estimate: float | None = None  # `reference_seconds` of the first call, if it came early
         self._build_fn = build
         self._done = False  # the build has ended (its callbacks taken): set under `_lock`
+        self._started = False  # the thread is past the first call (its early tasks taken): set under `_lock`
+        self._early: list[Callable] = []  # `after_first_call` tasks, run before the build
         _PENDING.add(self)
         self._thread = threading.Thread(target=self._build, name="luminal-build")
         self._thread.start()
@@ -158,6 +169,11 @@ class TieredRuntime:
         # runtime get the cores, not the renderer and the compilers (on two cores those slowed
         # the 32-layer Llama's first call by a third)
         self._first_done.wait(FIRST_CALL_WAIT_S)
+        with self._lock:
+            self._started = True
+            early, self._early = self._early, []
+        for fn in early:
+            _quietly(fn)
         t0 = time.perf_counter()
         try:
             self._compiled, self._warning = self._build_fn()
@@ -178,6 +194,16 @@ class TieredRuntime:
                 fn(self._compiled, self.build_seconds)
             except Exception:  # noqa: BLE001 - a callback (storing artifacts, a report line) must not break calls
                 pass
+
+    def after_first_call(self, fn: Callable) -> None:
+        """Run `fn()` on the build thread once the first call is over, before the build (now, in
+        this thread, if the thread is past that): the compile cache's writes, off the first
+        call's path. An exception `fn` raises is logged, never raised."""
+        with self._lock:
+            if not self._started:
+                self._early.append(fn)
+                return
+        _quietly(fn)
 
     def when_built(self, fn: Callable) -> None:
         """Call `fn(compiled_runtime, seconds)` once the build is done (now, if it is)."""
