@@ -61,9 +61,9 @@ def test_python_decompositions_trace_what_the_full_table_traces():
     (text, lazy, lowered, reference, note), (full_text, *_) = ours[0], theirs[0]
     assert lazy and text == full_text
     torch.testing.assert_close(lowered, reference)  # the lowered graph computes Dynamo's
-    # every distinct call traced in one make_fx, then once more for what SDPA's decomposition
-    # lays out otherwise than its kernel (and the calls after it)
-    assert note.endswith("(2 traces)"), note
+    # SDPA (whose decomposition lays out its result otherwise than its kernel) traced alone as
+    # the walk meets it, every other distinct call in one make_fx after the walk: one walk
+    assert note.endswith("(2 traces, 1 walk)"), note
 
 
 def test_egglog_bindings_load_without_its_python_api():

@@ -19,10 +19,12 @@ set-up whatever its size: 77 distinct calls for a Llama). A call's signature dep
 metadata of the results of the calls before it, known exactly only once those are traced, so
 the graph is walked first with each new call's result taken from running it undecomposed on
 fake tensors (or from Dynamo's own fake value, where that is the same: `_as_run`), then everything new is traced at once; where a trace disagrees with that guess
+the graph is walked again with the traced metadata (`_Distinct`). The calls known to disagree
 (torch's scaled_dot_product_attention decomposition lays out its result otherwise than the
-kernel) the graph is walked again with the traced metadata (`_Distinct`). Two walks and two
-traces for the models of the benchmarks; the result is the graph that tracing each call alone,
-in order, gives. No Python code is generated for any of these FX graphs (lazy graph modules).
+kernel) are traced alone as the walk meets them (`TRACED_AT_ONCE`): one walk and two traces for
+the models of the benchmarks (a second walk cost 35-45 ms at 32 layers); the result is the graph
+that tracing each call alone, in order, gives. No Python code is generated for any of these FX
+graphs (lazy graph modules).
 
 This is exactly what aot_autograd would produce only where nothing needs its machinery, so
 `decompose_graph` returns None — and the caller falls back to aot_autograd or
@@ -207,7 +209,9 @@ class _Decomposer:
         for node, value in zip(placeholders, self.example_inputs):
             env[node] = self._placeholder(node, value)
         with self.fake_mode, torch.no_grad():
+            walks = 0
             for _ in range(MAX_ROUNDS):
+                walks += 1
                 steps = self._walk(dict(env))
                 fresh = [d for d in self.templates.values() if d.traced is None]
                 if fresh:
@@ -219,7 +223,8 @@ class _Decomposer:
         calls = sum(n.op in ("call_function", "call_method") for n in self.gm.graph.nodes)
         used = len({id(s[1]) for s in steps if s[0] == "call"})
         return Decomposed(self, steps, f"decomposing {used} distinct of {calls} calls once each "
-                                       f"({self.traces} trace{'s' if self.traces != 1 else ''})")
+                                       f"({self.traces} trace{'s' if self.traces != 1 else ''}, "
+                                       f"{walks} walk{'s' if walks != 1 else ''})")
 
     def replay(self, steps: list[tuple]) -> torch.fx.GraphModule:
         """The core-ATen graph of the steps of `run` (once: it adds to `self.graph`)."""
@@ -292,8 +297,11 @@ class _Decomposer:
         if distinct is None:
             distinct = self.templates[sig] = _Distinct(node, _caller(node, env, leaves),
                                                        [leaf.meta["val"] for leaf in leaves])
-            known = _as_run(value, distinct.inputs, seen)
-            distinct.walked = known if known is not None else self._run(distinct)
+            if node.target in TRACED_AT_ONCE:
+                distinct.walked = None
+            else:
+                known = _as_run(value, distinct.inputs, seen)
+                distinct.walked = known if known is not None else self._run(distinct)
             if distinct.walked is None:  # no eager fake result: trace it now, alone
                 self._trace([distinct])
         out = _values(distinct.traced if distinct.traced is not None else distinct.walked)
@@ -385,7 +393,12 @@ def _symbolic(t: torch.Tensor) -> bool:
     return any(isinstance(d, torch.SymInt) for d in (*t.shape, *t.stride()))
 
 
-MAX_ROUNDS = 4  # walks of Dynamo's graph; the second settles what the first guessed wrong
+# calls whose decomposition lays out its result otherwise than their kernel (the walk's guess):
+# traced alone as the walk meets them, so the calls after them are keyed right the first time
+# and the graph is walked once, not twice (`_Distinct`)
+TRACED_AT_ONCE = {torch._C._nn.scaled_dot_product_attention}
+
+MAX_ROUNDS = 4  # walks of Dynamo's graph; a second settles what the first guessed wrong
 
 
 class _Value:
