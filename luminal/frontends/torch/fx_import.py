@@ -1,6 +1,8 @@
 """FX graphs of ATen ops (from aot_autograd or torch.export) -> HLIR, and running the result.
 
-`FxImporter(gm).build(...)` walks the graph once. Every node's `meta['val']` (the fake tensor,
+`FxImporter(gm).build(...)` walks the graph once (a Dynamo graph that `decompose` lowered is
+imported call by call instead, without its core-ATen graph: `Decomposed.importer`, which makes
+`FxImporter(None, calls=...)`). Every node's `meta['val']` (the fake tensor,
 or SymInt, that torch computed while tracing) is the authority on dtypes and shapes:
 - tensor results are cast to the reported dtype (this is where torch's type promotion lands;
   the op functions cast their operands to the computation dtype, see `aten_ops`);

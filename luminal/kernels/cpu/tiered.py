@@ -20,7 +20,9 @@ background build took. A build that fails falls back to the NumPy runtime with t
 `make` gives, raised in the calling thread at the next call. The build thread is not a daemon:
 a process that exits right after its first call waits for the build, so that the next process
 finds the library in the cache. A child forked while a build runs starts the build again itself
-(`os.register_at_fork`): the parent's thread is not in the child.
+(`os.register_at_fork`): the parent's thread is not in the child. The compile cache's writes of
+that compile (the optimized graph's entry, torch.compile's link to it) run on the same thread
+before the build (`after_first_call`), off the first call's path too.
 """
 
 from __future__ import annotations
