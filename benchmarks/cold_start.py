@@ -55,7 +55,7 @@ MODELS = ["llama-tiny", "llama-small", "qwen3-tiny", "qwen3-small", "bert-tiny",
 def first_call(model_name: str, layers: int | None, backend: str, device: str) -> dict:
     """In this (fresh) process: the first call of torch.compile(model, backend=...) and, for luminal,
     the time spent inside luminal and the report's phases and cache answers."""
-    t0 = time.perf_counter()
+    started = time.perf_counter()
     import torch
 
     imported_torch = time.perf_counter()
@@ -129,7 +129,7 @@ def first_call(model_name: str, layers: int | None, backend: str, device: str) -
             "luminal_s": share if backend == "luminal" else 0.0, "luminal_cpu_s": share_cpu if backend == "luminal" else 0.0,
             "spent_s": spent, "cpu_s": cpu, "phases_s": phases, "background_s": background, "cache": cache,
             "graphs": len(graphs), "first_call_on": _first_call_on(graphs), "import_s": import_s,
-            "torch_import_s": imported_torch - t0}
+            "torch_import_s": imported_torch - started}
 
 
 def _first_call_on(graphs) -> str:
