@@ -64,6 +64,9 @@ def partition(outputs: list[Node]) -> list[Part]:
     segments = _segments(acts, outputs)
     exported = _exported(segments, outputs)
     first = [make_part([n for n in seg if id(n) in exported], {id(n) for n in seg}, active) for seg in segments]
+    canonical: dict[Signature, Signature] = {}
+    for p in first:  # equal signatures as one object: every later lookup (here, the template cache, the
+        p.signature = canonical.setdefault(p.signature, p.signature)  # pipeline's) is an identity test
     sigs = [p.signature for p in first]
     sizes = collections.Counter(sigs)
     groups: list[list[Node]] = []
@@ -128,31 +131,32 @@ def make_part(roots: list[Node], members: set[int], active: set[int]) -> Part:
     A node belongs to the part if it is a member, or if it depends on no input (copied in);
     activation nodes of other parts, inputs and weights become slots.
     """
-    nodes, slots, index, slot_index = [], [], {}, {}
-    entries, slot_desc = [], []
+    nodes, slots, entries, slot_desc = [], [], [], []
+    ref: dict[int, tuple] = {}  # id -> ("n", position in nodes) | ("s", position in slots): listed already
+    input_op, constant_op = Op.INPUT, Op.CONSTANT
     for root in roots:
         stack = [(root, False)]
         while stack:
             n, ready = stack.pop()
             i = id(n)
-            if i in index or i in slot_index:
-                continue
-            op = n.op
-            if op is Op.INPUT or (op is Op.CONSTANT and isinstance(n.arg, ConstantArray)) or (
-                    i in active and i not in members):  # a slot (`is_slot_leaf`, or another part's)
-                slot_index[i] = len(slots)
-                slots.append(n)
-                slot_desc.append((n.dtype, n.shape))
+            if i in ref:
                 continue
             if not ready:
+                op = n.op
+                if op is input_op or (op is constant_op and isinstance(n.arg, ConstantArray)) or (
+                        i in active and i not in members):  # a slot (`is_slot_leaf`, or another part's)
+                    ref[i] = ("s", len(slots))
+                    slots.append(n)
+                    slot_desc.append((n.dtype, n.shape))
+                    continue
                 stack.append((n, True))
-                stack.extend([(s, False) for s in reversed(n.src)])
+                stack.extend([(s, False) for s in reversed(n.src) if id(s) not in ref])
                 continue
-            refs = tuple(("n", index[id(s)]) if id(s) in index else ("s", slot_index[id(s)]) for s in n.src)
-            index[i] = len(nodes)
+            refs = tuple([ref[id(s)] for s in n.src])
+            ref[i] = ("n", len(nodes))
             nodes.append(n)
             key = n._key  # (op, dtype, shape, operand ids, `_key(arg)`): the interning key
-            entries.append((op, key[1], key[2], key[4], refs))
-    outs = [index[id(r)] if id(r) in index else -1 - slot_index[id(r)] for r in roots]
+            entries.append((key[0], key[1], key[2], key[4], refs))
+    outs = [ref[id(r)][1] if ref[id(r)][0] == "n" else -1 - ref[id(r)][1] for r in roots]
     signature = Signature((tuple(entries), tuple(slot_desc), tuple(outs)))
     return Part(nodes, slots, outs, signature)
