@@ -4,11 +4,13 @@ comes before the library is built, runs on the NumPy runtime; every later call o
 a failed build warns and keeps the NumPy runtime; deterministic mode and LUMINAL_TIERED=0
 turn it off. (tests/conftest.py turns it off for every other test.)"""
 
+import os
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -202,6 +204,16 @@ def test_errors_of_the_first_call_are_the_reference_runtimes(on, held):
         compiled({"t": np.zeros((5, 3), np.float32), "i": np.array([1, 7])})
 
 
+def _two_processes(script: str, cache: Path) -> list:
+    """`script` run twice, one process after the other, tiered, on one cache folder: both succeed."""
+    env = {**os.environ, "LUMINAL_TIERED": "1", "LUMINAL_CACHE_DIR": str(cache), "LUMINAL_COMPILE_CACHE": "1"}
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    return runs
+
+
 def test_the_next_process_finds_what_the_background_built(tmp_path):
     """A process that exits right after its first call waits for the build (the thread is not a
     daemon) and stores the artifacts: the next process compiles with no build and no rendering."""
@@ -214,12 +226,7 @@ def test_the_next_process_finds_what_the_background_built(tmp_path):
         compiled(_feeds())
         print("CACHE", sorted(compiled._report.cache.items()), type(compiled.runtime).__name__)
     """)
-    env = {**__import__("os").environ, "LUMINAL_TIERED": "1", "LUMINAL_CACHE_DIR": str(tmp_path),
-           "LUMINAL_COMPILE_CACHE": "1"}
-    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-            for _ in range(2)]
-    for r in runs:
-        assert r.returncode == 0, r.stderr[-2000:]
+    runs = _two_processes(script, tmp_path)
     assert "TieredRuntime" in runs[0].stdout and "('build', 'background')" in runs[0].stdout
     assert "CpuRuntime" in runs[1].stdout and "('build', 'hit')" in runs[1].stdout
     assert "('optimize', 'hit')" in runs[1].stdout
@@ -318,12 +325,7 @@ def test_the_compile_cache_is_written_after_the_first_call(tmp_path):
             torch.testing.assert_close(y, m(x), rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-5)
     """)
-    env = {**__import__("os").environ, "LUMINAL_TIERED": "1", "LUMINAL_CACHE_DIR": str(tmp_path),
-           "LUMINAL_COMPILE_CACHE": "1"}
-    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-            for _ in range(2)]
-    for r in runs:
-        assert r.returncode == 0, r.stderr[-2000:]
+    runs = _two_processes(script, tmp_path)
     first = runs[0].stdout
     # on the first call's path: the key and the lookup only; the writes came after it, in the background
     assert "PATH [('build', 'background'), ('optimize', 'miss')] [] True" in first, first
