@@ -100,7 +100,7 @@ class Pooled(torch.nn.Module):
         return F.adaptive_avg_pool1d(x, 5) + F.adaptive_avg_pool1d(x.flip(-1), 5)
 
 
-def _imports(model, x, **compile_kwargs):
+def _imports(model, x, weights_as_constants=False, **compile_kwargs):
     """The lowered graph's compile-cache key imported with and without the import memo, from
     the core-ATen graph and (where the per-call decomposition applies) call by call; and the
     hits of each import's memo."""
@@ -123,10 +123,17 @@ def _imports(model, x, **compile_kwargs):
 
             return aot_autograd(fw_compiler=fw, decompositions=core_aten_decompositions())(gm, example_inputs)
         assert calls.by_calls
-        keys.append(_all([calls, calls.graph_module()]))
+        constants = {}
+        if weights_as_constants:  # as torch.compile imports them: the parameters as CONSTANT nodes
+            from luminal.frontends.torch.dynamo import _is_weight
+
+            placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+            constants = {n.name: v for n, v in zip(placeholders, example_inputs) if _is_weight(n, v)}
+            assert constants
+        keys.append(_all([calls, calls.graph_module()], constants))
         return gm.forward
 
-    def _all(sources):
+    def _all(sources, weights=None):
         out = []
         for source in sources:
             for memo in (False, True):
@@ -135,7 +142,7 @@ def _imports(model, x, **compile_kwargs):
                 try:
                     importer = source.importer("g") if isinstance(source, decompose.Decomposed) else \
                         fx_import.FxImporter(source, "g")
-                    imported = importer.build()
+                    imported = importer.build(dict(weights or {}))
                 finally:
                     fx_import.MEMO = saved
                 constants = sorted(n.arg.name for n in toposort(imported.out_nodes)  # named by the frontend
@@ -172,6 +179,16 @@ class Forms(torch.nn.Module):
         b = torch.exp(x.view(4, 4) * 2)
         values, _indices = torch.max(a + b, dim=0)
         return values + F.adaptive_avg_pool1d(b.unsqueeze(0), 3).sum()
+
+
+def test_the_imports_agree_with_the_weights_as_constants():
+    """As torch.compile imports a graph (its parameters CONSTANT nodes, not inputs): the four
+    imports still build one graph (a template made on INPUT stand-ins re-instantiated over a
+    weight)."""
+    torch.manual_seed(0)
+    keys, hits = _imports(Pooled().eval(), torch.randn(2, 5, 16), weights_as_constants=True)
+    assert [len(k) for k in keys] == [4] and len(set(keys[0])) == 1, keys
+    assert hits[0] > 0, hits
 
 
 def test_call_by_call_import_keys_on_the_arguments_form():
