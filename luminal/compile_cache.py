@@ -57,6 +57,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,9 @@ def gc_paused():
     full collection instead. Where the process has frozen objects of its own (a server that
     froze its heap before forking workers), `unfreeze` would thaw them too: then the young
     collection is paid as before."""
+    if getattr(_untouched, "on", False):
+        yield
+        return
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -95,6 +99,22 @@ def gc_paused():
                 gc.freeze()
                 gc.unfreeze()
             gc.enable()
+
+
+_untouched = threading.local()
+
+
+@contextlib.contextmanager
+def gc_untouched():
+    """Inside, on this thread, `gc_paused` leaves the collector alone: for work that runs beside
+    the user's threads (the compile cache's writes on a background build thread), where a pause
+    of the process-wide collector could turn back on one that a user's thread turned off."""
+    outer = getattr(_untouched, "on", False)
+    _untouched.on = True
+    try:
+        yield
+    finally:
+        _untouched.on = outer
 
 
 class Uncacheable(Exception):

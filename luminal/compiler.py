@@ -10,6 +10,7 @@ output structures); `luminal.stats()` counts compilations and the calls each one
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import threading
 import time
@@ -302,19 +303,23 @@ def after_first_call(runtime, task, report: Report) -> None:
     """Run `task()` (a compile cache write) now, or, for a runtime whose first call runs while its
     code builds in the background (`after_first_call`: the cpu device's cold build), on that
     build's thread once the first call is over: its time goes to the report's `background`."""
+    from luminal import compile_cache
+
     later = getattr(runtime, "after_first_call", None)
-    if not callable(later):
-        t0 = time.perf_counter()
-        task()
-        report.phases["cache"] = report.phases.get("cache", 0.0) + time.perf_counter() - t0
-        return
+    deferred = callable(later)
+    times = report.background if deferred else report.phases
 
     def timed():
         t0 = time.perf_counter()
-        task()
-        report.background["cache"] = report.background.get("cache", 0.0) + time.perf_counter() - t0
+        # beside the user's threads, pausing the (process-wide) collector is not the writes' to do
+        with compile_cache.gc_untouched() if deferred else contextlib.nullcontext():
+            task()
+        times["cache"] = times.get("cache", 0.0) + time.perf_counter() - t0
 
-    later(timed)
+    if deferred:
+        later(timed)
+    else:
+        timed()
 
 
 def _optimize_cached(outputs: list[Node], device: str, report: Report):

@@ -87,7 +87,7 @@ class DType(enum.Enum):
                 raise DTypeError(f"unsupported dtype {value!r}") from None
         if np_dtype in _BY_NUMPY:
             return _BY_NUMPY[np_dtype]
-        if np_dtype == _bfloat16():
+        if is_bfloat16(np_dtype):
             return DType.BF16
         raise DTypeError(
             f"unsupported dtype {np_dtype}; luminal supports {', '.join(d.short for d in DType)}"
@@ -98,12 +98,6 @@ FLOATS = frozenset({DType.F32, DType.F64, DType.F16, DType.BF16})
 _BY_SHORT = {d.short: d for d in DType}
 _BY_NUMPY = {d.value[1]: d for d in DType if d.value[1] is not None}  # and bf16 (`DType.of`)
 
-
-@functools.lru_cache(maxsize=1)
-def _bfloat16() -> np.dtype:
-    import ml_dtypes
-
-    return np.dtype(ml_dtypes.bfloat16)
 _BY_TORCH = {
     "torch.float32": DType.F32,
     "torch.float64": DType.F64,
@@ -116,6 +110,13 @@ _BY_TORCH = {
 
 f32, f64, f16, bf16 = DType.F32, DType.F64, DType.F16, DType.BF16
 int32, int64, bool_ = DType.I32, DType.I64, DType.BOOL
+
+
+@functools.lru_cache(maxsize=1)
+def _bfloat16() -> np.dtype:
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 def is_bfloat16(dtype) -> bool:

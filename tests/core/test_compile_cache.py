@@ -342,3 +342,19 @@ def test_gc_paused_ages_what_it_allocated_and_keeps_it_collectable():
     finally:
         gc.unfreeze()
         del frozen
+
+
+def test_background_writes_leave_the_collector_to_the_users_threads():
+    """The compile cache's writes on a background build thread run beside the user's threads:
+    there `gc_paused` does not touch the process-wide collector, so a thread that turns it off
+    meanwhile is not overruled when the write ends."""
+    import gc
+
+    assert gc.isenabled()
+    try:
+        with compile_cache.gc_untouched(), compile_cache.gc_paused():
+            assert gc.isenabled()
+            gc.disable()  # a user's thread, meanwhile
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -154,17 +154,12 @@ GEMM_LINKED = "".join(
 build.LINKED["lum_ext_gemm_"] = GEMM_OBJECT
 
 
-def prepare(during_compile: bool = True) -> None:
-    """Start building the GEMM object in the background (a no-op once it is in the cache): called
-    as a compile begins, so that the compiler runs while Python lowers and optimizes the graph.
-    Not when the library itself will build in the background (`tiered.enabled()`): then nothing
-    waits for these objects before the first call, and a compiler beside the compile's Python
-    slowed it (the 32-layer Llama's lowering 0.44-0.54 s on cpu against 0.33-0.38 s on numpy, in
-    alternating runs); the library's background build starts them (`during_compile=False`)."""
-    from luminal.kernels.cpu import tiered
-
-    if during_compile and tiered.enabled():
-        return
+def prepare() -> None:
+    """Start building the GEMM object in the background (a no-op once it is in the cache): as a
+    compile begins (`kernels.cpu.prepare`, not when the library itself will build in the
+    background: a compiler beside the compile's Python slowed the 32-layer Llama's lowering to
+    0.44-0.54 s on cpu against 0.33-0.38 s on numpy, in alternating runs), or as that background
+    build begins."""
     spare = build.spare_core()  # looked at once: the GEMM object's compiler, once started, would count against the next
     if spare:
         build.prepare_object(GEMM_OBJECT, spare_core_only=False)

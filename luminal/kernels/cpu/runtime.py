@@ -81,7 +81,7 @@ def make(outputs, artifacts: dict | None = None, **_options):
             from luminal.kernels.cpu import program
 
             with build.in_background():  # its compilers at a lower priority than the first call
-                program.prepare(during_compile=False)  # the per-machine objects, beside the library
+                program.prepare()  # the per-machine objects, beside the library
                 return _compiled(outputs, None, reference)
 
         return tiered.TieredRuntime(outputs, background, reference, _warn_once)

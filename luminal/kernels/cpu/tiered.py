@@ -103,10 +103,10 @@ _PENDING: weakref.WeakSet = weakref.WeakSet()  # runtimes whose build has not en
 def _quietly(fn: Callable) -> None:
     try:
         fn()
-    except Exception:  # noqa: BLE001 - a cache write must not break the model's calls
+    except Exception:  # noqa: BLE001 - a cache write, a report line: never a reason to break the model's calls
         from luminal.debug import LOG
 
-        LOG.debug("luminal: a task after the first call failed", exc_info=True)
+        LOG.debug("luminal: a task beside the background build failed", exc_info=True)
 
 
 def _after_fork_in_child() -> None:
@@ -192,10 +192,7 @@ class TieredRuntime:
 
     def _notify(self, fn) -> None:
         if self._compiled is not None:
-            try:
-                fn(self._compiled, self.build_seconds)
-            except Exception:  # noqa: BLE001 - a callback (storing artifacts, a report line) must not break calls
-                pass
+            _quietly(lambda: fn(self._compiled, self.build_seconds))
 
     def after_first_call(self, fn: Callable) -> None:
         """Run `fn()` on the build thread once the first call is over, before the build (now, in
