@@ -61,6 +61,7 @@ import enum
 import itertools
 import threading
 import weakref
+from _weakref import _remove_dead_weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,7 +191,16 @@ def _key(value: Any) -> Any:
     return value
 
 
-_INTERNED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# the interned nodes: interning key -> a weak reference to the node, whose callback drops the
+# entry once the node is gone (so a dropped graph is freed). A plain dict and `KeyedRef`s rather
+# than a `WeakValueDictionary`, whose Python-level get and set were a fifth of building the
+# 32-layer Llama's 17,500 nodes; `_remove_dead_weakref` (what `WeakValueDictionary` itself
+# calls) deletes the entry only while it still holds a dead reference, not a newer node's.
+_INTERNED: dict = {}
+
+
+def _forget(ref, interned=_INTERNED, remove=_remove_dead_weakref):
+    remove(interned, ref.key)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -202,23 +212,21 @@ class Node:
     arg: Any = None
 
     def __new__(cls, op, dtype, shape, src=(), arg=None):
-        key = (op, dtype, shape, tuple(id(s) for s in src), _key(arg))
-        node = _INTERNED.get(key)
-        if node is None:
-            node = object.__new__(cls)
-            object.__setattr__(node, "_key", key)
-            object.__setattr__(node, "_src_ref", src)  # keeps src alive while node lives
-            _INTERNED[key] = node
+        key = (op, dtype, shape, tuple(map(id, src)), _key(arg))
+        ref = _INTERNED.get(key)
+        if ref is not None:
+            node = ref()
+            if node is not None:
+                return node
+        node = object.__new__(cls)
+        fields = node.__dict__  # a frozen dataclass: its fields are set once, here
+        fields["op"], fields["dtype"], fields["shape"], fields["src"], fields["arg"] = \
+            op, dtype, tuple(shape), tuple(src), arg
+        fields["_key"], fields["_src_ref"] = key, src  # `_src_ref` keeps src alive while node lives
+        _INTERNED[key] = weakref.KeyedRef(node, _forget, key)
         return node
 
-    def __init__(self, op, dtype, shape, src=(), arg=None):
-        if "op" in self.__dict__:
-            return  # an interned node: already initialized
-        object.__setattr__(self, "op", op)
-        object.__setattr__(self, "dtype", dtype)
-        object.__setattr__(self, "shape", tuple(shape))
-        object.__setattr__(self, "src", tuple(src))
-        object.__setattr__(self, "arg", arg)
+    __init__ = object.__init__  # everything is set in __new__ (an interned node is not re-set)
 
     def replace(self, **changes) -> Node:
         fields = {k: getattr(self, k) for k in ("op", "dtype", "shape", "src", "arg")}

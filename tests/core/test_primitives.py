@@ -199,6 +199,28 @@ def test_nodes_are_interned_and_immutable():
     assert Node(Op.CONSTANT, lm.f32, (), (), 1.0) is not Node(Op.CONSTANT, lm.f32, (), (), 1)
 
 
+def test_a_dropped_node_leaves_the_intern_table():
+    """The table holds nodes weakly: a node nothing uses is freed with its entry, and building
+    it again makes a new, equal node (whose entry a late callback of the old one leaves alone)."""
+    import gc
+
+    from luminal.hlir import ops
+
+    x = Node(Op.INPUT, lm.f32, (5,), (), "dropped_x")
+    y = Node(Op.SIN, lm.f32, (5,), (x,))
+    key = y._key
+    assert key in ops._INTERNED and ops._INTERNED[key]() is y
+    del y
+    gc.collect()
+    assert key not in ops._INTERNED
+    again = Node(Op.SIN, lm.f32, (5,), (x,))
+    assert again.src == (x,) and again.op is Op.SIN and ops._INTERNED[again._key]() is again
+    assert Node(Op.SIN, lm.f32, (5,), [x]) is again  # a list of sources interns as the tuple
+    del x
+    gc.collect()  # `again` keeps x alive
+    assert again.src[0].arg == "dropped_x"
+
+
 def test_op_table_groups_and_lookup():
     from luminal.hlir import ops
 
