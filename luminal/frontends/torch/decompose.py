@@ -53,6 +53,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from luminal.frontends.torch.aten_ops import op_key
 from luminal.frontends.torch.aten_table import table
 from luminal.frontends.torch.fx_import import NO_OPS, FxImporter, fetch_attr
+from luminal.frontends.torch.recorder import record
 
 # ATen ops whose import (`aten_*`) reads its arguments' `meta['val']`, not only its own: a call
 # that decomposes into one is imported from the core-ATen graph (`Decomposed.by_calls`)
@@ -332,7 +333,15 @@ class _Decomposer:
 
         flat = [f for fs in fakes for f in fs]
         self.traces += 1
-        traced = make_fx(everything, decomposition_table=self.decompositions, **_MAKE_FX_OPTIONS)(*flat)
+        try:  # make_fx's graph in a third of its time (`recorder`), where the recorder can make it
+            traced = record(everything, flat, self.decompositions, self.fake_mode)
+        except Exception as exc:  # noqa: BLE001 - make_fx decides (and raises a call's own error)
+            from luminal.debug import LOG
+
+            LOG.debug("torch frontend: make_fx for %d call(s) (%s: %s)", len(distincts), type(exc).__name__, exc)
+            fakes = [[self._fake_like(m) for m in d.inputs] for d in distincts]
+            flat = [f for fs in fakes for f in fs]
+            traced = make_fx(everything, decomposition_table=self.decompositions, **_MAKE_FX_OPTIONS)(*flat)
         nodes = list(traced.graph.nodes)
         supported = table()
         for n in nodes:  # every node, those only kept for their effects too
