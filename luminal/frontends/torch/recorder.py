@@ -1,10 +1,10 @@
 """The decomposer's traces without make_fx's machinery: the core-ATen graph of a function of fake
-tensors, as `make_fx(fn, decomposition_table=table)` traces it, in about a third of its time.
+tensors, as `make_fx(fn, decomposition_table=table)` traces it, in under half its time.
 
 `make_fx` wraps every traced tensor in a proxy, tracks it through pytree maps, snapshots every
 result's metadata and keeps per-op bookkeeping the decomposer never reads; at ~0.5 ms per traced
-op that was the largest part of lowering the 32-layer Llama (its 77 distinct calls trace to 240
-ops). `record` keeps only what decides the graph, the three steps of make_fx's `proxy_call`
+op that was the largest part of lowering the 32-layer Llama (its 77 distinct calls dispatch 175
+ops to make_fx's proxy mode). `record` keeps only what decides the graph, the three steps of make_fx's `proxy_call`
 (torch/fx/experimental/proxy_tensor.py), in its order, for each op dispatched to it:
 1. an op of the decomposition table runs its decomposition, recorded in turn, unless that
    returns NotImplemented;
@@ -14,10 +14,11 @@ ops). `record` keeps only what decides the graph, the three steps of make_fx's `
    they are) and runs on the fake tensors; `meta['val']` is its result, and a tuple result gets
    one `getitem` node per element, in order, as make_fx makes them.
 The graph is the same, node for node (tests/torch/test_recorder.py compares the two on every
-model of the test zoo and the benchmark LLMs), but for one thing: the `*_like` factories, called
-from a decomposition under a Python mode, come back through `detach` (twice) where make_fx, whose
-proxy mode is one of torch's own, sees no such call; a `detach` result is bound to its input's
-node (no node: `alias` imports as the identity either way).
+model of the test zoo and the 13 tiny HF families), but for one thing: under this mode (a user
+mode, where make_fx's proxy mode is one of torch's own), `torch.full_like` called from
+`zeros_like`'s decomposition (in `_safe_softmax`'s) dispatches `detach` twice after the op, calls
+make_fx never sees; a `detach` result is therefore bound to its input's node, no node made (make_fx
+records a model's own `detach` as `alias`, which imports as the identity either way).
 
 Whatever else make_fx has machinery for, `record` refuses (`Unrecordable`, and the decomposer
 traces with make_fx instead): a tensor made outside the trace (a constant: make_fx's
