@@ -9,7 +9,6 @@ output structures); `luminal.stats()` counts compilations and the calls each one
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import threading
@@ -21,7 +20,7 @@ import numpy as np
 
 from luminal import devices
 from luminal.errors import InputError, LuminalError
-from luminal.hlir.ops import Node, Op, toposort
+from luminal.hlir.ops import Node, Op, count_ops, toposort
 
 
 @dataclass
@@ -66,7 +65,8 @@ class Report:
 
 
 def op_counts(outputs: list[Node]) -> dict[str, int]:
-    return dict(collections.Counter(n.op.title for n in toposort(outputs)).most_common())
+    """{op title: how many nodes}, most common first, of the graph computing `outputs`."""
+    return count_ops(toposort(outputs))
 
 
 class CompiledLog:

@@ -6,7 +6,7 @@ import html
 import shutil
 import subprocess
 
-from luminal.hlir.ops import ConstantArray, Op
+from luminal.hlir.ops import ConstantArray, Op, count_ops
 
 
 def _label(node) -> str:
@@ -38,9 +38,7 @@ class _View:
         return self._nodes
 
     def op_counts(self):
-        import collections
-
-        return dict(collections.Counter(n.op.title for n in self._nodes).most_common())
+        return count_ops(self._nodes)
 
 
 def outputs_view(name: str, names, nodes) -> _View:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import numbers
 
 import numpy as np
@@ -12,7 +11,7 @@ from luminal.builder.tensor import Tensor
 from luminal.errors import DTypeError, InputError, LuminalError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import ConstantArray, Node, Op, toposort
+from luminal.hlir.ops import ConstantArray, Node, Op, count_ops, toposort
 
 
 class Graph:
@@ -125,7 +124,7 @@ class Graph:
 
     def op_counts(self) -> dict[str, int]:
         """How many nodes of each op the outputs depend on (views included)."""
-        return dict(collections.Counter(n.op.title for n in self.nodes()).most_common())
+        return count_ops(self.nodes())
 
     def __repr__(self) -> str:
         from luminal.builder.display import graph_text

@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 
 from luminal.egraph.encode import is_bcast
-from luminal.hlir.ops import POINTWISE, Expr, Node, Op, toposort
+from luminal.hlir.ops import POINTWISE, Expr, Node, Op, titled, toposort
 
 MAX_REGION_OPS = 64  # bounds the expression (and the kernel) size
 SHARED_OK = frozenset({Op.ADD, Op.MUL, Op.LESS_THAN, Op.MAXIMUM})  # recomputed per use when shared within a region
@@ -100,16 +100,17 @@ def _expression(root: Node, absorbed: set[int], inputs: list[Node]) -> Expr:
 
 
 def region_op_counts(outputs: list[Node]) -> dict[str, int]:
-    """How many of each op the FusedElementwise regions hold (they hide from op counts)."""
+    """How many of each op the FusedElementwise regions hold (they hide from op counts): each
+    distinct expression (by value: 32 layers repeat the same few) walked once."""
+    regions = collections.Counter(n.arg for n in toposort(outputs) if n.op is Op.FUSED_ELEMENTWISE)
     counts: collections.Counter = collections.Counter()
 
-    def walk(e: Expr) -> None:  # every use counts, as in the unfused graph
+    def walk(e: Expr, times: int) -> None:  # every use counts, as in the unfused graph
         if e.op in POINTWISE:
-            counts[e.op.title] += 1
+            counts[e.op] += times
             for s in e.src:
-                walk(s)
+                walk(s, times)
 
-    for n in toposort(outputs):
-        if n.op is Op.FUSED_ELEMENTWISE:
-            walk(n.arg)
-    return dict(counts.most_common())
+    for expr, times in regions.items():
+        walk(expr, times)
+    return titled(counts)

@@ -56,9 +56,11 @@ exact arithmetic, a primitive decomposition (`luminal/egraph/reference.py`), and
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import enum
 import itertools
+import operator
 import threading
 import weakref
 from _weakref import _remove_dead_weakref
@@ -298,6 +300,17 @@ def toposort(roots) -> list[Node]:
     if hit is None:
         hit = memo[key] = (roots, _toposort(roots))  # the roots kept: their ids stay theirs
     return list(hit[1])
+
+
+def count_ops(nodes) -> dict[str, int]:
+    """{op title: how many of `nodes`}, most common first (ties in order of first appearance)."""
+    return titled(collections.Counter(map(operator.attrgetter("op"), nodes)))
+
+
+def titled(counts: collections.Counter) -> dict[str, int]:
+    """A Counter of ops as {title: count}, most common first: counted by op and titled once per
+    op (a title per node was most of counting the 32-layer Llama's 17,500 nodes)."""
+    return {op.title: k for op, k in counts.most_common()}
 
 
 _SORTING = threading.local()

@@ -34,6 +34,34 @@ def test_report_phases_rules_and_counts():
     assert "Sigmoid" in rep.ops_after or any("Sigmoid" in n for n in rep.notes)
 
 
+def test_op_counts_count_every_node_and_every_use_inside_regions():
+    """The report's counts: every node of the graph, and inside the FusedElementwise regions
+    every use (as the unfused graph would hold them), most common first; against a plain
+    per-node and per-instance count, on a graph of repeated layers."""
+    import collections
+
+    from luminal.compiler import op_counts
+    from luminal.egraph.regions import region_op_counts
+    from luminal.hlir.ops import POINTWISE, Op, toposort
+
+    outs = L.build(L.make_weights(3)).compile().outputs
+    nodes = toposort(outs)
+    uses: collections.Counter = collections.Counter()
+
+    def walk(e):
+        if e.op in POINTWISE:
+            uses[e.op.title] += 1
+            for s in e.src:
+                walk(s)
+
+    for n in nodes:
+        if n.op is Op.FUSED_ELEMENTWISE:
+            walk(n.arg)
+    plain = dict(collections.Counter(n.op.title for n in nodes).most_common())
+    assert list(op_counts(outs).items()) == list(plain.items())
+    assert uses and list(region_op_counts(outs).items()) == list(dict(uses.most_common()).items())
+
+
 @pytest.mark.parametrize("how", ["argument", "env"])
 def test_rewriting_can_be_turned_off(how, monkeypatch):
     g = small_graph()
