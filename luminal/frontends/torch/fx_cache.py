@@ -93,17 +93,24 @@ class _Unspellable(Exception):
 
 def spell_graph(graph) -> str | None:
     """Dynamo's graph as text, every node in order (None: something in it is not plain data)."""
+    from collections.abc import Hashable
+
     from torch.fx.node import _get_qualified_name
 
-    lines = []
+    lines, names = [], {}  # names: each target's qualified name, looked up once
     try:
         for n in graph.nodes:
             target = n.target
             if n.op == "call_function":
-                try:
-                    target = _get_qualified_name(target)
-                except Exception as exc:  # noqa: BLE001 - a lambda or a local function: no stable name
-                    raise _Unspellable from exc
+                name = names.get(target) if isinstance(target, Hashable) else None
+                if name is None:
+                    try:
+                        name = _get_qualified_name(target)
+                    except Exception as exc:  # noqa: BLE001 - a lambda or a local function: no stable name
+                        raise _Unspellable from exc
+                    if isinstance(target, Hashable):
+                        names[target] = name
+                target = name
             elif not isinstance(target, str):
                 raise _Unspellable
             lines.append(f"{n.op} {n.name} {target} {_spell(n.args)} {_spell(n.kwargs)}")
@@ -112,7 +119,17 @@ def spell_graph(graph) -> str | None:
     return "\n".join(lines)
 
 
+_REPR = {type(None), bool, int, float, complex, str, type(Ellipsis)}  # 1, 1.0, True and -0.0 stay distinct
+
+
 def _spell(a) -> str:
+    kind = type(a)  # the common exact types first (a graph's arguments are mostly these)
+    if kind is torch.fx.Node:
+        return f"%{a.name}"
+    if kind in _REPR:
+        return repr(a)
+    if kind is tuple:
+        return f"({', '.join(map(_spell, a))},)"
     if isinstance(a, torch.fx.Node):
         return f"%{a.name}"
     if a is None or a is Ellipsis or isinstance(a, (bool, int, float, complex, str)):
