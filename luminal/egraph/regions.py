@@ -17,6 +17,7 @@ tensor (19 of them in openWakeWord's embedding model).
 from __future__ import annotations
 
 import collections
+import operator
 
 from luminal.egraph.encode import is_bcast
 from luminal.hlir.ops import POINTWISE, Expr, Node, Op, titled, toposort
@@ -76,8 +77,11 @@ def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
             src = tuple(new[id(s)] for s in inputs)
             new[id(n)] = Node(Op.FUSED_ELEMENTWISE, n.dtype, n.shape, src, expr)
             regions += 1
+        elif n.src:  # rebuilt over its operands' new nodes (the same node while none changed)
+            src = tuple([new[id(s)] for s in n.src])
+            new[id(n)] = n if all(map(operator.is_, src, n.src)) else Node(n.op, n.dtype, n.shape, src, n.arg)
         else:
-            new[id(n)] = n if not n.src else n.replace(src=tuple(new[id(s)] for s in n.src))
+            new[id(n)] = n
     return [new[id(n)] for n in outputs], regions
 
 
