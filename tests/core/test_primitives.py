@@ -221,6 +221,36 @@ def test_a_dropped_node_leaves_the_intern_table():
     assert again.src[0].arg == "dropped_x"
 
 
+def test_toposort_is_the_depth_first_post_order():
+    """Every node once, after its operands, in the order of a recursive depth-first walk that
+    takes operands in order (shared nodes and repeated operands included)."""
+    import random
+
+    from luminal.hlir.ops import _toposort
+
+    rng = random.Random(0)
+    x = Node(Op.INPUT, lm.f32, (4,), (), "topo_x")
+    nodes = [x]
+    for i in range(300):
+        a, b = rng.choice(nodes), rng.choice(nodes[-5:])
+        nodes.append(Node(rng.choice([Op.ADD, Op.MUL]), lm.f32, (4,), (a, a if i % 7 == 0 else b)))
+    roots = [nodes[-1], nodes[150], nodes[-1], nodes[40]]
+    want, seen = [], set()
+
+    def visit(n):
+        if id(n) in seen:
+            return
+        seen.add(id(n))
+        for s in n.src:
+            visit(s)
+        want.append(n)
+
+    for r in roots:
+        visit(r)
+    got = _toposort(roots)
+    assert len(got) == len(want) and all(a is b for a, b in zip(got, want))
+
+
 def test_op_table_groups_and_lookup():
     from luminal.hlir import ops
 
