@@ -151,13 +151,11 @@ def store(entry: Entry, imported, weight_arrays: dict[int, object]) -> None:
     ConstantArray the import made of each weight placeholder. Now, or after the first call
     where the runtime builds in the background (`compiler.after_first_call`: its time joins the
     report's `cache` phase, or its `background`)."""
-    from luminal.compiler import after_first_call
-
     def write():
         with compile_cache.gc_paused():
             _store(entry, imported, weight_arrays)
 
-    after_first_call(imported.compiled.runtime, write, imported.compiled._report)
+    imported.compiled.after_first_call(write)
 
 
 def _store(entry: Entry, imported, weight_arrays: dict[int, object]) -> None:

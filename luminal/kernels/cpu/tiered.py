@@ -100,13 +100,15 @@ def _levels(expr) -> int:
 _PENDING: weakref.WeakSet = weakref.WeakSet()  # runtimes whose build has not ended (this process's)
 
 
-def _quietly(fn: Callable) -> None:
+def quietly(fn: Callable) -> None:
+    """`fn()`, an exception it raises logged (at debug level), never raised: a task off the first
+    call's path (a cache write, a report line) is never a reason to break the model's calls."""
     try:
         fn()
-    except Exception:  # noqa: BLE001 - a cache write, a report line: never a reason to break the model's calls
+    except Exception:  # noqa: BLE001 - see above
         from luminal.debug import LOG
 
-        LOG.debug("luminal: a task beside the background build failed", exc_info=True)
+        LOG.debug("luminal: a task off the first call's path failed", exc_info=True)
 
 
 def _after_fork_in_child() -> None:
@@ -175,7 +177,7 @@ class TieredRuntime:
             self._started = True
             early, self._early = self._early, []
         for fn in early:
-            _quietly(fn)
+            quietly(fn)
         t0 = time.perf_counter()
         try:
             self._compiled, self._warning = self._build_fn()
@@ -192,7 +194,7 @@ class TieredRuntime:
 
     def _notify(self, fn) -> None:
         if self._compiled is not None:
-            _quietly(lambda: fn(self._compiled, self.build_seconds))
+            quietly(lambda: fn(self._compiled, self.build_seconds))
 
     def after_first_call(self, fn: Callable) -> None:
         """Run `fn()` on the build thread once the first call is over, before the build (now, in
@@ -202,7 +204,7 @@ class TieredRuntime:
             if not self._started:
                 self._early.append(fn)
                 return
-        _quietly(fn)
+        quietly(fn)
 
     def when_built(self, fn: Callable) -> None:
         """Call `fn(compiled_runtime, seconds)` once the build is done (now, if it is)."""
