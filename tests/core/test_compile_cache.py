@@ -360,45 +360,16 @@ def test_background_writes_leave_the_collector_to_the_users_threads():
         gc.enable()
 
 
-def _processes(script: str, cache: Path, runs: int = 2, tiered: str = "1") -> list:
-    """`script` run `runs` times, one process after the other, on one cache folder: all succeed."""
-    env = {**os.environ, "LUMINAL_TIERED": tiered, "LUMINAL_CACHE_DIR": str(cache), "LUMINAL_COMPILE_CACHE": "1"}
-    out = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-           for _ in range(runs)]
-    for r in out:
-        assert r.returncode == 0, r.stderr[-2000:]
-    return out
-
-
-WRITE_BEHIND = textwrap.dedent("""
-    import threading
-    import torch
-    from luminal.compiler import STATS
-    from luminal.kernels.cpu import tiered
-    gate, run = threading.Event(), tiered.quietly  # the writes wait until the state is printed
-    tiered.quietly = lambda fn: (gate.wait(60), run(fn))
-    torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
-    x = torch.randn(3, 8)
-    with torch.no_grad():
-        f = torch.compile(m, backend="luminal", options={"device": "numpy"})
-        y = f(x)
-        report = STATS.compiled[-1]._report
-        print("PATH", sorted(report.cache.items()), sorted(report.background), "cache" in report.phases)
-        print("STARTED", STATS.compiled[-1]._after_first is None or STATS.compiled[-1]._after_first.over())
-        gate.set()
-        STATS.compiled[-1].wait_writes()
-        print("AFTER", sorted(report.background), any("stored" in n for n in report.notes))
-        torch.testing.assert_close(y, m(x), rtol=1e-5, atol=1e-5)
-""")
-
 
 def test_numpy_writes_the_cache_after_the_first_call(tmp_path):
     """On a runtime without a build thread of its own (the NumPy runtime), the compile cache's
     entries are written on a thread once the first call is over, off its path (the writes are
     held until the first call has returned and its state is printed); a process that exits right
     after leaves them, and the next process's compile hits at Dynamo's level."""
-    first, second = _processes(WRITE_BEHIND, tmp_path)
+    # imported here: child processes import this module without tests/ on their path
+    from processes import run_in_processes, write_behind_script
+
+    first, second = run_in_processes(write_behind_script("numpy"), tmp_path)
     assert "PATH [('optimize', 'miss')] [] True" in first.stdout, first.stdout  # only the key and lookup on the path
     assert "AFTER ['cache'] True" in first.stdout and "STARTED True" in first.stdout, first.stdout
     assert "('dynamo graph', 'hit')" in second.stdout and "('optimize', 'hit')" in second.stdout, second.stdout
@@ -406,7 +377,10 @@ def test_numpy_writes_the_cache_after_the_first_call(tmp_path):
 
 def test_numpy_writes_the_cache_in_the_compile_when_not_tiered(tmp_path):
     """`LUMINAL_TIERED=0`: the writes happen inside the compile, before it returns."""
-    first, second = _processes(WRITE_BEHIND.replace("gate.wait(60)", "gate.wait(0)"), tmp_path, tiered="0")
+    # imported here: child processes import this module without tests/ on their path
+    from processes import run_in_processes, write_behind_script
+
+    first, second = run_in_processes(write_behind_script("numpy"), tmp_path, tiered="0")
     assert "PATH [('optimize', 'miss')] [] True" in first.stdout, first.stdout
     assert "AFTER [] True" in first.stdout, first.stdout
     assert "('dynamo graph', 'hit')" in second.stdout, second.stdout
@@ -415,6 +389,9 @@ def test_numpy_writes_the_cache_in_the_compile_when_not_tiered(tmp_path):
 def test_a_compile_without_a_call_still_writes_the_cache(tmp_path):
     """A process that only compiles (to fill the cache) writes the entry `FIRST_CALL_WAIT_S` after
     the compile, before it exits: the next process's compile hits."""
+    # imported here: child processes import this module without tests/ on their path
+    from processes import run_in_processes
+
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
@@ -422,5 +399,5 @@ def test_a_compile_without_a_call_still_writes_the_cache(tmp_path):
         compiled = small_graph(8).compile(device="numpy")
         print("CACHE", sorted(compiled._report.cache.items()))
     """)
-    first, second = _processes(script, tmp_path)
+    first, second = run_in_processes(script, tmp_path)
     assert "('optimize', 'miss')" in first.stdout and "('optimize', 'hit')" in second.stdout, (first.stdout, second.stdout)

@@ -4,13 +4,11 @@ comes before the library is built, runs on the NumPy runtime; every later call o
 a failed build warns and keeps the NumPy runtime; deterministic mode and LUMINAL_TIERED=0
 turn it off. (tests/conftest.py turns it off for every other test.)"""
 
-import os
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -204,19 +202,12 @@ def test_errors_of_the_first_call_are_the_reference_runtimes(on, held):
         compiled({"t": np.zeros((5, 3), np.float32), "i": np.array([1, 7])})
 
 
-def _two_processes(script: str, cache: Path) -> list:
-    """`script` run twice, one process after the other, tiered, on one cache folder: both succeed."""
-    env = {**os.environ, "LUMINAL_TIERED": "1", "LUMINAL_CACHE_DIR": str(cache), "LUMINAL_COMPILE_CACHE": "1"}
-    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
-            for _ in range(2)]
-    for r in runs:
-        assert r.returncode == 0, r.stderr[-2000:]
-    return runs
-
-
 def test_the_next_process_finds_what_the_background_built(tmp_path):
     """A process that exits right after its first call waits for the build (the thread is not a
     daemon) and stores the artifacts: the next process compiles with no build and no rendering."""
+    # imported here: child processes import this module without tests/ on their path
+    from processes import run_in_processes
+
     script = textwrap.dedent(f"""
         import sys, warnings
         sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
@@ -226,7 +217,7 @@ def test_the_next_process_finds_what_the_background_built(tmp_path):
         compiled(_feeds())
         print("CACHE", sorted(compiled._report.cache.items()), type(compiled.runtime).__name__)
     """)
-    runs = _two_processes(script, tmp_path)
+    runs = run_in_processes(script, tmp_path)
     assert "TieredRuntime" in runs[0].stdout and "('build', 'background')" in runs[0].stdout
     assert "CpuRuntime" in runs[1].stdout and "('build', 'hit')" in runs[1].stdout
     assert "('optimize', 'hit')" in runs[1].stdout
@@ -302,30 +293,11 @@ def test_the_compile_cache_is_written_after_the_first_call(tmp_path):
     graph, and torch.compile's link from Dynamo's graph to it) are written on the build thread
     once the first call is over, off its path; a process that exits right after that call still
     leaves them, and the next process's compile hits at Dynamo's level."""
-    script = textwrap.dedent("""
-        import threading
-        import torch
-        from luminal.compiler import STATS
-        from luminal.kernels.cpu import tiered
-        gate, run = threading.Event(), tiered.quietly  # the writes wait until the state is printed
-        tiered.quietly = lambda fn: (gate.wait(60), run(fn))
-        torch.manual_seed(0)
-        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
-        x = torch.randn(3, 8)
-        with torch.no_grad():
-            f = torch.compile(m, backend="luminal", options={"device": "cpu"})
-            y = f(x)
-            report = STATS.compiled[-1]._report  # as it stands (`report()` waits for the build)
-            print("PATH", sorted(report.cache.items()), sorted(report.background), "cache" in report.phases)
-            gate.set()
-            runtime = STATS.compiled[-1].runtime
-            if hasattr(runtime, "wait"):
-                runtime.wait()
-            print("AFTER", sorted(report.background), any("stored" in n for n in report.notes))
-            torch.testing.assert_close(y, m(x), rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-5)
-    """)
-    runs = _two_processes(script, tmp_path)
+    # imported here: child processes import this module without tests/ on their path
+    from processes import run_in_processes, write_behind_script
+
+    script = write_behind_script("cpu")
+    runs = run_in_processes(script, tmp_path)
     first = runs[0].stdout
     # on the first call's path: the key and the lookup only; the writes came after it, in the background
     assert "PATH [('build', 'background'), ('optimize', 'miss')] [] True" in first, first
