@@ -195,9 +195,10 @@ def _key(value: Any) -> Any:
 
 # the interned nodes: interning key -> a weak reference to the node, whose callback drops the
 # entry once the node is gone (so a dropped graph is freed). A plain dict and `KeyedRef`s rather
-# than a `WeakValueDictionary`, whose Python-level get and set were a fifth of building the
-# 32-layer Llama's 17,500 nodes; `_remove_dead_weakref` (what `WeakValueDictionary` itself
-# calls) deletes the entry only while it still holds a dead reference, not a newer node's.
+# than a `WeakValueDictionary`, whose Python-level get and set were a fifth of the 17,500
+# `Node(...)` calls (new nodes and interned ones) of a 32-layer Llama's compile;
+# `_remove_dead_weakref` (what `WeakValueDictionary` itself calls) deletes the entry only while
+# it still holds a dead reference, not a newer node's.
 _INTERNED: dict = {}
 
 
@@ -309,7 +310,7 @@ def count_ops(nodes) -> dict[str, int]:
 
 def titled(counts: collections.Counter) -> dict[str, int]:
     """A Counter of ops as {title: count}, most common first: counted by op and titled once per
-    op (a title per node was most of counting the 32-layer Llama's 17,500 nodes)."""
+    op (a title per node was most of the time counting a graph took)."""
     return {op.title: k for op, k in counts.most_common()}
 
 
