@@ -325,10 +325,10 @@ def after_first_call(compiled: CompiledGraph, task, report: Report) -> None:
     in the report's `cache` phase), with `LUMINAL_TIERED=0` (what the test suite runs with: a
     second compile in the same process then finds the entry) or once the first call is over."""
     from luminal import compile_cache
-    from luminal.kernels.cpu.tiered import TIERED_ENV
+    from luminal.kernels.cpu import tiered
 
     later = getattr(compiled.runtime, "after_first_call", None)
-    if not callable(later) and os.environ.get(TIERED_ENV, "1") != "0" and compiled.calls == 0:
+    if not callable(later) and not tiered.turned_off() and compiled.calls == 0:
         if compiled._after_first is None:
             compiled._after_first = WriteBehind()
         later = compiled._after_first.add
@@ -364,6 +364,7 @@ class WriteBehind:
 
     def __init__(self):
         from luminal.kernels.cpu.tiered import FIRST_CALL_WAIT_S
+
         self._wait_s = FIRST_CALL_WAIT_S
         self._over = threading.Event()
         self._lock = threading.Lock()

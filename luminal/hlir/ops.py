@@ -215,6 +215,7 @@ class Node:
     arg: Any = None
 
     def __new__(cls, op, dtype, shape, src=(), arg=None):
+        src = tuple(src)  # (the node keeps its sources alive, and with them the ids in its key)
         key = (op, dtype, shape, tuple(map(id, src)), _key(arg))
         ref = _INTERNED.get(key)
         if ref is not None:
@@ -223,9 +224,8 @@ class Node:
                 return node
         node = object.__new__(cls)
         fields = node.__dict__  # a frozen dataclass: its fields are set once, here
-        fields["op"], fields["dtype"], fields["shape"], fields["src"], fields["arg"] = \
-            op, dtype, tuple(shape), tuple(src), arg
-        fields["_key"], fields["_src_ref"] = key, src  # `_src_ref` keeps src alive while node lives
+        fields["op"], fields["dtype"], fields["shape"], fields["src"], fields["arg"] = op, dtype, tuple(shape), src, arg
+        fields["_key"] = key
         _INTERNED[key] = weakref.KeyedRef(node, _forget, key)
         return node
 

@@ -102,13 +102,14 @@ def spell_graph(graph) -> str | None:
         for n in graph.nodes:
             target = n.target
             if n.op == "call_function":
-                name = names.get(target) if isinstance(target, Hashable) else None
+                hashable = isinstance(target, Hashable)
+                name = names.get(target) if hashable else None
                 if name is None:
                     try:
                         name = _get_qualified_name(target)
                     except Exception as exc:  # noqa: BLE001 - a lambda or a local function: no stable name
                         raise _Unspellable from exc
-                    if isinstance(target, Hashable):
+                    if hashable:
                         names[target] = name
                 target = name
             elif not isinstance(target, str):

@@ -37,9 +37,15 @@ from collections.abc import Callable
 TIERED_ENV = "LUMINAL_TIERED"
 
 
+def turned_off() -> bool:
+    """`LUMINAL_TIERED=0`: everything a compile does happens before it returns (no first call on
+    the NumPy runtime, no compile cache write after the first call: `compiler.after_first_call`)."""
+    return os.environ.get(TIERED_ENV, "1") == "0"
+
+
 def enabled() -> bool:
     """Whether a cold build may serve the first call from the NumPy runtime (see above)."""
-    if os.environ.get(TIERED_ENV, "1") == "0":
+    if turned_off():
         return False
     torch = sys.modules.get("torch")
     deterministic = getattr(torch, "are_deterministic_algorithms_enabled", None)
