@@ -20,7 +20,9 @@ import numpy as np
 
 from luminal import devices
 from luminal.errors import InputError, LuminalError
+from luminal.hlir.constants import RNG_SEED_INPUT
 from luminal.hlir.ops import Node, Op, count_ops, toposort
+from luminal.runtime.rng import draw_seed
 
 
 @dataclass
@@ -134,8 +136,11 @@ class CompiledGraph:
 
     def __init__(self, inputs: list[Node], outputs: list[Node], output_names: list[str], runtime, report: Report,
                  unused_inputs: tuple[str, ...] = (), *, device: str = "cpu", frontend_meta: dict | None = None,
-                 weight_mode: str = "embed"):
+                 weight_mode: str = "embed", rng_seed: Node | None = None):
         self.inputs = inputs
+        # the seed input of a graph with random ops (`RNG_SEED_INPUT`, not among `inputs`): drawn
+        # at each call the caller does not give it (`runtime/rng.draw_seed`)
+        self.rng_seed = rng_seed
         self.unused_inputs = set(unused_inputs)  # declared but not needed: accepted and ignored
         self.outputs = outputs
         self.output_names = output_names
@@ -164,6 +169,11 @@ class CompiledGraph:
             feeds = dict(zip(self.input_names, args), **kwargs)
         if self.unused_inputs:
             feeds = {k: v for k, v in feeds.items() if k not in self.unused_inputs}
+        if self.rng_seed is not None:
+            if RNG_SEED_INPUT not in feeds:
+                feeds = {**feeds, RNG_SEED_INPUT: draw_seed()}
+        elif RNG_SEED_INPUT in feeds:  # no random ops: a seed given is ignored
+            feeds = {k: v for k, v in feeds.items() if k != RNG_SEED_INPUT}
         with self._calls_lock:
             self.calls += 1
         gate = self._after_first
@@ -305,11 +315,13 @@ def _compile_outputs(inputs, outputs, output_names, *, device, optimize, name, r
     note_build(report, entry.phase, runtime, builds)
     progress.step("runtime")
     progress.close()
-    used = {id(n) for n in toposort(optimized) if n.op is Op.INPUT}
-    kept_inputs = [n for n in inputs if id(n) in used]
+    leaves = [n for n in toposort(optimized) if n.op is Op.INPUT]
+    used = {id(n) for n in leaves}
+    seed = next((n for n in leaves if n.arg == RNG_SEED_INPUT), None)
+    kept_inputs = [n for n in inputs if id(n) in used and n is not seed]
     unused = tuple(n.arg for n in inputs if id(n) not in used)
     names = output_names or [f"out{i}" for i in range(len(outputs))]
-    compiled = CompiledGraph(kept_inputs, optimized, names, runtime, report, unused, device=device)
+    compiled = CompiledGraph(kept_inputs, optimized, names, runtime, report, unused, device=device, rng_seed=seed)
     if store is not None:
         compiled.after_first_call(store)
     STATS.compiled.append(compiled)

@@ -12,6 +12,7 @@ import hashlib
 
 from luminal import devices
 from luminal.compiler import CompiledGraph, Report
+from luminal.hlir.constants import RNG_SEED_INPUT
 from luminal.saving import read_archive, saved_cubins
 
 
@@ -35,7 +36,7 @@ def load(path, device: str = "cpu"):
             options["binaries"] = binaries
     runtime = entry.runtime(outputs, **options)
     compiled = CompiledGraph(inputs, outputs, meta["output_names"], runtime, report, device=device,
-                             frontend_meta=meta.get("frontend", {}),
+                             frontend_meta=meta.get("frontend", {}), rng_seed=by_name.get(RNG_SEED_INPUT),
                              weight_mode="seeded" if meta.get("weight_specs") else "embed")
     if compiled.frontend_meta.get("frontend") == "torch.export":  # called like the model it came from
         from luminal.frontends.torch.saved import LoadedModel

@@ -7,9 +7,11 @@ import numbers
 import numpy as np
 
 from luminal.builder import functional as F
+from luminal.builder import random as R
 from luminal.builder.tensor import Tensor
 from luminal.errors import DTypeError, InputError, LuminalError
 from luminal.hlir import symbolic as sym
+from luminal.hlir.constants import RNG_SEED_INPUT
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import ConstantArray, Node, Op, count_ops, toposort
 
@@ -22,12 +24,15 @@ class Graph:
         self.inputs: dict[str, Node] = {}
         self.outputs: list[tuple[str, Node]] = []
         self._runtime = None
+        self._rng_streams = 0  # random ops built so far: each gets its own stream (`builder/random.py`)
 
     # --- leaves ----------------------------------------------------------------------------
     def input(self, name: str, shape, dtype=DType.F32) -> Tensor:
         """A run-time input. Dims are ints or symbol names / expressions ('seq', 'seq + 1')."""
         if name in self.inputs:
             raise LuminalError(f"input {name!r} is already declared")
+        if name == RNG_SEED_INPUT:
+            raise LuminalError(f"input name {name!r} is reserved for the seed of random ops: use g.rng_seed()")
         shape = tuple(sym.parse(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         node = Node(Op.INPUT, DType.of(dtype), shape, (), name)
         self.inputs[name] = node
@@ -73,6 +78,25 @@ class Graph:
     def ones(self, shape, dtype=DType.F32) -> Tensor:
         return F.full(self, shape, True if DType.of(dtype) is DType.BOOL else 1, dtype)
 
+    # --- random numbers (`builder/random.py`) ---------------------------------------------
+    def rng_seed(self) -> Tensor:
+        """The 0-d int64 seed every random op reads: an input named `RNG_SEED_INPUT`, not among
+        `inputs`; a call draws it unless given (`CompiledGraph`, `run`)."""
+        return Tensor(self, R.seed_node())
+
+    def rng_stream(self) -> int:
+        """A stream number no random op of this graph has used yet."""
+        self._rng_streams += 1
+        return self._rng_streams - 1
+
+    def rand(self, shape, dtype=DType.F32, stream=None, seed=None) -> Tensor:
+        """Uniform in [0, 1); `seed`: None (the graph's seed input), an int, or a 0-d int64 tensor."""
+        return R.uniform(self, _shape(shape), stream, dtype, seed)
+
+    def randn(self, shape, dtype=DType.F32, stream=None, seed=None) -> Tensor:
+        """Standard normal (Box-Muller)."""
+        return R.normal(self, _shape(shape), stream, dtype, seed)
+
     # module-level helpers, reachable from the graph too
     where = staticmethod(F.where)
     concat = cat = staticmethod(F.concat)
@@ -108,11 +132,18 @@ class Graph:
         if self._runtime is None:
             used = {n.arg for n in self.nodes() if n.op is Op.INPUT}
             self._runtime = NumpyRuntime(self.output_nodes)
+            self._runtime_seeded = RNG_SEED_INPUT in used
             unused = [k for k in self.inputs if k not in used]
             self._unused_inputs = unused
         for k in self._unused_inputs:  # declared but unused inputs are still checked by name
             if k not in feeds:
                 raise InputError(f"missing input {k!r}")
+        if not self._runtime_seeded:  # no random ops: a seed given is ignored
+            feeds.pop(RNG_SEED_INPUT, None)
+        elif RNG_SEED_INPUT not in feeds:  # random ops: a fresh seed per run
+            from luminal.runtime.rng import draw_seed
+
+            feeds[RNG_SEED_INPUT] = draw_seed()
         return self._runtime({k: v for k, v in feeds.items() if k not in self._unused_inputs})
 
     # --- inspection ------------------------------------------------------------------------
@@ -185,3 +216,7 @@ def _from_torch(t):
     from luminal.runtime.torch_arrays import device_host
 
     return device_host(t) or as_array(t, "constant")
+
+
+def _shape(shape) -> tuple:
+    return tuple(sym.parse(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))

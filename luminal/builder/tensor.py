@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from luminal.builder.elementwise import ElementwiseMixin
 from luminal.builder.indexing import IndexingMixin
 from luminal.builder.linalg import LinalgMixin
+from luminal.builder.random import RandomMixin
 from luminal.builder.reductions import ReductionMixin
 from luminal.errors import DTypeError, LuminalError, ShapeError
 from luminal.hlir import symbolic as sym
@@ -45,7 +46,7 @@ def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
     return axis % n
 
 
-class Tensor(ElementwiseMixin, ReductionMixin, IndexingMixin, LinalgMixin):
+class Tensor(ElementwiseMixin, ReductionMixin, IndexingMixin, LinalgMixin, RandomMixin):
     __slots__ = ("graph", "node")
     __array_priority__ = 1000  # so ndarray + Tensor defers to Tensor.__radd__
 

@@ -18,7 +18,7 @@ from luminal.hlir.ops import BINARY, REDUCE, UNARY, Op
 LITERALS = {"axis": "i64", "dtype": "String", "src_dtype": "String", "tracker": "i64"}
 CONSTRUCTORS: dict[Op, tuple[int, tuple[str, ...]]] = {
     **{op: (1, ()) for op in UNARY | {Op.EXP, Op.SIGMOID}},
-    **{op: (2, ()) for op in BINARY | {Op.MAT_MUL}},
+    **{op: (2, ()) for op in (BINARY - {Op.PHILOX}) | {Op.MAT_MUL}},  # Philox: opaque (no rule looks into it)
     **{op: (1, ("axis",)) for op in REDUCE | {Op.SOFTMAX, Op.KAHAN_SUM}},
     Op.SUM_REDUCE: (1, ("axis", "dtype")),
     Op.CAST: (1, ("src_dtype", "dtype")),
@@ -27,7 +27,7 @@ CONSTRUCTORS: dict[Op, tuple[int, tuple[str, ...]]] = {
     Op.CONCAT: (2, ("axis",)),
     Op.MAXIMUM: (2, ()),
 }
-OPAQUE = frozenset(Op) - CONSTRUCTORS.keys()  # leaves, indexing, copies, FusedElementwise
+OPAQUE = frozenset(Op) - CONSTRUCTORS.keys()  # leaves, indexing, copies, FusedElementwise, Philox
 OPS = {op.title: op for op in CONSTRUCTORS}  # constructor name -> op
 
 

@@ -19,3 +19,8 @@ INV_SQRT2 = 1.0 / math.sqrt(2.0)  # gelu, erf form: 0.5 x (1 + erf(x / sqrt 2))
 # erf(x) = sign(x) (1 - (a1 t + a2 t^2 + ... + a5 t^5) exp(-x^2)), t = 1 / (1 + p |x|)
 ERF_P = 0.3275911
 ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+# random numbers (`Op.PHILOX`, `luminal/builder/random.py`): a graph with random ops has one more
+# input, a 0-d int64 seed of this name, which `CompiledGraph` draws per call when not given
+RNG_SEED_INPUT = "__luminal_rng_seed__"
+RNG_STREAM_SHIFT = 40  # a random op's counters are (stream << 40) + linear index: 2**40 elements per stream

@@ -11,6 +11,11 @@ Semantics (the NumPy runtime in `luminal/runtime/` is the executable form of thi
 - MOD: C `fmod` (truncated; the result has the sign of the dividend), ints and floats; an
   integer MOD by zero raises `DivisionByZero` at run time (as torch does; NumPy would give 0).
 - LESS_THAN: operands of one dtype, result bool.
+- PHILOX (src = seed, counter: int64 of the output's shape, usually broadcast views): f32
+  uniform in [0, 1), a pure function of its operands. Philox 4x32-10 (Salmon et al. 2011, the
+  generator torch uses on CUDA) with key (lo32(seed), hi32(seed)) and counter (lo32(counter),
+  hi32(counter), 0, 0), both as unsigned 32-bit words; its first output word x gives
+  (x >> 8) * 2**-24. Random ops are built from it (`luminal/builder/random.py`).
 - SUM_REDUCE, MAX_REDUCE (arg = axis): remove that axis; accumulate in the input dtype (the
   builder casts f16/bf16 to f32 first and back after); MAX_REDUCE propagates NaN, and over an
   empty axis yields the dtype's lowest value.
@@ -92,6 +97,7 @@ class Op(enum.Enum):
     MUL = enum.auto()
     MOD = enum.auto()
     LESS_THAN = enum.auto()
+    PHILOX = enum.auto()  # (seed, counter) -> uniform f32: the one random primitive
     # reduce (arg = axis)
     SUM_REDUCE = enum.auto()
     MAX_REDUCE = enum.auto()
@@ -133,7 +139,7 @@ _TITLES = {op: "".join(part.capitalize() for part in op.name.split("_")) for op 
 
 LEAF = frozenset({Op.INPUT, Op.CONSTANT, Op.IOTA})
 UNARY = frozenset({Op.EXP2, Op.LOG2, Op.SIN, Op.SQRT, Op.RECIP})
-BINARY = frozenset({Op.ADD, Op.MUL, Op.MOD, Op.LESS_THAN})
+BINARY = frozenset({Op.ADD, Op.MUL, Op.MOD, Op.LESS_THAN, Op.PHILOX})
 COMMUTATIVE = frozenset({Op.ADD, Op.MUL})
 REDUCE = frozenset({Op.SUM_REDUCE, Op.MAX_REDUCE})
 INDEXING = frozenset({Op.GATHER, Op.SCATTER})

@@ -55,7 +55,10 @@ def check_node(n: Node) -> None:
         _axis(n.arg, len(n.shape), op)
     elif op in BINARY:
         a, b = src
-        if a.dtype is not b.dtype or n.dtype is not (DType.BOOL if op is Op.LESS_THAN else a.dtype):
+        if op is Op.PHILOX:  # (seed, counter) -> uniform f32
+            if not (a.dtype is b.dtype is DType.I64 and n.dtype is DType.F32):
+                raise DTypeError(f"Philox of {a.dtype.short} and {b.dtype.short} gives {n.dtype.short}; needs i64, i64 -> f32")
+        elif a.dtype is not b.dtype or n.dtype is not (DType.BOOL if op is Op.LESS_THAN else a.dtype):
             raise DTypeError(f"{op.title} of {a.dtype.short} and {b.dtype.short} gives {n.dtype.short}")
         if not (_same(n.shape, a.shape) and _same(n.shape, b.shape)):
             raise ShapeError(f"{op.title} of shapes {_fmt(a.shape)} and {_fmt(b.shape)} has shape {_fmt(n.shape)}")
@@ -148,6 +151,8 @@ def _check_expression(n: Node) -> None:
         arity = 2 if e.op in BINARY or e.op is Op.MAXIMUM else 3 if e.op is Op.SELECT else 0 if e.op in (Op.INPUT, Op.CONSTANT) else 1
         if len(e.src) != arity:
             raise ShapeError(f"FusedElementwise {e.op.title} takes {arity} operand(s), has {len(e.src)}")
+        if e.op is Op.PHILOX and not (e.dtype is DType.F32 and all(s.dtype is DType.I64 for s in e.src)):
+            raise DTypeError("FusedElementwise Philox needs i64 operands and gives f32")
 
 
 def _axis(axis, ndim: int, op: Op) -> int:

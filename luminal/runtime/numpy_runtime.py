@@ -19,6 +19,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import UNARY, ConstantArray, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
 from luminal.runtime.binding import bind_inputs
+from luminal.runtime.rng import philox_uniform
 
 Impl = Callable[..., np.ndarray]
 IMPLS: dict[Op, Impl] = {}
@@ -48,6 +49,7 @@ def sigmoid(v: np.ndarray) -> np.ndarray:
 UNARY_FNS = {Op.EXP2: np.exp2, Op.LOG2: np.log2, Op.SIN: np.sin, Op.SQRT: np.sqrt, Op.RECIP: np.reciprocal,
              Op.EXP: np.exp, Op.SIGMOID: sigmoid}
 BINARY_FNS = {Op.ADD: np.add, Op.MUL: np.multiply, Op.MOD: np.fmod, Op.LESS_THAN: np.less,
+              Op.PHILOX: philox_uniform,  # (seed, counter) -> uniform f32 (`runtime/rng.py`)
               Op.MAXIMUM: np.maximum}  # the fused Maximum: NaN-propagating, as MaxReduce
 TERNARY_FNS = {Op.SELECT: np.where}  # (cond, a, b): the chosen value moves, nothing is computed on it
 SCATTER_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}

@@ -255,7 +255,7 @@ def test_op_table_groups_and_lookup():
     from luminal.hlir import ops
 
     assert {o.title for o in ops.UNARY} == {"Exp2", "Log2", "Sin", "Sqrt", "Recip"}
-    assert {o.title for o in ops.BINARY} == {"Add", "Mul", "Mod", "LessThan"}
+    assert {o.title for o in ops.BINARY} == {"Add", "Mul", "Mod", "LessThan", "Philox"}  # Philox: the random primitive
     assert lm.Op.from_name("LessThan") is Op.LESS_THAN
     assert lm.Op.from_name("sum_reduce") is Op.SUM_REDUCE
     with pytest.raises(lm.UnknownOpError, match="unknown op 'Tanh'"):

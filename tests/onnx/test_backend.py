@@ -68,6 +68,9 @@ def _tests(backend, names) -> type:
     return cls
 
 
+RANDOM = "luminal's Philox numbers"  # a random op's reason: its values are not comparable, a pass is chance
+
+
 def _expect_failure(fn, reason: str):
     @functools.wraps(fn)
     def run(*args, **kwargs):
@@ -75,6 +78,8 @@ def _expect_failure(fn, reason: str):
             fn(*args, **kwargs)
         except Exception:  # noqa: BLE001 - any failure is the expected one
             pytest.xfail(reason)
+        if RANDOM in reason:  # ten Bernoulli draws can match the reference's (about 2% of runs)
+            pytest.xfail(f"{reason} (they matched by chance)")
         pytest.fail(f"listed in expected_failures.txt ({reason}) but passes now: remove it from the list")
 
     return run

@@ -411,8 +411,12 @@ def trilu(c, x, k=None, upper=1):
 def dropout(c, x, ratio=None, training_mode=None, seed=None):
     train = training_mode is not None and bool(np.asarray(training_mode).reshape(-1)[0])
     r = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
-    if train and r > 0:
-        c.fail("training-mode Dropout with a nonzero ratio is random; luminal compiles inference graphs")
+    if train and r > 0:  # random: luminal's Philox generator (`ops_random`)
+        from luminal.builder.random import dropout as random_dropout
+        from luminal.frontends.onnx.ops_random import seed_of
+
+        out, mask = random_dropout(x, r, None, seed_of(seed))
+        return (out, mask) if c.n_outputs > 1 else out
     mask = c.g.scalar(True, DType.BOOL).expand(x.shape)
     return (x, mask) if c.n_outputs > 1 else x
 

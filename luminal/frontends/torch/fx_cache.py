@@ -35,6 +35,7 @@ import torch
 from luminal import compile_cache
 from luminal.compiler import Report
 from luminal.errors import LuminalError
+from luminal.hlir.constants import RNG_SEED_INPUT
 
 # the code that lowers Dynamo's graph to HLIR (what an entry holds besides egglog's work, which
 # `compile_cache.context` covers): an entry made by other code is never used
@@ -250,7 +251,8 @@ def _restore(entry: Entry, args, name: str, opts: dict):
     runtime = compile_cache.build_runtime(device, optimized, entry.digest)
     report.phases[device.phase] = time.perf_counter() - t0
     note_build(report, device.phase, runtime, builds)
-    compiled = CompiledGraph(inputs, optimized, out_names, runtime, report, unused, device=opts["device"])
+    compiled = CompiledGraph(inputs, optimized, out_names, runtime, report, unused, device=opts["device"],
+                             rng_seed=by_name.get(RNG_SEED_INPUT))  # random ops: the seed drawn per call
     STATS.compiled.append(compiled)
     emit(compiled)
     return Imported.restored(compiled, [tuple(f) if f else None for f in feeds], [tuple(k) for k in kinds], spec)

@@ -61,6 +61,7 @@ def enabled() -> bool:
 # first call the reference would take longer than REFERENCE_BUDGET_S waits for the C (measured on
 # mobilenet-ish, cold: 1.32-1.34 s on the reference against 1.48-1.58 s waiting).
 OP_SECONDS, ELEMENT_SECONDS, MAC_SECONDS = 20e-6, 2e-9, 2e-9 / 32
+PHILOX_ELEMENTS = 32  # a Philox element costs the reference ~70 ns (10 rounds of uint64 products), ~32 elements' worth
 REFERENCE_BUDGET_S = 0.3
 FIRST_CALL_WAIT_S = 1.0  # the build starts after the first call, or this long after the compile without one
 
@@ -89,18 +90,21 @@ def reference_seconds(order, bindings: dict[str, int]) -> float:
         elif n.op is Op.FUSED_ELEMENTWISE:
             elements += size(n.shape) * _levels(n.arg)
         else:
-            elements += size(n.shape)
+            elements += size(n.shape) * (PHILOX_ELEMENTS if n.op is Op.PHILOX else 1)
     return ops * OP_SECONDS + elements * ELEMENT_SECONDS + macs * MAC_SECONDS
 
 
 def _levels(expr) -> int:
-    seen, stack = set(), [expr]
+    from luminal.hlir.ops import Op
+
+    seen, stack, philox = set(), [expr], 0
     while stack:
         e = stack.pop()
         if id(e) not in seen:
             seen.add(id(e))
+            philox += e.op is Op.PHILOX
             stack.extend(e.src)
-    return max(1, len(seen))
+    return max(1, len(seen) + philox * (PHILOX_ELEMENTS - 1))
 
 
 _PENDING: weakref.WeakSet = weakref.WeakSet()  # runtimes whose build has not ended (this process's)
