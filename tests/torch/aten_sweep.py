@@ -194,6 +194,11 @@ class Case:
         return _call(self.op, self.layout, self.args, xs, self.kwargs)
 
 
+# overloads whose eager kernel segfaults on some generated edge inputs (flipped f32 views): the
+# process would die, so they are not driven here
+EAGER_CRASHES = {"_native_batch_norm_legit.no_stats"}
+
+
 def overloads() -> list[str]:
     return sorted(k for k in table() if isinstance(k, str) and "::" not in k)
 
@@ -202,6 +207,15 @@ def generate():
     """(cases, inputs, not_generated): every case whose eager call succeeds."""
     cases, inputs, skipped = [], [], {}
     for key in overloads():
+        if table()[key].__module__.endswith(".aten_random"):  # values nothing compares: test_random_torch.py
+            skipped[key] = "random values"
+            continue
+        if table()[key].__module__.endswith(".aten_backward"):  # needs consistent saved tensors: test_training.py
+            skipped[key] = "a backward op"
+            continue
+        if key in EAGER_CRASHES:
+            skipped[key] = "eager torch crashes on generated inputs"
+            continue
         try:
             op = _schema(key)
         except AttributeError:

@@ -60,6 +60,60 @@ def div(cx, a, b, rounding_mode=None):
     return a.div(as_tensor(cx, b, cx.dtype), rounding_mode=rounding_mode)
 
 
+@aten("prims::fma.default")
+def fma(cx, a, b, c):
+    """Inductor's fused multiply-add `a * b + c`, rounded once; Dynamo writes `addcmul_`,
+    `addcdiv_` and `add_(alpha=tensor)` with it (`p.addcdiv_(m, d, value=-lr)` is
+    `fma(m / d, -lr, p)`). f32/f16/bf16 compute in f64, where the product is exact and the sum
+    is rounded once more to the narrow dtype (a double rounding that differs from a true fma
+    only when the f64 sum lands exactly on a narrow tie). f64 rounds the product and the sum,
+    as torch's own reference implementation of the prim does: no wider dtype exists here."""
+    a, b, c = (as_tensor(cx, v, cx.dtype) for v in (a, b, c))  # a Python scalar rounded to the dtype first
+    if cx.dtype.is_float and cx.dtype is not DType.F64:
+        return a.cast(DType.F64).mul(b.cast(DType.F64)).add(c.cast(DType.F64)).cast(cx.dtype)
+    return a.mul(b).add(c)
+
+
+@aten("addcmul.default")
+def addcmul(cx, x, t1, t2, value=1):
+    """`x + value * t1 * t2`, multiplied left to right as eager's CPU kernel does (core ATen
+    decomposes the op the same way; `_foreach_addcmul` lowers through here)."""
+    x, t1, t2, value = cast_to(cx.dtype, x, t1, t2, value)
+    prod = t1 if isinstance(value, (int, float)) and value == 1 else t1.mul(value)
+    return as_tensor(cx, x, cx.dtype).add(prod.mul(t2))
+
+
+@aten("addcdiv.default")
+def addcdiv(cx, x, t1, t2, value=1):
+    """`x + (value * t1) / t2`, eager's CPU kernel's order (torch refuses integer operands)."""
+    x, t1, t2, value = cast_to(cx.dtype, x, t1, t2, value)
+    num = t1 if isinstance(value, (int, float)) and value == 1 else t1.mul(value)
+    return as_tensor(cx, x, cx.dtype).add(num.div(as_tensor(cx, t2, cx.dtype)))
+
+
+@aten("lerp.Scalar", "lerp.Tensor")
+def lerp(cx, x, end, weight):
+    """`x + w * (end - x)` as eager's CPU kernel computes it: in the op-math dtype (f32 for
+    f16/bf16), `diff = end - x` rounded, then `fma(w, diff, x)` where |w| < 0.5 and
+    `fma(-(1 - w), diff, end)` elsewhere (1 - w rounded first). The fused multiply-adds round
+    once, as `prims::fma` does here (in f64; an f64 lerp rounds the product too). Core ATen
+    decomposes lerp otherwise (two roundings); `_foreach_lerp` lowers through here."""
+    op = DType.F32 if cx.dtype in (DType.F16, DType.BF16) else cx.dtype
+    x, end = x.cast(op), end.cast(op)
+    w = as_tensor(cx, weight, op)  # a Python weight rounded to the op-math dtype, as eager's `to<opmath_t>`
+    diff = end.sub(x)
+    one_minus = as_tensor(cx, 1.0, op).sub(w)
+    wide = DType.F64
+    x64, end64, w64, diff64, om64 = (t.cast(wide) for t in (x, end, w, diff, one_minus))
+    low = x64.add(w64.mul(diff64))
+    high = end64.sub(diff64.mul(om64))
+    if isinstance(weight, Tensor):
+        out = lwhere(w.abs().lt(0.5), low, high)
+    else:  # a Python weight picks its formula here (NaN: the second, as in eager)
+        out = low if abs(float(weight)) < 0.5 else high
+    return out.cast(op).cast(cx.dtype)
+
+
 @aten("floor_divide.default", "floor_divide.Scalar")
 def floor_divide(cx, a, b):
     return div(cx, a, b, "floor")
@@ -354,7 +408,7 @@ def masked_fill(cx, x, mask, value):
 
 
 @aten("_to_copy.default", "to.dtype", "to.dtype_layout", "to.device", "to.other", "type_as.default",
-      "_to_dim_order_copy.default")
+      "_to_dim_order_copy.default", "prims::convert_element_type.default")
 def to_copy(cx, x, *args, **kwargs):
     return x.cast(cx.dtype)  # device, layout and memory format mean nothing here
 
@@ -367,12 +421,14 @@ def identity(cx, x, *args, **kwargs):
 
 @aten("dropout.default", "native_dropout.default", "feature_dropout.default")
 def dropout(cx, x, p, train=None):
-    """The identity in eval mode (or p=0). In training it is random, and luminal has no RNG: refused,
-    so the torch.compile backend runs that graph eagerly (reported) and `luminal.compile` raises."""
+    """The identity in eval mode (or p=0); in training random, on luminal's Philox generator
+    (`aten_random.dropout_train`)."""
+    native = cx.node.target.__name__.startswith("native_dropout")
     if train is not False and p != 0:
-        raise UnsupportedError(f"dropout with p={p} in training mode is random (luminal has no random ops); "
-                               "call model.eval() for inference")
-    if cx.node.target.__name__.startswith("native_dropout"):
+        from luminal.frontends.torch.aten_random import dropout_train
+
+        return dropout_train(cx, x, p, native, cx.node.target.__name__.startswith("feature_dropout"))
+    if native:
         return x, cx.full(x.shape, True, DType.BOOL)
     return x
 

@@ -63,6 +63,21 @@ def batch_norm_training(cx, x, weight, bias, running_mean, running_var, training
     return out, mean, rstd, new_mean, new_var
 
 
+@aten("_native_batch_norm_legit.no_stats")
+def batch_norm_no_stats(cx, x, weight, bias, training, momentum, eps):
+    """Batch norm without running statistics (track_running_stats=False, instance norm): the
+    batch's statistics, whatever `training` says; (out, mean, rstd) as torch saves them."""
+    axes = [0, *range(2, x.ndim)]
+    mean, var = x.mean(axes), x.var(axes, correction=0)
+    rstd = var.add(eps).rsqrt()
+    out = x.sub(_channel(mean, x.ndim)).mul(_channel(rstd, x.ndim))
+    if weight is not None:
+        out = out.mul(_channel(weight, x.ndim))
+    if bias is not None:
+        out = out.add(_channel(bias, x.ndim))
+    return out, mean, rstd
+
+
 @aten("native_group_norm.default")
 def native_group_norm(cx, x, weight, bias, n, c, hw, group, eps):
     xs = x.reshape((x.shape[0], group, -1))

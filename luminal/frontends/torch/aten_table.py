@@ -2,10 +2,13 @@
 `aten_ops` for its `@aten` decorator, so the table and the families stay one layer apart)."""
 
 from luminal.frontends.torch import (  # noqa: F401 - imported for their registrations
+    aten_backward,
     aten_elementwise,
+    aten_foreach,
     aten_index,
     aten_movement,
     aten_nn,
+    aten_random,
     aten_reduce,
     aten_vision,
 )

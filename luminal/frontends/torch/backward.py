@@ -1,18 +1,19 @@
-"""Gradients through `luminal.compile`: luminal runs the forward, torch recomputes it for the backward.
+"""Gradients through `luminal.compile`: in grad mode the call runs on the compiled joint graph.
 
-A `CompiledModel` called under grad mode, with an input or parameter that requires grad, runs
-through `LuminalForward` (a `torch.autograd.Function`): the outputs are luminal's and join the
-autograd graph; their backward re-runs the eager model (the `nn.Module` given, or the
-`ExportedProgram`'s module) on the saved inputs and takes its vector-Jacobian product, as
-activation checkpointing does. Gradients are eager torch's; nothing is saved but the inputs.
-A model that mutates its state (buffers, inputs) is refused: the recomputation would update it
-a second time.
+A `CompiledModel` called under grad mode, with an input or parameter that requires grad, runs the
+model through the Dynamo backend's training path (`dynamo.backend`, strict, on the model's
+device): aot_autograd traces the joint forward and backward graph, torch's min-cut partitioner
+splits it, and luminal compiles both halves. So the backward is compiled as the forward is (no
+eager recomputation), saved tensors are torch's `save_for_backward` (a weight changed in place
+between forward and backward raises torch's version-counter error, as eager does), state the
+model updates in training mode (batch norm's running statistics) is updated once, and a double
+backward raises torch's "does not currently support double backward" error rather than
+dropping the model's terms. Calls without grad keep the graph torch.export compiled.
 """
 
 from __future__ import annotations
 
 import torch
-from torch.utils import _pytree as pytree
 
 
 def needs_grad(flat_inputs, params) -> bool:
@@ -21,45 +22,15 @@ def needs_grad(flat_inputs, params) -> bool:
         isinstance(t, torch.Tensor) and t.requires_grad for t in (*flat_inputs, *params))
 
 
-class LuminalForward(torch.autograd.Function):
-    """apply(run, eager, args, kwargs, positions, *inputs_then_params) -> luminal's flat tensor
-    outputs; `positions`: where the differentiable inputs sit among the flat arguments."""
+def training_call(module: torch.nn.Module, device: str, optimize: bool | None, graphs: list):
+    """`module` compiled for grad mode: forward and backward on luminal (see the module docstring);
+    `graphs` collects what luminal compiles for it (`dynamo.LuminalFunction`s, built on first use)."""
+    from luminal.frontends.torch.dynamo import backend
 
-    @staticmethod
-    def forward(ctx, run, eager, args, kwargs, positions, *tensors):
-        ctx.eager, ctx.call, ctx.positions = eager, (args, kwargs), positions
-        ctx.save_for_backward(*tensors[: len(positions)])  # torch checks they are not modified in place
-        ctx.params = tensors[len(positions):]
-        outs = tuple(t for t in run() if isinstance(t, torch.Tensor))
-        ctx.mark_non_differentiable(*(t for t in outs if not (t.is_floating_point() or t.is_complex())))
-        return outs
-
-    @staticmethod
-    def backward(ctx, *grads):
-        inputs = [t.detach().requires_grad_() for t in ctx.saved_tensors]
-        flat, spec = pytree.tree_flatten(ctx.call)
-        for i, t in zip(ctx.positions, inputs):
-            flat[i] = t
-        args, kwargs = pytree.tree_unflatten(flat, spec)
-        with torch.enable_grad():
-            outs = [o for o in pytree.tree_leaves(ctx.eager(*args, **kwargs)) if isinstance(o, torch.Tensor)]
-        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
-        wrt = [*inputs, *ctx.params]
-        got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs else [None] * len(wrt)
-        return (None, None, None, None, None, *got)
+    options = {"device": device, "optimize": optimize, "strict": True}
+    return torch.compile(module, backend=lambda gm, example: backend(gm, example, options=options, graphs=graphs))
 
 
-def differentiable_call(run, eager, args, kwargs, params, out_spec):
-    """`run()` (luminal's flat user outputs) joined to the autograd graph, in the model's structure."""
-    flat_in = pytree.tree_leaves((args, kwargs))
-    positions = [i for i, t in enumerate(flat_in) if isinstance(t, torch.Tensor) and t.requires_grad]
-    params = [p for p in params if p.requires_grad]
-    values = []
-
-    def run_and_keep():
-        values.extend(run())
-        return values
-
-    outs = iter(LuminalForward.apply(run_and_keep, eager, args, kwargs, positions,
-                                     *(flat_in[i] for i in positions), *params))
-    return pytree.tree_unflatten([next(outs) if isinstance(v, torch.Tensor) else v for v in values], out_spec)
+def training_reports(graphs: list) -> list[str]:
+    """The compile reports of the grad-mode graphs built so far, forward and backward."""
+    return [f"grad mode, {f.name}:\n" + str(f.imported.compiled.report()) for f in graphs if f.imported is not None]

@@ -88,6 +88,7 @@ class LuminalFunction:
         self.imported = None
         self.weights: dict[int, torch.Tensor] = {}
         self.eager = None
+        self.passthrough = _passthrough(gm)
 
     def _build(self, args):
         if isinstance(self.gm, Decomposed):
@@ -130,7 +131,23 @@ class LuminalFunction:
                 return self.eager(args)
         values = list(args)
         args.clear()  # boxed calling convention: let aot_autograd free its inputs early
-        return self.imported(values)
+        out = self.imported(values)
+        for i, j in self.passthrough:  # the input itself, so a saved weight keeps its version counter
+            out[i] = values[j]
+        return out
+
+
+def _passthrough(gm) -> list[tuple[int, int]]:
+    """(output position, input position) of each output of an FX graph that is one of its inputs:
+    a tensor aot_autograd saves for the backward (a weight), which must stay the very tensor the
+    caller gave (torch checks its version at the backward: a weight changed in place between
+    forward and backward raises, as in eager), not a copy luminal made."""
+    if not isinstance(gm, torch.fx.GraphModule):
+        return []
+    nodes = list(gm.graph.nodes)
+    position = {n: i for i, n in enumerate(n for n in nodes if n.op == "placeholder")}
+    outputs = torch.utils._pytree.tree_leaves(nodes[-1].args[0]) if nodes and nodes[-1].op == "output" else []
+    return [(i, position[a]) for i, a in enumerate(outputs) if a in position]
 
 
 def _prepare(device: str) -> None:
@@ -154,8 +171,10 @@ def _mutated_inputs(agm) -> frozenset[int]:
     return frozenset(i for i, info in enumerate(meta.input_info) if info.mutates_data or info.mutates_metadata)
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
-    """A Dynamo backend; `options` as `torch.compile(..., options={...})` passes them."""
+def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, *, graphs: list | None = None,
+            **kwargs):
+    """A Dynamo backend; `options` as `torch.compile(..., options={...})` passes them. `graphs`, if
+    given, collects the `LuminalFunction` of every graph compiled (forward and backward)."""
     opts = dict(OPTIONS)
     opts.update(options or {})
     opts.update(kwargs)
@@ -167,31 +186,48 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
     devices.require(opts["device"])  # DeviceError: unknown, or not runnable here (never an eager fallback)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     weight_ids = {id(v) for n, v in zip(placeholders, example_inputs) if _is_weight(n, v)}
+    training = torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in example_inputs)
     name = f"dynamo_{next(_ids)}"
     start = time.perf_counter()
 
-    def fw_compiler(agm: torch.fx.GraphModule, _fake_inputs, how: str = "aot_autograd"):
-        lowering = (time.perf_counter() - start, how)
-        bad = FxImporter(agm, name).unsupported()
+    def fw_compiler(agm: torch.fx.GraphModule, _fake_inputs, part: str = "forward"):
+        lowering = (time.perf_counter() - start, "aot_autograd")
+        graph_name = name if part == "forward" else f"{name}_backward"
+        bad = FxImporter(agm, graph_name).unsupported()
         if bad:
             ops = sorted({op for _, op in bad})
             where = ", ".join(f"{n} ({op})" for n, op in bad)
             msg = f"luminal does not support {len(ops)} ATen op(s): {', '.join(ops)}; at nodes: {where}"
             if opts["strict"]:
                 raise UnsupportedError(msg)
-            warnings.warn(f"luminal: running graph {name} eagerly: {msg}", stacklevel=2)
-            EAGER_FALLBACKS.append(f"{name}: {msg}")
+            warnings.warn(f"luminal: running graph {graph_name} eagerly: {msg}", stacklevel=2)
+            EAGER_FALLBACKS.append(f"{graph_name}: {msg}")
             return make_boxed_func(agm.forward)
-        return LuminalFunction(agm, weight_ids, name, opts, lowering, _mutated_inputs(agm))
+        # a graph autograd differentiates reads its parameters afresh each call: an optimizer
+        # updates them in place between calls, so they are never constants luminal could fold
+        constants = set() if training else weight_ids
+        mutated = _mutated_inputs(agm) if part == "forward" else frozenset()
+        compiled = LuminalFunction(agm, constants, graph_name, opts, lowering, mutated)
+        if graphs is not None:
+            graphs.append(compiled)
+        return compiled
 
-    def bw_compiler(agm, _fake_inputs):  # training: luminal runs the forward, eager the backward
-        return make_boxed_func(agm.forward)
+    def bw_compiler(agm: torch.fx.GraphModule, _fake_inputs):  # training: the backward on luminal too
+        compiled = fw_compiler(agm, _fake_inputs, part="backward")
+
+        def boxed(args):  # Dynamo's `disable` wraps what this returns, keeping function attributes only
+            return compiled(args)
+
+        boxed._boxed_call = True
+        return boxed
 
     entry = fx_cache.key(gm, example_inputs, weight_ids, opts) if opts["lowering"] == "auto" else None
     if entry is not None:  # the compile cache may hold what this graph becomes
         cached = LuminalFunction(gm, weight_ids, name, opts, (0.0, "the compile cache"), restore_from=entry)
         try:
             cached._build(list(example_inputs))
+            if graphs is not None:
+                graphs.append(cached)
             return lambda *args: cached(list(args))
         except LuminalError:  # a miss: compile it (and store it) below
             pass
@@ -200,11 +236,18 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
     if calls is not None:  # the fast path: Dynamo calls the result directly, unboxed
         # every traced op is in luminal's table and none mutates (checked as it was traced)
         boxed = LuminalFunction(calls, weight_ids, name, opts, (time.perf_counter() - start, calls.lowering))
+        if graphs is not None:
+            graphs.append(boxed)
         boxed.cache_entry = entry
         return lambda *args: boxed(list(args))
 
-    from torch._decomp import core_aten_decompositions
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+    from luminal.frontends.torch.training_decomps import training_decompositions
+
+    # the joint graph split by torch's min-cut partitioner, as inductor does: what the backward
+    # needs is saved or recomputed, whichever moves fewer bytes, so no more is kept than eager keeps
     compiler = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                            decompositions=core_aten_decompositions())
+                            partition_fn=min_cut_rematerialization_partition,
+                            decompositions=training_decompositions())
     return compiler(gm, example_inputs)

@@ -12,13 +12,14 @@ non-tensor argument must equal the value compiled for (`InputError` otherwise) a
 dim stay in its range. torch.export's semantics also hold for the weights: in-place updates are
 seen, a rebound `m.weight = nn.Parameter(...)` or `m.double()` is not (a warning says so).
 A model in training mode is compiled as it runs in training mode (a warning says so where that
-updates buffers, as batch norm does); random ops, such as dropout with p > 0, are refused. Under grad mode the outputs are differentiable (`backward.py`).
+updates buffers, as batch norm does); random ops (dropout with p > 0, rand) draw luminal's Philox numbers, seeded per call from torch's generator. Under grad mode the call runs on the compiled joint graph, its backward compiled too (`backward.py`).
 Data-dependent control flow cannot be exported: `UnsupportedError`, pointing at
 `torch.compile(backend="luminal")`, which graph-breaks around it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import re
@@ -31,7 +32,7 @@ from torch.utils import _pytree as pytree
 
 from luminal import devices
 from luminal.errors import InputError, UnsupportedError
-from luminal.frontends.torch.backward import differentiable_call, needs_grad
+from luminal.frontends.torch.backward import needs_grad, training_call, training_reports
 from luminal.frontends.torch.decompose import decompose_graph
 from luminal.frontends.torch.fx_import import FxImporter
 
@@ -162,14 +163,14 @@ class CompiledModel:
         example_args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
         example_kwargs = dict(example_kwargs or {})
         devices.require(device)  # a bad or unavailable device fails before the export is paid for
-        self.device = device
+        self.device, self._optimize, self._trainer, self._training_graphs = device, optimize, None, []
         phases = {}
         start = time.perf_counter()
         self._labels = {}
         if isinstance(model, torch.export.ExportedProgram):  # already exported: decompose only
             self.name = name or "exported_program"
             ep = model
-            self._eager = None  # ep.module(), made when a backward first needs it
+            self._eager = None  # the program's module is made when a grad-mode call first needs it
         else:
             self.name = name or type(model).__name__
             spec = dynamic_shapes_spec(model, example_args, example_kwargs, dynamic)
@@ -267,13 +268,26 @@ class CompiledModel:
         params = [t for _, _, _, t, _ in self._owners]
         if not needs_grad(flat, params):
             return pytree.tree_unflatten(self._run(by_name), self._out_spec)
-        if self._mutates:
-            raise UnsupportedError(f"{self.name} mutates its state (buffers or inputs): luminal.compile cannot "
-                                   "differentiate it; call it under torch.no_grad(), or use "
-                                   "torch.compile(model, backend=\"luminal\"), whose backward runs eagerly")
-        if self._eager is None:
-            self._eager = self.exported.module()
-        return differentiable_call(lambda: self._run(by_name), self._eager, args, kwargs, params, self._out_spec)
+        self._check_tensors(by_name)
+        if self._trainer is None:  # grad mode: the joint graph, forward and backward compiled (backward.py)
+            module = self._eager if self._eager is not None else self.exported.module()
+            self._trainer = training_call(module, self.device, self._optimize, self._training_graphs)
+        return self._trainer(*args, **kwargs)
+
+    def _check_tensors(self, by_name):
+        """Grad mode runs the joint graph (backward.py), not the graph compiled here: the inputs are
+        held to the same static shapes and dtypes (dynamic dims' ranges: `_check`)."""
+        fakes = {n.name: n.meta.get("val") for n in self.exported.graph.nodes if n.op == "placeholder"}
+        for name, value in by_name.items():
+            fake = fakes.get(name)
+            if not isinstance(fake, torch.Tensor) or not isinstance(value, torch.Tensor):
+                continue
+            if value.dtype != fake.dtype:
+                raise InputError(f"input {name!r} has dtype {value.dtype}, expected {fake.dtype}; cast it before calling")
+            static = [d if isinstance(d, int) else None for d in fake.shape]
+            if value.ndim != len(static) or any(d is not None and d != n for d, n in zip(static, value.shape)):
+                raise InputError(f"input {name!r} has shape {tuple(value.shape)}, expected {tuple(fake.shape)} "
+                                 "(compiled for these static sizes)")
 
     def _check(self, by_name):
         """What torch.export assumed while tracing: non-tensor arguments, dim ranges, the weights."""
@@ -315,7 +329,10 @@ class CompiledModel:
         return user_out
 
     def report(self):
-        return self.compiled.report()
+        """The compile report; after a grad-mode call, with the forward and backward graphs'."""
+        report = self.compiled.report()
+        extra = training_reports(self._training_graphs)
+        return dataclasses.replace(report, sections=[*report.sections, *extra]) if extra else report
 
     def cuda_source(self) -> str:
         return self.compiled.cuda_source()
