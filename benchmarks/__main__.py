@@ -6,6 +6,8 @@
     python -m benchmarks --models llama-small-decode     # greedy generate() with the KV cache, per token
     python -m benchmarks --cold-start    # torch.compile first calls cold and warm (benchmarks/cold_start.py)
     python -m benchmarks --onnx          # ONNX models against onnxruntime (benchmarks/onnx_bench.py)
+    python -m benchmarks --training      # training steps: eager, inductor, luminal (benchmarks/training.py;
+                                         # about 6 minutes more, so not part of the full run)
 Writes benchmarks/results/cpu.json, cpu.md and cpu.png (the plot needs matplotlib).
 """
 
@@ -144,7 +146,13 @@ def main(argv=None) -> int:
                         "the options after --cold-start are that script's)")
     parser.add_argument("--onnx", action="store_true", help="only the ONNX table (benchmarks/onnx_bench.py; "
                         "the options after --onnx are that script's)")
+    parser.add_argument("--training", action="store_true", help="only the training-step table (benchmarks/training.py; "
+                        "the other options are that script's)")
     argv = sys.argv[1:] if argv is None else list(argv)
+    if "--training" in argv:
+        from benchmarks import training
+
+        return training.main([a for a in argv if a != "--training"])
     if "--onnx" in argv:
         from benchmarks import onnx_bench
 
