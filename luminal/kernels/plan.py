@@ -17,6 +17,7 @@ kernel where the layout is no cuBLAS call (`luminal.kernels.cublas`).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 from dataclasses import dataclass
@@ -48,11 +49,85 @@ class Schedule:
             while any(n is f for f in final):  # an output listed twice: nodes are interned, so copy a copy
                 n = Node(Op.CONTIGUOUS, n.dtype, n.shape, (n,))
             final.append(n)
-        order = toposort(final)
+        order = launch_order(final)
         nodes = [n for n in order if n.op not in (Op.INPUT, Op.VIEW, Op.CONSTANT)]
         inputs = [n for n in order if n.op is Op.INPUT]
         weights = [n for n in order if n.op is Op.CONSTANT and isinstance(n.arg, ConstantArray)]
         return Schedule(final, nodes, inputs, weights)
+
+
+def launch_order(final: list[Node]) -> list[Node]:
+    """Every node computing `final`, each after its operands, ordered so that buffers live briefly
+    (the arena a plan needs is the most bytes alive at once, `arena.plan_arena`):
+    - depth first, a node's operands deepest first: the long chain runs before a short one beside
+      it, so the short one is made just before it is used rather than held across the chain;
+    - an output (or what becomes one through views: an output's copy) as soon as its operands
+      are there, not when the walk reaches it: a backward pass walked from its first output (the
+      embedding's gradient, through every layer) held each layer's activation gradients to the
+      end for the weight gradients, and a forward held each saved activation for its copy. An
+      output's buffer is allocated for the whole call anyway; what it read can then be freed.
+    A 2-layer Llama's training step (batch 8 x 128, `python -m benchmarks --training`): the arenas
+    went from 82 MB (forward) and 107 MB (backward) to 14 MB and 41 MB."""
+    walk = toposort(final)
+    depth: dict[int, int] = {}
+    for n in walk:
+        depth[id(n)] = 1 + max((depth[id(s)] for s in n.src), default=0)
+
+    def deepest_first(n: Node):
+        return iter(sorted(n.src, key=lambda s: -depth[id(s)]))
+
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in final:  # `_toposort`'s walk, operands deepest first (ties: in order)
+        if id(root) in seen:
+            continue
+        seen.add(id(root))
+        stack = [(root, deepest_first(root))]
+        while stack:
+            node, operands = stack[-1]
+            for s in operands:
+                if id(s) not in seen:
+                    seen.add(id(s))
+                    stack.append((s, deepest_first(s)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    users: dict[int, list[Node]] = {}
+    for n in order:
+        for s in dict.fromkeys(n.src):
+            users.setdefault(id(s), []).append(n)
+    outputs = {id(n) for n in final}
+    at_output: set[int] = set()  # outputs, and what becomes one through views only
+    for n in reversed(order):
+        if id(n) in outputs or (n.src and id(n) in users and all(
+                id(u) in outputs or (u.op is Op.VIEW and id(u) in at_output) for u in users[id(n)])):
+            at_output.add(id(n))
+    # the walk's order, but an output (or what becomes one through views, or a view: it costs
+    # nothing) is launched as soon as its last operand is, breadth first from that operand
+    waiting = {id(n): len(dict.fromkeys(n.src)) for n in order if n.src and (id(n) in at_output or n.op is Op.VIEW)}
+    launched: list[Node] = []
+    done: set[int] = set()
+
+    def launch(n: Node) -> None:
+        ready = collections.deque([n])
+        while ready:
+            m = ready.popleft()
+            launched.append(m)
+            done.add(id(m))
+            for u in users.get(id(m), ()):
+                if id(u) in waiting:
+                    waiting[id(u)] -= 1
+                    if not waiting[id(u)]:
+                        ready.append(u)
+
+    for n in order:
+        if n.op in (Op.INPUT, Op.CONSTANT):  # there from the start
+            launch(n)
+    for n in order:
+        if id(n) not in done and id(n) not in waiting:
+            launch(n)
+    return launched
 
 
 @dataclass

@@ -69,3 +69,112 @@ def test_the_layout_is_the_plain_best_fit():
         layout = plan_arena(sizes, intervals)
         assert (layout.offsets, layout.total) == _best_fit_reference(sizes, intervals)
         layout.check(sizes, intervals)
+
+
+def _peak_live_bytes(order, final):
+    """The most bytes of computed, non-output buffers alive at once when launched in `order`."""
+    from luminal.hlir.ops import Op
+
+    steps = [n for n in order if n.op not in (Op.INPUT, Op.VIEW, Op.CONSTANT)]
+    position = {id(n): i for i, n in enumerate(steps)}
+    outputs = {id(n) for n in final}
+
+    def computed(n):  # a view reads the buffer of what it views
+        while n.op is Op.VIEW:
+            n = n.src[0]
+        return n
+
+    last = {}
+    for i, n in enumerate(steps):
+        for s in n.src:
+            last[id(computed(s))] = i
+    live = np.zeros(len(steps) + 1)
+    for n in steps:
+        if id(n) not in outputs:
+            live[position[id(n)]:last.get(id(n), position[id(n)]) + 1] += int(np.prod(n.shape)) * n.dtype.itemsize
+    return live.max()
+
+
+def _backward_like_graph():
+    """A chain of layers whose every layer also makes an output from its activation gradient (as
+    a backward pass makes weight gradients), the chain's end listed first among the outputs."""
+    g = lm.Graph()
+    x = g.input("x", (64, 256))
+    w = g.input("w", (256, 256))
+    outs, h = [], x
+    for _ in range(6):
+        grad = (h * 1.5).sin()  # a large activation gradient
+        outs.append(grad.transpose(0, 1).matmul(x))  # its "weight gradient": an output
+        h = grad.matmul(w)
+    return g, [h.sum(-1), *outs]
+
+
+def test_launch_order_is_topological_and_frees_early():
+    from luminal.hlir.ops import toposort
+    from luminal.kernels.plan import Schedule, launch_order
+
+    g, outs = _backward_like_graph()
+    for t in outs:
+        g.output(t)
+    optimized = g.compile(device="numpy").outputs  # MatMuls, fused regions: what a plan launches
+    final = Schedule.build(optimized).outputs
+    order = launch_order(final)
+    assert {id(n) for n in order} == {id(n) for n in toposort(final)}
+    seen = set()
+    for n in order:
+        assert all(id(s) in seen for s in n.src), "a node before its operand"
+        seen.add(id(n))
+    # the plain walk holds every layer's gradient until the walk reaches its output; this order
+    # makes each output as soon as it can
+    ours, plain = _peak_live_bytes(order, final), _peak_live_bytes(toposort(final), final)
+    assert ours <= plain / 3, (ours, plain)
+
+
+def test_launch_order_keeps_results():
+    g, outs = _backward_like_graph()
+    for t in outs:
+        g.output(t)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((64, 256)).astype(np.float32) * 0.1,
+             "w": rng.standard_normal((256, 256)).astype(np.float32) * 0.05}
+    want = g.run(feeds)
+    for device in ("cpu", "cuda-emulator"):
+        got = g.compile(device=device)(feeds)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-4)
+
+
+def test_graphs_share_one_arena_per_thread():
+    """The cpu runtime's arena is the thread's, for every graph: the largest graph's size, once."""
+    import threading
+
+    from luminal.kernels.cpu import runtime as cpu_runtime
+
+    def graph(width):
+        g = lm.Graph()
+        x = g.input("x", (32, width))
+        g.output(((x * 2.0).sin() * (x + 1.0).cos()).sum(-1))
+        return g
+
+    small, large = graph(64).compile(device="cpu"), graph(4096).compile(device="cpu")
+    a, b = (np.random.default_rng(0).standard_normal((32, w)).astype(np.float32) for w in (64, 4096))
+    results = {}
+
+    def run(tag):
+        out = [small({"x": a})[0], large({"x": b})[0], small({"x": a})[0]]
+        results[tag] = (out, cpu_runtime._ARENA.__dict__.get("arena"))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    want_small, want_large = graph(64).run({"x": a})[0], graph(4096).run({"x": b})[0]
+    arenas = []
+    for out, arena in results.values():
+        np.testing.assert_allclose(out[0], want_small, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out[1], want_large, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out[2], want_small, rtol=1e-5, atol=1e-5)
+        arenas.append(arena)
+    assert arenas[0] is not None and arenas[1] is not None and arenas[0] is not arenas[1]  # each thread its own
+    assert arenas[0].nbytes == max(rt.arena_bytes for rt in (small.runtime, large.runtime))  # the largest, once

@@ -3,9 +3,12 @@ shared library (`build.py`) and run by one native call per call of the model.
 
 - **binding**: the symbolic dims are bound from the input shapes; per distinct binding (cached)
   the intermediates' arena layout (`arena.plan_arena`, by liveness over the steps) is resolved.
-- **a call**: outputs and the arena are fresh NumPy arrays of the call (so concurrent calls from
-  several threads never share a buffer), then `lum_run(table, steps, bufs, dims, arena, offsets,
-  err, threads, seconds, f64)` runs every step of the launch table (built once, in Python, by
+- **a call**: outputs are fresh NumPy arrays of the call; the arena is the calling thread's, one
+  per thread for every compiled graph of the process (`_ARENA`: a thread runs one graph at a time,
+  and an arena holds nothing once its call returns, so a training step's forward and backward, or
+  the graphs of generate()'s length regimes, share one buffer the size of the largest instead
+  of holding one each; concurrent calls from several threads never share one), then
+  `lum_run(table, steps, bufs, dims, arena, offsets, err, threads, seconds, f64)` runs every step of the launch table (built once, in Python, by
   `steps.launch_table`) in C with the GIL released. The error flag (1: a Gather/Scatter index
   out of range, 2: an integer Mod by zero) is the call's own and read after it.
 - **threads**: OpenMP gets `torch.get_num_threads()` when torch is already imported, else
@@ -50,6 +53,7 @@ from luminal.runtime.binding import bind_inputs
 from luminal.runtime.fused_ops import get_precision
 
 LOG = logging.getLogger("luminal")
+_ARENA = threading.local()  # per thread: the intermediates' buffer of whichever graph it runs (see above)
 BINDINGS_KEPT = 256  # resolved arena layouts kept per runtime (least recently used dropped first)
 _warned: set[str] = set()
 
@@ -336,7 +340,7 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
 # --- the runtime ----------------------------------------------------------------------------------
 class CpuRuntime:
     """Runs a graph as compiled C: one shared library, one native call per call.
-    Safe to call from several threads at once (each call has its own arena, outputs and flag)."""
+    Safe to call from several threads at once (each thread has its own arena; each call its outputs and flag)."""
 
     def __init__(self, outputs, profile: bool = False, artifacts: dict | None = None):
         """`artifacts`: what `artifacts()` returned for this graph in an earlier process (the
@@ -398,7 +402,7 @@ class CpuRuntime:
         self._layouts: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
         self._lock = threading.Lock()
         self.arena_bytes = 0
-        self._scratch = threading.local()  # per calling thread: its arena and pointer table (`run`)
+        self._scratch = threading.local()  # per calling thread: its pointer table (`run`)
         # no symbolic dim: the first call's layout serves every call (no lookup); worked out at
         # that call, whose errors (a broken file's sizes) the caller reports as a call's
         self._fixed = all(sym.is_static(d) for n in [*self.inputs, *self.outputs, *self.intermediates] for d in n.shape)
@@ -472,13 +476,16 @@ class CpuRuntime:
         total, _, _, out_shapes, offsets_at, dims_at = layout
         ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
         outs = [np.empty(s, dt) for s, dt in zip(out_shapes, self._out_dtypes)]
-        # this thread's scratch (the arena and the pointer table), kept between its calls: two
-        # threads never share one, and a call's C run ends before the thread can start another
-        mine = self._scratch.__dict__
-        arena, bufs = mine.get("arena"), mine.get("bufs")
+        # this thread's arena (shared by every graph, `_ARENA`) and this graph's pointer table for
+        # the thread, kept between calls: a call's C run ends before the thread can start another
+        shared = _ARENA.__dict__
+        arena = shared.get("arena")
         if arena is None or arena.nbytes < total:
-            arena = mine["arena"] = np.empty(total, np.uint8)
-            mine["arena_at"] = _address(arena)
+            shared["arena"] = None  # the old one freed before the larger is allocated
+            arena = shared["arena"] = np.empty(total, np.uint8)
+            shared["arena_at"] = _address(arena)
+        mine = self._scratch.__dict__
+        bufs = mine.get("bufs")
         if bufs is None:
             bufs = mine["bufs"] = (ctypes.c_void_p * len(self._template)).from_buffer_copy(self._template)
         k = self._n_weights
@@ -488,7 +495,7 @@ class CpuRuntime:
         for i, o in enumerate(outs):
             bufs[k + i] = _address(o)
         err = ctypes.c_int(0)
-        self._run(self._table_at, self._n_steps, bufs, dims_at, mine["arena_at"], offsets_at, ctypes.byref(err), threads(),
+        self._run(self._table_at, self._n_steps, bufs, dims_at, shared["arena_at"], offsets_at, ctypes.byref(err), threads(),
                   None if self._seconds is None else self._seconds.ctypes.data, get_precision("cpu") == "float64")
         if err.value:
             if err.value & 2 and not err.value & 1:
