@@ -118,3 +118,28 @@ def test_multihead_attention_module():
             scale = want.abs().max().item()
             err = (got - want).abs().max().item()
             assert err <= 1e-5 * scale + 1e-7, f"{type(module).__name__} {name}: differs by {err:.2e}"
+
+
+@pytest.mark.parametrize("fill", ["random", "-inf corner", "nan"])
+@pytest.mark.parametrize("kw", [dict(kernel_size=3, stride=2, padding=1),
+                                dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True),
+                                dict(kernel_size=(2, 3), stride=(1, 2)), dict(kernel_size=2, ceil_mode=True)],
+                         ids=["padded", "dilated ceil", "rectangular", "ceil"])
+def test_max_pool_indices_match_torch(kw, fill):
+    """The indices max pooling saves for its backward: computed from the argmax tap and the output
+    position (no window of positions materialized), torch's own, windows of -inf and NaN included."""
+    x = torch.randn(2, 3, 9, 10, generator=torch.Generator().manual_seed(0))
+    if fill == "-inf corner":
+        x[:, :, :3, :3] = float("-inf")
+    elif fill == "nan":
+        x[0, 0, 4, 4] = float("nan")
+
+    def f(t):
+        return F.max_pool2d(t, return_indices=True, **kw)
+
+    torch._dynamo.reset()
+    with torch.no_grad(), runs_on_luminal():
+        values, indices = torch.compile(f, backend="luminal", options={"device": "numpy", "strict": True})(x)
+    want_values, want_indices = f(x)
+    assert torch.equal(indices, want_indices)
+    torch.testing.assert_close(values, want_values, equal_nan=True)

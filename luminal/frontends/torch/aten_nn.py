@@ -131,11 +131,19 @@ def _max_pool(cx, x, kernel_size, stride, padding, dilation, ceil_mode, with_ind
     kernel, stride, dilation, pads, _ = nn._pool_geometry(x, kernel_size, stride or None, padding, dilation, ceil_mode)
     flat = nn._pool_windows(x, kernel, stride, dilation, pads, float("-inf"))
     flat = flat.reshape(flat.shape[: flat.ndim - nsp] + (sym.product(kernel),))
+    best = flat.argmax(-1)  # (*lead, *out): the tap of each window's maximum, row-major over the kernel
+    # its flat input position, by arithmetic on the tap and the output position (no window of
+    # positions materialized): coordinate = out * stride - pad + tap * dilation along each dim,
+    # clamped into the input (a window of -inf only, all padding where it starts: torch's index is
+    # the first element inside the input)
     lead = x.ndim - nsp
-    pos = np.arange(int(np.prod(spatial)), dtype=np.int64).reshape((1,) * lead + tuple(spatial))
-    pos = np.pad(pos, [(0, 0)] * lead + list(pads), constant_values=-1)
-    pos_win = nn.windows(cx.g.constant(pos), kernel, stride, dilation)
-    pos_win = pos_win.reshape(pos_win.shape[: pos_win.ndim - nsp] + (sym.product(kernel),))
-    best = flat.argmax(-1, keepdim=True)
-    index = pos_win.expand(flat.shape).gather(-1, best)
+    index = None
+    for i in range(nsp):
+        taps_after = int(np.prod(kernel[i + 1:]))
+        tap = best.div(taps_after, rounding_mode="floor").fmod(kernel[i]) if i else best.div(taps_after, rounding_mode="floor")
+        out = best.shape[lead + i]
+        start = np.arange(int(out), dtype=np.int64) * stride[i] - pads[i][0]
+        start = cx.g.constant(start.reshape((1,) * (lead + i) + (int(out),) + (1,) * (nsp - 1 - i)))
+        coord = start.add(tap.mul(dilation[i])).clamp(0, int(spatial[i]) - 1)
+        index = coord if index is None else index.mul(int(spatial[i])).add(coord)
     return values, index.reshape(cx.shape)
