@@ -50,14 +50,8 @@ def batch_norm_training(cx, x, weight, bias, running_mean, running_var, training
     if not training:
         out = batch_norm_inference(cx, x, weight, bias, running_mean, running_var, momentum, eps)
         return (*out[:3], running_mean, running_var)
+    out, mean, rstd = batch_norm_no_stats(cx, x, weight, bias, True, momentum, eps)
     axes = [0, *range(2, x.ndim)]
-    mean, var = x.mean(axes), x.var(axes, correction=0)
-    rstd = var.add(eps).rsqrt()
-    out = x.sub(_channel(mean, x.ndim)).mul(_channel(rstd, x.ndim))
-    if weight is not None:
-        out = out.mul(_channel(weight, x.ndim))
-    if bias is not None:
-        out = out.add(_channel(bias, x.ndim))
     new_mean = running_mean.mul(1 - momentum).add(mean.mul(momentum))
     new_var = running_var.mul(1 - momentum).add(x.var(axes, correction=1).mul(momentum))
     return out, mean, rstd, new_mean, new_var
@@ -65,8 +59,8 @@ def batch_norm_training(cx, x, weight, bias, running_mean, running_var, training
 
 @aten("_native_batch_norm_legit.no_stats")
 def batch_norm_no_stats(cx, x, weight, bias, training, momentum, eps):
-    """Batch norm without running statistics (track_running_stats=False, instance norm): the
-    batch's statistics, whatever `training` says; (out, mean, rstd) as torch saves them."""
+    """Batch norm on the batch's statistics, whatever `training` says (no running statistics:
+    track_running_stats=False, instance norm); (out, mean, rstd) as torch saves them."""
     axes = [0, *range(2, x.ndim)]
     mean, var = x.mean(axes), x.var(axes, correction=0)
     rstd = var.add(eps).rsqrt()
