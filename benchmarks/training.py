@@ -210,7 +210,7 @@ def worker(name: str, config: str, steps: int) -> dict:
 
         # the per-machine C objects (the GEMM entry points, luminal's AVX-512 SGEMM): built once per
         # machine and cached, as any earlier compile leaves them. Cold, a library built while they
-        # build takes the prelude's slower GEMMs for the life of the process (1.6x this step time)
+        # build takes the prelude's slower GEMMs for the life of the process
         t0 = time.perf_counter()
         cpu_build.compiled_object(program.GEMM_OBJECT)
         if gemm_avx512.cpu_has_avx512():

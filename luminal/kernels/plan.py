@@ -65,9 +65,8 @@ def launch_order(final: list[Node]) -> list[Node]:
       are there, not when the walk reaches it: a backward pass walked from its first output (the
       embedding's gradient, through every layer) held each layer's activation gradients to the
       end for the weight gradients, and a forward held each saved activation for its copy. An
-      output's buffer is allocated for the whole call anyway; what it read can then be freed.
-    A 2-layer Llama's training step (batch 8 x 128, `python -m benchmarks --training`): the arenas
-    went from 82 MB (forward) and 107 MB (backward) to 14 MB and 41 MB."""
+      output's buffer is allocated for the whole call anyway; what it read can then be freed
+      (figures: the README's Decisions, "Training", Memory)."""
     walk = toposort(final)
     depth: dict[int, int] = {}
     for n in walk:

@@ -67,8 +67,7 @@ def convolution_backward(cx, grad_out, x, weight, bias_sizes, stride, padding, d
             grad_in = nn.conv(grad_out, weight, None, stride, padding, dilation, groups)
         if output_mask[1]:
             # weight (Cin, Cout/G, *k): the correlation of grad_out's windows with x
-            gw = _weight_grad(grad_out, x, kernel, stride, padding, dilation, groups)  # (Cin, Cout/G, *k)
-            grad_w = gw
+            grad_w = _weight_grad(grad_out, x, kernel, stride, padding, dilation, groups)  # (Cin, Cout/G, *k)
     else:
         if output_mask[0]:
             spatial = x.shape[2:]
