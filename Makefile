@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-avx2 lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -36,6 +36,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -n 2
+
+# the whole suite as on a CPU without AVX-512 (luminal's C, its SGEMM choice, torch's and the BLAS's kernels)
+test-avx2: $(STAMP)
+	LUMINAL_ISA=avx2 $(MAKE) test
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

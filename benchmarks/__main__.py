@@ -40,6 +40,7 @@ def environment() -> dict:
     import numpy
 
     import luminal
+    from luminal.kernels.cpu import isa
 
     try:
         egglog_version = version("egglog")
@@ -47,7 +48,8 @@ def environment() -> dict:
         egglog_version = None
     return {"python": platform.python_version(), "machine": platform.machine(), "cpu_count": torch.get_num_threads(),
             "platform": platform.platform(), "torch": torch.__version__, "numpy": numpy.__version__,
-            "luminal": luminal.__version__, "egglog": egglog_version, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "luminal": luminal.__version__, "egglog": egglog_version,
+            "isa": isa.name(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def table(rows: list[dict]) -> str:

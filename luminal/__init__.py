@@ -1,15 +1,27 @@
 """luminal: a deep-learning graph compiler in Python (HLIR -> egglog -> NumPy / CUDA C)."""
 
+import sys as _sys
+
+from luminal.kernels.cpu import isa as _isa  # imports nothing heavy: runs before NumPy and torch load
+
+# LUMINAL_ISA=avx2: torch's, oneDNN's, MKL's and OpenBLAS's kernels as on a CPU without AVX-512 too,
+# set before they load (isa.py); one loaded already keeps this CPU's, which the log says.
+if (_applied := _isa.apply_to_libraries()) and (_late := [m for m in ("numpy", "torch") if m in _sys.modules]):
+    _isa.LOG.warning("LUMINAL_ISA=%s: %s was imported before luminal, so %s may not take effect there; set them "
+                     "in the environment", _isa.name(), " and ".join(_late), ", ".join(_applied))
+
 from luminal.builder import Graph, Tensor
 from luminal.builder.functional import arange, chunk, concat, full, split, stack, where
 from luminal.compiler import CompiledGraph, Report, compile_graph, stats
 from luminal.errors import (
+    CacheWarning,
     DeviceError,
     DivisionByZero,
     DTypeError,
     IndexOutOfRange,
     InputError,
     LuminalError,
+    OptionError,
     ShapeError,
     UnknownOpError,
     UnsupportedError,
@@ -40,8 +52,8 @@ def __getattr__(name):
 __version__ = "0.1.0"
 
 __all__ = [
-    "CompiledGraph", "DType", "DeviceError", "DivisionByZero", "DTypeError", "Report", "compile_graph", "stats", "Graph", "IndexOutOfRange", "InputError", "LuminalError", "Op",
-    "ShapeError", "Tensor", "UnknownOpError", "UnsupportedError", "arange", "bf16", "bool_",
+    "CacheWarning", "CompiledGraph", "DType", "DeviceError", "DivisionByZero", "DTypeError", "Report", "compile_graph", "stats", "Graph", "IndexOutOfRange", "InputError", "LuminalError", "Op",
+    "OptionError", "ShapeError", "Tensor", "UnknownOpError", "UnsupportedError", "arange", "bf16", "bool_",
     "cat", "chunk", "concat", "f16", "f32", "f64", "full", "int32", "int64", "split", "stack",
     "where", "get_precision", "set_precision",
 ]

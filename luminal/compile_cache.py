@@ -27,12 +27,18 @@ and runs its current weights: the cache can never serve stale weights.
 
 An entry is a `.lum` file (`luminal.saving`'s format: meta.json, graph.json, an empty or small
 weights.safetensors) with a `compile_cache` block in meta.json: the full key (so a foreign or
-colliding file is refused), and the miss's rules fired, e-graph size and notes for the report.
-It is read as untrusted data by `saving.read_archive` (every node verified, dims parsed by the
-grammar, nothing executed), then checked against the caller's graph (outputs of the same dtype
-and shape, inputs that are the caller's own). Anything wrong (truncated, flipped bytes, another
-format, another key) is logged at debug level and treated as a miss, and the rebuilt entry
-replaces it. Writes go to a temporary file in the same folder and are renamed into place
+colliding file is refused), the sha256 of its graph.json and weights.safetensors, and the
+miss's rules fired, e-graph size and notes for the report. It is read as untrusted data by
+`archive.read_archive` (a regular file only, every member bounded before it is read, every node
+verified, dims parsed by the grammar, nothing executed), then checked against the caller's graph
+(outputs of the same dtype and shape, inputs that are the caller's own). Anything wrong
+(truncated, flipped bytes, another format, another key) is logged at debug level and treated as
+a miss, and the rebuilt entry replaces it; a member whose bytes are not the ones written (an
+entry edited after the fact: `x*5` in place of `x*2`) warns too (`CacheEntryWarning`). Links
+and device artifacts carry the sha256 of their own JSON. These sums catch corruption and edits
+by tools that do not know the format, not a deliberate forger: the folder's owner is trusted
+(it also holds the compiled C libraries, which are code), see the README's guarantees. Writes
+go to a temporary file in the same folder and are renamed into place
 (`os.replace`), so concurrent processes only ever see whole entries; the last writer wins
 with an identical graph.
 
@@ -62,6 +68,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from luminal.errors import CacheWarning
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import ConstantArray, Expr, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
@@ -248,15 +255,17 @@ def read(digest: str, text: str, bound: dict[str, ConstantArray],
     except OSError as exc:  # no cache folder can be made (a read-only home): compile without
         LOG.debug("compile cache: unavailable: %s", exc)
         return None
-    if not path.exists():
+    if not os.path.lexists(path):
         return _read_link(digest, text, bound) if follow else None
+    from luminal.archive import read_archive
     from luminal.kernels.cache import touch
-    from luminal.saving import read_archive
 
+    digests: dict[str, str] = {}
     try:
         with gc_paused():
-            meta, optimized, inputs = read_archive(path, bound=bound)
+            meta, optimized, inputs = read_archive(path, bound=bound, digests=digests)
         block = _checked_block(meta.get("compile_cache"), text, digest)
+        _check_content(block, digests, path)
     except Exception as exc:  # noqa: BLE001 - any bad entry is a miss, rebuilt and replaced
         LOG.debug("compile cache: ignoring %s: %s: %s", path, type(exc).__name__, exc)
         return None
@@ -284,23 +293,67 @@ def _checked_block(block, text: str, digest: str) -> dict:
     return block
 
 
+class CacheEntryWarning(CacheWarning):
+    """A compile-cache entry that was changed after it was written (its members do not match
+    the sha256s it was stored with): it is ignored, compiled afresh and replaced."""
+
+
+CONTENT = ("graph.json", "weights.safetensors")  # the members an entry's block holds the sha256 of
+
+
+def _check_content(block: dict, digests: dict[str, str], path: Path) -> None:
+    """ValueError, after a CacheEntryWarning naming the entry, when a member's bytes are not the
+    ones written (`_entry`). This catches corruption and edits by tools that do not know the
+    block; the cache folder's owner, who can write anything there, is trusted (README)."""
+    stored = block.get("content")
+    if not isinstance(stored, dict):
+        raise ValueError("no sha256s of its members")
+    changed = [name for name in CONTENT if stored.get(name) != digests.get(name)]
+    if changed:
+        import warnings
+
+        warnings.warn(f"luminal compile cache: entry {path} was changed after it was written ({changed[0]} does not "
+                      f"match its sha256): ignored, compiled afresh and replaced", CacheEntryWarning, stacklevel=2)
+        raise ValueError(f"{changed[0]} was changed after the entry was written")
+
+
+def _sealed(data: dict) -> dict:
+    """`data` (a link's or artifacts' JSON) with the sha256 of its canonical text (sans that field)."""
+    import json
+
+    body = {k: v for k, v in data.items() if k != "sha256"}
+    return {**body, "sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()}
+
+
+def _read_json_file(path: Path, limit: int):
+    """The JSON of a cache file: a regular file (a FIFO would block) of at most `limit` bytes."""
+    import json
+
+    from luminal.archive import open_regular
+
+    with open_regular(path) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    return json.loads(data)
+
+
 MAX_LINK_BYTES = 1 << 24
 
 
 def _read_link(digest: str, text: str, bound: dict[str, ConstantArray]):
     """`read` of an entry stored as a link: its own block, the graph of the entry it names."""
-    import json
     import re
 
     from luminal.kernels.cache import touch
 
     path = folder() / f"{digest}.link.json"
-    if not path.exists():
+    if not os.path.lexists(path):
         return None
     try:
-        if path.stat().st_size > MAX_LINK_BYTES:
-            raise ValueError(f"larger than {MAX_LINK_BYTES} bytes")
-        data = json.loads(path.read_bytes())
+        data = _read_json_file(path, MAX_LINK_BYTES)
+        if not isinstance(data, dict) or _sealed(data) != data:
+            raise ValueError("its sha256 does not match")
         block, target, target_key, bind = (data["compile_cache"], data["target"], data["target_key"], data["bind"])
         _checked_block(block, text, digest)
         if not (isinstance(target, str) and re.fullmatch(r"[0-9a-f]{64}", target) and isinstance(target_key, str)):
@@ -364,7 +417,7 @@ def write_link(digest: str, text: str, target: Key, bind: dict[str, str], report
                 "target_key": target.text, "bind": bind}
         directory = folder()
         path = directory / f"{digest}.link.json"
-        write_atomic(path, json.dumps(data).encode())
+        write_atomic(path, json.dumps(_sealed(data)).encode())
         prune(directory, size_bound(), recent_s=0.0)
         return path
     except Exception as exc:  # noqa: BLE001 - a cache that cannot write is only slower
@@ -444,6 +497,9 @@ def _entry(digest: str, text: str, refs: dict[int, str], optimized: list[Node], 
                       "src": [index[id(s)] for s in n.src], "arg": arg})
     graph = {"nodes": nodes, "outputs": [index[id(n)] for n in optimized]}
     blob, dtypes = _weights_bytes(embedded)
+    graph_json = json.dumps(graph)
+    content = {"graph.json": hashlib.sha256(graph_json.encode()).hexdigest(),
+               "weights.safetensors": hashlib.sha256(blob).hexdigest()}
     inputs = [n for n in order if n.op is Op.INPUT]
     meta = {"format": FORMAT, "version": VERSION, "name": report.name,
             "inputs": [{"name": n.arg, "dtype": n.dtype.short, "shape": [str(d) for d in n.shape]} for n in inputs],
@@ -452,8 +508,8 @@ def _entry(digest: str, text: str, refs: dict[int, str], optimized: list[Node], 
             "compile_cache": {"key": text, "digest": digest, "references": sorted(set(refs.values()) - set(embedded)),
                               "rules_fired": report.rules_fired, "egraph_size": report.egraph_size,
                               "ops_before": report.ops_before, "ops_after": report.ops_after,
-                              "notes": list(report.notes), **extra}}
-    return (json.dumps(graph), blob), json.dumps(meta)
+                              "notes": list(report.notes), "content": content, **extra}}
+    return (graph_json, blob), json.dumps(meta)
 
 
 # --- device artifacts: a runtime rebuilt without code generation -----------------------------
@@ -500,11 +556,9 @@ def device_artifacts(digest: str, device: str) -> dict | None:
 
     try:
         path = _artifacts_path(digest, device)
-        if not path.exists():
+        if not os.path.lexists(path):
             return None
-        if path.stat().st_size > MAX_ARTIFACT_BYTES:
-            raise ValueError(f"larger than {MAX_ARTIFACT_BYTES} bytes")
-        data = json.loads(path.read_bytes())
+        data = _read_json_file(path, MAX_ARTIFACT_BYTES)
         payload = data["artifacts"]
         if data.get("digest") != digest or data.get("device") != device or not isinstance(payload, dict):
             raise ValueError("a foreign file")

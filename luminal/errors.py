@@ -36,5 +36,14 @@ class DivisionByZero(LuminalError, ZeroDivisionError):
     """An integer division or remainder by zero at run time (torch raises too; floats give inf/NaN)."""
 
 
+class OptionError(LuminalError, ValueError):
+    """An unknown value for a setting (a precision name, ...): lists the valid ones."""
+
+
 class DeviceError(LuminalError, ValueError):
     """An unknown device, or one this machine cannot run: says what is missing and how to get it."""
+
+
+class CacheWarning(RuntimeWarning):
+    """The on-disk cache folder cannot be used (not writable, full, not a folder, or open to other
+    users): luminal builds in a private temporary folder instead. Says which folder and why."""

@@ -5,7 +5,7 @@ A `.lum` file is a zip archive:
     graph.json           the optimized HLIR, one entry per node in topological order
     weights.safetensors  every tensor constant, by name (bf16 stored as its uint16 bits)
     kernels.cu           the generated CUDA C, when the renderer is available
-Loading needs NumPy, sympy, ml_dtypes and safetensors (and CuPy for device="cuda").
+Loading needs NumPy, sympy and ml_dtypes (and CuPy for device="cuda"); saving needs safetensors.
 
 `save(path, weights="seeded")` stores no weight bytes: each constant becomes a spec (shape,
 dtype, seed, mean, std) in meta.json, and loading regenerates it deterministically (NumPy's
@@ -16,7 +16,8 @@ elements (smaller ones, such as rope frequencies, are stored exactly), or exactl
 `weight_specs={name: {"mean": m, "std": s}}` names, with those statistics (the arrays are then
 never read, so placeholders such as lazily allocated `np.zeros` do).
 
-Version 2 added seeded weights; version 1 files still load.
+Version 2 added seeded weights; version 1 files still load. Reading a file (untrusted data) is
+`luminal/archive.py`.
 """
 
 from __future__ import annotations
@@ -45,9 +46,8 @@ WEIGHT_MODES = ("embed", "seeded")
 SEED_MIN = 4096  # elements: smaller float constants are stored exactly even with weights="seeded"
 # What a file may make `load` allocate beyond its own bytes: the elements of all seeded weights
 # together, and of any one node of static shape (LUMINAL_MAX_ELEMENTS overrides; 2**33 = 32 GiB
-# of f32). The JSON members are bounded too (a deflated member can inflate 1000-fold).
+# of f32). The JSON members are bounded too (archive.py: a deflated member can inflate 1000-fold).
 MAX_ELEMENTS = int(os.environ.get("LUMINAL_MAX_ELEMENTS", 2**33))
-MAX_JSON_BYTES = 1 << 28
 MAX_ARG_DEPTH = 900  # nesting of one node's argument in graph.json (a FusedElementwise expression)
 
 
@@ -317,7 +317,8 @@ def save_compiled(compiled, path, meta: dict | None = None, weights: str = "embe
 
     `weights`: "embed" (safetensors) or "seeded" (specs only; see the module docstring).
     `archs`: e.g. ("sm_90",): also store the kernels as cubins built here with NVRTC, so that
-    `load(device="cuda")` on such a GPU compiles nothing."""
+    `load(device="cuda", trust_binaries=True)` on such a GPU compiles nothing. The file then
+    carries machine code: `load` runs it only when its caller says it trusts the file."""
     if weights not in WEIGHT_MODES:
         raise LuminalError(f"weights={weights!r}: choose one of {WEIGHT_MODES}")
     path = Path(path)
@@ -367,188 +368,3 @@ def save_compiled(compiled, path, meta: dict | None = None, weights: str = "embe
         for arch, binary in cubins.items():
             zf.writestr(f"kernels.{arch}.cubin", binary)
     return path
-
-
-def read_archive(path, bound: dict[str, ConstantArray] | None = None) -> tuple[dict, list[Node], dict[str, Node]]:
-    """(meta, outputs, inputs by name) of a `.lum` file, with clear errors for bad files.
-    `bound`: weights the file references by name without storing them (the compile cache's
-    references to the caller's weights); each is held to its node's shape and dtype like any other.
-
-    A file is data, never code: dims are read by `symbolic.parse_expr`'s grammar, every node is
-    held to its op's rules, every weight must have its node's shape and dtype, and what loading
-    allocates is bounded by the file's bytes, plus `MAX_ELEMENTS` for seeded weights."""
-    path = Path(path)
-    if not path.exists():
-        raise SaveFormatError(f"{path}: no such file")
-    try:
-        with zipfile.ZipFile(path) as zf:
-            meta = _read_json(zf, "meta.json")
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                fmt = meta.get("format") if isinstance(meta, dict) else None
-                raise SaveFormatError(f"{path} is not a luminal compiled model (format {fmt!r})")
-            if meta.get("version") not in READABLE:
-                raise SaveFormatError(
-                    f"{path} was written in format version {meta.get('version')}; this luminal reads version "
-                    f"{VERSION} (and older: {', '.join(map(str, READABLE[:-1]))})"
-                )
-            graph = _read_json(zf, "graph.json")
-            blob = zf.read("weights.safetensors")
-    except SaveFormatError as exc:
-        raise SaveFormatError(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
-    except RecursionError:
-        raise SaveFormatError(f"{path} has a corrupt header: JSON nested too deeply") from None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, NotImplementedError, RuntimeError) as exc:
-        raise SaveFormatError(f"{path} is not a luminal compiled model (not a zip archive, or truncated: {exc})") from None
-    except KeyError as exc:
-        raise SaveFormatError(f"{path} is incomplete: {exc.args[0]}") from None
-    except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
-        raise SaveFormatError(f"{path} has a corrupt header: {type(exc).__name__}: {exc}") from None
-    except OSError as exc:
-        raise SaveFormatError(f"{path}: cannot read it: {exc}") from None
-    try:
-        _check_meta(meta)
-        weights = _read_weights(meta, blob, graph)
-        clash = sorted(set(weights) & set(bound or {}))
-        if clash:
-            raise SaveFormatError(f"weight {clash[0]!r} is both stored and bound by the caller")
-        weights.update(bound or {})
-        outputs = decode_graph(graph, weights)
-        if len(meta["output_names"]) != len(outputs):
-            raise SaveFormatError(f"meta.json names {len(meta['output_names'])} outputs, graph.json has {len(outputs)}")
-    except SaveFormatError as exc:
-        raise SaveFormatError(f"{path}: {exc}") from None
-    declared = [n for n in toposort(outputs) if n.op is Op.INPUT]
-    inputs = {n.arg: n for n in declared}
-    if len(inputs) != len(declared):
-        raise SaveFormatError(f"{path}: graph.json declares an input name twice (with different shapes or dtypes)")
-    return meta, outputs, inputs
-
-
-def _read_json(zf: zipfile.ZipFile, name: str):
-    info = zf.getinfo(name)
-    if info.file_size > MAX_JSON_BYTES:
-        raise SaveFormatError(f"{name} claims {info.file_size} bytes (at most {MAX_JSON_BYTES})")
-    return json.loads(zf.read(info))
-
-
-def _check_meta(meta: dict) -> None:
-    """The fields of meta.json that loading reads, with their types; the output spec (torch's
-    pytree) may name no type that deserializing would import (a defaultdict's factory)."""
-    kinds = {"inputs": list, "output_names": list, "weight_dtypes": dict, "weight_specs": dict, "frontend": dict,
-             "cubins": list, "cubins_sha256": dict}
-    for key, kind in kinds.items():
-        if key in meta and not isinstance(meta[key], kind):
-            raise SaveFormatError(f"meta.json {key!r} must be a {kind.__name__}")
-    if "output_names" not in meta or not all(isinstance(n, str) for n in meta["output_names"]):
-        raise SaveFormatError("meta.json needs output_names, a list of strings")
-    if "inputs" not in meta:
-        raise SaveFormatError("meta.json needs inputs")
-    for entry in meta["inputs"]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise SaveFormatError(f"meta.json inputs entry {str(entry)[:80]} needs a name")
-    spec = meta.get("frontend", {}).get("out_spec")
-    if spec is not None:
-        _check_pytree_spec(spec)
-
-
-def _check_pytree_spec(spec) -> None:
-    """A torch pytree spec (`treespec_dumps`) whose loading imports nothing: torch's
-    `treespec_loads` imports the module a defaultdict's factory or an enum (`__enum__`) names."""
-    def walk(value):
-        if isinstance(value, dict):
-            if "__enum__" in value or "default_factory_module" in value or value.get("type") == "collections.defaultdict":
-                raise SaveFormatError("meta.json frontend out_spec names a defaultdict or an enum, whose loading "
-                                      "would import a module named in the file")
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-        elif isinstance(value, str) and value[:1] in "[{":  # a node's context is JSON inside the JSON
-            try:
-                walk(json.loads(value))
-            except ValueError:
-                pass  # not JSON: a plain string
-
-    if not isinstance(spec, str):
-        raise SaveFormatError("meta.json frontend out_spec must be a string")
-    try:
-        walk(json.loads(spec))
-    except ValueError as exc:
-        raise SaveFormatError(f"meta.json frontend out_spec is not JSON: {exc}") from None
-    except RecursionError:
-        raise SaveFormatError("meta.json frontend out_spec is nested too deeply") from None
-
-
-def _read_weights(meta: dict, blob: bytes, graph) -> dict[str, np.ndarray]:
-    """The weights of a file: stored ones exactly as meta.json's weight_dtypes says they were
-    stored (bf16 as uint16 bits); seeded ones within MAX_ELEMENTS, generated only when a node of
-    graph.json holds them with the spec's very shape and dtype."""
-    weights: dict[str, np.ndarray] = {}
-    stored_dtypes = meta.get("weight_dtypes", {})
-    if blob:
-        from safetensors.numpy import load
-
-        try:
-            raw = load(blob)
-        except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types
-            raise SaveFormatError(f"weights.safetensors is corrupt: {exc}") from None
-        for name, arr in raw.items():
-            stored_as = stored_dtypes.get(name)
-            if stored_as == DType.BF16.short and arr.dtype == np.uint16:
-                arr = arr.view(DType.BF16.numpy)
-            elif stored_as is None or arr.dtype.str != _numpy_str(stored_as):
-                raise SaveFormatError(f"weight {name!r} is stored as {arr.dtype}, meta.json says {stored_as!r}")
-            weights[name] = arr
-    missing = sorted(set(stored_dtypes) - set(weights))
-    if missing:
-        raise SaveFormatError(f"weight(s) {missing[:5]} are listed in meta.json but missing from weights.safetensors")
-    total = 0
-    for name, spec in meta.get("weight_specs", {}).items():
-        try:
-            total += check_spec(spec)
-        except (LuminalError, TypeError, ValueError) as exc:
-            raise SaveFormatError(f"the seeded weight spec of {name!r} is malformed: {exc}") from None
-        if total > MAX_ELEMENTS:
-            raise SaveFormatError(f"the seeded weights up to {name!r} hold {total} elements, more than this machine "
-                                  f"allows (LUMINAL_MAX_ELEMENTS={MAX_ELEMENTS})")
-        if name in weights:
-            raise SaveFormatError(f"weight {name!r} is both stored and seeded")
-    holders = {}  # weight name -> (shape, dtype) of the graph.json nodes holding it
-    for entry in graph.get("nodes", []) if isinstance(graph, dict) and isinstance(graph.get("nodes"), list) else []:
-        if isinstance(entry, dict) and isinstance(entry.get("arg"), dict) and isinstance(entry["arg"].get("weight"), str):
-            holders[entry["arg"]["weight"]] = (entry.get("shape"), entry.get("dtype"))
-    for name, spec in meta.get("weight_specs", {}).items():
-        if name not in holders:
-            continue  # no node holds it: never generated
-        if holders[name] != ([str(d) for d in spec["shape"]], spec["dtype"]):
-            raise SaveFormatError(f"the seeded weight {name!r} is {spec['dtype']}{spec['shape']}, "
-                                  f"its node {holders[name][1]}{holders[name][0]}")
-        weights[name] = seeded_weight(spec)
-    return weights
-
-
-def _numpy_str(short: str) -> str | None:
-    try:
-        return DType.of(short).numpy.str
-    except (LuminalError, TypeError, ValueError):
-        return None
-
-
-def saved_cubins(path, meta: dict, source: str) -> dict[str, bytes] | None:
-    """The cubins stored in `path` when they were built from exactly `source` (the CUDA source
-    rendered here) and each one's bytes match the sha256 meta.json holds for it; else None."""
-    hashes = meta.get("cubins_sha256")
-    if not meta.get("cubins") or not isinstance(hashes, dict) or meta.get("kernels_sha256") != hashlib.sha256(source.encode()).hexdigest():
-        return None  # files without sha256s (format 2 before it) compile from source
-    binaries = {}
-    try:
-        with zipfile.ZipFile(path) as zf:
-            for arch in meta["cubins"]:
-                binary = zf.read(f"kernels.{arch}.cubin")
-                if hashes.get(arch) != hashlib.sha256(binary).hexdigest():
-                    raise SaveFormatError(f"{path}: kernels.{arch}.cubin does not match its sha256 in meta.json")
-                binaries[arch] = binary
-    except (zipfile.BadZipFile, KeyError, OSError, EOFError, zlib.error) as exc:
-        raise SaveFormatError(f"{path}: cannot read its cubins: {exc}") from None
-    return binaries

@@ -12,3 +12,14 @@ os.environ.setdefault("LUMINAL_COMPILE_CACHE", "0")  # off: compiles stay indepe
 # off: every call of a cpu-compiled graph runs the C, so the tests that compare it with the NumPy
 # runtime compare the C from the first call on (tests/cpu/test_cpu_tiered.py turns it on)
 os.environ.setdefault("LUMINAL_TIERED", "0")
+
+
+# LUMINAL_ISA=avx2 (`make test-avx2`): the whole suite as on a CPU without AVX-512, torch's and the
+# BLAS's kernels included. `import luminal` sets their variables (isa.py); they read them when they
+# load, so a library loaded before it would give this CPU's answers: an error here.
+_late, _env = sorted(m for m in ("numpy", "torch") if m in sys.modules), dict(os.environ)
+import luminal.kernels.cpu.isa as _isa  # noqa: E402 - after the snapshot above
+
+if _late and (_unset := [k for k in _isa.library_environment() if k not in _env]):
+    raise RuntimeError(f"LUMINAL_ISA={_isa.name()}: {', '.join(_late)} was imported before tests/conftest.py; "
+                       f"set {', '.join(_unset)} in the environment instead")

@@ -207,7 +207,10 @@ class ElementwiseMixin:
 
     # --- sign, rounding, clamping ----------------------------------------------------------
     def abs(self):
-        return self.maximum(self.neg())
+        out = self.maximum(self.neg())
+        # -0.0 and 0.0 compare equal, so the max of the pair may be either; + 0.0 makes it +0.0,
+        # as torch's abs, and changes no other value (the rewriter has no x + 0 = x)
+        return out.add(0.0) if self.dtype.is_float else out
 
     def sign(self):
         one = self._scalar(1).expand(self.shape)

@@ -78,11 +78,28 @@ def representable(v: float, dtype: DType) -> bool:
         return float(np.array(v).astype(dtype.numpy)) == v
 
 
+# the least positive normal value of each float dtype: a subnormal constant is flushed to zero
+# where the device flushes subnormals (`-ftz`), so neither it nor its reciprocal may be folded
+SMALLEST_NORMAL = {DType.F16: 2.0 ** -14, DType.BF16: 2.0 ** -126, DType.F32: 2.0 ** -126, DType.F64: 2.0 ** -1022}
+
+
+def exact_reciprocal(v: float, dtype: DType) -> bool:
+    """Whether `x * (1/v)` is `x / v` for every x of `dtype`: v is a power of two whose
+    reciprocal is a normal value of the dtype too (then both products are exact scalings,
+    rounded once). Any other reciprocal is rounded, so `x * (1/3)` differs from `x / 3`."""
+    if not math.isfinite(v) or v == 0.0 or abs(math.frexp(v)[0]) != 0.5:
+        return False
+    tiny = SMALLEST_NORMAL.get(dtype)
+    r = 1.0 / v  # exact: a power of two within float64's normal range both ways
+    return tiny is not None and min(abs(v), abs(r)) >= tiny and representable(v, dtype) and representable(r, dtype)
+
+
 def encode(nodes: list[Node], slots: list[Node]) -> Encoding:
     enc = Encoding(nodes, slots)
     index = {id(n): i for i, n in enumerate(nodes)}
     slot_index = {id(n): i for i, n in enumerate(slots)}
     reprs: set[tuple[float, str]] = set()
+    exact_recips: set[tuple[float, str]] = set()
 
     def ref(n: Node):
         i = index.get(id(n))
@@ -91,6 +108,8 @@ def encode(nodes: list[Node], slots: list[Node]) -> Encoding:
     def splat(v: float, dt: DType, st: ShapeTracker):
         if representable(v, dt):
             reprs.add((v, dt.short))
+        if exact_reciprocal(v, dt):
+            exact_recips.add((v, dt.short))
         return eg.call("Splat", eg.f64(v), eg.string(dt.short), eg.i64(enc.tracker(st)))
 
     for i, n in enumerate(nodes):
@@ -106,6 +125,7 @@ def encode(nodes: list[Node], slots: list[Node]) -> Encoding:
             term = eg.call(f"Opaque{len(src)}", eg.i64(len(enc.opaque) - 1), *(ref(s) for s in src))
         enc.commands.append(eg.union(eg.call("N", eg.i64(i)), term))
     enc.commands += [eg.fact(eg.call("Repr", eg.f64(v), eg.string(d))) for v, d in sorted(reprs)]
+    enc.commands += [eg.fact(eg.call("ExactRecip", eg.f64(v), eg.string(d))) for v, d in sorted(exact_recips)]
     enc.commands += tracker_facts(enc)
     enc.commands += pattern_facts(enc, index, slot_index, ref)
     return enc

@@ -35,12 +35,29 @@ def _scalar_const(n: Node):
     return None
 
 
+def _constant_divisor(n: Node) -> Node | None:
+    """For `recip(c)` of a constant c, read directly or through an unmasked view (a masked one
+    reads 0 where 1/c is not), the same elements of c itself: a product `x * recip(c)` then
+    fuses into a region that divides by c (`x / c`, rounded once, as torch divides), where
+    the broadcast reciprocal alone would be one rounded value multiplied in."""
+    st = None
+    if n.op is Op.VIEW and n.arg.mask is None:
+        n, st = n.src[0], n.arg
+    if n.op is not Op.RECIP or n.src[0].op is not Op.CONSTANT:
+        return None
+    c = n.src[0]
+    return c if st is None else Node(Op.VIEW, c.dtype, st.shape, (c,), st)
+
+
 def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
     """The graph with elementwise regions fused, and how many regions were formed."""
     order = toposort(outputs)
     users = collections.Counter(id(s) for n in order for s in n.src)
     users.update(id(n) for n in outputs)
     absorbed: set[int] = set()  # nodes that live inside their consumer's region
+    # recip(c) as a float product's operand: inlined as a division by c (`_constant_divisor`)
+    divisors = {id(s): d for n in order if n.op is Op.MUL and n.dtype.is_float for s in n.src
+                if (d := _constant_divisor(s)) is not None}
 
     def joins(child: Node) -> bool:
         return child.op in POINTWISE and users[id(child)] == 1 and _scalar_const(child) is None
@@ -66,14 +83,14 @@ def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
                     if id(s) not in absorbed and count + reads[id(s)] <= MAX_REGION_OPS and shared_joins(s, reads):
                         absorbed.add(id(s))
                         count += reads[id(s)]
-    new: dict[int, Node] = {}
+    new: dict[int, Node] = {id(d): d for d in divisors.values()}  # views of constants: unchanged
     regions = 0
     for n in order:
         if id(n) in absorbed:
             continue
-        if n.op in POINTWISE and any(id(s) in absorbed for s in n.src):
+        if n.op in POINTWISE and any(id(s) in absorbed or _divides(n, s, divisors) for s in n.src):
             inputs: list[Node] = []
-            expr = _expression(n, absorbed, inputs)
+            expr = _expression(n, absorbed, inputs, divisors)
             src = tuple(new[id(s)] for s in inputs)
             new[id(n)] = Node(Op.FUSED_ELEMENTWISE, n.dtype, n.shape, src, expr)
             regions += 1
@@ -85,9 +102,18 @@ def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
     return [new[id(n)] for n in outputs], regions
 
 
-def _expression(root: Node, absorbed: set[int], inputs: list[Node]) -> Expr:
+def _divides(n: Node, s: Node, divisors: dict[int, Node]) -> bool:
+    return n.op is Op.MUL and n.dtype.is_float and id(s) in divisors
+
+
+def _expression(root: Node, absorbed: set[int], inputs: list[Node], divisors: dict[int, Node]) -> Expr:
     """The region rooted at `root` as an `Expr` over input slots (scalar constants inlined)."""
     slot: dict[int, int] = {}
+
+    def operand(n: Node, s: Node) -> Expr:
+        if _divides(n, s, divisors):
+            return Expr(Op.RECIP, s.dtype, (walk(divisors[id(s)], False),))
+        return walk(s, False)
 
     def walk(n: Node, is_root: bool) -> Expr:
         const = None if is_root else _scalar_const(n)
@@ -98,7 +124,7 @@ def _expression(root: Node, absorbed: set[int], inputs: list[Node]) -> Expr:
                 slot[id(n)] = len(inputs)
                 inputs.append(n)
             return Expr(Op.INPUT, n.dtype, (), slot[id(n)])
-        return Expr(n.op, n.dtype, tuple(walk(s, False) for s in n.src))
+        return Expr(n.op, n.dtype, tuple(operand(n, s) for s in n.src))
 
     return walk(root, True)
 

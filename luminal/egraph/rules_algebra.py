@@ -32,7 +32,9 @@ RULES = [
          " ((union e (Splat (* p q) dt s))))"),
     rule("fold c1+c2", "(rule ((= e (Add (Splat p dt s) (Splat q dt s))) (Repr p dt) (Repr q dt))"
          " ((union e (Splat (+ p q) dt s))))"),
-    rule("fold recip(c)", "(rule ((= e (Recip (Splat p dt s))) (Repr p dt) (!= p 0.0))"
+    # only an exact reciprocal (a power of two, `ExactRecip`): x * recip(3) renders as x / 3,
+    # rounded once as torch's division; x * fl(1/3) would be off by an ulp on a third of x
+    rule("fold recip(c)", "(rule ((= e (Recip (Splat p dt s))) (Repr p dt) (ExactRecip p dt))"
          " ((union e (Splat (/ 1.0 p) dt s))))"),
     # a broadcast view of a constant is the constant at the view's shape
     rule("view(c) = c", "(rule ((= e (View (Splat p dt s0) st)) (Bcast st)) ((union e (Splat p dt st))))"),

@@ -47,6 +47,7 @@ DECLARATIONS = f"""
 (function MatA (i64 i64) i64 :merge old)
 (function MatB (i64 i64) i64 :merge old)
 (relation Repr (f64 String))
+(relation ExactRecip (f64 String))
 (relation Widens (String String))
 (relation SelectOf (Expr Expr Expr Expr i64))
 (relation ConcatOf (Expr Expr))

@@ -7,7 +7,8 @@ common subexpressions are shared for free and nodes can be compared by identity.
 
 Semantics (the NumPy runtime in `luminal/runtime/` is the executable form of this table):
 - EXP2, LOG2, SIN, SQRT, RECIP: float -> same float dtype, IEEE behaviour (recip(0) = inf).
-- ADD, MUL: same dtype in and out; on bool they are logical or / and.
+- ADD, MUL: same dtype in and out; on bool they are logical or / and; on integers they wrap
+  (two's complement, as torch's: every dialect renders them so, `cstyle.wrapping`).
 - MOD: C `fmod` (truncated; the result has the sign of the dividend), ints and floats; an
   integer MOD by zero raises `DivisionByZero` at run time (as torch does; NumPy would give 0).
 - LESS_THAN: operands of one dtype, result bool.

@@ -122,13 +122,16 @@ class EmulatorLauncher:
 
 def _cubin_file(cubin: bytes) -> str:
     """A cubin on disk (content-addressed in the cache), for `cupy.RawModule(path=...)`."""
-    from luminal.kernels.cache import cache_dir, prune, touch, write_atomic
+    from luminal.kernels.cache import in_cache, prune, touch, write_atomic
 
-    path = cache_dir("cubin") / f"{hashlib.sha1(cubin).hexdigest()}.cubin"
-    if not touch(path):  # touched: safe from pruning for a while
-        write_atomic(path, cubin)
-        prune(path.parent)
-    return str(path)
+    def written(directory):  # a folder that cannot be written: the private one (`in_cache`)
+        path = directory / f"{hashlib.sha1(cubin).hexdigest()}.cubin"
+        if not touch(path):  # touched: safe from pruning for a while
+            write_atomic(path, cubin)
+            prune(directory)
+        return path
+
+    return str(in_cache("cubin", written))
 
 
 class CupyLauncher:

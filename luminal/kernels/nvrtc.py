@@ -11,6 +11,7 @@ Backends: `cuda.bindings.nvrtc` (pip `cuda-bindings` + `nvidia-cuda-nvrtc`), els
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import functools
 import glob
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from luminal.errors import LuminalError
-from luminal.kernels.cache import cache_dir, prune, touch, write_atomic
+from luminal.kernels.cache import cache_dir, prune, touch, unusable, write_atomic
 
 # What CuPy's RawModule passes on its own (cupy/cuda/compiler.py), so a cubin built here behaves like
 # one CuPy builds; plus C++17, which generated code may rely on.
@@ -232,10 +233,8 @@ class NVRTCCompiler:
             if not ok:
                 raise CompileError(log, source, arch, full)
             result = CompiledKernelBinary(binary, arch, log, parse_ptxas_log(log))
-            if directory is not None:  # log first: a .bin without its .log is never read
-                write_atomic(directory / f"{key}.log", log.encode())
-                write_atomic(directory / f"{key}.bin", binary)
-                prune(directory)
+            if directory is not None:
+                self._store(directory, key, log, binary)
         else:
             self.disk_hits += 1
         with self._lock:
@@ -243,6 +242,22 @@ class NVRTCCompiler:
             while len(self._memory) > self.memory_size:
                 self._memory.popitem(last=False)
         return result
+
+    def _store(self, directory: Path, key: str, log: str, binary: bytes) -> None:
+        """The disk cache's entry (log first: a .bin without its .log is never read). Only an
+        optimization: a folder that cannot be written (read-only, full) is given up for the
+        private one (`cache.unusable`, warned once), or, for a folder the caller chose, skipped."""
+        def write(d: Path) -> None:
+            write_atomic(d / f"{key}.log", log.encode())
+            write_atomic(d / f"{key}.bin", binary)
+            prune(d)
+
+        try:
+            write(directory)
+        except OSError as exc:
+            if self.cache_path is None:
+                with contextlib.suppress(OSError):
+                    write(unusable(directory, exc))
 
     @staticmethod
     def _load(directory: Path | None, key: str, arch: str) -> CompiledKernelBinary | None:

@@ -64,7 +64,7 @@ from luminal.kernels.arena import ArenaLayout, plan_arena
 from luminal.kernels.launchers import LAUNCHERS
 from luminal.kernels.plan import KernelPlan
 from luminal.kernels.weights import DEVICE_WEIGHTS
-from luminal.runtime.binding import bind_inputs
+from luminal.runtime.binding import bind_inputs, index_error
 from luminal.runtime.torch_arrays import bf16_of_bits, bits_of, numpy_to_torch
 
 GRAPH_CACHE_SIZE = 16  # captured bindings kept (least recently used dropped first); $LUMINAL_CUDA_GRAPHS_MAX
@@ -181,6 +181,12 @@ def _is_device_array(value, xp=None) -> bool:
     if xp is not None and xp is not np and isinstance(value, xp.ndarray):
         return True
     return type(value).__module__.split(".")[0] == "cupy"
+
+
+def _proper_bools(arr):
+    """A device bool array with every byte 0 or 1 (`binding.proper_bools`; on the device a copy
+    `!= 0` always, one launch: testing first would wait for the device)."""
+    return arr.view(np.uint8) != 0 if arr.dtype == np.bool_ else arr
 
 
 def _release_after(fence: list, _buffers) -> None:
@@ -356,7 +362,7 @@ class KernelRuntime:
             else:
                 spans = [b - a for a, b in zip(marks, marks[1:])]
             best = [min(x, y) for x, y in zip(best, spans)]
-        self._check_flag(err)
+        self._check_flag(err, bindings)
         return [{"kernel": ln.name, "seconds": t} for ln, t in zip(seq.launches, best)]
 
     def _bind(self, feeds: dict):
@@ -401,7 +407,7 @@ class KernelRuntime:
             outs = self._new_outputs(seq)
             self._issue(seq, dev_ins, outs, self._tmp_views(seq, self._new_arena(seq)), err)
         if host:
-            self._check_flag(err)
+            self._check_flag(err, bindings)
             return [self._to_host(o, n) for o, n in zip(outs, self.plan.outputs)]
         return outs  # device arrays: bf16 stays as uint16 bits on CuPy (torch callers get bfloat16)
 
@@ -471,12 +477,14 @@ class KernelRuntime:
         self.launcher.synchronize()
         self._check_flag(self._flag())
 
-    def _check_flag(self, err) -> None:
+    def _check_flag(self, err, bindings: dict | None = None) -> None:
         flag = self.launcher.read_flag(err)
         if flag:
             self.launcher.clear_flag(err)
             if flag & 2 and not flag & 1:  # 2: an integer Mod by zero (cstyle.lum_imod)
                 raise DivisionByZero("integer division or remainder by zero (flagged by a kernel)")
+            if bindings is not None:  # the binding known: an empty indexed axis is named
+                raise index_error(self.plan.outputs, bindings, "a kernel")
             raise IndexOutOfRange("a Gather/Scatter index was out of range (flagged by a kernel)")
 
     # -- conversions --
@@ -489,9 +497,9 @@ class KernelRuntime:
                 arr = cupy.from_dlpack(t.contiguous())
             else:
                 arr = self.launcher.upload(t.numpy())
-            return _DeviceArray(arr.view(np.uint16) if bf16 else arr, DType.BF16.numpy if bf16 else arr.dtype)
+            return _DeviceArray(arr.view(np.uint16) if bf16 else _proper_bools(arr), DType.BF16.numpy if bf16 else arr.dtype)
         if isinstance(value, cupy.ndarray):
-            return _DeviceArray(cupy.ascontiguousarray(value).reshape(value.shape), value.dtype)
+            return _DeviceArray(_proper_bools(cupy.ascontiguousarray(value).reshape(value.shape)), value.dtype)
         return np.asarray(value)  # host data: uploaded by `run`
 
     def _to_host(self, buf, node) -> np.ndarray:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
-from luminal.errors import InputError
+from luminal.errors import IndexOutOfRange, InputError
 from luminal.hlir import symbolic as sym
-from luminal.hlir.ops import Node
+from luminal.hlir.ops import Node, Op, toposort
 from luminal.runtime.torch_arrays import is_torch, torch_to_numpy
 
 
@@ -73,6 +73,8 @@ def bind_inputs(inputs: list[Node], feeds: dict, convert: bool = True) -> tuple[
                 )
         for axis, dim in others:
             deferred.append((name, axis, dim, shape[axis], shape, node.shape))
+        if dtype == np.bool_ and type(arr) is np.ndarray:
+            arr = proper_bools(arr)
         if convert and not (arr.flags.c_contiguous and arr.ndim):
             arr = np.ascontiguousarray(arr).reshape(shape)  # ascontiguousarray makes 0-d 1-d
         arrays[name] = arr
@@ -90,6 +92,15 @@ def bind_inputs(inputs: list[Node], feeds: dict, convert: bool = True) -> tuple[
                 f"is {sym.evaluate(dim, bindings)} under {bindings}"
             )
     return arrays, bindings
+
+
+def proper_bools(arr: np.ndarray) -> np.ndarray:
+    """`arr` (bool) with every byte 0 or 1. A 0/255 mask viewed as bool holds other bytes, which
+    NumPy and torch read as True, but C reads a bool's byte as a number (cast to f32: 255; a sum:
+    258; `!b`: true again): such an array is replaced by its copy `!= 0`. One pass over the bytes,
+    only for bool inputs."""
+    raw = arr.view(np.uint8)
+    return raw != 0 if raw.size and raw.max() > 1 else arr
 
 
 _SPECS: dict[int, tuple] = {}  # id(input node) -> (the node, its spec): nodes are immutable, the spec never changes
@@ -119,3 +130,24 @@ def _spec(node: Node) -> tuple:
 
 def _fmt(dims) -> str:
     return "(" + ", ".join(str(d) for d in dims) + ")"
+
+
+def empty_axis_error(node: Node, axis: int) -> IndexOutOfRange:
+    """The error of a Gather/Scatter `node` whose indexed `axis` is empty at run time."""
+    dim = node.src[0].shape[axis]
+    size = "" if sym.is_static(dim) else f" ({dim})"
+    return IndexOutOfRange(f"{node.op.title}: axis {axis}{size} is empty, so no index is in range "
+                           "(argmax/argmin over an empty axis raises here, as in torch)")
+
+
+def index_error(outputs: list[Node], bindings: dict, flagged_by: str) -> IndexOutOfRange:
+    """The error for a Gather/Scatter index a compiled kernel flagged out of range: where one
+    indexes an axis that `bindings` make empty (no index can be in it), it names that axis; else
+    generic (the kernels flag a bad index, not which). Computed on the error path only."""
+    for n in toposort(outputs):
+        if n.op in (Op.GATHER, Op.SCATTER):
+            axis = n.arg if n.op is Op.GATHER else n.arg[0]
+            if (sym.evaluate(n.src[0].shape[axis], bindings) == 0
+                    and sym.evaluate(sym.product(n.src[1].shape), bindings) > 0):
+                return empty_axis_error(n, axis)
+    return IndexOutOfRange(f"a Gather/Scatter index was out of range (flagged by {flagged_by})")

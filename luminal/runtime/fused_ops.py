@@ -16,27 +16,44 @@ Each device has its own default (`DEFAULT_PRECISION`): the NumPy runtime, the sp
 computes in float64; the compiled backends (`cpu`, `cuda`) run f32 GEMMs as PyTorch does (with
 sums accumulated in double or Kahan-compensated), because a double GEMM costs them about 2x on
 GEMM-bound models. `set_precision` overrides the default for every device until reset.
+A call may instead compute like the C (`NumpyRuntime.run(..., like="cpu")`, the tiered first
+call): f32 elementwise math, sums in double, f32 conv windows, GEMMs as `get_precision("cpu")`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from luminal.errors import LuminalError
+from luminal.errors import DeviceError, OptionError
 from luminal.hlir.ops import Expr, Op
-from luminal.runtime.numpy_runtime import BINARY_FNS, TERNARY_FNS, UNARY_FNS, _shape, check_divisor, impl
+from luminal.runtime.numpy_runtime import (
+    BINARY_FNS,
+    TERNARY_FNS,
+    UNARY_FNS,
+    _shape,
+    check_divisor,
+    computing_like,
+    impl,
+)
 
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
-def _size(dt) -> int:
-    return np.dtype(dt).itemsize
-
-
 def _work() -> np.dtype:
     """The dtype f32/f16/bf16 values are computed in: float64, or float32 under
-    set_precision("float32"). float64 values always stay float64."""
+    set_precision("float32") or in a call computing like the C (`computing_like`), whose
+    elementwise math is f32 under either precision. float64 values always stay float64."""
+    if computing_like() == "cpu":
+        return _F32
     return _F64 if get_precision("numpy") == "float64" else _F32
+
+
+def _gemm_work() -> np.dtype:
+    """The dtype f32/f16/bf16 GEMMs multiply and accumulate in: the elementwise one, but the C's
+    GEMMs follow `get_precision("cpu")`."""
+    if computing_like() == "cpu":
+        return _F64 if get_precision("cpu") == "float64" else _F32
+    return _work()
 
 
 def _lift(x: np.ndarray, work: np.dtype) -> np.ndarray:
@@ -47,7 +64,9 @@ def _lift(x: np.ndarray, work: np.dtype) -> np.ndarray:
 
 
 PRECISIONS = ("float64", "float32")
-DEFAULT_PRECISION = {"numpy": "float64"}  # every other device: "float32" (PyTorch's f32 GEMMs)
+# every device (`luminal.devices.DEVICES`, which sits above this layer: a test keeps them equal);
+# the compiled ones run f32 GEMMs as PyTorch does
+DEFAULT_PRECISION = {"numpy": "float64", "cpu": "float32", "cuda": "float32", "cuda-emulator": "float32"}
 _precision: list[str | None] = [None]  # None: each device's default
 
 
@@ -60,14 +79,18 @@ def set_precision(precision: str | None) -> str | None:
     to each device's default (`DEFAULT_PRECISION`: float64 on "numpy", float32 elsewhere).
     Returns the previous setting, so `set_precision(previous)` restores it."""
     if precision is not None and precision not in PRECISIONS:
-        raise LuminalError(f"precision {precision!r}: expected one of {PRECISIONS} or None (each device's default)")
+        raise OptionError(f"precision {precision!r}: expected one of {PRECISIONS} or None (each device's default)")
     previous, _precision[0] = _precision[0], precision
     return previous
 
 
 def get_precision(device: str = "numpy") -> str:
     """The precision `device` computes in now: the `set_precision` setting, else its default."""
-    return _precision[0] or DEFAULT_PRECISION.get(device, "float32")
+    default = DEFAULT_PRECISION.get(device)
+    if default is None:
+        raise DeviceError(f"get_precision: unknown device {device!r}; luminal knows "
+                          f"{', '.join(map(repr, DEFAULT_PRECISION))} (set_precision takes the precision)")
+    return _precision[0] or default
 
 
 @impl(Op.EXP, Op.SIGMOID)
@@ -115,7 +138,7 @@ def _drop_broadcast_batch(x: np.ndarray) -> np.ndarray:
 def _matmul(node, b, x, y):
     x, y = _drop_broadcast_batch(x), _drop_broadcast_batch(y)
     if node.dtype.is_float:
-        work = _work()
+        work = _gemm_work()
         x, y = _lift(x, work), _lift(y, work)
     out = np.matmul(x, y)
     shape = _shape(node, b)
@@ -139,11 +162,13 @@ def _eval(e: Expr, inputs: list[np.ndarray], values: dict, work: np.dtype) -> np
     if op is Op.INPUT:
         v = _lift(inputs[e.arg], work)
     elif op is Op.CONSTANT:
-        v = np.asarray(e.arg, dtype=max(work, dtype.numpy, key=_size) if dtype.is_float else dtype.numpy)
+        v = _lift(np.asarray(e.arg).astype(dtype.numpy), work)  # the value its dtype holds (0.1 in f32), as the C's literal
+    elif (quotient := _quotient(e)) is not None:  # as the renderers: `x * recip(y)` is x / y, rounded once
+        v = np.divide(*(_eval(c, inputs, values, work) for c in quotient))
     elif op is Op.CAST:
-        child = _eval(e.src[0], inputs, values, work)
-        if not dtype.is_float:
-            child = child.astype(e.src[0].dtype.numpy, copy=False)
+        # a cast reads a value of its source dtype: f32 then f16 rounds twice, as torch and the C
+        # do (an f32 quotient on a tie of f16 goes to even; from float64 it would not)
+        child = _eval(e.src[0], inputs, values, work).astype(e.src[0].dtype.numpy, copy=False)
         v = _lift(child.astype(dtype.numpy), work)
     else:
         args = [_eval(c, inputs, values, work) for c in e.src]
@@ -158,6 +183,15 @@ def _eval(e: Expr, inputs: list[np.ndarray], values: dict, work: np.dtype) -> np
             v = _lift(np.asarray(BINARY_FNS[op](*args)), work)
     values[id(e)] = v
     return v
+
+
+def _quotient(e: Expr) -> tuple[Expr, Expr] | None:
+    """(x, y) for a float `x * recip(y)` (either order), else None."""
+    if e.op is Op.MUL and e.dtype.is_float:
+        for num, den in (e.src, e.src[::-1]):
+            if den.op is Op.RECIP:
+                return num, den.src[0]
+    return None
 
 
 @impl(Op.FUSED_ELEMENTWISE)
@@ -190,7 +224,7 @@ def _window_reduce(node, b, *operands):
             return _window_sum(operands, r).astype(dt, copy=False)
         operands = [_lift(x, work) for x in operands]
     x = operands[0] if len(operands) == 1 else operands[0] * operands[1]
-    acc = _F64 if node.dtype.is_float else dt
+    acc = (_F32 if computing_like() == "cpu" and dt.itemsize < 8 else _F64) if node.dtype.is_float else dt  # the C's windows sum in f32
     return np.sum(x, axis=axes, dtype=acc).astype(dt, copy=False)
 
 

@@ -10,6 +10,7 @@ in-place or chunked evaluation. Speed belongs to the graph rewrites (`where` run
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -18,7 +19,7 @@ from luminal.errors import DivisionByZero, IndexOutOfRange, LuminalError, Unsupp
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import UNARY, ConstantArray, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
-from luminal.runtime.binding import bind_inputs
+from luminal.runtime.binding import bind_inputs, empty_axis_error
 from luminal.runtime.rng import philox_uniform
 
 Impl = Callable[..., np.ndarray]
@@ -32,6 +33,19 @@ def impl(*ops: Op):
         return fn
 
     return register
+
+
+# The working precision of a call (`NumpyRuntime.run(..., like=)`), per thread: "numpy", the
+# reference's own (float64 intermediates by default, `fused_ops.set_precision`), or "cpu", the C's
+# (f32 elementwise math, sums in double, GEMMs as `get_precision("cpu")`, conv windows in f32), so
+# that the tiered first call overflows, underflows and turns NaN where the later calls do.
+_call = threading.local()
+LIKE = ("numpy", "cpu")
+
+
+def computing_like() -> str:
+    """The device whose working precision this thread's current call computes at (see `LIKE`)."""
+    return getattr(_call, "like", "numpy")
 
 
 def _shape(node: Node, b) -> tuple[int, ...]:
@@ -79,6 +93,8 @@ def _cast(node, b, x):
 
 @impl(Op.SUM_REDUCE)
 def _sum(node, b, x):
+    if node.dtype.is_float and node.dtype.itemsize < 8 and computing_like() == "cpu":  # the C sums rows in double
+        return np.sum(x, axis=node.arg, dtype=np.float64).astype(node.dtype.numpy)
     return np.sum(x, axis=node.arg, dtype=node.dtype.numpy)
 
 
@@ -104,6 +120,8 @@ def _constant(node, b):
 
 def _check_index(node, data, index, axis):
     n = data.shape[axis]
+    if index.size and not n:
+        raise empty_axis_error(node, axis)
     if index.size and (index.min() < 0 or index.max() >= n):
         bad = index[(index < 0) | (index >= n)].ravel()[0]
         raise IndexOutOfRange(f"{node.op.title}: index {bad} is out of range for axis {axis} of size {n}")
@@ -184,9 +202,15 @@ def _strided(flat: np.ndarray, offset: int, shape, strides) -> np.ndarray:
 class NumpyRuntime:
     """Executes the graph that computes `outputs` on NumPy arrays, every op at every call.
 
-    Safe to call from several threads: the plan is read-only and each call has its own buffers."""
+    Safe to call from several threads: the plan is read-only and each call has its own buffers.
+    `like`: the device whose working precision its calls compute at (see `LIKE`): "cpu" where it
+    serves that device (the tiered first call, a graph the C cannot build), so that every call of
+    a `cpu` model overflows, underflows and turns NaN alike, whichever runtime serves it."""
 
-    def __init__(self, outputs: list[Node]):
+    def __init__(self, outputs: list[Node], like: str = "numpy"):
+        if like not in LIKE:
+            raise LuminalError(f"NumpyRuntime: like={like!r}, expected one of {LIKE}")
+        self.like = like
         self.outputs = list(outputs)
         self.order = toposort(self.outputs)
         missing = sorted({n.op.title for n in self.order if n.op not in IMPLS and n.op is not Op.INPUT})
@@ -208,16 +232,25 @@ class NumpyRuntime:
         arrays, bindings = bind_inputs(self.inputs, feeds)
         return self.run(arrays, bindings)
 
-    def run(self, arrays: dict[str, np.ndarray], bindings: dict[str, int]) -> list[np.ndarray]:
+    def run(self, arrays: dict[str, np.ndarray], bindings: dict[str, int], like: str | None = None) -> list[np.ndarray]:
+        """The outputs, computed at the working precision of the device `like` (see `LIKE`; default:
+        the runtime's own)."""
+        like = self.like if like is None else like
+        if like not in LIKE:
+            raise LuminalError(f"NumpyRuntime.run: like={like!r}, expected one of {LIKE}")
         buffers: dict[int, np.ndarray] = {}
-        with np.errstate(all="ignore"):
-            for node, dead in zip(self.order, self.frees):
-                if node.op is Op.INPUT:
-                    buffers[id(node)] = arrays[node.arg]
-                else:
-                    buffers[id(node)] = IMPLS[node.op](node, bindings, *(buffers[id(s)] for s in node.src))
-                for nid in dead:
-                    del buffers[nid]
+        outer, _call.like = computing_like(), like
+        try:
+            with np.errstate(all="ignore"):
+                for node, dead in zip(self.order, self.frees):
+                    if node.op is Op.INPUT:
+                        buffers[id(node)] = arrays[node.arg]
+                    else:
+                        buffers[id(node)] = IMPLS[node.op](node, bindings, *(buffers[id(s)] for s in node.src))
+                    for nid in dead:
+                        del buffers[nid]
+        finally:
+            _call.like = outer
         results, handed_out = [], set()
         for node in self.outputs:
             out = np.asarray(buffers[id(node)])

@@ -2,11 +2,13 @@
 bits, bad entries are rebuilt, processes share it safely, its size is bounded, it can be turned
 off, and it never serves stale weights. (The rest of the suite runs with it off: conftest.)"""
 
+import json
 import logging
 import os
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -151,22 +153,87 @@ def corrupt(path: Path, how: str, other: Path) -> None:
         path.write_bytes(b"PK\x03\x04 not really a zip" * 10)
     elif how == "saved model":  # a valid .lum, but not a cache entry
         build_block(make_weights()).compile(optimize=False).save(path)
+    elif how == "inflated":  # its weights member deflated from 256 MB of zeros: refused unread
+        from test_untrusted_files import inflated
+
+        tmp = inflated(path, path.with_suffix(".tmp"), "weights.safetensors")
+        os.replace(tmp, path)
+    elif how == "rewritten":  # graph.json re-spelled (same graph) by a tool that does not know the block
+        rewrite_member(path, "graph.json", lambda d: json.dumps(json.loads(d), indent=1).encode())
+    elif how == "fifo":  # opened for reading, it would wait for a writer forever
+        path.unlink()
+        os.mkfifo(path)
 
 
-@pytest.mark.parametrize("how", ["truncated", "flipped", "foreign entry", "junk", "saved model"])
+def rewrite_member(path: Path, member: str, edit) -> None:
+    with zipfile.ZipFile(path) as zin:
+        members = {name: zin.read(name) for name in zin.namelist()}
+    members[member] = edit(members[member])
+    with zipfile.ZipFile(path, "w") as zout:
+        for name, data in members.items():
+            zout.writestr(name, data)
+
+
+@pytest.mark.parametrize("how", ["truncated", "flipped", "foreign entry", "junk", "saved model", "inflated", "rewritten",
+                                 "fifo"])
 def test_a_bad_entry_is_ignored_and_rebuilt(cache, how, caplog):
+    from untrusted import time_limit  # here: child processes import this module without tests/ on their path
+
     g = build_block(make_weights())
     good = g.compile(device="numpy")
     (path,) = entries(cache)
     small_graph(8).compile(device="numpy")
     (other,) = [p for p in entries(cache) if p != path]
     corrupt(path, how, other)
-    with caplog.at_level(logging.DEBUG, logger="luminal"):
+    with caplog.at_level(logging.DEBUG, logger="luminal"), time_limit(60, f"a compile over a {how} entry"):
         rebuilt = g.compile(device="numpy")
     assert rebuilt.report().cache["optimize"] == "miss"
     assert "compile cache: ignoring" in caplog.text
     np.testing.assert_array_equal(rebuilt(x=X)[0], good(x=X)[0])
     assert g.compile(device="numpy").report().cache["optimize"] == "hit"  # the entry was replaced
+
+
+def test_an_entry_edited_after_it_was_written_warns_and_is_recompiled(cache):
+    """`x*5` written into the entry of `x*2` (graph.json edited, the zip rewritten whole): the
+    entry's sha256 of its graph.json no longer matches, so it is refused with a
+    CacheEntryWarning naming it, compiled afresh (x*2) and replaced."""
+    g = lm.Graph("double")
+    x = g.input("x", (4,))
+    g.output(x * 2.0)
+    a = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(g.compile(device="numpy")(x=a)[0], a * 2)
+    (path,) = entries(cache)
+    two, five = json.dumps({"f": (2.0).hex()}), json.dumps({"f": (5.0).hex()})
+    with zipfile.ZipFile(path) as zf:
+        assert two in zf.read("graph.json").decode()
+    rewrite_member(path, "graph.json", lambda d: d.decode().replace(two, five).encode())
+    with pytest.warns(compile_cache.CacheEntryWarning, match=rf"entry {path} was changed after it was written "
+                                                               r"\(graph.json does not match its sha256\)"):
+        again = g.compile(device="numpy")
+    assert again.report().cache["optimize"] == "miss"
+    np.testing.assert_array_equal(again(x=a)[0], a * 2)
+    hit = g.compile(device="numpy")
+    assert hit.report().cache["optimize"] == "hit"
+    np.testing.assert_array_equal(hit(x=a)[0], a * 2)
+
+
+def test_an_edited_link_is_refused(cache, caplog):
+    """A link's JSON carries the sha256 of its own text: an edited binding (which of the caller's
+    weights each of the entry's references is) is a miss, not the graph over the wrong weights."""
+    g = small_graph(8)
+    compiled = g.compile(device="numpy")
+    key = compiled.report().stored_key
+    digest, text = "c" * 64, "a frontend's key"
+    weights = {f"p{i}": w for i, w in enumerate(key.weights)}
+    path = compile_cache.write_link(digest, text, key, {f"w{i}": f"p{i}" for i in range(len(key.weights))},
+                                    compiled.report(), {})
+    assert compile_cache.read(digest, text, weights) is not None
+    data = json.loads(path.read_text())
+    data["bind"] = {"w0": "p0", "w1": "p0"}  # a reference the caller binds, but not the one stored
+    path.write_text(json.dumps(data))
+    with caplog.at_level(logging.DEBUG, logger="luminal"):
+        assert compile_cache.read(digest, text, weights) is None
+    assert "its sha256 does not match" in caplog.text
 
 
 def test_disabled(cache, monkeypatch):
@@ -401,3 +468,161 @@ def test_a_compile_without_a_call_still_writes_the_cache(tmp_path):
     """)
     first, second = run_in_processes(script, tmp_path)
     assert "('optimize', 'miss')" in first.stdout and "('optimize', 'hit')" in second.stdout, (first.stdout, second.stdout)
+
+
+# --- luminal.compile: the exported program keyed before the lowering ---------------------------
+class _Scaled:
+    """A factory of small torch models that differ in one thing at a time (for the export key)."""
+
+    @staticmethod
+    def make(k=2.0, seed=0, dtype=None):
+        import torch
+
+        class Scaled(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(8, 8)
+
+            def forward(self, input):  # `input`: the lowering renames the placeholder (`input_1`)
+                return torch.nn.functional.gelu(self.lin(input)) * k
+
+        torch.manual_seed(seed)
+        m = Scaled().eval()
+        return m.to(dtype) if dtype is not None else m
+
+
+def _lowerings(monkeypatch) -> list:
+    """Counts the lowerings of `luminal.compile` (the program decomposed to core ATen)."""
+    from luminal.frontends.torch.export import CompiledModel
+
+    calls, lower = [], CompiledModel._decompose
+    monkeypatch.setattr(CompiledModel, "_decompose", staticmethod(lambda ep: calls.append(1) or lower(ep)))
+    return calls
+
+
+def test_luminal_compile_hit_skips_the_lowering(cache, monkeypatch, tmp_path):
+    """The second compile of one model finds its exported program in the cache: no lowering,
+    import or egglog; outputs bit-identical to the cold compile; saving and the lazily lowered
+    `graph` still work."""
+    torch = pytest.importorskip("torch")
+    lowerings = _lowerings(monkeypatch)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        cold = lm.compile(_Scaled.make(), (x,), device="numpy")
+        hit = lm.compile(_Scaled.make(), (x,), device="numpy")
+        assert len(lowerings) == 1
+        rep = hit.report()
+        assert rep.cache == {"exported program": "hit", "optimize": "hit"}, rep.cache
+        assert not {"lower", "import", *EGGLOG_PHASES} & set(rep.phases) and "export" in rep.phases, rep.phases
+        assert "cache" not in cold.report().cache and cold.report().cache["optimize"] == "miss"
+        assert torch.equal(hit(x), cold(x))
+        torch.testing.assert_close(hit(x), _Scaled.make()(x), rtol=1e-5, atol=1e-6)
+        loaded = lm.load(hit.save(tmp_path / "hit.lum"), device="numpy")
+        np.testing.assert_array_equal(loaded(x.numpy()), cold(x).numpy())
+        assert hit.graph.op_counts() == cold.graph.op_counts() and len(lowerings) == 2  # lowered when asked
+    assert len(entries(cache)) == 1 and len(list(cache.glob("*.link.json"))) == 1
+
+
+@pytest.mark.parametrize("change", ["weight value", "op", "dtype", "dynamic", "device", "optimize", "argument"])
+def test_luminal_compile_programs_that_differ_do_not_share_an_entry(cache, change):
+    """Each thing the lowering's result depends on is in the key: a model that differs in one
+    misses and computes its own answer. Weight values are bound at each hit (references, not
+    part of the key): a model with other values hits and runs its own weights."""
+    torch = pytest.importorskip("torch")
+    x = torch.randn(3, 8)
+    base = dict(model=_Scaled.make(), args=(x,), kw={"device": "numpy"})
+    other = {"weight value": dict(base, model=_Scaled.make(seed=1)),
+             "op": dict(base, model=_Scaled.make(k=5.0)),
+             "dtype": dict(base, model=_Scaled.make(dtype=torch.float64), args=(x.double(),)),
+             "dynamic": dict(base, kw={"device": "numpy", "dynamic": {"input": {0: "batch"}}}),
+             "device": dict(base, kw={"device": "cpu"}),
+             "optimize": dict(base, kw={"device": "numpy", "optimize": False}),
+             "argument": dict(base, args=(x[:2],))}[change]
+    with torch.no_grad():
+        first = lm.compile(base["model"], base["args"], **base["kw"])
+        torch.testing.assert_close(first(*base["args"]), base["model"](*base["args"]))
+        second = lm.compile(other["model"], other["args"], **other["kw"])
+        want = other["model"](*other["args"])
+        got = second(*other["args"])
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        if change == "dynamic":
+            torch.testing.assert_close(second(x[:2]), other["model"](x[:2]), rtol=1e-5, atol=1e-6)
+    hit = second.report().cache.get("exported program")
+    assert hit == ("hit" if change == "weight value" else None), second.report().cache
+    if change == "weight value":
+        assert not torch.equal(got, first(x))
+
+
+def test_luminal_compile_caches_a_program_whose_lowering_keeps_its_signature(cache):
+    """A program lowered by `run_decompositions` (a dynamic dim) is cached when the lowered
+    program feeds and returns what the exported one does: the hit takes every size. One whose
+    lowering reveals a mutation (an in-place buffer update, which the exported program's
+    signature does not show) is not: a hit would bake the buffer in as a constant."""
+    torch = pytest.importorskip("torch")
+
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+
+        def forward(self, x):
+            self.count += 1
+            return self.lin(x) * self.count
+
+    caches = {"dynamic": [], "mutating": []}
+    with torch.no_grad():
+        for _ in range(2):
+            torch.manual_seed(0)
+            model, ref = Counter(), Counter()
+            ref.load_state_dict(model.state_dict())
+            cm = lm.compile(model, (torch.randn(3, 4),), device="numpy", dynamic={"x": {0: "batch"}})
+            for n in (3, 5, 2):
+                xn = torch.randn(n, 4)
+                torch.testing.assert_close(cm(xn), ref(xn), rtol=1e-5, atol=1e-6)
+            assert int(model.count) == 3
+            caches["mutating"].append(cm.report().cache)
+            torch.manual_seed(0)
+            seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+            cm = lm.compile(seq, (torch.randn(3, 4),), device="numpy", dynamic={"input": {0: "batch"}})
+            assert any("by run_decompositions" in n for n in cm.report().notes), cm.report().notes
+            for n in (3, 5, 2):
+                xn = torch.randn(n, 4)
+                torch.testing.assert_close(cm(xn), seq(xn), rtol=1e-5, atol=1e-6)
+            caches["dynamic"].append(cm.report().cache)
+    assert [c.get("exported program") for c in caches["dynamic"]] == [None, "hit"], caches
+    assert [c.get("exported program") for c in caches["mutating"]] == [None, None], caches
+
+
+def test_luminal_compile_hits_in_a_second_process(tmp_path):
+    """A tiny Llama compiled in one process (the cpu device, its C built in the compile) is found
+    by the next: the lowering is never called, and the logits are bit-identical to the cold ones."""
+    # imported here: child processes import this module without tests/ on their path
+    from processes import run_in_processes
+
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent.parent / "torch")!r})
+        import numpy as np
+        import torch
+        import luminal
+        from luminal.frontends.torch.export import CompiledModel
+        from hf_models import example, make
+
+        calls, lower = [], CompiledModel._decompose
+        CompiledModel._decompose = staticmethod(lambda ep: calls.append(1) or lower(ep))
+        model, kw = make("llama"), example("llama")
+        cm = luminal.compile(model, (), kw, device="cpu")
+        with torch.no_grad():
+            logits = cm(**kw).logits
+            torch.testing.assert_close(logits, model(**kw).logits, rtol=1e-4, atol=1e-5)
+        print("CACHE", sorted(cm.report().cache.items()), "LOWERINGS", len(calls), "PHASES", sorted(cm.report().phases))
+        print("LOGITS", logits.numpy().tobytes().hex())
+    """)
+    first, second = run_in_processes(script, tmp_path, tiered="0")
+    assert "('optimize', 'miss')" in first.stdout and "LOWERINGS 1" in first.stdout, first.stdout
+    assert "('exported program', 'hit')" in second.stdout and "LOWERINGS 0" in second.stdout, second.stdout
+    assert "'lower'" not in second.stdout and "'import'" not in second.stdout, second.stdout
+    logits = [next(line for line in r.stdout.splitlines() if line.startswith("LOGITS")) for r in (first, second)]
+    assert logits[0] == logits[1]

@@ -126,3 +126,16 @@ def test_graph_displays_itself():
     assert "Add" in text and "output 'out0'" in text
     assert "<table>" in g._repr_html_()
     assert g.to_dot().startswith("digraph")
+
+
+def test_unknown_precision_names_raise_listing_the_valid_ones():
+    from luminal.devices import DEVICES
+    from luminal.runtime.fused_ops import DEFAULT_PRECISION
+
+    assert set(DEFAULT_PRECISION) == set(DEVICES)  # every device has a default, no other name does
+    with pytest.raises(lm.DeviceError, match=r"unknown device 'nonsense'; luminal knows 'numpy', 'cpu'"):
+        lm.get_precision("nonsense")
+    with pytest.raises(ValueError, match=r"precision 'tf32': expected one of \('float64', 'float32'\)") as info:
+        lm.set_precision("tf32")
+    assert isinstance(info.value, lm.OptionError) and isinstance(info.value, lm.LuminalError)
+    assert lm.get_precision() == "float64" and lm.get_precision("cpu") == lm.get_precision("cuda") == "float32"

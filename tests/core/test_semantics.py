@@ -120,6 +120,80 @@ def test_integer_division_by_zero_raises(device, op):
     _run(g, {"a": a, "b": np.array([1, 2, 3], np.int64)}, device)  # and the next call works
 
 
+@pytest.mark.parametrize("device", ["numpy", "cpu", "cuda-emulator"])
+@pytest.mark.parametrize("dtype", [lm.int32, lm.int64])
+def test_integer_arithmetic_wraps_as_torch(device, dtype):
+    """Signed overflow wraps (two's complement), as torch's: the generated C must not be free to
+    fold `x < x + 1` to true (undefined behaviour in C and CUDA C), in fused regions, elementwise
+    kernels, reductions and matmuls."""
+    info = np.iinfo(dtype.numpy)
+    big = 65537 if dtype is lm.int32 else 2**33 + 1
+    a = np.array([[info.max, 0, 1, info.min], [info.max, info.max, -5, 7]], dtype.numpy)
+    exprs = [lambda t: t < t + 1, lambda t: (t + 3).maximum(t), lambda t: t * big, lambda t: -t,
+             lambda t: (t - 2) > t, lambda t: t.sum(-1), lambda t: t.cumsum(-1), lambda t: t.unsqueeze(-1) * 3 > t.unsqueeze(-1),
+             lambda t: t @ t.transpose(0, 1)]
+    index = np.ones((2, 2), np.int64)  # scatter-adds two elements into column 1: atomics on CUDA
+    g = lm.Graph()
+    x = g.input("x", a.shape, dtype)
+    for f in exprs:
+        g.output(f(x))
+    g.output(x.scatter(1, g.input("i", index.shape, lm.int64), x[:, 1:3], "add"))
+    cg = g.compile(device=device)
+    t = torch.from_numpy(a)
+    got = cg(a, index)
+    for out, f in zip(got, exprs):
+        _same(out, f(t).numpy())
+    _same(got[-1], t.scatter_add(1, torch.from_numpy(index), t[:, 1:3]).numpy())
+    for f in exprs[:2]:  # each alone: one fused region, the addition and the comparison in one C expression
+        h = lm.Graph()
+        h.output(f(h.input("x", a.shape, dtype)))
+        _same(h.compile(device=device)(a)[0], f(torch.from_numpy(a)).numpy())
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu", "cuda-emulator"])
+@pytest.mark.parametrize("optimize", [False, True])
+def test_abs_of_either_zero_is_plus_zero(device, optimize):
+    """abs is max(x, -x), and the max of -0.0 and 0.0 may be either (they compare equal): abs(-0.0)
+    was -0.0 on cpu, abs(0.0) -0.0 in the optimized reference. Torch gives +0.0 for both."""
+    for dtype in (lm.f32, lm.f16, lm.bf16, lm.f64):
+        a = np.array([0.0, -0.0, -1.5, 2.0, INF, -INF, NAN], np.float32).astype(dtype.numpy)
+        g = lm.Graph()
+        x = g.input("x", a.shape, dtype)
+        for out in (x.abs(), x.abs() * 2, (x * 3).abs(), x.abs().sum(-1, keepdim=True)):
+            g.output(out)
+        t = torch.from_numpy(a.astype(np.float32)).to(getattr(torch, {"f32": "float32", "f16": "float16", "bf16": "bfloat16",
+                                                                       "f64": "float64"}[dtype.short]))
+        want = [t.abs(), t.abs() * 2, (t * 3).abs(), t.abs().sum(-1, keepdim=True)]
+        for got, w in zip(g.compile(device=device, optimize=optimize)(a), want):
+            _same(got.astype(np.float32), w.float().numpy())
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu", "cuda-emulator"])
+@pytest.mark.parametrize("optimize", [False, True])
+def test_bool_inputs_with_bytes_other_than_0_and_1(device, optimize):
+    """A 0/255 mask viewed as bool: torch and NumPy read every non-zero byte as True; C read the
+    byte as a number (cast to f32 gave 255, a sum 258, `not 2` True). Passed straight through,
+    the output is a proper bool (bytes 0/1)."""
+    raw = np.array([[0, 255, 2, 1], [1, 0, 128, 0]], np.uint8)
+    m = raw.view(np.bool_)
+    t = torch.from_numpy(raw.copy()).view(torch.bool)
+    g = lm.Graph()
+    x = g.input("x", m.shape, lm.bool_)
+    outs = [x, x.cast(lm.f32), x.cast(lm.int64).sum(-1), x.logical_not(), x.logical_and(x), x.max(-1),
+            lm.where(x, x.cast(lm.f32) * 3, 2.0), x.cast(lm.int32) + 1]
+    for out in outs:
+        g.output(out)
+    want = [t != 0, t.float(), t.long().sum(-1), ~t, t & t, t.amax(-1), torch.where(t, t.float() * 3, 2.0),
+            t.int() + 1]
+    cg = g.compile(device=device, optimize=optimize)
+    for feed in (m, np.asfortranarray(m), t):  # non-contiguous and torch tensors too
+        got = cg(feed)
+        for a, w in zip(got, want):
+            _same(a, w.numpy())
+        assert all(np.asarray(got[k]).view(np.uint8).max() == 1 for k in (0, 3, 4, 5))
+    assert raw.max() == 255  # the caller's array is left alone
+
+
 def test_argmax_over_an_empty_axis():
     g = lm.Graph()
     with pytest.raises(lm.ShapeError, match="empty"):
@@ -134,9 +208,15 @@ def test_argmax_over_an_empty_axis():
     got = g.run({"s": x})
     _same(got[0], torch.from_numpy(x).argmax(-1).numpy())
     _same(got[1], torch.from_numpy(x).argmin(1, keepdim=True).numpy())
-    for run in (lambda f: g.run(f), lambda f: g.compile(device="cpu")(f["s"])):
-        with pytest.raises(lm.IndexOutOfRange):
+    runs = [lambda f: g.run(f)] + [lambda f, d=d, o=o: g.compile(device=d, optimize=o)(f["s"])
+                                   for d in ("cpu", "cuda-emulator") for o in (False, True)]
+    for run in runs:  # the symbolic axis empty at run time: torch raises, naming the empty dim
+        with pytest.raises(lm.IndexOutOfRange, match=r"axis 0 \(n\) is empty"):
             run({"s": np.zeros((2, 0), np.float32)})
+    with pytest.raises(lm.IndexOutOfRange, match="out of range for axis 0 of size 2"):  # other bad indices as before
+        g2 = lm.Graph()
+        g2.output(g2.input("d", (2,)).index_select(0, g2.input("i", (1,), lm.int64)))
+        g2.run({"d": np.zeros(2, np.float32), "i": np.array([5])})
 
 
 @pytest.mark.parametrize("device", DEVICES)

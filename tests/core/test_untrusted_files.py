@@ -12,7 +12,7 @@ import pytest
 from untrusted import byte_mutants, must_fail_cleanly
 
 import luminal as lm
-from luminal import saving
+from luminal import archive, saving
 from luminal.hlir import symbolic as sym
 from luminal.saving import SaveFormatError
 
@@ -180,7 +180,7 @@ def test_json_bombs_and_deep_nesting(good, tmp_path, monkeypatch):
     with zipfile.ZipFile(good) as zin, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zout:
         for name in zin.namelist():
             zout.writestr(name, zin.read(name) + (b" " * 2**20 if name == "graph.json" else b""))
-    monkeypatch.setattr(saving, "MAX_JSON_BYTES", 2**20)
+    monkeypatch.setattr(archive, "MAX_JSON_BYTES", 2**20)
     with pytest.raises(SaveFormatError, match=r"graph.json claims \d+ bytes \(at most 1048576\)"):
         lm.load(bomb)
 
@@ -220,13 +220,13 @@ def test_cubins_are_bound_to_their_bytes(tmp_path):
     path = tmp_path / "k.lum"
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("kernels.sm_90.cubin", cubin)
-    assert saving.saved_cubins(path, meta, source) == {"sm_90": cubin}
-    assert saving.saved_cubins(path, meta, source + " ") is None  # another source: compile it
-    assert saving.saved_cubins(path, {k: v for k, v in meta.items() if k != "cubins_sha256"}, source) is None
+    assert archive.saved_cubins(path, meta, source) == {"sm_90": cubin}
+    assert archive.saved_cubins(path, meta, source + " ") is None  # another source: compile it
+    assert archive.saved_cubins(path, {k: v for k, v in meta.items() if k != "cubins_sha256"}, source) is None
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("kernels.sm_90.cubin", cubin + b"!")
     with pytest.raises(SaveFormatError, match="kernels.sm_90.cubin does not match its sha256"):
-        saving.saved_cubins(path, meta, source)
+        archive.saved_cubins(path, meta, source)
 
 
 # --- fuzzing ------------------------------------------------------------------------------------
@@ -273,6 +273,14 @@ def test_fuzz_load(good, tmp_path, monkeypatch):
     for name in names:
         path = rewrite(good, tmp_path / "d.lum", {}, drop=(name,))
         assert not must_fail_cleanly(lm.load, path, f"without {name}") or name == "kernels.cu"
+        path = inflated(good, tmp_path / "i.lum", name, 128 << 20)
+        assert not must_fail_cleanly(lm.load, path, f"{name} inflating to 128 MB") or name == "kernels.cu"
+    import os
+
+    os.mkfifo(tmp_path / "fifo.lum")
+    (tmp_path / "zero.lum").symlink_to("/dev/zero")
+    for special in ("fifo.lum", "zero.lum"):
+        assert not must_fail_cleanly(lm.load, tmp_path / special, special)
     assert not (tmp_path / "pwned").exists()
     assert loaded < 40  # most mutants are refused
 
@@ -295,3 +303,103 @@ def test_a_view_that_leaves_its_buffer_only_at_some_sizes_stops_the_kernel_runti
     np.testing.assert_array_equal(runtime({"x": np.arange(6, dtype=np.float32)})[0], [0, 1])
     with pytest.raises(lm.ShapeError, match="reads elements"):
         runtime({"x": np.arange(40, dtype=np.float32)})  # n = 20: offset 220 in a buffer of 40
+
+
+# --- what a file may make `load` allocate, and what `load` opens ---------------------------------
+def inflated(src, dst, member: str, size: int = 256 << 20):
+    """`src` with `member` replaced by `size` zero bytes, deflated (a few hundred kB on disk)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compresslevel=9) as zout:
+        for name in zin.namelist():
+            if name != member:
+                zout.writestr(name, zin.read(name))
+        info = zipfile.ZipInfo(member)
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with zout.open(info, "w", force_zip64=True) as f:
+            chunk = bytes(1 << 20)
+            for _ in range(size >> 20):
+                f.write(chunk)
+    return dst
+
+
+@pytest.mark.parametrize("member", ["weights.safetensors", "graph.json", "meta.json"])
+def test_a_member_that_inflates_is_refused_before_it_is_read(good, tmp_path, member):
+    """A 256 MB member deflated to ~250 kB: refused by the size it claims against what the
+    metadata (or, for JSON, the member's own bytes) justifies, before a byte of it is held."""
+    import tracemalloc
+
+    bomb = inflated(good, tmp_path / "bomb.lum", member)
+    assert bomb.stat().st_size < 1 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(SaveFormatError, match=rf"bomb.lum: {member} claims 268435456 bytes \(at most \d+"):
+            lm.load(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"loading allocated {peak} bytes"
+
+
+def test_weights_are_read_once_into_views_of_the_member(good):
+    """The stored weights are read-only views of the one buffer the member was read into (the
+    safetensors reader copied each tensor again), equal to what was saved."""
+    _, outputs, _ = archive.read_archive(good)
+    arrays = {n.arg.name: n.arg.array for n in saving.toposort(outputs) if isinstance(n.arg, saving.ConstantArray)}
+    np.testing.assert_array_equal(arrays["w"], np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32))
+    assert arrays["b"].dtype == lm.bf16.numpy and not arrays["w"].flags.writeable
+    assert arrays["w"].base is not None and arrays["w"].ctypes.data % 4 == 0
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink to /dev/zero", "directory", "character device"])
+def test_load_opens_only_regular_files(tmp_path, kind):
+    import os
+
+    from untrusted import time_limit
+
+    path = tmp_path / "model.lum"
+    if kind == "fifo":
+        os.mkfifo(path)  # opened for reading, it would wait for a writer forever
+    elif kind == "symlink to /dev/zero":
+        path.symlink_to("/dev/zero")  # read whole, it never ends
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path = "/dev/null"
+    what = {"fifo": "a FIFO", "directory": "a directory"}.get(kind, "a character device")
+    with time_limit(5, f"load of {kind}"), pytest.raises(SaveFormatError, match=rf"{path} is not a regular file \(it is {what}\)"):
+        lm.load(path)
+
+
+def test_cubins_are_run_only_when_the_caller_trusts_them(tmp_path, monkeypatch):
+    """A .lum with cubins carries machine code: by default load compiles the source rendered from
+    the verified graph and ignores them; trust_binaries=True hands them (hash-checked) to the device."""
+    import dataclasses
+
+    from luminal import devices
+    from luminal.kernels.plan import KernelPlan
+
+    g = lm.Graph()
+    x = g.input("x", (4,))
+    g.output(x * 2.0)
+    compiled = g.compile(optimize=False)
+    source, cubin = KernelPlan.build(compiled.outputs).source, b"\x7fELF not really"
+    plain = compiled.save(tmp_path / "plain.lum")
+    path = rewrite(plain, tmp_path / "cubins.lum", {"meta.json": edit_json(lambda m: m.update(
+        cubins=["sm_90"], cubins_sha256={"sm_90": hashlib.sha256(cubin).hexdigest()},
+        kernels_sha256=hashlib.sha256(source.encode()).hexdigest()))})
+    with zipfile.ZipFile(path, "a") as zf:
+        zf.writestr("kernels.sm_90.cubin", cubin)
+    seen = []
+    entry = devices.get("cuda-emulator")
+
+    def factory(outputs, **options):
+        seen.append(options.get("binaries"))
+        return entry.factory(outputs, **{k: v for k, v in options.items() if k != "binaries"})
+
+    monkeypatch.setitem(devices.DEVICES, "cuda-emulator", dataclasses.replace(entry, factory=factory))
+    default = lm.load(path, device="cuda-emulator")
+    assert seen == [None] and any("trust_binaries=True" in n for n in default.report().notes)
+    trusted = lm.load(path, device="cuda-emulator", trust_binaries=True)
+    assert seen == [None, {"sm_90": cubin}]
+    a = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(default(x=a)[0], a * 2)
+    np.testing.assert_array_equal(trusted(x=a)[0], a * 2)

@@ -147,3 +147,23 @@ def test_a_dynamo_graph_cache_hit_restores_the_runtime(monkeypatch, tmp_path):
     assert second.report().cache == {"dynamo graph": "hit", "optimize": "hit", "build": "hit"}
     torch.testing.assert_close(a, b, rtol=0, atol=0)
     torch.testing.assert_close(b, model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_table_pointing_a_kernel_at_a_smaller_buffer_is_not_followed():
+    """Stored artifacts only pick each step's kernel: its buffers are the graph's. A table
+    edited to hand the first GEMM the 8-element bias for its 8x8 weight (the kernel would read
+    past it) does not fit the graph, and the runtime is rendered afresh and right."""
+    from luminal.kernels.plan import Schedule
+
+    g = _mlp(2)
+    data = CpuRuntime(g.output_nodes).artifacts()
+    sched = Schedule.build(g.output_nodes)
+    position = {id(n): i for i, n in enumerate([*sched.weights, *sched.inputs])}
+    weight, bias = (position[id(n)] for n in sched.weights if n.arg.name in ("w0", "b0"))
+    steps, i = data["steps"], 0
+    while weight not in steps[i + 2:i + 2 + steps[i + 1]]:
+        i += 3 + steps[i + 1] + steps[i + 2 + steps[i + 1]]
+    steps[i + 2 + steps[i + 2:i + 2 + steps[i + 1]].index(weight)] = bias
+    rt = CpuRuntime(g.output_nodes, artifacts=data)
+    assert not rt.restored
+    np.testing.assert_allclose(rt(_feeds())[0], g.run(_feeds())[0], rtol=1e-5, atol=1e-6)

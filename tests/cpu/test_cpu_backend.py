@@ -14,13 +14,13 @@ from graph_helpers import renamed_inputs
 from op_cases import CASES, case_graph
 
 import luminal as lm
+from luminal.archive import read_archive
 from luminal.errors import DivisionByZero
 from luminal.hlir.ops import Op, toposort
 from luminal.kernels.cpu import build
 from luminal.kernels.cpu import runtime as cpu_runtime
 from luminal.kernels.cpu.runtime import CpuRuntime
 from luminal.runtime import NumpyRuntime
-from luminal.saving import read_archive
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
 MODELS = Path(__file__).parent.parent.parent / "benchmarks" / "gpu_models"

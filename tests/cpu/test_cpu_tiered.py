@@ -23,30 +23,9 @@ from luminal.runtime import NumpyRuntime
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
 
 
-@pytest.fixture
-def on(monkeypatch, tmp_path):
-    monkeypatch.setenv("LUMINAL_TIERED", "1")
-    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
-
-
-@pytest.fixture
-def held(monkeypatch):
-    """The background build waits for `held.set()` (so a test decides when the C is ready)."""
-    gate = threading.Event()
-    real = cpu_runtime.CpuRuntime
-
-    def slow(*args, **kwargs):
-        assert gate.wait(60)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(cpu_runtime, "CpuRuntime", slow)
-    yield gate
-    gate.set()
-
-
 def _graph():
-    """Sums, exp and a softmax over f32 rows: the NumPy runtime (float64 working precision,
-    rounded once) and the C (f32) differ in the last bits of some outputs."""
+    """Sums, exp and a softmax over f32 rows: the NumPy runtime (even at the C's working
+    precision: its own GEMM and summation orders) and the C differ in the last bits of some outputs."""
     rng = np.random.default_rng(0)
     g = lm.Graph("tiered")
     x = g.input("x", ("n", 64))
@@ -74,8 +53,8 @@ def test_the_first_call_runs_on_the_reference_every_later_call_on_the_c(on, held
     second = compiled(_feeds())[0]
     third = compiled(_feeds(4))[0]
     assert rt.reference_calls == 1 and rt.ready
-    reference, c = NumpyRuntime(compiled.outputs), CpuRuntime(compiled.outputs)  # the optimized graph
-    np.testing.assert_array_equal(first, reference(_feeds())[0])  # the reference's bits
+    reference, c = NumpyRuntime(compiled.outputs, like="cpu"), CpuRuntime(compiled.outputs)  # the optimized graph
+    np.testing.assert_array_equal(first, reference(_feeds())[0])  # the reference's bits, at the C's precision
     np.testing.assert_array_equal(second, c(_feeds())[0])  # the C's bits
     np.testing.assert_array_equal(third, c(_feeds(4))[0])
     assert not np.array_equal(first, second, equal_nan=True)  # they differ: the test tells them apart
@@ -170,9 +149,9 @@ def test_a_failed_build_warns_and_keeps_the_reference(on, monkeypatch):
     monkeypatch.setattr(cpu_runtime, "_warned", set())
     g = _graph()
     compiled = g.compile(device="cpu")
-    want = NumpyRuntime(compiled.outputs)(_feeds())[0]
+    want = NumpyRuntime(compiled.outputs, like="cpu")(_feeds())[0]  # every call: the C's working precision
     with pytest.warns(RuntimeWarning, match="the C compiler failed"):
-        for _ in range(3):
+        for _ in range(3):  # the first call before the build failed, the fallback after it
             np.testing.assert_array_equal(compiled(_feeds())[0], want)
     assert compiled.runtime.wait() is compiled.runtime._reference
 

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import luminal as lm
+from luminal.archive import read_archive
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op, toposort
@@ -22,7 +23,6 @@ from luminal.kernels import cublas
 from luminal.kernels.cublas import OP_N, OP_T, CublasContractError, CublasGemm, GemmDesc, standin_gemm
 from luminal.kernels.render.cstyle import buffer_sources, view_of
 from luminal.kernels.runtime import KernelRuntime
-from luminal.saving import read_archive
 
 MODELS = Path(__file__).parent.parent.parent / "benchmarks" / "gpu_models"
 

@@ -389,6 +389,26 @@ def test_bf16_lives_as_uint16_bits_on_cupy(monkeypatch):
     np.testing.assert_array_equal(np.asarray(dev[0]).view(ml_dtypes.bfloat16), g.run(x=a)[0])
 
 
+def test_device_resident_bool_inputs_with_bytes_other_than_0_and_1(monkeypatch):
+    """A CuPy bool array whose bytes are 0/255 (a mask viewed as bool) is read as torch reads it:
+    every non-zero byte True, the straight-through output a proper bool (bytes 0/1)."""
+    cp = _fake_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    _stand_in_nvrtc(monkeypatch)
+    g = lm.Graph()
+    x = g.input("x", (2, 4), lm.bool_)
+    for out in (x, x.cast(lm.f32), x.cast(lm.int64).sum(-1), x.logical_not()):
+        g.output(out)
+    rt = KernelRuntime(g.output_nodes, "cuda")
+    raw = np.array([[0, 255, 2, 1], [1, 0, 128, 0]], np.uint8)
+    got = [np.asarray(o) for o in rt({"x": cp.asarray(raw).view(np.bool_)})]
+    want = raw != 0
+    np.testing.assert_array_equal(got[0].view(np.uint8), want.astype(np.uint8))
+    np.testing.assert_array_equal(got[1], want.astype(np.float32))
+    np.testing.assert_array_equal(got[2], want.sum(-1))
+    np.testing.assert_array_equal(got[3].view(np.uint8), (~want).astype(np.uint8))
+
+
 def test_saved_cubins_are_loaded_instead_of_compiling(graph, tmp_path, monkeypatch):
     nvrtc = pytest.importorskip("luminal.kernels.nvrtc")
     if not nvrtc.nvrtc_available():
@@ -401,7 +421,7 @@ def test_saved_cubins_are_loaded_instead_of_compiling(graph, tmp_path, monkeypat
     cp = _fake_cupy()
     cp.source_of_cubin = source
     monkeypatch.setitem(sys.modules, "cupy", cp)
-    loaded = lm.load(path, device="cuda")
+    loaded = lm.load(path, device="cuda", trust_binaries=True)  # cubins are code: run only when trusted
     assert loaded.runtime.launcher.built == "cubin sm_90" and cp.log["cubin"] == cubin
     for _ in range(3):
         _check(loaded.runtime, graph, _feeds(4, 2))

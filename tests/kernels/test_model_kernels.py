@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from graph_helpers import renamed_inputs
 
+from luminal.archive import read_archive
 from luminal.kernels.plan import KernelPlan
 from luminal.kernels.runtime import KernelRuntime
-from luminal.saving import read_archive
 
 MODELS = Path(__file__).parent.parent.parent / "benchmarks" / "gpu_models"
 TINY = ["llama", "qwen3", "gpt2", "bert", "minilm"]

@@ -105,3 +105,60 @@ def test_gemv_vectorized_and_32_bit_index_kernels_compile_without_spills():
         assert names <= set(binary.kernels)
         spills = {k: r for k, r in binary.kernels.items() if r.spill_stores or r.spill_loads or r.stack}
         assert not spills, spills
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_signed_overflow_wraps_in_the_cuda_dialect(dtype):
+    """NVRTC has no -fwrapv: integer + and * are rendered in unsigned arithmetic, so NVVM may not
+    fold `x < x + 1` to true (it did: the PTX stored a constant); the PTX tests x != max. The
+    integer kernels the wrapping touches (fused regions, reductions, matmul, cumsum) compile."""
+    import numpy as np
+
+    import luminal as lm
+    from luminal.kernels.plan import KernelPlan
+
+    dt = getattr(lm, dtype)
+    g = lm.Graph()
+    x = g.input("x", (4,), dt)
+    g.output(x < x + 1)
+    ptx = compile_cuda(KernelPlan.build(g.compile(device="cuda-emulator").outputs).source, "compute_90").binary.decode()
+    assert f"setp.ne.s{np.dtype(dt.numpy).itemsize * 8}" in ptx and str(np.iinfo(dt.numpy).max) in ptx, ptx
+    h = lm.Graph()
+    y = h.input("y", (5, 40), dt)
+    for out in ((y * 3 - 7).maximum(y), y.sum(-1), y.cumsum(-1), y @ y.transpose(0, 1), y[:1] @ y.transpose(0, 1)):
+        h.output(out)
+    source = KernelPlan.build(h.compile(device="cuda-emulator").outputs).source
+    assert "unsigned" in source
+    compile_cuda(source, "sm_90")
+
+
+def test_a_cache_folder_that_cannot_be_written_warns_and_the_compile_goes_on(tmp_path, monkeypatch):
+    """The disk cache is an optimization: a full or read-only cache folder (a write raising ENOSPC)
+    warns once (CacheWarning), the kernel compiles, and its entry goes to the private folder."""
+    import errno
+    import warnings
+
+    import luminal
+    from luminal.kernels import nvrtc
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(root))
+    real = nvrtc.write_atomic
+
+    def full(path, data):
+        if str(path).startswith(str(root)):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(nvrtc, "write_atomic", full)
+    source = 'extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n'
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = NVRTCCompiler().compile(source, "sm_90")
+        NVRTCCompiler().compile(source.replace("2.0f", "3.0f"), "sm_90")
+    assert result.binary[:4] == b"\x7fELF"
+    said = [str(w.message) for w in caught if issubclass(w.category, luminal.CacheWarning)]
+    assert len(said) == 1 and str(root) in said[0] and "ENOSPC" in said[0]
+    fresh = NVRTCCompiler()  # the private folder serves the rest of the process
+    fresh.compile(source, "sm_90")
+    assert (fresh.compiles, fresh.disk_hits) == (0, 1)

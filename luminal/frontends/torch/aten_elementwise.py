@@ -48,14 +48,33 @@ def rsub(cx, a, b, alpha=1):
     return as_tensor(cx, b, cx.dtype).sub(a)
 
 
+def _opmath_scalar(cx, b):
+    """The float32 operand torch's CPU kernels of `mul` and `div` use for a half tensor's second
+    operand when that is a scalar (a Python float, or a 0-d float tensor: its
+    `original_scalar_value<opmath_t>`), None otherwise. They compute in float with the scalar's own
+    value and round once: x * 0.1 is fl16(x * 0.1f), not fl16(x * fl16(0.1)) (`add` and `sub`
+    round the scalar to half first: torch's own kernels differ, and luminal follows each)."""
+    if cx.dtype not in (DType.F16, DType.BF16):
+        return None
+    if isinstance(b, float):
+        return as_tensor(cx, b, DType.F32)
+    if isinstance(b, Tensor) and b.ndim == 0 and b.dtype in (DType.F32, DType.F64):
+        return b.cast(DType.F32)
+    return None
+
+
 @aten("mul.Tensor", "mul.Scalar")
 def mul(cx, a, b):
+    if (wide := _opmath_scalar(cx, b)) is not None:
+        return _lhs(cx, a)[0].cast(DType.F32).mul(wide).cast(cx.dtype)
     a, b = _lhs(cx, a, b)
     return a.mul(b)
 
 
 @aten("div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode")
 def div(cx, a, b, rounding_mode=None):
+    if rounding_mode is None and (wide := _opmath_scalar(cx, b)) is not None:
+        return _lhs(cx, a)[0].cast(DType.F32).div(wide).cast(cx.dtype)
     a, b = _lhs(cx, a, b)
     return a.div(as_tensor(cx, b, cx.dtype), rounding_mode=rounding_mode)
 

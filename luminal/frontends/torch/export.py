@@ -15,6 +15,12 @@ A model in training mode is compiled as it runs in training mode (a warning says
 updates buffers, as batch norm does); random ops (dropout with p > 0, rand) draw luminal's Philox numbers, seeded per call from torch's generator. Under grad mode the call runs on the compiled joint graph, its backward compiled too (`backward.py`).
 Data-dependent control flow cannot be exported: `UnsupportedError`, pointing at
 `torch.compile(backend="luminal")`, which graph-breaks around it.
+
+The compile cache is looked up right after torch.export, before the lowering (`program_key`,
+through `fx_cache` as the Dynamo backend does): a hit skips the lowering to core ATen, the
+import and egglog, its weights bound to this model's. A program whose lowering changes its
+signature (`run_decompositions` revealing an in-place buffer update) is not stored: a hit
+runs the exported program's signature.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from torch.utils import _pytree as pytree
 
 from luminal import devices
 from luminal.errors import InputError, UnsupportedError
+from luminal.frontends.torch import fx_cache
 from luminal.frontends.torch.backward import needs_grad, training_call, training_reports
 from luminal.frontends.torch.decompose import decompose_graph
 from luminal.frontends.torch.fx_import import FxImporter
@@ -126,6 +133,60 @@ def _state_owners(model, ep) -> list[tuple]:
     return owners
 
 
+def _feeds(ep) -> tuple[dict, dict, dict, list, dict]:
+    """How each placeholder of `ep` is fed: (constants by placeholder, buffers fed each call by
+    placeholder, mutated buffer -> its placeholder, user inputs, non-tensor user inputs' values)."""
+    sig = ep.graph_signature
+    state = {**ep.state_dict, **ep.constants}
+    mutated_buffers = {s.target for s in sig.output_specs if s.kind is OutputKind.BUFFER_MUTATION}
+    constants, buffer_feeds, buffer_args, user, guards = {}, {}, {}, [], {}
+    for s in sig.input_specs:
+        if s.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            if s.target in mutated_buffers:
+                buffer_feeds[s.arg.name] = state[s.target]
+                buffer_args[s.target] = s.arg.name
+            else:
+                constants[s.arg.name] = state[s.target]
+        elif s.kind is InputKind.USER_INPUT:
+            user.append(s.arg.name)
+            if isinstance(s.arg, ConstantArgument):  # an int, float, bool, str, None: baked in
+                guards[s.arg.name] = s.arg.value
+        else:
+            raise UnsupportedError(f"torch.export input of kind {s.kind.name} ({s.arg.name})")
+    return constants, buffer_feeds, buffer_args, user, guards
+
+
+def _layout(ep) -> tuple:
+    """What each placeholder and output of `ep` is, by position (a cached import is positional)."""
+    sig = ep.graph_signature
+    return ([(s.kind, s.target) for s in sig.input_specs], [(s.kind, s.target) for s in sig.output_specs])
+
+
+def program_key(ep, values: list, weights: dict, opts: dict):
+    """The compile cache's key (`fx_cache.key`) of the program `ep` compiled with `opts`, before
+    the lowering; `values` per placeholder: its weight or fed buffer, None for a user input;
+    `weights` the placeholders that are constants (the others are fed at each call).
+    Beyond the graph's nodes it spells the signature, each placeholder's traced value (dtype,
+    shape and strides, symbols included), the symbols' ranges and traced sizes (the import
+    checks shapes at them) and which placeholders are the same tensor. None: not cacheable."""
+    from luminal.frontends.torch.dims import hints_of
+
+    sig = ep.graph_signature
+    vals = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"]
+    spelled = [(str(v.dtype), str(v.layout), tuple(map(str, v.shape)),
+                tuple(map(str, v.stride())) if v.layout is torch.strided else None, v.device.type, v.requires_grad)
+               if isinstance(v, torch.Tensor) else repr(v) for v in vals]
+    first = {}
+    aliases = [first.setdefault(id(v), i) if v is not None else None for i, v in enumerate(values)]
+    extra = repr(([(s.kind.name, repr(s.arg), s.target, s.persistent) for s in sig.input_specs],
+                  [(s.kind.name, repr(s.arg), s.target) for s in sig.output_specs],
+                  spelled, sorted((str(k), str(r)) for k, r in ep.range_constraints.items()),
+                  sorted(hints_of(vals).items()), aliases))
+    with torch.no_grad():  # the lowering runs without grad whatever the caller's mode
+        return fx_cache.key(ep.graph_module, values, {id(w) for w in weights.values()}, opts,
+                            level="exported program", extra=extra)
+
+
 def _auto(v):
     if isinstance(v, torch.Tensor):
         return {i: torch.export.Dim.AUTO for i in range(v.ndim)}
@@ -179,58 +240,90 @@ class CompiledModel:
             phases["export"] = time.perf_counter() - start
             self._eager = model
         self._owners = _state_owners(model, ep) if self._eager is not None else []
-        self._rebound_warned = False
+        self._rebound_warned, self._lowering = False, None
+        self._read_signature(ep)
+        opts = {"device": device, "optimize": optimize}
         start = time.perf_counter()
-        ep, gm, how = self._decompose(ep)
-        phases["lower"] = time.perf_counter() - start
+        values = self._placeholder_values()
+        entry = program_key(ep, values, self._constants, opts)
+        imported = entry and fx_cache.restore(entry, values, self.name, opts)
+        if imported:  # the compile cache knows this program: no lowering, import or egglog
+            report = imported.compiled._report
+            report.phases = {**phases, **report.phases}
+            self._rename = dict(zip(self._placeholder_names, imported.placeholder_names))
+        else:
+            if entry:
+                phases["cache key"] = time.perf_counter() - start
+            ep, imported = self._lower_and_compile(ep, phases, entry)
+        self._imported = imported
         if getattr(model, "training", False) and any(s.kind is OutputKind.BUFFER_MUTATION for s in ep.graph_signature.output_specs):
             warnings.warn(f"luminal.compile: {self.name} is in training mode, and is compiled as it runs in "
                           "training mode: it updates buffers (batch norm's running statistics) at every call; "
                           "call model.eval() first for inference", UserWarning, stacklevel=3)
-        self.exported = ep
-        self.graph_module = gm
-        sig = ep.graph_signature
-        state = {**ep.state_dict, **ep.constants}
-        mutated_buffers = {s.target for s in sig.output_specs if s.kind is OutputKind.BUFFER_MUTATION}
-        constants, self._buffer_feeds, user, self._guards, self._buffer_args = {}, {}, [], {}, {}
-        for s in sig.input_specs:
-            if s.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
-                if s.target in mutated_buffers:
-                    self._buffer_feeds[s.arg.name] = state[s.target]
-                    self._buffer_args[s.target] = s.arg.name
-                else:
-                    constants[s.arg.name] = state[s.target]
-            elif s.kind is InputKind.USER_INPUT:
-                user.append(s.arg.name)
-                if isinstance(s.arg, ConstantArgument):  # an int, float, bool, str, None: baked in
-                    self._guards[s.arg.name] = s.arg.value
-            else:
-                raise UnsupportedError(f"torch.export input of kind {s.kind.name} ({s.arg.name})")
-        self._user_inputs = user
-        self._ranges = _dim_ranges(ep, user)
-        # the lowered graph has the program's placeholders in order, though FX may have renamed
-        # some (`input` -> `input_1`): the signature's names are translated at this boundary
-        names = [n.name for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
-        rename = dict(zip(names, (n.name for n in gm.graph.nodes if n.op == "placeholder")))
-        importer = FxImporter(gm, self.name)
-        try:
-            built = importer.build({rename[k]: v for k, v in constants.items()})
-        except UnsupportedError as exc:  # name where a data-dependent size comes from
-            if "data-dependent size" not in str(exc) or not _unbacked_sources(ep.graph):
-                raise
-            raise UnsupportedError(f"{self.name}: luminal's graphs take their sizes from the input shapes, "
-                                   f"not from values: {exc}; the data-dependent sizes come from: "
-                                   f"{_unbacked_sources(ep.graph)}") from exc
-        self._imported = built.compile(device=device, optimize=optimize, name=self.name,
-                                                           phases=phases, notes=[f"lowered to core ATen by {how}"])
-        self._placeholder_names = names
-        self._rename = rename
-        self._outputs = list(sig.output_specs)
+        self._outputs = list(ep.graph_signature.output_specs)
         self._mutates = any(s.kind is not OutputKind.USER_OUTPUT for s in self._outputs)
         self._in_spec, self._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
         self._kw_order = self._in_spec.child(1).context if self._in_spec.num_children == 2 else None
-        self.graph = self._imported.g
         self.compiled = self._imported.compiled
+
+    def _read_signature(self, ep):
+        self.exported = ep
+        self._constants, self._buffer_feeds, self._buffer_args, user, self._guards = _feeds(ep)
+        self._user_inputs = user
+        self._ranges = _dim_ranges(ep, user)
+        self._placeholder_names = [n.name for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+
+    def _placeholder_values(self) -> list:
+        """Per placeholder: its weight or fed buffer; None for a user input (the key spells those
+        from the program, which fixed their dtypes, shapes and values)."""
+        fed = {**self._constants, **self._buffer_feeds}
+        return [fed.get(n) for n in self._placeholder_names]
+
+    def _lower(self, ep):
+        """(program, its core-ATen graph module, the import of it): made once, and on a compile
+        cache hit only when asked for (`graph`, `graph_module`)."""
+        if self._lowering is None:
+            start = time.perf_counter()
+            ep, gm, how = self._decompose(ep)
+            lower_s = time.perf_counter() - start
+            # the lowered graph has the program's placeholders in order, though FX may have renamed
+            # some (`input` -> `input_1`): the signature's names are translated at this boundary
+            names = [n.name for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+            rename = dict(zip(names, (n.name for n in gm.graph.nodes if n.op == "placeholder")))
+            constants = _feeds(ep)[0]
+            try:
+                built = FxImporter(gm, self.name).build({rename[k]: v for k, v in constants.items()})
+            except UnsupportedError as exc:  # name where a data-dependent size comes from
+                if "data-dependent size" not in str(exc) or not _unbacked_sources(ep.graph):
+                    raise
+                raise UnsupportedError(f"{self.name}: luminal's graphs take their sizes from the input shapes, "
+                                       f"not from values: {exc}; the data-dependent sizes come from: "
+                                       f"{_unbacked_sources(ep.graph)}") from exc
+            self._lowering = (ep, gm, how, lower_s, rename, built)
+        return self._lowering
+
+    def _lower_and_compile(self, ep, phases: dict, entry):
+        """The miss: the program lowered, imported and compiled; stored in the compile cache
+        (`entry`) where the lowering kept the program's signature, so a hit can use the program."""
+        lowered, gm, how, phases["lower"], self._rename, built = self._lower(ep)
+        if lowered is not ep:  # run_decompositions made a new program: its signature is the one fed
+            self._read_signature(lowered)
+        imported = built.compile(device=self.device, optimize=self._optimize, name=self.name,
+                                 phases=phases, notes=[f"lowered to core ATen by {how}"])
+        if entry and _layout(lowered) == _layout(ep) and len(imported.placeholders) == len(self._placeholder_names):
+            entry.placeholders = [n.name for n in imported.placeholders]
+            fx_cache.store(entry, imported, built.weight_arrays)
+        return lowered, imported
+
+    @property
+    def graph_module(self):
+        """The program lowered to core ATen (on a compile cache hit, lowered now)."""
+        return self._lower(self.exported)[1]
+
+    @property
+    def graph(self):
+        """The builder graph imported from `graph_module` (on a compile cache hit, imported now)."""
+        return self._imported.g if self._imported.g is not None else self._lower(self.exported)[5].g
 
     @staticmethod
     def _decompose(ep):

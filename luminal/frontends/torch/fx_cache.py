@@ -12,6 +12,8 @@ backend first looks here, under a key over what determines both:
 - torch's version, luminal's context (`compile_cache.context`) and the hash of the lowering's
   code (`FRONTEND_CODE`: the torch frontend and the builder), the device, optimize on/off,
   grad mode.
+`luminal.compile` keys its exported program here too (`export.program_key`: the program's graph,
+its signature and symbolic shapes), before its lowering.
 Graphs with `get_attr` or `call_module` nodes (state the code does not spell), symbolic shapes
 or fake example inputs are not cached here (the HLIR-level cache still serves them), nor are
 those lowered by aot_autograd (mutation, gradients: their placeholders differ from Dynamo's).
@@ -45,14 +47,18 @@ FRONTEND_CODE = ("frontends/torch", "frontends/torch_backend.py", "builder")
 class Entry:
     """A readable entry: its key and the torch block (the graph is decoded per weight binding)."""
 
-    def __init__(self, digest: str, text: str, weights: list[int]):
+    def __init__(self, digest: str, text: str, weights: list[int], level: str = "dynamo graph"):
         self.digest, self.text, self.weights = digest, text, weights  # weights: placeholder positions
+        self.level = level  # what was keyed, as the report's cache line names it
         self.key_s = 0.0  # seconds spent computing the key
-        self.placeholders: list[str] = []  # of Dynamo's graph, in order
+        self.placeholders: list[str] = []  # of the lowered graph, in order: checked when stored
 
 
-def key(gm, example_inputs, weight_ids: set[int], opts: dict) -> Entry | None:
-    """The key of Dynamo's graph with these inputs, or None where this cache does not apply."""
+def key(gm, example_inputs, weight_ids: set[int], opts: dict, level: str = "dynamo graph",
+        extra: str = "") -> Entry | None:
+    """The key of Dynamo's graph with these inputs, or None where this cache does not apply.
+    `luminal.compile` keys its exported program here too (`level`), `extra` spelling what its
+    graph's nodes do not (the signature, symbolic shapes and their ranges)."""
     from torch._subclasses.fake_tensor import FakeTensor
 
     if not compile_cache.enabled() or any(n.op in ("get_attr", "call_module") for n in gm.graph.nodes):
@@ -78,11 +84,12 @@ def key(gm, example_inputs, weight_ids: set[int], opts: dict) -> Entry | None:
         return None
     text = (f"{compile_cache.context()}; frontend {compile_cache.code_hash(FRONTEND_CODE)}; torch {torch.__version__}; "
             f"device {opts['device']}; "
-            f"optimize {optimize_enabled(opts['optimize'])}; grad {torch.is_grad_enabled()}; dynamo graph")
+            f"optimize {optimize_enabled(opts['optimize'])}; grad {torch.is_grad_enabled()}; {level}")
     h = hashlib.sha256(text.encode())
     h.update(graph.encode())
     h.update(repr(spelled).encode())
-    entry = Entry(h.hexdigest(), text, weights)
+    h.update(extra.encode())
+    entry = Entry(h.hexdigest(), text, weights, level)
     entry.placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     entry.key_s = time.perf_counter() - t0
     return entry
@@ -177,7 +184,7 @@ def _store(entry: Entry, imported, weight_arrays: dict[int, object]) -> None:
     compiled = imported.compiled
     extra = {"torch": {"feeds": [list(f) if f else None for f in imported.feeds], "flat_kinds": kinds,
                        "spec": spec, "out_names": list(imported.out_names), "inputs": compiled.input_names,
-                       "unused": sorted(compiled.unused_inputs)}}
+                       "unused": sorted(compiled.unused_inputs), "placeholders": entry.placeholders}}
     refs = {id(a): f"p{i}" for i, a in weight_arrays.items()}
     target = compiled._report.stored_key  # the lowered graph's entry, just stored (None: it was not)
     if target is not None and all(id(w) in refs for w in target.weights):  # its weights are Dynamo's placeholders
@@ -198,11 +205,11 @@ def restore(entry: Entry, args, name: str, opts: dict):
 
 def _restore(entry: Entry, args, name: str, opts: dict):
     from luminal import devices
+    from luminal.archive import _check_pytree_spec
     from luminal.builder import Graph
     from luminal.compiler import STATS, CompiledGraph, _build_counts, note_build, op_counts
     from luminal.debug import emit
     from luminal.frontends.torch.fx_import import Imported, _constant
-    from luminal.saving import _check_pytree_spec
 
     t0 = time.perf_counter()
     if not compile_cache.present(entry.digest):  # a miss: no weight wrapped for nothing (14 ms for the 32-layer Llama)
@@ -233,13 +240,16 @@ def _restore(entry: Entry, args, name: str, opts: dict):
         spec = treespec_loads(t["spec"])
         inputs = [by_name[n] for n in t["inputs"] if n in by_name]
         unused = tuple(n for n in t["unused"] if isinstance(n, str))
+        names = t["placeholders"]
+        if not (isinstance(names, list) and len(names) == len(args) and all(isinstance(n, str) for n in names)):
+            raise ValueError("malformed placeholder names")
     except (LuminalError, KeyError, TypeError, ValueError) as exc:
         return compile_cache.refused(entry.digest, f"a malformed torch block: {type(exc).__name__}: {exc}")
     report = Report(name=name, rules_fired=dict(block.get("rules_fired", {})), egraph_size=block.get("egraph_size"),
-                    notes=[f"compile cache hit ({entry.digest[:12]}) on Dynamo's graph: lowering, import and egglog "
-                           "skipped; the miss said:", *map(str, block.get("notes", []))])
+                    notes=[f"compile cache hit ({entry.digest[:12]}) on the {entry.level}: lowering, import and "
+                           "egglog skipped; the miss said:", *map(str, block.get("notes", []))])
     report.phases["cache"] = entry.key_s + time.perf_counter() - t0
-    report.cache["dynamo graph"] = report.cache["optimize"] = "hit"
+    report.cache[entry.level] = report.cache["optimize"] = "hit"
     counts = {k: block.get(k) for k in ("ops_before", "ops_after")}
     report.ops_before, report.ops_after = (
         {str(k): v for k, v in c.items() if type(v) is int} if isinstance(c, dict) else {} for c in counts.values())
@@ -255,4 +265,6 @@ def _restore(entry: Entry, args, name: str, opts: dict):
                              rng_seed=by_name.get(RNG_SEED_INPUT))  # random ops: the seed drawn per call
     STATS.compiled.append(compiled)
     emit(compiled)
-    return Imported.restored(compiled, [tuple(f) if f else None for f in feeds], [tuple(k) for k in kinds], spec)
+    imported = Imported.restored(compiled, [tuple(f) if f else None for f in feeds], [tuple(k) for k in kinds], spec)
+    imported.placeholder_names = names
+    return imported

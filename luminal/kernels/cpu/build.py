@@ -17,11 +17,18 @@ Code every library needs but no graph shapes (the prelude's GEMM entry points: `
 object of its own, `<cache>/cpu/<key>.o` (`compiled_object`, cached and verified the same way),
 built once per machine and linked into each library that calls it; `prepare_object` starts its
 build on a background thread as a compile begins.
+
+A cache folder that fails a write (read-only, full: luminal's own writes, or the compiler's
+diagnostics naming ENOSPC/EROFS/...) moves the build to the process's private temporary folder
+(`cache.unusable`: one `CacheWarning`); failing there too, it is a CpuBuildError, and `device="cpu"`
+serves the NumPy runtime. Every compiler runs in one of the process's slots (one per core:
+`build_queue`), and a build belongs to a `Ticket` that its freed graph cancels.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import hashlib
@@ -35,12 +42,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from luminal.errors import LuminalError
-from luminal.kernels.cache import cache_dir, prune, touch, write_atomic
+from luminal.kernels.cache import cache_dir, in_cache, prune, touch, write_atomic
+from luminal.kernels.cpu import build_queue, isa
 
 FLAGS = (
     "-O2", "-ftree-partial-pre",  # partial PRE: lets -O2 if-convert (and so vectorize) select chains
     "-fopenmp", "-shared", "-fPIC", "-std=gnu11",
-    "-fno-strict-aliasing",
+    "-fno-strict-aliasing", "-fwrapv",  # signed integers wrap as torch's (an overflow is not UB to fold on)
     "-ffp-contract=off",  # no a*b+c -> fma: the NumPy runtime's rounding, on every host
     "-fno-math-errno",  # libm calls may vectorize/inline; results are unchanged (errno is never read)
     "-fno-trapping-math",  # compares may be if-converted (max/min/relu/clip vectorize); FP flags are never read
@@ -75,9 +83,15 @@ def compiler() -> str | None:
     return shutil.which("cc") or shutil.which("gcc")
 
 
-@functools.cache
 def cpu_info() -> tuple[frozenset[str], str]:
-    """This CPU's feature flags and vendor as /proc/cpuinfo lists them (empty where it cannot be read)."""
+    """This CPU's feature flags and vendor as /proc/cpuinfo lists them (empty where it cannot be
+    read), less the flags `LUMINAL_ISA` masks (isa.py)."""
+    flags, vendor = _proc_cpuinfo()
+    return isa.mask(flags), vendor
+
+
+@functools.cache
+def _proc_cpuinfo() -> tuple[frozenset[str], str]:
     flags, vendor = frozenset(), ""
     try:
         with open("/proc/cpuinfo") as f:
@@ -95,9 +109,13 @@ def cpu_info() -> tuple[frozenset[str], str]:
     return flags, vendor
 
 
-@functools.cache
 def machine_flags() -> tuple[str, ...]:
     """Vector extensions of this CPU the compiler may use (part of the cache key, via the flags)."""
+    return _machine_flags(isa.name())
+
+
+@functools.cache
+def _machine_flags(isa_name: str) -> tuple[str, ...]:
     if platform.machine() not in ("x86_64", "AMD64"):
         return ()
     cpu = cpu_info()[0]
@@ -118,7 +136,10 @@ def flags() -> tuple[str, ...]:
 
 @functools.cache
 def _version(cc: str) -> str:
-    return subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:  # CC=/bin/false, say: the NumPy runtime serves
+        raise CpuBuildError(f"the C compiler {cc} does not run: `{cc} --version` failed ({exc})") from None
 
 
 def _sha256(path: Path) -> str:
@@ -143,11 +164,14 @@ def cached(key: str) -> Path | None:
     cache and verified, else None: how a warm process loads a library without its source."""
     if not (len(key) == 32 and all(c in "0123456789abcdef" for c in key)):
         return None
-    library = cache_dir("cpu") / f"{key}.so"
-    if library.exists() and _verified(library):
-        stats.cache_hits += 1
-        touch(library)  # most recently used: the last to be pruned
-        return library
+    try:
+        library = cache_dir("cpu") / f"{key}.so"
+        if library.exists() and _verified(library):
+            stats.cache_hits += 1
+            touch(library)  # most recently used: the last to be pruned
+            return library
+    except OSError:  # a folder that cannot be read or cleaned: the library is built (elsewhere, `build`)
+        pass
     return None
 
 
@@ -182,32 +206,47 @@ def build(sources: str | list[str], cc: str | None = None, identity: str | None 
     text = identity if identity is not None else "\0".join(sources)
     linked = [source for name, source in LINKED.items() if any(name in s for s in sources)]
     key = hashlib.sha256("\0".join((text, *options, _version(cc), *linked)).encode()).hexdigest()[:32]
+    build_queue.check_cancelled()
     found = cached(key)
     if found is not None:
         _outcome.last = "hit"
         return found
-    directory = cache_dir("cpu")
-    library = directory / f"{key}.so"
-    with open(directory / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same key: wait for it
-        if library.exists() and _verified(library):  # another process built it meanwhile
-            stats.cache_hits += 1
-            _outcome.last = "hit"
-            return library
-        tmp = directory / f"{key}.{os.getpid()}.so"
-        stats.builds += 1
-        _outcome.last = "miss"
-        try:
-            for source in linked:  # built beside the units when it is not built yet
-                prepare_object(source, spare_core_only=False)
-            _compile(cc, options, sources, directory, key, tmp, [functools.partial(compiled_object, s, cc) for s in linked])
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        write_atomic(library.with_suffix(".sha256"), _sha256(tmp).encode())
-        os.replace(tmp, library)  # atomic: a reader never sees a half-written library
-    prune(directory)  # the folder stays under $LUMINAL_CACHE_MAX_MB (least recently used go first)
-    return library
+
+    def build_in(directory: Path) -> Path:
+        library = directory / f"{key}.so"
+        with open(directory / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same key: wait for it
+            if library.exists() and _verified(library):  # another process built it meanwhile
+                stats.cache_hits += 1
+                _outcome.last = "hit"
+                return library
+            tmp = directory / f"{key}.{os.getpid()}.so"
+            stats.builds += 1
+            _outcome.last = "miss"
+            try:
+                for source in linked:  # built beside the units when it is not built yet
+                    prepare_object(source, spare_core_only=False)
+                _compile(cc, options, sources, directory, key, tmp,
+                         [functools.partial(compiled_object, s, cc) for s in linked])
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            write_atomic(library.with_suffix(".sha256"), _sha256(tmp).encode())
+            os.replace(tmp, library)  # atomic: a reader never sees a half-written library
+        with contextlib.suppress(OSError):  # the library is there: a folder that cannot be pruned only grows
+            prune(directory)  # the folder stays under $LUMINAL_CACHE_MAX_MB (least recently used go first)
+        return library
+
+    return _in_cache(build_in, "the library")
+
+
+def _in_cache(fn, what: str):
+    """`fn(cache_dir("cpu"))`, again in the private folder where that one fails a write
+    (`cache.in_cache`); a CpuBuildError naming the folder if that fails too."""
+    try:
+        return in_cache("cpu", fn)
+    except OSError as again:
+        raise CpuBuildError(f"could not write {what} in {again.filename or 'the cache folder'}: {again}") from again
 
 
 def _compiler(cc: str | None) -> str:
@@ -228,25 +267,28 @@ def compiled_object(source: str, cc: str | None = None) -> Path:
         pending = _objects.get(key)
     if pending is not None and pending is not threading.current_thread():
         pending.join()
-    directory = cache_dir("cpu")
-    obj = directory / f"{key}.o"
-    if obj.exists() and _verified(obj):
-        touch(obj)
-        return obj
-    with open(directory / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+
+    def build_in(directory: Path) -> Path:
+        obj = directory / f"{key}.o"
         if obj.exists() and _verified(obj):
+            touch(obj)
             return obj
-        c_file, tmp = directory / f"{key}.c", directory / f"{key}.{os.getpid()}.{threading.get_ident()}.o"
-        write_atomic(c_file, source.encode())
-        try:
-            _run([cc, *options, "-c", str(c_file), "-o", str(tmp)], cc, c_file)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        write_atomic(obj.with_suffix(".sha256"), _sha256(tmp).encode())
-        os.replace(tmp, obj)
-    return obj
+        with open(directory / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if obj.exists() and _verified(obj):
+                return obj
+            c_file, tmp = directory / f"{key}.c", directory / f"{key}.{os.getpid()}.{threading.get_ident()}.o"
+            write_atomic(c_file, source.encode())
+            try:
+                _run([cc, *options, "-c", str(c_file), "-o", str(tmp)], cc, c_file)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            write_atomic(obj.with_suffix(".sha256"), _sha256(tmp).encode())
+            os.replace(tmp, obj)
+        return obj
+
+    return _in_cache(build_in, "an object")
 
 
 def object_available(source: str) -> bool:
@@ -255,11 +297,14 @@ def object_available(source: str) -> bool:
     cc = compiler()
     if cc is None:
         return False
-    _, key = _object_key(source, cc)
-    with _objects_lock:
-        if key in _objects:
-            return True
-    return (cache_dir("cpu") / f"{key}.o").exists()
+    try:
+        _, key = _object_key(source, cc)
+        with _objects_lock:
+            if key in _objects:
+                return True
+        return (cache_dir("cpu") / f"{key}.o").exists()
+    except (CpuBuildError, OSError):  # the library's build says why
+        return False
 
 
 def spare_core() -> bool:
@@ -352,7 +397,10 @@ def prepare_object(source: str, spare_core_only: bool = True) -> None:
     cc = compiler()
     if cc is None or (spare_core_only and not spare_core()):
         return
-    _, key = _object_key(source, cc)
+    try:
+        _, key = _object_key(source, cc)
+    except CpuBuildError:  # a compiler that does not run: the library's build says so
+        return
 
     def run():
         try:
@@ -390,15 +438,26 @@ def _compile(cc: str, options, sources: list[str], directory: Path, key: str, ou
         return
     objects = [f.with_name(f"{f.stem}.{os.getpid()}.o") for f in files]
     try:
-        jobs = [(f, subprocess.Popen(_command([cc, *compile_flags, "-c", str(f), "-o", str(o)]), stderr=subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, text=True)) for f, o in zip(files, objects)]
-        failed = None
-        for f, job in jobs:
-            _, err = job.communicate()
-            if job.returncode and failed is None:
-                failed = (f, err)
-        if failed is not None:
-            raise CpuBuildError(f"{cc} could not build {failed[0]}:\n{failed[1].strip()[-4000:]}")
+        # a thread per unit, each compiler waiting for its slot (`build_queue`): a unit holds a slot
+        # only while its compiler runs, so builds sharing the slots never wait on each other
+        failed: list[BaseException | None] = [None] * len(files)
+
+        def unit(i: int) -> None:
+            try:
+                _run([cc, *compile_flags, "-c", str(files[i]), "-o", str(objects[i])], cc, files[i])
+            except BaseException as exc:  # noqa: BLE001 - raised below, in the build's thread
+                failed[i] = exc
+
+        threads = [threading.Thread(target=_inheriting(unit), args=(i,), name="luminal-cc-unit", daemon=True)
+                   for i in range(1, len(files))]
+        for t in threads:
+            t.start()
+        unit(0)
+        for t in threads:
+            t.join()
+        for exc in failed:
+            if exc is not None:
+                raise exc
         linked = [str(path()) for path in extra]
         _run([cc, *compile_flags, *map(str, objects), *linked, "-o", str(out), *libs, "-lm"], cc, files[0])
     finally:
@@ -436,13 +495,45 @@ _NICE = shutil.which("nice")
 
 
 def _run(command: list[str], cc: str, c_file: Path) -> None:
+    """One compiler run, once the build queue has room for it (`build_queue`; a cancelled build: `BuildCancelled`)."""
     global _compiling
-    with _looked_lock:
-        _compiling += 1
-    try:
-        result = subprocess.run(_command(command), capture_output=True, text=True)
-    finally:
+    ticket = build_queue.ticket()
+    with build_queue.slots.slot(ticket, getattr(_background, "on", False)):
         with _looked_lock:
-            _compiling -= 1
-    if result.returncode:
-        raise CpuBuildError(f"{cc} could not build {c_file}:\n{result.stderr.strip()[-4000:]}")
+            _compiling += 1
+        try:
+            try:  # a process group of its own: cancelling kills cc1 and as too, not only the driver
+                job = subprocess.Popen(_command(command), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                       process_group=0)
+            except OSError as exc:  # the compiler vanished or is not executable: not the cache's fault
+                raise CpuBuildError(f"{cc} could not be run: {exc}") from None
+            if ticket is not None:
+                ticket.running(job)
+            try:
+                _, err = job.communicate()
+            finally:
+                if ticket is not None:
+                    ticket.done(job)
+        finally:
+            with _looked_lock:
+                _compiling -= 1
+    if job.returncode:
+        build_queue.check_cancelled()
+        for code in _FOLDER_ERRORS:  # the compiler could not write its output: the folder's fault (`_in_cache`)
+            if os.strerror(code) in err:
+                raise OSError(code, os.strerror(code), str(c_file.parent))
+        raise CpuBuildError(f"{cc} could not build {c_file}:\n{err.strip()[-4000:]}")
+
+
+_FOLDER_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.EACCES)
+
+
+def _inheriting(fn):
+    """`fn` for another thread, run at this thread's priority and for its ticket."""
+    background, ticket = getattr(_background, "on", False), build_queue.ticket()
+
+    def run(*args):
+        _background.on, build_queue.current.ticket = background, ticket
+        return fn(*args)
+
+    return run

@@ -42,14 +42,14 @@ from pathlib import Path
 
 import numpy as np
 
-from luminal.errors import DivisionByZero, IndexOutOfRange, UnsupportedError
+from luminal.errors import DivisionByZero, UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
-from luminal.kernels.cpu import build, gemm_avx512
+from luminal.kernels.cpu import build, gemm_avx512, isa
 from luminal.kernels.cpu.steps import CProgram, CStep, launch_table
-from luminal.runtime.binding import bind_inputs
+from luminal.runtime.binding import bind_inputs, index_error
 from luminal.runtime.fused_ops import get_precision
 
 LOG = logging.getLogger("luminal")
@@ -78,9 +78,9 @@ def make(outputs, artifacts: dict | None = None, **_options):
         what = f"the C compiler CC={cc!r} was not found" if cc else "no C compiler (cc or gcc) is on PATH"
         _warn_once("compiler", f'device="cpu": {what}; running the NumPy reference runtime instead '
                                "(apt-get install gcc for the compiled backend)")
-        return NumpyRuntime(outputs)
+        return NumpyRuntime(outputs, like="cpu")
     if artifacts is None and tiered.enabled():
-        reference = NumpyRuntime(outputs)
+        reference = NumpyRuntime(outputs, like="cpu")
         def background():
             from luminal.kernels.cpu import program
 
@@ -108,7 +108,7 @@ def _compiled(outputs, artifacts: dict | None, reference) -> tuple[object, tuple
         first = str(exc).splitlines()[:6]
         warning = (f"build:{build.compiler()}", 'device="cpu": the C compiler failed; running the NumPy reference '
                                                 "runtime instead:\n" + "\n".join(first))
-    return (reference if reference is not None else NumpyRuntime(outputs)), warning
+    return (reference if reference is not None else NumpyRuntime(outputs, like="cpu")), warning
 
 
 # --- BLAS: PyTorch's MKL when torch is loaded, else the OpenBLAS NumPy ships ---------------------
@@ -184,6 +184,9 @@ class _Blas:
                     self.set_threads_ptr = ctypes.cast(setter, ctypes.c_void_p).value
                 self.path = path
                 self.core = _openblas_core(lib, prefix, suffix)
+                if isa.mismatched_blas(self.core):  # it chose its kernels when NumPy loaded it
+                    LOG.warning("LUMINAL_ISA=%s, but NumPy's OpenBLAS runs its %s (AVX-512) kernels: set "
+                                "OPENBLAS_CORETYPE=Haswell before importing numpy", isa.name(), self.core)
                 if gemm_avx512.wanted(self.core):  # AVX2 kernels on an AVX-512 CPU (OPENBLAS_CORETYPE, say)
                     self.front = gemm_avx512.sgemm(self.sgemm)
                     if self.front is not None:
@@ -317,24 +320,50 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
         raise ArtifactMismatch("dims the inputs do not bind")
     if any(x < 0 for x in table):
         raise ArtifactMismatch("a negative entry")
+    from luminal.kernels.render.cstyle import buffer_sources, symbols_of
+
     buffers = [*sched.weights, *sched.inputs, *sched.nodes]
-    fixed = len(sched.weights) + len(sched.inputs)
-    steps, i, prefix = [], 0, {}
+    steps, i, prefix, fused = [], 0, {}, None
     for s, node in enumerate(sched.nodes):  # a step: kernel, n_in, input positions, n_sym, dim indices
         k, n_in = table[i], table[i + 1]
         where = table[i + 2:i + 2 + n_in]
-        n_sym = table[i + 2 + n_in]
-        syms = [symbols[j] for j in table[i + 3 + n_in:i + 3 + n_in + n_sym]]
-        i += 3 + n_in + n_sym
+        i += 3 + n_in + table[i + 2 + n_in]
         name = kernels[k]
-        if (arity[3 * k] != 1 + n_in or arity[3 * k + 1] != n_sym or len(syms) != n_sym or len(where) != n_in
-                or not name.startswith(prefix.get(node.op) or prefix.setdefault(node.op, node.op.title.lower() + "_"))
-                or any(j >= fixed + s for j in where)):
+        # The operands are the graph's, not the table's (an edited table could hand a kernel a smaller
+        # buffer than it reads, or another dim): the table only picks the kernel, and must agree.
+        inputs, syms = buffer_sources(node), symbols_of(node, extra=[x.shape for x in node.src])
+        stored = [buffers[j] for j in where]
+        if len(stored) != len(inputs) or any(a is not b for a, b in zip(stored, inputs)):
+            fused = _fused_steps(sched) if fused is None else fused  # a convolution's fused GEMM and its copies
+            step = fused.get(id(node))
+            if step is None or step.name != name or len(stored) != len(step.inputs) or any(
+                    a is not b for a, b in zip(stored, step.inputs)):
+                raise ArtifactMismatch(f"step {s} ({node.op.title}) reads other buffers than its node")
+            inputs, syms = step.inputs, step.symbols
+        if (arity[3 * k] != 1 + len(inputs) or arity[3 * k + 1] != len(syms) or not set(syms) <= set(symbols)
+                or not name.startswith(prefix.get(node.op) or prefix.setdefault(node.op, node.op.title.lower() + "_"))):
             raise ArtifactMismatch(f"step {s} does not fit its node ({node.op.title}) or its kernel ({name})")
-        steps.append(CStep(name, node, [buffers[j] for j in where], syms, bool(arity[3 * k + 2])))
+        steps.append(CStep(name, node, inputs, syms, bool(arity[3 * k + 2])))
     if i != len(table):
         raise ArtifactMismatch("a table of another length")
     return CProgram(None, None, steps, sched, symbols, kernels), library
+
+
+def _fused_steps(sched) -> dict[int, CStep]:
+    """The steps `program.render_program` fuses (a convolution's im2col GEMM, the copies it
+    absorbs), by id of their node, named as it names them: only graphs with such steps pay for
+    importing the renderer here."""
+    from luminal.kernels.cpu.program import _fused_step, _fusions
+
+    plans, absorbed = _fusions(sched)
+    steps = {}
+    for node in sched.nodes:
+        found = _fused_step(node, plans, absorbed)
+        if found is not None:
+            code, step = found
+            step.name = f"{node.op.title.lower()}_{hashlib.sha1(code.encode()).hexdigest()[:12]}"
+            steps[id(node)] = step
+    return steps
 
 
 # --- the runtime ----------------------------------------------------------------------------------
@@ -500,7 +529,7 @@ class CpuRuntime:
         if err.value:
             if err.value & 2 and not err.value & 1:
                 raise DivisionByZero("integer division or remainder by zero (flagged by the compiled C)")
-            raise IndexOutOfRange("a Gather/Scatter index was out of range (flagged by the compiled C)")
+            raise index_error(self.outputs, bindings, "the compiled C")
         return outs
 
     def profile(self, top: int = 15) -> list[tuple[str, float, int]]:

@@ -6,12 +6,13 @@ returns at once and builds the library on a background thread that starts after 
 *first* call (or `FIRST_CALL_WAIT_S` without one), its compilers at a lower priority; that call, if it comes before the library is ready and the NumPy runtime would take it under
 `REFERENCE_BUDGET_S` (estimated from the graph at that call's dims: `reference_seconds`; a large
 conv net's window products take longer than the build), runs on the NumPy runtime (the executable
-specification every device is tested against: in float64 working precision by default, so that
-answer is, if anything, the more precise one), and every later call runs on the compiled C,
-waiting for the build if it is still going. Like TorchScript's profiling executor, whose first
-calls ran unfused: the first call's last bits may differ from later calls' (the reference
-rounds once from float64, the C from float32, as PyTorch's kernels do), never more than the
-two runtimes differ everywhere.
+specification every device is tested against) at the C's working precision (`like="cpu"`:
+f32 elementwise math, sums in double, GEMMs in f32 unless `set_precision("float64")`), and
+every later call runs on the compiled C, waiting for the build if it is still going. Like
+TorchScript's profiling executor, whose first calls ran unfused: the first call's last bits may
+differ from later calls' (a region's ops in another order, a sum in another order), never its
+overflows, underflows or NaNs: the reference's own float64 intermediates would turn
+`sqrt(x * x)` at 1e30 into 1e30 where the C (and torch) give inf.
 
 Off (every call waits for the C, as before) with `LUMINAL_TIERED=0`, and whenever
 `torch.use_deterministic_algorithms(True)` is on: bitwise repeatable calls are then the
@@ -22,7 +23,10 @@ a process that exits right after its first call waits for the build, so that the
 finds the library in the cache. A child forked while a build runs starts the build again itself
 (`os.register_at_fork`): the parent's thread is not in the child. The compile cache's writes of
 that compile (the optimized graph's entry, torch.compile's link to it) run on the same thread
-before the build (`after_first_call`), off the first call's path too.
+before the build (`after_first_call`), off the first call's path too. The thread holds the
+runtime only weakly: a runtime freed before its build is done cancels it (`build_queue.Ticket`: a
+compiler still queued for a slot never starts, a running one is killed), so a suite of small
+models leaves no compilers behind; a caller waiting for the build moves its compilers first.
 """
 
 from __future__ import annotations
@@ -130,7 +134,46 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _OWN = frozenset({"_compiled", "_served", "_ready", "_error", "_warning", "_first_done", "_first_taken", "_lock",
-                  "_callbacks", "_reference", "_warn", "_thread", "_build_fn", "_done", "_started", "_early"})
+                  "_callbacks", "_reference", "_warn", "_thread", "_build_fn", "_done", "_started", "_early",
+                  "_ticket", "_finalizer"})
+
+
+def _build_thread(ref: weakref.ref, ticket, build_fn: Callable, first_done: threading.Event) -> None:
+    """A `TieredRuntime`'s build (`ref`: the runtime, held only while its fields are read or written)."""
+    from luminal.kernels.cpu import build_queue
+
+    # after the first call (or FIRST_CALL_WAIT_S without one): its Python and the NumPy
+    # runtime get the cores, not the renderer and the compilers (on two cores those slowed
+    # the 32-layer Llama's first call by a third)
+    first_done.wait(FIRST_CALL_WAIT_S)
+    runtime = ref()
+    if runtime is None or ticket.cancelled:
+        return
+    with runtime._lock:
+        runtime._started = True
+        early, runtime._early = runtime._early, []
+    del runtime
+    for fn in early:
+        quietly(fn)
+    early = fn = None  # noqa: F841 - the tasks' closures are not kept alive by this frame
+    t0 = time.perf_counter()
+    compiled = warning = error = None
+    try:
+        with build_queue.for_ticket(ticket):
+            compiled, warning = build_fn()
+    except build_queue.BuildCancelled:
+        return
+    except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+        error = exc
+    runtime = ref()
+    if runtime is not None:
+        runtime._finish(compiled, warning, error, time.perf_counter() - t0)
+
+
+def _cancel(ticket, first_done: threading.Event) -> None:
+    """The runtime was freed: its build stops (or never starts: the thread wakes at once)."""
+    ticket.cancel()
+    first_done.set()
 
 
 class TieredRuntime:
@@ -164,7 +207,19 @@ class TieredRuntime:
         self._started = False  # the thread is past the first call (its early tasks taken): set under `_lock`
         self._early: list[Callable] = []  # `after_first_call` tasks, run before the build
         _PENDING.add(self)
-        self._thread = threading.Thread(target=self._build, name="luminal-build")
+        self._start()
+
+    def _start(self) -> None:
+        """The build thread, which holds this runtime only weakly: a runtime whose graph is freed
+        cancels its build (`build_queue.Ticket`: not started yet, it never starts; its compilers are
+        killed), so that dropped models leave no compilers behind."""
+        from luminal.kernels.cpu import build_queue
+
+        self._ticket = build_queue.Ticket()
+        self._finalizer = weakref.finalize(self, _cancel, self._ticket, self._first_done)
+        self._finalizer.atexit = False  # at exit the process waits for the build (the next process finds it)
+        self._thread = threading.Thread(target=_build_thread, name="luminal-build",
+                                        args=(weakref.ref(self), self._ticket, self._build_fn, self._first_done))
         self._thread.start()
 
     def _restart_after_fork(self) -> None:
@@ -175,25 +230,11 @@ class TieredRuntime:
         self._ready, self._lock, self._first_done = threading.Event(), threading.Lock(), threading.Event()
         if first_done:
             self._first_done.set()
-        self._thread = threading.Thread(target=self._build, name="luminal-build")
-        self._thread.start()
+        self._finalizer.detach()
+        self._start()
 
-    def _build(self) -> None:
-        # after the first call (or FIRST_CALL_WAIT_S without one): its Python and the NumPy
-        # runtime get the cores, not the renderer and the compilers (on two cores those slowed
-        # the 32-layer Llama's first call by a third)
-        self._first_done.wait(FIRST_CALL_WAIT_S)
-        with self._lock:
-            self._started = True
-            early, self._early = self._early, []
-        for fn in early:
-            quietly(fn)
-        t0 = time.perf_counter()
-        try:
-            self._compiled, self._warning = self._build_fn()
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-            self._error = exc
-        self.build_seconds = time.perf_counter() - t0
+    def _finish(self, compiled, warning, error, seconds: float) -> None:
+        self._compiled, self._warning, self._error, self.build_seconds = compiled, warning, error, seconds
         _PENDING.discard(self)
         with self._lock:
             self._done = True
@@ -231,6 +272,7 @@ class TieredRuntime:
     def wait(self):
         """The compiled runtime, once built (the build's error raised here, in the caller's thread)."""
         self._first_done.set()  # someone waits for the build: it starts now
+        self._ticket.hurry()  # its compilers before the background builds of other graphs
         self._ready.wait()
         if self._error is not None:
             raise self._error
@@ -256,7 +298,7 @@ class TieredRuntime:
                     self.reference_estimate = reference_seconds(reference.order, bindings)
                     if self.reference_estimate <= REFERENCE_BUDGET_S and not self._ready.is_set():
                         self.reference_calls += 1
-                        return reference.run(arrays, bindings)
+                        return reference.run(arrays, bindings, like="cpu")
                 finally:
                     self._first_done.set()  # the build may start
         return self.wait()(feeds)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from luminal.errors import LuminalError
-from luminal.kernels.cache import cache_dir
+from luminal.kernels.cache import cache_dir, unusable
 
 EMULATOR_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = EMULATOR_DIR / "include"  # cuda_fp16.h / cuda_bf16.h shims
@@ -110,6 +110,17 @@ def compile_shared_library(source: str, mode: str = "release", *, ftz: bool = Tr
         digest.update(part.encode() + b"\0")
     key = digest.hexdigest()[:32]
     directory = cache_path or cache_dir("emulator")
+    try:
+        return _build_in(directory, mode, key, text, cxx, flags)
+    except OSError as exc:  # read-only, full: the private folder (warned once), as the cpu build
+        if cache_path is not None:
+            raise
+        return _build_in(unusable(directory, exc), mode, key, text, cxx, flags)
+
+
+def _build_in(directory: Path, mode: str, key: str, text: str, cxx: str, flags: list[str]) -> Path:
+    from luminal.kernels.cpu.build_queue import compiler_slot
+
     library = directory / f"{mode}_{key}.so"
     if library.exists():
         stats.cache_hits += 1
@@ -123,7 +134,8 @@ def compile_shared_library(source: str, mode: str = "release", *, ftz: bool = Tr
         cpp.write_text(text)
         tmp = directory / f"{mode}_{key}.{os.getpid()}.so"
         stats.builds += 1
-        result = subprocess.run([cxx, *flags, str(cpp), "-o", str(tmp)], capture_output=True, text=True)
+        with compiler_slot():  # one queue with the cpu device's compilers: at most one per core
+            result = subprocess.run([cxx, *flags, str(cpp), "-o", str(tmp)], capture_output=True, text=True)
         if result.returncode:
             tmp.unlink(missing_ok=True)
             raise EmulatorBuildError(f"{cxx} could not build the emulator library ({cpp}):\n{result.stderr.strip()}")

@@ -577,8 +577,17 @@ inline int __all_sync(unsigned mask, int p) {
 // Atomics: all fibers share one OS thread and switch only at barriers, so a plain
 // read-modify-write is atomic. The value parameter is non-deduced, as with CUDA's overloads.
 template <class T> using cuemu_same_t = std::type_identity_t<T>;
-template <class T> inline T atomicAdd(T* p, cuemu_same_t<T> v) { T old = *p; *p = old + v; return old; }
-template <class T> inline T atomicSub(T* p, cuemu_same_t<T> v) { T old = *p; *p = old - v; return old; }
+// Integers wrap as the hardware's atomics do: in their unsigned type (signed overflow is undefined in C++).
+template <class T> inline T cuemu_wrap_add(T a, T b) {
+  if constexpr (std::is_integral_v<T>) return (T)((std::make_unsigned_t<T>)a + (std::make_unsigned_t<T>)b);
+  else return a + b;
+}
+template <class T> inline T cuemu_wrap_sub(T a, T b) {
+  if constexpr (std::is_integral_v<T>) return (T)((std::make_unsigned_t<T>)a - (std::make_unsigned_t<T>)b);
+  else return a - b;
+}
+template <class T> inline T atomicAdd(T* p, cuemu_same_t<T> v) { T old = *p; *p = cuemu_wrap_add(old, v); return old; }
+template <class T> inline T atomicSub(T* p, cuemu_same_t<T> v) { T old = *p; *p = cuemu_wrap_sub(old, v); return old; }
 template <class T> inline T atomicExch(T* p, cuemu_same_t<T> v) { T old = *p; *p = v; return old; }
 template <class T> inline T atomicMax(T* p, cuemu_same_t<T> v) { T old = *p; if (old < v) *p = v; return old; }
 template <class T> inline T atomicMin(T* p, cuemu_same_t<T> v) { T old = *p; if (v < old) *p = v; return old; }

@@ -95,7 +95,10 @@ def c_literal(value, dtype: DType) -> str:
         return f"(({compute_type(dtype)}){c_dim(value)})"
     if dtype.is_int:
         v = int(value)
-        return f"{v}LL" if dtype is DType.I64 else str(v)
+        suffix = "LL" if dtype is DType.I64 else ""
+        if v == int(np.iinfo(dtype.numpy).min):  # `-9223372036854775808LL` negates a literal too wide for its type
+            return f"({v + 1}{suffix} - 1)"
+        return f"{v}{suffix}"
     if dtype is DType.F64:
         v = float(value)
         if math.isnan(v):

@@ -29,6 +29,7 @@ from luminal.kernels.render.cstyle import (
     store_value,
     symbols_of,
     unravel,
+    wrapping,
 )
 
 UNROLL = 64  # kernel windows of at most this many terms are unrolled
@@ -52,10 +53,10 @@ def element(node: Node, idx: list[str], inputs: list[Node]) -> tuple[str, str]:
 
     def term(k: list[str]) -> str:
         vals = [f"(({t}){read(s, idx + k, pointer_of(s, inputs))})" for s in node.src]
-        return vals[0] if len(vals) == 1 else f"({vals[0]} * {vals[1]})"
+        return vals[0] if len(vals) == 1 else wrapping(t, vals[0], "*", vals[1])
 
     def combine(acc: str, v: str) -> str:
-        return f"({acc} + {v})" if kind == "sum" else f"lum_max_nan({acc}, {v})"
+        return wrapping(t, acc, "+", v) if kind == "sum" else f"lum_max_nan({acc}, {v})"
 
     init = f"(({t})0)" if kind == "sum" else LOWEST[t]
     total = sym.product(kernel)

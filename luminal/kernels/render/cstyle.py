@@ -20,6 +20,17 @@ from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type, dims_sy
 
 LIBM = {"float": "f", "double": ""}  # libm suffix per compute type
 INT_MOD = "lum_imod"  # a kernel whose C calls it takes the error flag
+UNSIGNED = {"int": "unsigned int", "long long": "unsigned long long"}
+
+
+def wrapping(t: str, a: str, op: str, b: str) -> str:
+    """`a op b` (+ or *) in compute type `t`, two's-complement wrapping on integers as torch's.
+    Signed overflow is undefined in C and CUDA C, and compilers act on it (gcc and NVVM fold
+    `x < x + 1` to true), so integers compute in the unsigned type of their width, whose
+    arithmetic wraps, and convert back (modular in gcc, NVRTC and C++20)."""
+    u = UNSIGNED.get(t)
+    return f"({a} {op} {b})" if u is None else f"(({t})(({u})({a}) {op} ({u})({b})))"
+
 
 code_for_op = {
     Op.EXP2: lambda t, x: f"exp2{LIBM[t]}({x})",
@@ -27,8 +38,8 @@ code_for_op = {
     Op.SIN: lambda t, x: f"sin{LIBM[t]}({x})",
     Op.SQRT: lambda t, x: f"sqrt{LIBM[t]}({x})",
     Op.RECIP: lambda t, x: f"(({t})1 / {x})",
-    Op.ADD: lambda t, a, b: f"({a} || {b})" if t == "bool" else f"({a} + {b})",
-    Op.MUL: lambda t, a, b: f"({a} && {b})" if t == "bool" else f"({a} * {b})",
+    Op.ADD: lambda t, a, b: f"({a} || {b})" if t == "bool" else wrapping(t, a, "+", b),
+    Op.MUL: lambda t, a, b: f"({a} && {b})" if t == "bool" else wrapping(t, a, "*", b),
     # C fmod for floats; integer % truncates like fmod, and x % 0 sets the error flag (2)
     Op.MOD: lambda t, a, b: f"fmod{LIBM[t]}({a}, {b})" if t in LIBM else f"{INT_MOD}({a}, {b}, err)",
     Op.LESS_THAN: lambda t, a, b: f"({a} < {b})",

@@ -35,6 +35,7 @@ from luminal.kernels.render.cstyle import (
     store_value,
     symbols_of,
     unravel,
+    wrapping,
 )
 from luminal.kernels.render.gemv import FLOAT_TYPES, GEMV_ROWS, gemv
 from luminal.kernels.render.kernels import reduce
@@ -195,6 +196,12 @@ def _matmul(node, name) -> list[KernelSpec]:
     b_at = lambda r, c: read(b, bnames + [r, c], pointer_of(b, inputs))  # noqa: E731
     bl = "\n  ".join(blines)
     n_batch = sym.product(batch)
+
+    def mac(acc: str, x: str, y: str = "") -> str:  # acc += x * y (or += x), wrapping on integers
+        if t in ("float", "double"):
+            return f"{acc} += {x} * {y};" if y else f"{acc} += {x};"
+        return f"{acc} = {wrapping(t, acc, '+', wrapping(t, x, '*', y) if y else x)};"
+
     if sym.is_static(m) and m == 1:  # GEMV: a warp per output column
         code = f"""{signature(name, node, inputs, symbols, False)} {{
   long long w = (long long)blockIdx.x * {WARPS_PER_BLOCK} + threadIdx.x / 32;
@@ -204,8 +211,8 @@ def _matmul(node, name) -> list[KernelSpec]:
   {bl}
   long long row = 0;
   {t} acc = 0;
-  for (long long kk = lane; kk < {c_dim(k)}; kk += 32) acc += ({t})({a_at("row", "kk")}) * ({t})({b_at("kk", "col")});
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
+  for (long long kk = lane; kk < {c_dim(k)}; kk += 32) {mac("acc", f"({t})({a_at('row', 'kk')})", f"({t})({b_at('kk', 'col')})")}
+  for (int off = 16; off > 0; off >>= 1) {mac("acc", "__shfl_down_sync(0xffffffffu, acc, off)")}
   if (lane == 0) out[{out_base} + col] = {store_value(node.dtype, "acc")};
 }}
 """
@@ -233,7 +240,7 @@ def _matmul(node, name) -> list[KernelSpec]:
     __syncthreads();
     for (int kk = 0; kk < {KTILE}; ++kk) {{
       {t} a0 = As[kk][ty], a1 = As[kk][ty + 16], b0 = Bs[kk][tx], b1 = Bs[kk][tx + 16];
-      acc[0][0] += a0 * b0; acc[0][1] += a0 * b1; acc[1][0] += a1 * b0; acc[1][1] += a1 * b1;
+      {mac("acc[0][0]", "a0", "b0")} {mac("acc[0][1]", "a0", "b1")} {mac("acc[1][0]", "a1", "b0")} {mac("acc[1][1]", "a1", "b1")}
     }}
     __syncthreads();
   }}

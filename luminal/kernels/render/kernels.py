@@ -34,6 +34,7 @@ from luminal.kernels.render.cstyle import (
     symbols_of,
     unravel,
     view_of,
+    wrapping,
 )
 
 
@@ -63,7 +64,7 @@ def _reduce(node: Node, name: str) -> list[KernelSpec]:
     full = out_idx[:axis] + ["r"] + out_idx[axis:]
     value = read(src, full, pointer_of(src, inputs))
     if node.op is Op.SUM_REDUCE:
-        init, combine = f"({acc_t})0", "acc + v"
+        init, combine = f"({acc_t})0", wrapping(acc_t, "acc", "+", "v")
     else:
         lowest = {"float": "-__int_as_float(0x7f800000)", "double": "-__longlong_as_double(0x7ff0000000000000LL)",
                   "int": "(-2147483647 - 1)", "long long": "(-9223372036854775807LL - 1)"}[acc_t]
