@@ -56,14 +56,11 @@ load-dependent result) are not stored.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import hashlib
 import logging
 import os
 import tempfile
-import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,56 +69,13 @@ from luminal.errors import CacheWarning
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import ConstantArray, Expr, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
+from luminal.threadflags import gc_paused
 
 LOG = logging.getLogger("luminal")
 FOLDER = "graphs"
 FORMAT_TAG = 1  # of the compile_cache block; bump when what an entry means changes
 CODE = ("egraph", "hlir", "saving.py", "compile_cache.py")  # the source the optimized graph depends on
 _context: list[str] = []  # computed once per process
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Pause the cyclic garbage collector (as `egraph.pipeline.optimize` does): decoding and
-    spelling graphs allocate many small objects, none in cycles, and inside torch.compile every
-    collection walks Dynamo's whole heap (seconds at 32 layers).
-
-    On resuming, what the pause allocated goes straight to the oldest generation (`gc.freeze`
-    then `gc.unfreeze`): left in the youngest, it is all walked by the collection the next
-    allocation starts, 20-30 ms after each of a 32-layer first call's three pauses, to promote
-    objects that mostly live as long as the compiled model. Cycles among them wait for the next
-    full collection instead. Where the process has frozen objects of its own (a server that
-    froze its heap before forking workers), `unfreeze` would thaw them too: then the young
-    collection is paid as before."""
-    if getattr(_untouched, "on", False):
-        yield
-        return
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            if not gc.get_freeze_count():
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
-
-
-_untouched = threading.local()
-
-
-@contextlib.contextmanager
-def gc_untouched():
-    """Inside, on this thread, `gc_paused` leaves the collector alone: for work that runs beside
-    the user's threads (the compile cache's writes on a background build thread), where a pause
-    of the process-wide collector could turn back on one that a user's thread turned off."""
-    outer = getattr(_untouched, "on", False)
-    _untouched.on = True
-    try:
-        yield
-    finally:
-        _untouched.on = outer
 
 
 class Uncacheable(Exception):

@@ -23,6 +23,7 @@ from luminal.errors import InputError, LuminalError
 from luminal.hlir.constants import RNG_SEED_INPUT
 from luminal.hlir.ops import Node, Op, count_ops, toposort
 from luminal.runtime.rng import draw_seed
+from luminal.threadflags import gc_untouched
 
 
 @dataclass
@@ -336,7 +337,6 @@ def after_first_call(compiled: CompiledGraph, task, report: Report) -> None:
     (`WriteBehind`); its time goes to the report's `background`. Now, in this thread (its time
     in the report's `cache` phase), with `LUMINAL_TIERED=0` (what the test suite runs with: a
     second compile in the same process then finds the entry) or once the first call is over."""
-    from luminal import compile_cache
     from luminal.kernels.cpu import tiered
 
     later = getattr(compiled.runtime, "after_first_call", None)
@@ -350,7 +350,7 @@ def after_first_call(compiled: CompiledGraph, task, report: Report) -> None:
     def timed():
         t0 = time.perf_counter()
         # beside the user's threads, pausing the (process-wide) collector is not the writes' to do
-        with compile_cache.gc_untouched() if deferred else contextlib.nullcontext():
+        with gc_untouched() if deferred else contextlib.nullcontext():
             task()
         times["cache"] = times.get("cache", 0.0) + time.perf_counter() - t0
 

@@ -17,7 +17,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-from luminal.compile_cache import gc_paused
 from luminal.egraph import compat as eg
 from luminal.egraph import contained, rules_algebra, rules_fusion, rules_numerics
 from luminal.egraph.encode import encode
@@ -26,6 +25,7 @@ from luminal.egraph.partition import Part, partition
 from luminal.egraph.regions import fuse_regions, region_op_counts
 from luminal.egraph.schema import program
 from luminal.hlir.ops import Node
+from luminal.threadflags import gc_paused
 
 
 @dataclass(frozen=True)

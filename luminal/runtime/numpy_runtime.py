@@ -10,7 +10,6 @@ in-place or chunked evaluation. Speed belongs to the graph rewrites (`where` run
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -21,6 +20,7 @@ from luminal.hlir.ops import UNARY, ConstantArray, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
 from luminal.runtime.binding import bind_inputs, empty_axis_error
 from luminal.runtime.rng import philox_uniform
+from luminal.threadflags import ThreadValue
 
 Impl = Callable[..., np.ndarray]
 IMPLS: dict[Op, Impl] = {}
@@ -39,13 +39,13 @@ def impl(*ops: Op):
 # reference's own (float64 intermediates by default, `fused_ops.set_precision`), or "cpu", the C's
 # (f32 elementwise math, sums in double, GEMMs as `get_precision("cpu")`, conv windows in f32), so
 # that the tiered first call overflows, underflows and turns NaN where the later calls do.
-_call = threading.local()
+_like = ThreadValue("numpy")
 LIKE = ("numpy", "cpu")
 
 
 def computing_like() -> str:
     """The device whose working precision this thread's current call computes at (see `LIKE`)."""
-    return getattr(_call, "like", "numpy")
+    return _like.get()
 
 
 def _shape(node: Node, b) -> tuple[int, ...]:
@@ -239,18 +239,14 @@ class NumpyRuntime:
         if like not in LIKE:
             raise LuminalError(f"NumpyRuntime.run: like={like!r}, expected one of {LIKE}")
         buffers: dict[int, np.ndarray] = {}
-        outer, _call.like = computing_like(), like
-        try:
-            with np.errstate(all="ignore"):
-                for node, dead in zip(self.order, self.frees):
-                    if node.op is Op.INPUT:
-                        buffers[id(node)] = arrays[node.arg]
-                    else:
-                        buffers[id(node)] = IMPLS[node.op](node, bindings, *(buffers[id(s)] for s in node.src))
-                    for nid in dead:
-                        del buffers[nid]
-        finally:
-            _call.like = outer
+        with _like.set(like), np.errstate(all="ignore"):
+            for node, dead in zip(self.order, self.frees):
+                if node.op is Op.INPUT:
+                    buffers[id(node)] = arrays[node.arg]
+                else:
+                    buffers[id(node)] = IMPLS[node.op](node, bindings, *(buffers[id(s)] for s in node.src))
+                for nid in dead:
+                    del buffers[nid]
         results, handed_out = [], set()
         for node in self.outputs:
             out = np.asarray(buffers[id(node)])

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import luminal as lm
-from luminal import compile_cache
+from luminal import compile_cache, threadflags
 from luminal.demo import build_block, make_weights
 
 X = np.random.default_rng(0).standard_normal((2, 5, 64)).astype(np.float32)
@@ -419,7 +419,7 @@ def test_background_writes_leave_the_collector_to_the_users_threads():
 
     assert gc.isenabled()
     try:
-        with compile_cache.gc_untouched(), compile_cache.gc_paused():
+        with threadflags.gc_untouched(), threadflags.gc_paused():
             assert gc.isenabled()
             gc.disable()  # a user's thread, meanwhile
         assert not gc.isenabled()

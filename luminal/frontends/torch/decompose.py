@@ -79,7 +79,7 @@ def decompose_calls(gm: torch.fx.GraphModule, example_inputs=None) -> Decomposed
     """`gm` as its distinct calls' traced graphs and the steps that use them (`Decomposed`:
     the FX importer builds HLIR from it call by call, and its core-ATen graph is only made if
     asked for), or None where aot_autograd must do it."""
-    from luminal.compile_cache import gc_paused
+    from luminal.threadflags import gc_paused
 
     try:
         # lazy graph modules: the traced templates and the result are only ever read as graphs
@@ -133,7 +133,7 @@ class Decomposed:
     def graph_module(self) -> torch.fx.GraphModule:
         """The core-ATen graph (made once, on the first call)."""
         if self._graph_module is None:
-            from luminal.compile_cache import gc_paused
+            from luminal.threadflags import gc_paused
 
             with gc_paused(), _use_lazy_graph_module(True):
                 self._graph_module = self._decomposer.replay(self.steps)

@@ -38,6 +38,7 @@ from luminal import compile_cache
 from luminal.compiler import Report
 from luminal.errors import LuminalError
 from luminal.hlir.constants import RNG_SEED_INPUT
+from luminal.threadflags import gc_paused
 
 # the code that lowers Dynamo's graph to HLIR (what an entry holds besides egglog's work, which
 # `compile_cache.context` covers): an entry made by other code is never used
@@ -161,7 +162,7 @@ def store(entry: Entry, imported, weight_arrays: dict[int, object]) -> None:
     where the runtime builds in the background (`compiler.after_first_call`: its time joins the
     report's `cache` phase, or its `background`)."""
     def write():
-        with compile_cache.gc_paused():
+        with gc_paused():
             _store(entry, imported, weight_arrays)
 
     imported.compiled.after_first_call(write)
@@ -199,7 +200,7 @@ def _store(entry: Entry, imported, weight_arrays: dict[int, object]) -> None:
 def restore(entry: Entry, args, name: str, opts: dict):
     """The compiled `Imported` of `entry`, its weights bound to `args`' weight tensors; None if
     the entry is absent or refused (then the caller compiles afresh)."""
-    with compile_cache.gc_paused():
+    with gc_paused():
         return _restore(entry, args, name, opts)
 
 

@@ -74,7 +74,7 @@ class FxImporter:
         `values` Python values baked in; the others become luminal inputs of the same name.
         The cyclic collector is paused meanwhile (as in the egraph pipeline: the import makes many
         small acyclic objects, and inside torch.compile a collection walks Dynamo's whole heap)."""
-        from luminal.compile_cache import gc_paused
+        from luminal.threadflags import gc_paused
 
         with gc_paused():
             return self._build(constants, values)
@@ -265,7 +265,7 @@ class Imported:
         inputs = list(self.g.inputs.values())
         self.device = device
         report = Report(name=name, phases={**(phases or {}), "import": self.import_s}, notes=list(notes or []))
-        from luminal.compile_cache import gc_paused
+        from luminal.threadflags import gc_paused
 
         with gc_paused():  # see `build`
             self.compiled = compile_outputs(inputs, self.out_nodes, self.out_names, device=device,

@@ -44,6 +44,7 @@ from pathlib import Path
 from luminal.errors import LuminalError
 from luminal.kernels.cache import cache_dir, in_cache, prune, touch, write_atomic
 from luminal.kernels.cpu import build_queue, isa
+from luminal.threadflags import ThreadValue
 
 FLAGS = (
     "-O2", "-ftree-partial-pre",  # partial PRE: lets -O2 if-convert (and so vectorize) select chains
@@ -471,22 +472,16 @@ def _compile(cc: str, options, sources: list[str], directory: Path, key: str, ou
 # measured on MiniLM, the NumPy runtime's first call took 0.64 s beside the library's two units at
 # the same priority, against 0.15 s alone.
 BACKGROUND_NICE = 10
-_background = threading.local()
+_background = ThreadValue(False)  # this thread's compilers run at BACKGROUND_NICE
 
 
-@contextlib.contextmanager
 def in_background():
     """The compilers this thread starts inside the block run at `BACKGROUND_NICE`."""
-    outer = getattr(_background, "on", False)
-    _background.on = True
-    try:
-        yield
-    finally:
-        _background.on = outer
+    return _background.set(True)
 
 
 def _command(command: list[str]) -> list[str]:
-    if getattr(_background, "on", False) and _NICE is not None:
+    if _background.get() and _NICE is not None:
         return [_NICE, "-n", str(BACKGROUND_NICE), *command]
     return command
 
@@ -498,7 +493,7 @@ def _run(command: list[str], cc: str, c_file: Path) -> None:
     """One compiler run, once the build queue has room for it (`build_queue`; a cancelled build: `BuildCancelled`)."""
     global _compiling
     ticket = build_queue.ticket()
-    with build_queue.slots.slot(ticket, getattr(_background, "on", False)):
+    with build_queue.slots.slot(ticket, _background.get()):
         with _looked_lock:
             _compiling += 1
         try:
@@ -530,10 +525,10 @@ _FOLDER_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.EA
 
 def _inheriting(fn):
     """`fn` for another thread, run at this thread's priority and for its ticket."""
-    background, ticket = getattr(_background, "on", False), build_queue.ticket()
+    background, ticket = _background.get(), build_queue.ticket()
 
     def run(*args):
-        _background.on, build_queue.current.ticket = background, ticket
-        return fn(*args)
+        with _background.set(background), build_queue.for_ticket(ticket):
+            return fn(*args)
 
     return run

@@ -15,6 +15,8 @@ import signal
 import subprocess
 import threading
 
+from luminal.threadflags import ThreadValue
+
 
 class BuildCancelled(Exception):
     """The graph this build was for is gone (`Ticket.cancel`)."""
@@ -58,23 +60,17 @@ def _kill(job: subprocess.Popen) -> None:
         os.killpg(job.pid, signal.SIGTERM)
 
 
-current = threading.local()  # .ticket: the build this thread runs, if any
+current = ThreadValue(None)  # the build (Ticket) this thread runs, if any
 
 
-@contextlib.contextmanager
 def for_ticket(ticket: Ticket):
     """The compilers this thread (and the unit threads it starts) runs inside the block belong to `ticket`."""
-    outer = getattr(current, "ticket", None)
-    current.ticket = ticket
-    try:
-        yield
-    finally:
-        current.ticket = outer
+    return current.set(ticket)
 
 
 def ticket() -> Ticket | None:
     """The build this thread runs (`for_ticket`), if any."""
-    return getattr(current, "ticket", None)
+    return current.get()
 
 
 def check_cancelled() -> None:
