@@ -49,7 +49,7 @@ def __getattr__(name):
         return load
     raise AttributeError(f"module 'luminal' has no attribute {name!r}")
 
-__version__ = "0.1.0"
+from luminal.version import __version__  # noqa: E402,F401 - luminal.__version__
 
 __all__ = [
     "CacheWarning", "CompiledGraph", "DType", "DeviceError", "DivisionByZero", "DTypeError", "Report", "compile_graph", "stats", "Graph", "IndexOutOfRange", "InputError", "LuminalError", "Op",

@@ -97,13 +97,13 @@ def context() -> str:
     if not _context:
         from importlib.metadata import PackageNotFoundError, version
 
-        import luminal
+        from luminal.version import __version__
 
         try:
             egglog = version("egglog")
         except PackageNotFoundError:
             egglog = "none"
-        _context.append(f"luminal {luminal.__version__}; code {code_hash(CODE)}; egglog {egglog}; cache {FORMAT_TAG}")
+        _context.append(f"luminal {__version__}; code {code_hash(CODE)}; egglog {egglog}; cache {FORMAT_TAG}")
     return _context[0]
 
 

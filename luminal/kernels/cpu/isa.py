@@ -26,7 +26,8 @@ ISAS = ("native", "avx2")
 _MASKED = {"avx2": ("avx512", "amx")}  # feature-flag prefixes a CPU of that ISA lacks
 _LIBRARIES = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
                        "MKL_ENABLE_INSTRUCTIONS": "AVX2", "OPENBLAS_CORETYPE": "Haswell"}}
-AVX512_BLAS_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})  # OpenBLAS's core names
+# OpenBLAS core names (openblas_get_corename) whose SGEMM kernels use AVX-512
+AVX512_BLAS_CORES = ("skylakex", "cooperlake", "sapphirerapids", "zen4", "zen5")
 _warned: set[str] = set()
 
 

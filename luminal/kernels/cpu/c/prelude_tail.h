@@ -1,0 +1,297 @@
+
+/* GEMM: row-major C[M x N] = op(A)[M x K] . op(B)[K x N]; BLAS (ILP64 cblas, set by lum_set_blas) or loops */
+typedef void (*lum_sgemm_fn)(int, int, int, long long, long long, long long, float, const float*, long long,
+                             const float*, long long, float, float*, long long);
+typedef void (*lum_dgemm_fn)(int, int, int, long long, long long, long long, double, const double*, long long,
+                             const double*, long long, double, double*, long long);
+typedef void (*lum_sgemv_fn)(int, int, long long, long long, float, const float*, long long, const float*, long long,
+                             float, float*, long long);
+typedef void (*lum_dgemv_fn)(int, int, long long, long long, double, const double*, long long, const double*, long long,
+                             double, double*, long long);
+typedef void (*lum_threads_fn)(int);
+/* state shared by the library's translation units (defined once, in the driver's: `SHARED`) */
+#define LUM_SHARED __attribute__((visibility("hidden")))
+extern LUM_SHARED lum_sgemm_fn lum_sgemm;
+extern LUM_SHARED lum_sgemm_fn lum_sgemm_blas;  /* the BLAS's own when luminal's AVX-512 SGEMM is lum_sgemm */
+extern LUM_SHARED lum_dgemm_fn lum_dgemm;
+extern LUM_SHARED lum_sgemv_fn lum_sgemv;
+extern LUM_SHARED lum_dgemv_fn lum_dgemv;
+extern LUM_SHARED lum_threads_fn lum_blas_set_threads;
+extern LUM_SHARED int lum_blas_threads;
+/* the call's team size and precision: per calling thread (two threads may run calls at once),
+   read on it, never inside a parallel region */
+extern LUM_SHARED __thread int lum_threads, lum_f64;
+/* The team of a call: `threads` (torch's count, as its kernels use), less the cores other
+   processes keep busy. On a loaded machine a full team is many times slower than one thread
+   (each barrier waits for a descheduled peer: NudeNet 2.3 s against 88 ms at load 9 on 2 cores;
+   a fresh process beside two busy ones ran a 7.5 ms model in 120-140 ms). Others' cores are
+   measured, not guessed from the load average: the machine's busy CPU time (/proc/stat) less this
+   process's own (every thread of it: another library's pool beside luminal counts as ours) over
+   windows of at least 0.1 s, read at most that often (a call of a 20 us model pays one clock
+   read, where the load average cost a file read per call). The load-average estimate this
+   replaces mistook the process's own recent work (its compile: gcc and Python for seconds) for
+   others' and then held the team at one thread for minutes on a quiet machine (SqueezeNet 7.8 ms
+   a call at CPU/wall 1.0, against 4.1-4.9 ms with the full team). With no window to measure
+   (the first call, or after 2 s without calls) what runs right now stands in: the runnable tasks
+   /proc/loadavg counts, less this process's own runnable threads. Unreadable /proc: full teams,
+   as torch. */
+#include <dirent.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+static int lum_own_running(void) {  /* this process's threads in state R (running or runnable) */
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  char path[300], buf[512];
+  for (struct dirent* e; (e = readdir(d)) != NULL;) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    snprintf(path, sizeof path, "/proc/self/task/%.200s/stat", e->d_name);
+    FILE* f = fopen(path, "r");
+    if (!f) continue;
+    const size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = 0;
+    const char* p = strrchr(buf, ')');  /* the thread's name may hold spaces and parentheses */
+    n += p && p[1] == ' ' && p[2] == 'R';
+  }
+  closedir(d);
+  return n;
+}
+static double lum_now(clockid_t clock) { struct timespec t; clock_gettime(clock, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+static double lum_others_now(void) {  /* other processes' runnable tasks at this instant */
+  double l1, l5, l15;
+  int running = 0, total = 0;
+  FILE* f = fopen("/proc/loadavg", "r");
+  if (!f) return 0;
+  const int got = fscanf(f, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total);
+  fclose(f);
+  const int ours = lum_own_running();
+  if (got != 5 || ours < 1) return 0;
+  return running > ours ? running - ours : 0;
+}
+static double lum_busy_seconds(void) {  /* all CPUs' non-idle time since boot; < 0: unreadable */
+  unsigned long long user, nice, sys, idle, iowait, irq, softirq;
+  FILE* f = fopen("/proc/stat", "r");
+  if (!f) return -1;
+  const int got = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &sys, &idle, &iowait, &irq, &softirq);
+  fclose(f);
+  if (got != 7) return -1;  /* steal (the hypervisor's) and idle are nobody's work here */
+  return (double)(user + nice + sys + irq + softirq) / (double)sysconf(_SC_CLK_TCK);
+}
+static int lum_team(int threads) {
+  static double others = 0, last_wall = -1e9, last_busy = -1, last_cpu;
+  double seen;
+  if (threads <= 1) return threads < 1 ? 1 : threads;
+  const double wall = lum_now(CLOCK_MONOTONIC);
+  #pragma omp critical(lum_team)
+  {
+    const double gap = wall - last_wall;
+    if (gap > 2.0) {  /* nothing measured lately: what runs now, and a window from here */
+      others = lum_others_now();
+      last_wall = wall; last_busy = lum_busy_seconds(); last_cpu = lum_now(CLOCK_PROCESS_CPUTIME_ID);
+    } else if (gap >= 0.1) {
+      const double busy = lum_busy_seconds(), cpu = lum_now(CLOCK_PROCESS_CPUTIME_ID);
+      if (busy >= 0 && last_busy >= 0) {
+        const double o = (busy - last_busy - (cpu - last_cpu)) / gap;
+        others = o > 0 ? o : 0;
+      }
+      last_wall = wall; last_busy = busy; last_cpu = cpu;
+    }
+    seen = others;
+  }
+  const int free_cores = omp_get_num_procs() - (int)(seen + 0.5);
+  return free_cores < 1 ? 1 : free_cores < threads ? free_cores : threads;
+}
+/* OpenBLAS runs on its calling thread (its own pthread pool would spin against the OpenMP team):
+   a large GEMM is split across the team instead (`LUM_BLAS_GEMM`) */
+static void lum_blas_one_thread(void) {
+  if (lum_blas_set_threads && __atomic_load_n(&lum_blas_threads, __ATOMIC_RELAXED) != 1) {
+    lum_blas_set_threads(1);
+    __atomic_store_n(&lum_blas_threads, 1, __ATOMIC_RELAXED);
+  }
+}
+/* a batch of GEMMs runs one per thread when the BLAS's threads are the OpenMP team's (MKL) and
+   each GEMM is too small to be worth threading by itself; never under set_precision("float64"),
+   whose flag is the calling thread's (thread-local) */
+extern LUM_SHARED int lum_blas_in_team;
+extern LUM_SHARED int (*lum_mkl_threads_local)(int);
+static int lum_batch_parallel(long long n_batch, long long M, long long N, long long K) {
+  return lum_blas_in_team && !lum_f64 && n_batch > 1 && M * N * K < (1LL << 22) && lum_threads > 1;
+}
+#define LUM_LOOP_GEMM(T, N) static void lum_loop_gemm_##N(int ta, int tb, long long M, long long NN, long long K, \
+    const T* A, long long lda, const T* B, long long ldb, T* C, long long ldc) { \
+  _Pragma("omp parallel for if (M * NN * K >= 262144)") \
+  for (long long i = 0; i < M; ++i) for (long long j = 0; j < NN; ++j) { \
+    T acc = 0; \
+    for (long long k = 0; k < K; ++k) acc += (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]); \
+    C[i * ldc + j] = acc; } }
+LUM_LOOP_GEMM(float, f)
+LUM_LOOP_GEMM(double, d)
+LUM_LOOP_GEMM(int, i)
+LUM_LOOP_GEMM(long long, ll)
+/* C (M x NN) = A B^T for a few columns (2 <= NN <= 8: a strided conv's output positions, an STFT's
+   frames, a small batch): A's rows read once, each dotted with the NN rows of B^T (op(B)^T's rows
+   ldb apart, or packed from B's columns) in cache. BLAS packs the whole of A first: 46 us for a
+   257 x 512 by 512 x 5 product that this loop does in 20. Rows split across the call's team. */
+#define LUM_SKINNY_GEMM(T, N) static void lum_skinny_gemm_##N(long long M, long long NN, long long K, const T* A, \
+    long long lda, const T* Bt, long long ldb, T* C, long long ldc) { \
+  _Pragma("omp parallel for num_threads(lum_threads) if (lum_threads > 1 && M * NN * K >= (1LL << 20) && !omp_in_parallel())") \
+  for (long long i = 0; i < M; ++i) { \
+    const T* a = A + i * lda; \
+    long long j = 0; \
+    for (; j + 4 <= NN; j += 4) { \
+      const T *b0 = Bt + j * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb; \
+      T s0 = 0, s1 = 0, s2 = 0, s3 = 0; \
+      _Pragma("omp simd reduction(+:s0, s1, s2, s3)") \
+      for (long long k = 0; k < K; ++k) { const T x = a[k]; s0 += x * b0[k]; s1 += x * b1[k]; s2 += x * b2[k]; s3 += x * b3[k]; } \
+      C[i * ldc + j] = s0; C[i * ldc + j + 1] = s1; C[i * ldc + j + 2] = s2; C[i * ldc + j + 3] = s3; \
+    } \
+    for (; j < NN; ++j) { \
+      const T* b0 = Bt + j * ldb; T s0 = 0; \
+      _Pragma("omp simd reduction(+:s0)") \
+      for (long long k = 0; k < K; ++k) s0 += a[k] * b0[k]; \
+      C[i * ldc + j] = s0; \
+    } } }
+LUM_SKINNY_GEMM(float, f32)
+LUM_SKINNY_GEMM(double, d)
+/* M == 1 or N == 1 (one token's linear layers in decode) is a matrix-vector product: gemv reads
+   the matrix once, where gemm packs it first (5x slower for a 1408 x 512 weight) */
+/* Which SGEMM serves a call: luminal's AVX-512 one when it stands in front of the BLAS
+   (gemm_avx512.py), except for a few rows times a transposed B (a linear layer over a few tokens:
+   B must be transposed into panels, 0.8-0.9x OpenBLAS). Decided on the whole call, before any
+   split into blocks, so every block of a call runs the same code and the bits never depend on
+   the team's size. */
+static inline lum_sgemm_fn lum_pick_sgemm(int tb, long long M) {
+  return tb && M < 32 && lum_sgemm_blas ? lum_sgemm_blas : lum_sgemm;
+}
+#define lum_pick_dgemm(tb, M) lum_dgemm
+/* the picked GEMM is luminal's AVX-512 SGEMM, which runs on its calling thread: a large call is
+   split across the team even beside MKL, whose own GEMMs thread themselves */
+#define LUM_OURS(g) (lum_sgemm_blas != NULL && (const void*)(g) == (const void*)lum_sgemm)
+/* A matrix-vector product of at least 2^17 matrix elements (a 128 x 1536 layer: 10 us on one
+   thread, its weight past one core's L2 beside the next layer's) split across the team by blocks
+   of outputs, multiples of 16 (OpenBLAS called single-threaded; MKL threads its own): the block
+   size, or 0 to run it whole. Only the dot-product form (each output a row of the matrix times
+   the vector: a linear layer's transposed weight) is split: every output is then the same dot
+   product in the same order whatever the split, so the bits do not depend on the team. The
+   other form (the vector's elements times the matrix's rows, summed: OpenBLAS's gemv_n) rounds
+   differently with the block's size (K = 2048: 14 of 203 outputs differed) and runs whole. */
+static long long lum_gemv_block(long long outputs, long long K) {
+  if (lum_blas_in_team || lum_threads <= 1 || outputs < 32 || outputs * K < (1LL << 17) || omp_in_parallel()) return 0;
+  return ((outputs + lum_threads - 1) / lum_threads + 15) / 16 * 16;
+}
+#define LUM_BLAS_GEMM(T, N, PICK, GEMV) \
+static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K, const T* A, long long lda, \
+                         const T* B, long long ldb, T* C, long long ldc) { \
+  const __typeof__(PICK(0, 0)) GEMM = PICK(tb, M); \
+  lum_blas_one_thread(); \
+  if (GEMV && M == 1) {  /* C[1 x N] = a . op(B): op(B)^T a, a's elements lda apart when transposed */ \
+    const long long per = tb ? lum_gemv_block(NN, K) : 0; \
+    if (per) {  /* op(B)^T = B's rows: block s0.. of them */ \
+      _Pragma("omp parallel for num_threads(lum_threads) schedule(static)") \
+      for (long long s0 = 0; s0 < NN; s0 += per) \
+        GEMV(101, 111, lum_min(per, NN - s0), K, (T)1, B + s0 * ldb, ldb, A, ta ? lda : 1, (T)0, C + s0, 1); \
+    } else GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A, ta ? lda : 1, (T)0, C, 1); \
+  } \
+  else if (GEMV && M <= 4 && !lum_blas_in_team)  /* OpenBLAS: a row at a time (sgemm at M = 2 took 124 us, 2 gemv 36) */ \
+    for (long long i = 0; i < M; ++i) \
+      GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A + i * (ta ? 1 : lda), ta ? lda : 1, (T)0, C + i * ldc, 1); \
+  else if (GEMV && NN == 1) {  /* C[M x 1] = op(A) b */ \
+    const long long per = ta ? 0 : lum_gemv_block(M, K); \
+    if (per) {  /* A's rows: block s0.. of them */ \
+      _Pragma("omp parallel for num_threads(lum_threads) schedule(static)") \
+      for (long long s0 = 0; s0 < M; s0 += per) \
+        GEMV(101, 111, lum_min(per, M - s0), K, (T)1, A + s0 * lda, lda, B, tb ? 1 : ldb, (T)0, C + s0 * ldc, ldc); \
+    } else GEMV(101, ta ? 112 : 111, ta ? K : M, ta ? M : K, (T)1, A, lda, B, tb ? 1 : ldb, (T)0, C, ldc); \
+  } \
+  else if (!ta && NN >= 2 && NN <= 8 && K >= 16 && M >= 16) { \
+    if (tb) lum_skinny_gemm_##N(M, NN, K, A, lda, B, ldb, C, ldc); \
+    else {  /* B's NN columns as rows: a small copy */ \
+      T* bt = (T*)malloc(sizeof(T) * NN * K); \
+      for (long long k = 0; k < K; ++k) for (long long j = 0; j < NN; ++j) bt[j * K + k] = B[k * ldb + j]; \
+      lum_skinny_gemm_##N(M, NN, K, A, lda, bt, K, C, ldc); \
+      free(bt); } \
+  } \
+  else if (GEMM && (!lum_blas_in_team || LUM_OURS(GEMM)) && lum_threads > 1 && M * NN * K >= (1LL << 21) \
+           && (NN >= 32 || M >= 64) \
+           && !omp_in_parallel()) { \
+    /* OpenBLAS (or luminal's AVX-512 SGEMM), single-threaded, on blocks of C (multiples of 16), \
+       one per thread of the loops' team; a loop over the blocks, so every block is computed \
+       whatever team OpenMP gives. Blocks of columns, or of rows when there are more rows than \
+       columns (each thread packs its block of one operand and all of the other: rows copy A \
+       once in all; ResNet50's 7x7 stage, 512 x 49 x 4608, read all of A per thread) */ \
+    const int team = lum_threads, by_rows = M > NN; \
+    const long long extent = by_rows ? M : NN; \
+    const long long per = ((extent + team - 1) / team + 15) / 16 * 16, n_blocks = (extent + per - 1) / per; \
+    _Pragma("omp parallel for num_threads(team) schedule(static)") \
+    for (long long blk = 0; blk < n_blocks; ++blk) { \
+      const long long s0 = blk * per, w = lum_min(per, extent - s0); \
+      if (by_rows) \
+        GEMM(101, ta ? 112 : 111, tb ? 112 : 111, w, NN, K, (T)1, A + (ta ? s0 : s0 * lda), lda, B, ldb, (T)0, \
+             C + s0 * ldc, ldc); \
+      else \
+        GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, w, K, (T)1, A, lda, B + (tb ? s0 * ldb : s0), ldb, (T)0, \
+             C + s0, ldc); } \
+  } \
+  else if (GEMM) GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, NN, K, (T)1, A, lda, B, ldb, (T)0, C, ldc); \
+  else lum_loop_gemm_##N(ta, tb, M, NN, K, A, lda, B, ldb, C, ldc); \
+}
+#define lum_loop_gemm_f32 lum_loop_gemm_f
+LUM_BLAS_GEMM(float, f32, lum_pick_sgemm, lum_sgemv)
+LUM_BLAS_GEMM(double, d, lum_pick_dgemm, lum_dgemv)
+/* set_precision("float64") (the call's `precision` argument; thread-local: the GEMMs run on the
+   calling thread): f32 GEMMs accumulate in double and round once, as the NumPy runtime's. A
+   matrix-vector product is a double-accumulating loop over the f32 values (memory-bound: as fast
+   as sgemv); a GEMM widens its operands and calls dgemm. */
+static double* lum_widen(long long rows, long long cols, const float* X, long long ld) {
+  /* the stored matrix X (rows x cols, rows ld apart) as a contiguous double matrix: streaming reads */
+  double* w = (double*)malloc(sizeof(double) * lum_max(1, rows * cols));
+  #pragma omp parallel for if (rows * cols >= 262144)
+  for (long long r = 0; r < rows; ++r)
+    for (long long c = 0; c < cols; ++c) w[r * cols + c] = (double)X[r * ld + c];
+  return w;
+}
+static void lum_gemm_f(int ta, int tb, long long M, long long N, long long K, const float* A, long long lda,
+                       const float* B, long long ldb, float* C, long long ldc) {
+  if (!lum_f64) { lum_gemm_f32(ta, tb, M, N, K, A, lda, B, ldb, C, ldc); return; }
+  if (M == 1 || N == 1 || !lum_dgemm) {  /* dot products over contiguous or strided rows of op(A), op(B) */
+    const long long sak = ta ? lda : 1, sam = ta ? 1 : lda, sbk = tb ? 1 : ldb, sbn = tb ? ldb : 1;
+    const long long nq = sak == 1 && sbk == 1 ? N / 4 : 0;  /* column quads of contiguous rows */
+    #pragma omp parallel for collapse(2) if (M * N * K >= 262144)
+    for (long long i = 0; i < M; ++i)
+      for (long long q = 0; q < nq; ++q) {  /* 4 dots at once: a[k] loaded once, 4 independent sums */
+        const float* a = A + i * sam; const float* b = B + 4 * q * sbn;
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        #pragma omp simd reduction(+:s0, s1, s2, s3)
+        for (long long k = 0; k < K; ++k) {
+          const double x = (double)a[k];
+          s0 += x * (double)b[k]; s1 += x * (double)b[sbn + k]; s2 += x * (double)b[2 * sbn + k]; s3 += x * (double)b[3 * sbn + k];
+        }
+        float* c = C + i * ldc + 4 * q;
+        c[0] = (float)s0; c[1] = (float)s1; c[2] = (float)s2; c[3] = (float)s3;
+      }
+    #pragma omp parallel for collapse(2) if (M * (N - 4 * nq) * K >= 262144)
+    for (long long i = 0; i < M; ++i)
+      for (long long j = 4 * nq; j < N; ++j) {
+        const float* a = A + i * sam; const float* b = B + j * sbn;
+        double acc = 0;
+        if (sak == 1 && sbk == 1) {
+          #pragma omp simd reduction(+:acc)
+          for (long long k = 0; k < K; ++k) acc += (double)a[k] * (double)b[k];
+        } else {
+          for (long long k = 0; k < K; ++k) acc += (double)a[k * sak] * (double)b[k * sbk];
+        }
+        C[i * ldc + j] = (float)acc;
+      }
+    return;
+  }
+  double* a = ta ? lum_widen(K, M, A, lda) : lum_widen(M, K, A, lda);  /* as stored; dgemm transposes */
+  double* b = tb ? lum_widen(N, K, B, ldb) : lum_widen(K, N, B, ldb);
+  double* c = (double*)malloc(sizeof(double) * M * N);
+  lum_gemm_d(ta, tb, M, N, K, a, ta ? M : K, b, tb ? K : N, c, N);
+  for (long long i = 0; i < M; ++i) for (long long j = 0; j < N; ++j) C[i * ldc + j] = (float)c[i * N + j];
+  free(a); free(b); free(c);
+}
+#define lum_gemm_i lum_loop_gemm_i
+#define lum_gemm_ll lum_loop_gemm_ll
