@@ -437,10 +437,7 @@ def _optimize_cached(outputs: list[Node], device: str, report: Report):
             report.notes += [str(n) for n in fields.get("notes", [])]
             return optimized, key.digest, None
         report.cache["optimize"] = "miss" if key else "off"
-    if device == "cpu":  # the C GEMM object builds in the background while egglog runs
-        from luminal.kernels import cpu
-
-        cpu.prepare()
+    devices.get(device).prepare()  # the cpu backend's C GEMM object builds while egglog runs
     t0 = time.perf_counter()
     from luminal import egraph
 

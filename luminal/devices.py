@@ -30,6 +30,14 @@ class Device:
     factory: Callable  # (outputs, *, plan, binaries, schedule, graphs) -> runtime
     missing: Callable[[], str | None]  # why this machine cannot run the device (and the fix), or None
     launcher: Callable | None = None  # (source, *, schedule, binaries) -> launcher, for kernel-plan devices
+    before_compile: Callable[[], None] | None = None  # starts what its build needs that needs no graph
+
+    def prepare(self) -> None:
+        """A compile is about to start: what this device's build needs and can build without the
+        graph (the cpu backend's per-machine C objects) starts building in the background while
+        the graph is lowered and optimized."""
+        if self.before_compile is not None:
+            self.before_compile()
 
     @property
     def runs_kernels(self) -> bool:
@@ -64,6 +72,12 @@ def _cpu_runtime(outputs, artifacts=None, **_options):
     from luminal.kernels.cpu.runtime import make
 
     return make(outputs, artifacts=artifacts)
+
+
+def _cpu_prepare() -> None:
+    from luminal.kernels import cpu
+
+    cpu.prepare()
 
 
 def _kernel_runtime(name: str):
@@ -119,7 +133,7 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
                   "BLAS GEMMs, built by the system C compiler into one shared library per graph, run by one native "
                   "call; without a C compiler it warns once and runs the NumPy reference runtime.",
            "numpy", "the system C compiler (luminal.kernels.cpu.build: cc -O2 -fopenmp -shared)", "build",
-           _cpu_runtime, _always),
+           _cpu_runtime, _always, before_compile=_cpu_prepare),
     Device("cuda", "Generated CUDA C compiled by NVRTC (`luminal.kernels.nvrtc`, cached), loaded and launched "
                    "with CuPy; torch CUDA tensors in and out by DLPack.",
            "dlpack", "NVRTC (luminal.kernels.nvrtc) -> cubin, loaded by cupy.RawModule", "codegen",

@@ -153,10 +153,7 @@ def _passthrough(gm) -> list[tuple[int, int]]:
 def _prepare(device: str) -> None:
     """A compile is about to start: what the device's build will need and can build without the
     graph (the C GEMM object) starts building in the background while the graph is lowered."""
-    if device == "cpu":
-        from luminal.kernels import cpu
-
-        cpu.prepare()
+    devices.get(device).prepare()
 
 
 def _mutated_inputs(agm) -> frozenset[int]:
