@@ -480,7 +480,7 @@ def build_runtime(device, optimized: list[Node], digest: str | None):
     some (and storing the ones the runtime offers when there were none)."""
     found = device_artifacts(digest, device.name) if digest else None
     runtime = device.runtime(optimized, artifacts=found) if found is not None else device.runtime(optimized)
-    if digest and not getattr(runtime, "restored", False):
+    if digest and not runtime.restored:
         offer_artifacts(runtime, digest, device.name)
     return runtime
 
@@ -489,15 +489,11 @@ def offer_artifacts(runtime, digest: str, device: str) -> None:
     """Store the artifacts `runtime` offers beside entry `digest`: now, or, for a runtime still
     building its code in the background (`when_built`: the cpu device's first call), once built."""
     def store(built, _seconds=None):
-        offered = getattr(built, "artifacts", None)
-        if callable(offered):
-            store_device_artifacts(digest, device, offered())
+        offered = built.artifacts()
+        if offered is not None:
+            store_device_artifacts(digest, device, offered)
 
-    later = getattr(runtime, "when_built", None)
-    if callable(later):
-        later(store)
-    else:
-        store(runtime)
+    runtime.when_built(store)  # now, unless it builds in the background
 
 
 def _artifacts_path(digest: str, device: str) -> Path:

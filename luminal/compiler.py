@@ -201,7 +201,7 @@ class CompiledGraph:
         and the roofline summary on an H200 (`roofline`) where the dims are known."""
         from luminal.kernels.roofline import format_summary
 
-        sections = list(getattr(self.runtime, "report_lines", list)())
+        sections = list(self.runtime.report_lines())
         try:
             sections.append(format_summary(self.roofline_summary(), "h200"))
         except Exception as exc:  # noqa: BLE001 - a diagnostic: the report itself must not fail
@@ -210,7 +210,7 @@ class CompiledGraph:
 
     def kernel_plan(self):
         """The kernel plan of this graph (the runtime's own on a kernel device; built once otherwise)."""
-        plan = getattr(self.runtime, "plan", None)
+        plan = self.runtime.plan
         if plan is None:
             plan = self.__dict__.get("_plan")
             if plan is None:
@@ -339,12 +339,12 @@ def after_first_call(compiled: CompiledGraph, task, report: Report) -> None:
     second compile in the same process then finds the entry) or once the first call is over."""
     from luminal.kernels.cpu import tiered
 
-    later = getattr(compiled.runtime, "after_first_call", None)
-    if not callable(later) and not tiered.turned_off() and compiled.calls == 0:
+    later = compiled.runtime.after_first_call if compiled.runtime.builds_in_background else None
+    if later is None and not tiered.turned_off() and compiled.calls == 0:
         if compiled._after_first is None:
             compiled._after_first = WriteBehind()
         later = compiled._after_first.add
-    deferred = callable(later)
+    deferred = later is not None
     times = report.background if deferred else report.phases
 
     def timed():
@@ -459,19 +459,18 @@ def note_build(report: Report, phase: str, runtime, before: tuple[int, int]) -> 
     """The build's cache answer in `report` ("hit" if only the caches' hits grew since `before`);
     for a runtime building in the background (`when_built`: the cpu device's cold build, see
     `luminal.kernels.cpu.tiered`), "background", and its time and answer once it is done."""
-    later = getattr(runtime, "when_built", None)
-    if callable(later):
+    if runtime.builds_in_background:
         report.cache[phase] = "background"
 
         def built(compiled, seconds):
             from luminal.debug import LOG
 
             report.background[phase] = seconds
-            report.cache[phase] = getattr(compiled, "build_outcome", None) or "miss"
+            report.cache[phase] = compiled.build_outcome or "miss"
             LOG.debug("built %r in the background: %.1f ms (%s %s)", report.name, seconds * 1e3, phase,
                       report.cache[phase])
 
-        later(built)
+        runtime.when_built(built)
         return
     after = _build_counts()
     if after[0] > before[0]:

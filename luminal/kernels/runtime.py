@@ -65,6 +65,7 @@ from luminal.kernels.launchers import LAUNCHERS
 from luminal.kernels.plan import KernelPlan
 from luminal.kernels.weights import DEVICE_WEIGHTS
 from luminal.runtime.binding import bind_inputs, index_error
+from luminal.runtime.protocol import Runtime
 from luminal.runtime.torch_arrays import bf16_of_bits, bits_of, numpy_to_torch
 
 GRAPH_CACHE_SIZE = 16  # captured bindings kept (least recently used dropped first); $LUMINAL_CUDA_GRAPHS_MAX
@@ -196,7 +197,7 @@ def _release_after(fence: list, _buffers) -> None:
 
 
 # --- the runtime -------------------------------------------------------------------------------
-class KernelRuntime:
+class KernelRuntime(Runtime):
     """Runs a kernel plan. Intermediates live in an arena laid out by liveness (per binding of
     the symbolic dims, cached); outputs get buffers of their own; weights come from `DEVICE_WEIGHTS`.
 

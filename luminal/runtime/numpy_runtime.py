@@ -19,6 +19,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import UNARY, ConstantArray, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
 from luminal.runtime.binding import bind_inputs, empty_axis_error
+from luminal.runtime.protocol import Runtime
 from luminal.runtime.rng import philox_uniform
 from luminal.threadflags import ThreadValue
 
@@ -199,7 +200,7 @@ def _strided(flat: np.ndarray, offset: int, shape, strides) -> np.ndarray:
     return out
 
 
-class NumpyRuntime:
+class NumpyRuntime(Runtime):
     """Executes the graph that computes `outputs` on NumPy arrays, every op at every call.
 
     Safe to call from several threads: the plan is read-only and each call has its own buffers.

@@ -6,6 +6,7 @@ import importlib.util
 import shutil
 import warnings
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -242,3 +243,28 @@ def test_one_reading_of_the_cache_size_bound(monkeypatch, tmp_path):
     assert prune(tmp_path) == 0  # was a ValueError from int("0.5")
     monkeypatch.setenv("LUMINAL_CACHE_MAX_MB", "lots")
     assert size_bound() == MAX_MB << 20
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu", pytest.param("cuda-emulator", marks=needs_gxx)])
+def test_every_runtime_follows_the_one_protocol(device, monkeypatch):
+    """Each device's runtime derives from `Runtime`: the hooks the compiler and the compile cache
+    use are there with their defaults, so neither probes with getattr (the tiered cpu runtime too)."""
+    from luminal.runtime.protocol import Runtime
+
+    for tiered in (["0", "1"] if device == "cpu" else ["0"]):
+        monkeypatch.setenv("LUMINAL_TIERED", tiered)
+        compiled = _graph(seed=3).compile(device=device)
+        rt = compiled.runtime
+        assert isinstance(rt, Runtime)
+        assert rt.builds_in_background == (tiered == "1") and isinstance(rt.report_lines(), list)
+        ran = []
+        rt.after_first_call(lambda ran=ran: ran.append("task"))
+        rt.when_built(lambda built, seconds, ran=ran: ran.append((isinstance(built, Runtime), seconds >= 0)))
+        compiled(x=np.ones((2, 8), np.float32))
+        if rt.builds_in_background:
+            rt.wait()
+        assert sorted(map(str, ran)) == sorted(map(str, ["task", (True, True)]))
+    package = Path(lm.__file__).parent
+    source = "".join((package / f"{m}.py").read_text() for m in ("compiler", "compile_cache"))
+    assert not any(f'getattr(runtime, "{h}"' in source or f'getattr(self.runtime, "{h}"' in source
+                   for h in ("when_built", "after_first_call", "artifacts", "restored", "report_lines", "plan"))

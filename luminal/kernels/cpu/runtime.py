@@ -51,6 +51,7 @@ from luminal.kernels.cpu import build, gemm_avx512, isa
 from luminal.kernels.cpu.steps import CProgram, CStep, launch_table
 from luminal.runtime.binding import bind_inputs, index_error
 from luminal.runtime.fused_ops import get_precision
+from luminal.runtime.protocol import Runtime
 
 LOG = logging.getLogger("luminal")
 _ARENA = threading.local()  # per thread: the intermediates' buffer of whichever graph it runs (see above)
@@ -367,7 +368,7 @@ def _fused_steps(sched) -> dict[int, CStep]:
 
 
 # --- the runtime ----------------------------------------------------------------------------------
-class CpuRuntime:
+class CpuRuntime(Runtime):
     """Runs a graph as compiled C: one shared library, one native call per call.
     Safe to call from several threads at once (each thread has its own arena; each call its outputs and flag)."""
 

@@ -38,6 +38,8 @@ import time
 import weakref
 from collections.abc import Callable
 
+from luminal.runtime.protocol import Runtime
+
 TIERED_ENV = "LUMINAL_TIERED"
 
 
@@ -176,12 +178,13 @@ def _cancel(ticket, first_done: threading.Event) -> None:
     first_done.set()
 
 
-class TieredRuntime:
+class TieredRuntime(Runtime):
     """The NumPy runtime for the first call, the compiled one (`build()`'s) for every later call.
     Other attributes (`source`, `program`, `stats()`, `profile()`, ...) are the compiled runtime's,
     waited for."""
 
     restored = False  # not rebuilt from stored artifacts (the compile cache asks)
+    builds_in_background = True  # after_first_call, when_built: its own
 
     def __init__(self, outputs, build: Callable[[], tuple], reference, warn: Callable[[str, str], None]):
         """`build()`, run on the background thread: `(runtime, warning)`, the compiled runtime (or a
