@@ -502,7 +502,6 @@ def _artifacts_path(digest: str, device: str) -> Path:
 
 def device_artifacts(digest: str, device: str) -> dict | None:
     """The artifacts stored for entry `digest` on `device`, or None: absent, or refused."""
-    import json
 
     try:
         path = _artifacts_path(digest, device)
@@ -514,7 +513,7 @@ def device_artifacts(digest: str, device: str) -> dict | None:
             raise ValueError("a foreign file")
         if data.get("code") != code_hash(ARTIFACT_CODE):
             raise ValueError("made by other kernel code")
-        if data.get("sha256") != hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest():
+        if _sealed(data) != data:
             raise ValueError("its sha256 does not match")
     except Exception as exc:  # noqa: BLE001 - a bad file is only a miss
         LOG.debug("compile cache: ignoring %s artifacts of %s: %s: %s", device, digest[:12], type(exc).__name__, exc)
@@ -533,9 +532,7 @@ def store_device_artifacts(digest: str, device: str, artifacts: dict | None) -> 
     try:
         from luminal.kernels.cache import write_atomic
 
-        sha = hashlib.sha256(json.dumps(artifacts, sort_keys=True).encode()).hexdigest()
-        data = {"digest": digest, "device": device, "code": code_hash(ARTIFACT_CODE), "sha256": sha,
-                "artifacts": artifacts}
-        write_atomic(_artifacts_path(digest, device), json.dumps(data).encode())
+        data = {"digest": digest, "device": device, "code": code_hash(ARTIFACT_CODE), "artifacts": artifacts}
+        write_atomic(_artifacts_path(digest, device), json.dumps(_sealed(data)).encode())
     except Exception as exc:  # noqa: BLE001 - a cache that cannot write is only slower
         LOG.debug("compile cache: %s artifacts not stored: %s: %s", device, type(exc).__name__, exc)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from luminal.errors import LuminalError
-from luminal.kernels.cache import cache_dir, prune, touch, unusable, write_atomic
+from luminal.kernels.cache import cache_dir, in_cache, prune, touch, write_atomic
 
 # What CuPy's RawModule passes on its own (cupy/cuda/compiler.py), so a cubin built here behaves like
 # one CuPy builds; plus C++17, which generated code may rely on.
@@ -246,18 +246,17 @@ class NVRTCCompiler:
     def _store(self, directory: Path, key: str, log: str, binary: bytes) -> None:
         """The disk cache's entry (log first: a .bin without its .log is never read). Only an
         optimization: a folder that cannot be written (read-only, full) is given up for the
-        private one (`cache.unusable`, warned once), or, for a folder the caller chose, skipped."""
+        private one (`cache.in_cache`, warned once), or, for a folder the caller chose, skipped."""
         def write(d: Path) -> None:
             write_atomic(d / f"{key}.log", log.encode())
             write_atomic(d / f"{key}.bin", binary)
             prune(d)
 
-        try:
-            write(directory)
-        except OSError as exc:
-            if self.cache_path is None:
-                with contextlib.suppress(OSError):
-                    write(unusable(directory, exc))
+        with contextlib.suppress(OSError):
+            if self.cache_path is not None:
+                write(directory)
+            else:
+                in_cache("nvrtc", write)
 
     @staticmethod
     def _load(directory: Path | None, key: str, arch: str) -> CompiledKernelBinary | None:

@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
+from failing_folders import failing_under
 
 import luminal as lm
 from luminal.kernels import cache
@@ -78,13 +79,7 @@ def unusable_root(request, tmp_path, monkeypatch):
         root = tmp_path / "fake"
         (root / "cpu").mkdir(parents=True, mode=0o700)
         code = errno.EROFS if state == "read-only" else errno.ENOSPC
-
-        def failing_open(path, *args, **kwargs):
-            if str(path).startswith(str(root)):
-                raise OSError(code, os.strerror(code), str(path))
-            return builtins.open(path, *args, **kwargs)
-
-        monkeypatch.setattr(build, "open", failing_open, raising=False)
+        monkeypatch.setattr(build, "open", failing_under(root, builtins.open, code), raising=False)
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(root))
     yield root
     if state == "read-only" and os.geteuid() != 0:
@@ -191,27 +186,28 @@ def test_a_cache_root_others_can_write_is_refused(tmp_path, monkeypatch):
     _refused(root, r"writable by group and others \(mode 777\)")
 
 
+def _another_users(path, monkeypatch) -> int:
+    """`path` (made, 0o700) belongs to another user: given away where this process may (root),
+    else this process is someone else (a user cannot give a folder away). Its owner's uid."""
+    path.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        os.chown(path, 54321, 54321)
+        return 54321
+    owner = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
+    return owner
+
+
 def test_a_cache_root_another_user_owns_is_refused(tmp_path, monkeypatch):
     root = tmp_path / "theirs"
-    root.mkdir(mode=0o700)
-    if os.geteuid() == 0:
-        os.chown(root, 54321, 54321)
-        other = 54321
-    else:  # a user cannot give a folder away: this process is someone else instead
-        other = os.geteuid()
-        monkeypatch.setattr(os, "geteuid", lambda: other + 1)
+    other = _another_users(root, monkeypatch)
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(root))
     _refused(root, f"owned by uid {other}, not by this user")
 
 
 def test_a_cache_root_linking_to_another_users_folder_is_refused(tmp_path, monkeypatch):
     target = tmp_path / "theirs"
-    target.mkdir(mode=0o700)
-    if os.geteuid() == 0:
-        os.chown(target, 54321, 54321)
-    else:
-        real = os.geteuid()
-        monkeypatch.setattr(os, "geteuid", lambda: real + 1)
+    _another_users(target, monkeypatch)
     (tmp_path / "link").symlink_to(target)
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path / "link"))
     _refused(target, "owned by uid")
@@ -253,14 +249,7 @@ def test_a_cubin_file_goes_to_the_private_folder_when_the_cache_cannot_be_writte
 
     root = tmp_path / "cache"
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(root))
-    real = cache.write_atomic
-
-    def full(path, data):
-        if str(path).startswith(str(root)):
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real(path, data)
-
-    monkeypatch.setattr(cache, "write_atomic", full)
+    monkeypatch.setattr(cache, "write_atomic", failing_under(root, cache.write_atomic))
     with pytest.warns(lm.CacheWarning, match="ENOSPC"):
         path = launchers._cubin_file(b"\x7fELF not really a cubin")
     assert not path.startswith(str(root)) and open(path, "rb").read() == b"\x7fELF not really a cubin"

@@ -135,22 +135,16 @@ def test_signed_overflow_wraps_in_the_cuda_dialect(dtype):
 def test_a_cache_folder_that_cannot_be_written_warns_and_the_compile_goes_on(tmp_path, monkeypatch):
     """The disk cache is an optimization: a full or read-only cache folder (a write raising ENOSPC)
     warns once (CacheWarning), the kernel compiles, and its entry goes to the private folder."""
-    import errno
     import warnings
+
+    from failing_folders import failing_under
 
     import luminal
     from luminal.kernels import nvrtc
 
     root = tmp_path / "cache"
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(root))
-    real = nvrtc.write_atomic
-
-    def full(path, data):
-        if str(path).startswith(str(root)):
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real(path, data)
-
-    monkeypatch.setattr(nvrtc, "write_atomic", full)
+    monkeypatch.setattr(nvrtc, "write_atomic", failing_under(root, nvrtc.write_atomic))
     source = 'extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n'
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

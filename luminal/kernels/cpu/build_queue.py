@@ -1,10 +1,7 @@
-"""The build queue: every compiler of this process runs in one of `slots`.
-
-With a background build per compiled model (tiered.py), a test suite compiling many small
-models started 20+ compilers at once on two cores, each still running after its model was
-dropped. Now at most one compiler per core runs at a time (those a caller waits for first), and
-a build belongs to a `Ticket` its graph cancels when it is freed: a compiler waiting for a
-slot never starts, a running one is killed.
+"""The build queue: every compiler of this process runs in one of `slots`, at most one per core
+(those a caller waits for first), since each compiled model may build in the background
+(tiered.py). A build belongs to a `Ticket` its graph cancels when it is freed: a compiler waiting
+for a slot never starts, a running one is killed.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from luminal.errors import LuminalError
-from luminal.kernels.cache import cache_dir, unusable
+from luminal.kernels.cache import in_cache
 
 EMULATOR_DIR = Path(__file__).resolve().parent
 INCLUDE_DIR = EMULATOR_DIR / "include"  # cuda_fp16.h / cuda_bf16.h shims
@@ -109,13 +109,11 @@ def compile_shared_library(source: str, mode: str = "release", *, ftz: bool = Tr
     for part in (text, *(h.read_text() for h in HEADERS), *flags, compiler_version(cxx)):
         digest.update(part.encode() + b"\0")
     key = digest.hexdigest()[:32]
-    directory = cache_path or cache_dir("emulator")
-    try:
+    def build_in(directory: Path) -> Path:
         return _build_in(directory, mode, key, text, cxx, flags)
-    except OSError as exc:  # read-only, full: the private folder (warned once), as the cpu build
-        if cache_path is not None:
-            raise
-        return _build_in(unusable(directory, exc), mode, key, text, cxx, flags)
+
+    # the cache folder, or where it cannot be written (read-only, full) the private one, as the cpu build
+    return build_in(cache_path) if cache_path is not None else in_cache("emulator", build_in)
 
 
 def _build_in(directory: Path, mode: str, key: str, text: str, cxx: str, flags: list[str]) -> Path:
