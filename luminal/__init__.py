@@ -13,6 +13,7 @@ if (_applied := _isa.apply_to_libraries()) and (_late := [m for m in ("numpy", "
 from luminal.builder import Graph, Tensor
 from luminal.builder.functional import arange, chunk, concat, full, split, stack, where
 from luminal.compiler import CompiledGraph, Report, compile_graph, stats
+from luminal.devices import get_precision
 from luminal.errors import (
     CacheWarning,
     DeviceError,
@@ -28,7 +29,7 @@ from luminal.errors import (
 )
 from luminal.hlir import DType, Op
 from luminal.hlir.dtypes import bf16, bool_, f16, f32, f64, int32, int64
-from luminal.runtime.fused_ops import get_precision, set_precision
+from luminal.precision import set_precision
 
 cat = concat
 

@@ -48,8 +48,9 @@ which of its references each of that entry's references is. Read, it is validate
 entry, then the graph is read from the entry it names; with that one pruned or refused, the
 link is a miss.
 
-Not in the key, on purpose: `set_precision` (a run-time setting of the NumPy runtime, read at
-call time, not part of the optimized graph), input/output names outside the graph (the caller
+Not in the key, on purpose: the precision (`set_precision`, a compile's `precision=`: read by
+the runtimes at each call, part of neither the optimized graph nor the C or CUDA source),
+input/output names outside the graph (the caller
 maps them), and weight values (above). Graphs whose rewriting failed or hit `MAX_SECONDS` (a
 load-dependent result) are not stored.
 """

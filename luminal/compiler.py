@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from luminal import devices
+from luminal.devices import Device
 from luminal.errors import InputError, LuminalError
 from luminal.hlir.constants import RNG_SEED_INPUT
 from luminal.hlir.ops import Node, Op, count_ops, toposort
@@ -136,8 +137,9 @@ class CompiledGraph:
     """An optimized graph bound to a runtime. Call it with {input name: array} or positionally."""
 
     def __init__(self, inputs: list[Node], outputs: list[Node], output_names: list[str], runtime, report: Report,
-                 unused_inputs: tuple[str, ...] = (), *, device: str = "cpu", frontend_meta: dict | None = None,
-                 weight_mode: str = "embed", rng_seed: Node | None = None):
+                 unused_inputs: tuple[str, ...] = (), *, device: str | Device = "cpu", frontend_meta: dict | None = None,
+                 weight_mode: str = "embed", rng_seed: Node | None = None, assumptions: tuple = (),
+                 ragged: tuple = ()):
         self.inputs = inputs
         # the seed input of a graph with random ops (`RNG_SEED_INPUT`, not among `inputs`): drawn
         # at each call the caller does not give it (`runtime/rng.draw_seed`)
@@ -148,9 +150,13 @@ class CompiledGraph:
         self.runtime = runtime
         self._report = report
         self.name = report.name
-        self.device = devices.get(device)  # the registry entry the runtime came from
+        self.device = devices.get(device)  # the entry the runtime came from, at the compile's precision
         self.frontend_meta = dict(frontend_meta or {})  # a loaded model's frontend metadata (luminal.loading.load)
         self.weight_mode = weight_mode  # "embed", or "seeded" for a model loaded with seeded weights
+        # what the caller (the ONNX model) checks and cuts around a call: symbolic pairs (a, b)
+        # with a <= b for the input shapes, and (output, axis, length output) of padded outputs
+        self.assumptions = list(assumptions)
+        self.ragged = list(ragged)
         self.calls = 0
         self._calls_lock = threading.Lock()
         self._after_first: WriteBehind | None = None  # the compile cache's writes, waiting for the first call
@@ -283,20 +289,23 @@ def optimize_enabled(optimize: bool | None) -> bool:
 
 def compile_outputs(
     inputs: list[Node], outputs: list[Node], output_names: list[str] | None = None, *,
-    device: str = "cpu", optimize: bool | None = None, name: str = "graph", report: Report | None = None,
+    device: str | Device = "cpu", optimize: bool | None = None, name: str = "graph", report: Report | None = None,
+    assumptions: tuple = (), ragged: tuple = (),
 ) -> CompiledGraph:
-    """Run the passes on `outputs` (HLIR nodes) and bind the result to a runtime."""
+    """Run the passes on `outputs` (HLIR nodes) and bind the result to a runtime. `assumptions`
+    and `ragged`: a frontend's checks of the inputs and cuts of the outputs (`CompiledGraph`)."""
     from luminal.hlir.ops import sorting_once
 
     with sorting_once():  # the passes sort the same graphs again and again
         return _compile_outputs(inputs, outputs, output_names, device=device, optimize=optimize, name=name,
-                                report=report)
+                                report=report, assumptions=assumptions, ragged=ragged)
 
 
-def _compile_outputs(inputs, outputs, output_names, *, device, optimize, name, report) -> CompiledGraph:
-    from luminal.debug import Progress, emit
+def _compile_outputs(inputs, outputs, output_names, *, device, optimize, name, report, assumptions,
+                     ragged) -> CompiledGraph:
+    from luminal.debug import Progress
 
-    entry = devices.require(device)  # a configuration error, before any work
+    entry = devices.resolve(device)  # a configuration error, before any work; a Device from an entry point
     report = report or Report(name=name)
     report.ops_before = op_counts(outputs)
     optimized = list(outputs)
@@ -304,25 +313,39 @@ def _compile_outputs(inputs, outputs, output_names, *, device, optimize, name, r
     digest = None  # of the compile cache's entry: the runtime's artifacts are stored beside it
     store = None  # the compile cache's write of that entry
     if optimize_enabled(optimize):
-        optimized, digest, store = _optimize_cached(optimized, entry.name, report)
+        optimized, digest, store = _optimize_cached(optimized, entry, report)
     progress.step("optimize")
     report.ops_after = op_counts(optimized)
-    t0 = time.perf_counter()
-    builds = _build_counts()
-    from luminal import compile_cache
-
-    runtime = compile_cache.build_runtime(entry, optimized, digest)
-    report.phases[entry.phase] = time.perf_counter() - t0
-    note_build(report, entry.phase, runtime, builds)
-    progress.step("runtime")
-    progress.close()
     leaves = [n for n in toposort(optimized) if n.op is Op.INPUT]
     used = {id(n) for n in leaves}
     seed = next((n for n in leaves if n.arg == RNG_SEED_INPUT), None)
     kept_inputs = [n for n in inputs if id(n) in used and n is not seed]
     unused = tuple(n.arg for n in inputs if id(n) not in used)
     names = output_names or [f"out{i}" for i in range(len(outputs))]
-    compiled = CompiledGraph(kept_inputs, optimized, names, runtime, report, unused, device=device, rng_seed=seed)
+    return bind_runtime(entry, kept_inputs, optimized, names, report, digest, unused=unused, rng_seed=seed,
+                        store=store, progress=progress, assumptions=assumptions, ragged=ragged)
+
+
+def bind_runtime(entry, inputs: list[Node], optimized: list[Node], output_names: list[str], report: Report,
+                 digest: str | None, *, unused: tuple[str, ...] = (), rng_seed: Node | None = None, store=None,
+                 progress=None, **attrs) -> CompiledGraph:
+    """The tail of every compile, a compile cache hit of the Dynamo backend's included: build
+    `entry`'s runtime for `optimized` (its artifacts beside the compile cache's entry `digest`),
+    time it in `report`, bind it into a `CompiledGraph` (`attrs`: its other keyword arguments)
+    and log it. `store`: the compile cache's write, run once the first call is over."""
+    from luminal import compile_cache
+    from luminal.debug import emit
+
+    t0 = time.perf_counter()
+    builds = _build_counts()
+    runtime = compile_cache.build_runtime(entry, optimized, digest)
+    report.phases[entry.phase] = time.perf_counter() - t0
+    note_build(report, entry.phase, runtime, builds)
+    if progress is not None:
+        progress.step("runtime")
+        progress.close()
+    compiled = CompiledGraph(inputs, optimized, output_names, runtime, report, unused, device=entry,
+                             rng_seed=rng_seed, **attrs)
     if store is not None:
         compiled.after_first_call(store)
     STATS.compiled.append(compiled)
@@ -413,7 +436,7 @@ class WriteBehind:
             _quietly(fn)
 
 
-def _optimize_cached(outputs: list[Node], device: str, report: Report):
+def _optimize_cached(outputs: list[Node], device: Device, report: Report):
     """egglog's optimized graph, from the persistent compile cache when it holds it
     (`luminal.compile_cache`: a hit skips egglog entirely), else computed; the digest of its
     cache entry (None: not cached); and, on a miss, the write of that entry (for `after_first_call`)."""
@@ -423,7 +446,7 @@ def _optimize_cached(outputs: list[Node], device: str, report: Report):
     key = None
     if compile_cache.enabled():
         try:
-            key = compile_cache.Key.of(outputs, device)
+            key = compile_cache.Key.of(outputs, device.name)
         except compile_cache.Uncacheable as exc:
             report.notes.append(f"compile cache skipped: {exc}")
         found = key and compile_cache.lookup(key, outputs)
@@ -437,7 +460,7 @@ def _optimize_cached(outputs: list[Node], device: str, report: Report):
             report.notes += [str(n) for n in fields.get("notes", [])]
             return optimized, key.digest, None
         report.cache["optimize"] = "miss" if key else "off"
-    devices.get(device).prepare()  # the cpu backend's C GEMM object builds while egglog runs
+    device.prepare()  # the cpu backend's C GEMM object builds while egglog runs
     t0 = time.perf_counter()
     from luminal import egraph
 
@@ -497,9 +520,11 @@ def _build_counts() -> tuple[int, int]:
     return builds, hits
 
 
-def compile_graph(graph, *, device: str = "cpu", optimize: bool | None = None) -> CompiledGraph:
-    """Compile a builder `Graph`."""
-    devices.require(device)
+def compile_graph(graph, *, device: str | Device = "cpu", optimize: bool | None = None,
+                  precision: str | None = None) -> CompiledGraph:
+    """Compile a builder `Graph` for `device`; `precision` ("float64" or "float32"): its calls', fixed
+    (None: `luminal.set_precision`'s at each call, else the device's default; `luminal.precision`)."""
+    device = devices.resolve(device, precision)
     if not graph.outputs:
         raise LuminalError("the graph has no outputs; call g.output(tensor) first")
     names = [n for n, _ in graph.outputs]

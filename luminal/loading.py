@@ -16,15 +16,16 @@ from luminal.compiler import CompiledGraph, Report
 from luminal.hlir.constants import RNG_SEED_INPUT
 
 
-def load(path, device: str = "cpu", trust_binaries: bool = False):
+def load(path, device: str = "cpu", trust_binaries: bool = False, precision: str | None = None):
     """Load a compiled model saved with `.save()`; runs with NumPy (CuPy on a GPU) only.
     An unknown `device`, or one this machine cannot run, raises DeviceError before any reading.
 
     A file saved with `archs=` carries cubins: machine code, which no check of the file can
     make safe to run. By default they are ignored and the CUDA source rendered here from the
     verified graph is compiled; `trust_binaries=True` (for files from a source you trust) runs
-    the stored cubins when they were built from exactly that source and match their sha256."""
-    entry = devices.require(device)
+    the stored cubins when they were built from exactly that source and match their sha256.
+    `precision`: the loaded model's, as `luminal.compile`'s (None: `set_precision`'s at each call)."""
+    entry = devices.resolve(device, precision)
     meta, outputs, by_name = read_archive(path)
     inputs = [by_name[i["name"]] for i in meta["inputs"] if i["name"] in by_name]
     report = Report(name=meta.get("name", "graph"), notes=[f"loaded from {path}"])
@@ -43,7 +44,7 @@ def load(path, device: str = "cpu", trust_binaries: bool = False):
             report.notes.append("the file's cubins were not used (compiled from source): pass trust_binaries=True "
                                 "to run a trusted file's binaries")
     runtime = entry.runtime(outputs, **options)
-    compiled = CompiledGraph(inputs, outputs, meta["output_names"], runtime, report, device=device,
+    compiled = CompiledGraph(inputs, outputs, meta["output_names"], runtime, report, device=entry,
                              frontend_meta=meta.get("frontend", {}), rng_seed=by_name.get(RNG_SEED_INPUT),
                              weight_mode="seeded" if meta.get("weight_specs") else "embed")
     if compiled.frontend_meta.get("frontend") == "torch.export":  # called like the model it came from

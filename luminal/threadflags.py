@@ -31,6 +31,15 @@ class ThreadValue:
             self._local.value = outer
 
 
+background = ThreadValue(False)  # this thread's C compilers run at a lower priority (`kernels/cpu/build.py`)
+
+
+def in_background():
+    """Inside, the C compilers this thread starts run at `build.BACKGROUND_NICE`: a build beside
+    work a caller waits for takes the cores that work leaves idle, not its own."""
+    return background.set(True)
+
+
 _untouched = ThreadValue(False)
 
 

@@ -263,7 +263,7 @@ class ElementwiseMixin:
     clip = clamp
 
     def maximum(self, other):
-        other = self._operand(other, "Maximum")
+        other = self._operand(other, Op.MAXIMUM.title)
         from luminal.builder import functional as F
         from luminal.builder.tensor import broadcast_shapes
 

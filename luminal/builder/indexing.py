@@ -40,8 +40,7 @@ def _after(av, ai, bv, bi, n: int, largest: bool, is_float: bool):
 def _bitonic(x, largest: bool):
     """(values, int64 indices) of the last axis of `x` (static length n) in topk's order: a
     bitonic sorting network over the row padded to a power of two, each stage a compare-exchange
-    of the two halves of blocks (n log^2 n work where ranking every pair was n^2: a topk over
-    8,400 took 0.4 s a call). Values move, never recomputed: exact."""
+    of the two halves of blocks (n log^2 n work where ranking every pair is n^2). Values move, never recomputed: exact."""
     import numpy as np
 
     from luminal.builder.functional import concat
@@ -215,8 +214,8 @@ class IndexingMixin:
         In primitives, exact. Rows up to BITONIC_MIN (or of symbolic length): rank-based,
         rank[i] = #{j: x[j] beats x[i]}, the index at output position r the i whose rank is r
         (n^2 per row, one fused kernel). Longer static rows: a bitonic sorting network (`_bitonic`:
-        n log^2 n per row, about 5 kernels per stage, log2(n)^2 / 2 stages: a topk over 8,400 went
-        from 0.4 s to 15 ms a call on the C backend, its compile from 0.6 to 3.8 s).
+        n log^2 n per row, about 5 kernels per stage, log2(n)^2 / 2 stages: much faster calls for a
+        longer compile).
         """
         from luminal.builder.tensor import normalize_axis
 

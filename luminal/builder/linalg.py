@@ -10,11 +10,12 @@ from __future__ import annotations
 from luminal.errors import DTypeError, ShapeError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Op
 
 
 class LinalgMixin:
     def matmul(self, other):
-        other = self._operand(other, "MatMul")
+        other = self._operand(other, Op.MAT_MUL.title)
         if self.ndim == 0 or other.ndim == 0:
             raise ShapeError("matmul needs tensors with at least one dim")
         if self.dtype is DType.BOOL:

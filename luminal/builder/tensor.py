@@ -316,7 +316,7 @@ class Tensor(ElementwiseMixin, ReductionMixin, IndexingMixin, LinalgMixin, Rando
         return self.add(o)
 
     def __radd__(self, o):
-        return self._operand(o, "Add").add(self)
+        return self._operand(o, Op.ADD.title).add(self)
 
     def __sub__(self, o):
         return self.sub(o)
@@ -328,7 +328,7 @@ class Tensor(ElementwiseMixin, ReductionMixin, IndexingMixin, LinalgMixin, Rando
         return self.mul(o)
 
     def __rmul__(self, o):
-        return self._operand(o, "Mul").mul(self)
+        return self._operand(o, Op.MUL.title).mul(self)
 
     def __truediv__(self, o):
         return self.div(o)

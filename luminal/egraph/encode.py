@@ -141,23 +141,23 @@ def pattern_facts(enc: Encoding, index: dict, slot_index: dict, ref) -> list:
         if n.op in (Op.VIEW, Op.GATHER) and (found := select_operands(n)) is not None:
             cond, *values, outer = found
             if known(cond) and all(known(v) for v, _ in values):
-                terms = [eg.call("View", ref(v), eg.i64(enc.tracker(st))) for v, st in values]
+                terms = [eg.call(Op.VIEW.title, ref(v), eg.i64(enc.tracker(st))) for v, st in values]
                 cmds.append(eg.fact(eg.call("SelectOf", eg.call("N", eg.i64(i)), ref(cond), *terms, eg.i64(enc.tracker(outer)))))
         elif n.op is Op.SCATTER and (found := concat_pieces(n)) is not None:
             axis, pieces = found
             if all(known(p) for p in pieces):
                 term = ref(pieces[0])
                 for p in pieces[1:]:
-                    term = eg.call("Concat", term, ref(p), eg.i64(axis))
+                    term = eg.call(Op.CONCAT.title, term, ref(p), eg.i64(axis))
                 cmds.append(eg.fact(eg.call("ConcatOf", eg.call("N", eg.i64(i)), term)))
         elif n.op is Op.MAX_REDUCE and (found := maximum_operands(n)) is not None:
             if all(known(v) for v, _ in found):
-                terms = [eg.call("View", ref(v), eg.i64(enc.tracker(st))) for v, st in found]
+                terms = [eg.call(Op.VIEW.title, ref(v), eg.i64(enc.tracker(st))) for v, st in found]
                 cmds.append(eg.fact(eg.call("MaximumOf", eg.call("N", eg.i64(i)), *terms)))
         elif n.op is Op.CAST and (found := narrow_matmul_of(n)) is not None:
             if all(known(v) for v, _ in found):
-                a, b = (eg.call("View", ref(v), eg.i64(enc.tracker(st))) for v, st in found)
-                cmds.append(eg.fact(eg.call("NarrowMatMulOf", eg.call("N", eg.i64(i)), eg.call("MatMul", a, b))))
+                a, b = (eg.call(Op.VIEW.title, ref(v), eg.i64(enc.tracker(st))) for v, st in found)
+                cmds.append(eg.fact(eg.call("NarrowMatMulOf", eg.call("N", eg.i64(i)), eg.call(Op.MAT_MUL.title, a, b))))
         if n.op in WINDOW_REDUCERS and (found := window_reduce_of(n)) is not None:
             kind, r, operands = found
             if all(known(v) for v in operands):  # the fused node, opaque to the rules

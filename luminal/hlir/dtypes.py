@@ -2,8 +2,8 @@
 
 bf16 comes from `ml_dtypes`, so the NumPy reference runtime handles it like any other dtype.
 It is imported the first time something asks for bf16's NumPy dtype (`DType.numpy`, `DType.of`
-on a dtype it does not know yet), not with luminal: its extension takes 0.55-0.8 s to import on
-the 2-core VM the benchmarks run on, most of `import luminal`, for models that never touch bf16.
+on a dtype it does not know yet), not with luminal: importing its extension would be most of `import luminal`, for models that
+never touch bf16.
 """
 
 from __future__ import annotations

@@ -67,7 +67,6 @@ import contextlib
 import enum
 import itertools
 import operator
-import threading
 import weakref
 from _weakref import _remove_dead_weakref
 from dataclasses import dataclass
@@ -78,6 +77,7 @@ import numpy as np
 from luminal.errors import UnknownOpError
 from luminal.hlir.dtypes import DType
 from luminal.hlir.symbolic import Dim
+from luminal.threadflags import ThreadValue
 
 
 class Op(enum.Enum):
@@ -202,8 +202,7 @@ def _key(value: Any) -> Any:
 
 # the interned nodes: interning key -> a weak reference to the node, whose callback drops the
 # entry once the node is gone (so a dropped graph is freed). A plain dict and `KeyedRef`s rather
-# than a `WeakValueDictionary`, whose Python-level get and set were a fifth of the 17,500
-# `Node(...)` calls (new nodes and interned ones) of a 32-layer Llama's compile;
+# than a `WeakValueDictionary`, whose Python-level get and set are a large part of building nodes;
 # `_remove_dead_weakref` (what `WeakValueDictionary` itself calls) deletes the entry only while
 # it still holds a dead reference, not a newer node's.
 _INTERNED: dict = {}
@@ -297,9 +296,9 @@ def toposort(roots) -> list[Node]:
     """All nodes reachable from `roots`, each after its sources (iterative, deterministic).
 
     Nodes are immutable, so the order of the same roots never changes: inside `sorting_once()`
-    (a compile: it sorts its lowered graph three times and its optimized graph five, 5-9 ms each
-    for the 32-layer Llama) each order is computed once; the caller gets its own list."""
-    memo = getattr(_SORTING, "memo", None)
+    (a compile: it sorts its lowered graph three times and its optimized graph five) each order
+    is computed once; the caller gets its own list."""
+    memo = _SORTED.get()
     if memo is None:
         return _toposort(roots)
     roots = tuple(roots)
@@ -321,27 +320,19 @@ def titled(counts: collections.Counter) -> dict[str, int]:
     return {op.title: k for op, k in counts.most_common()}
 
 
-_SORTING = threading.local()
+_SORTED = ThreadValue(None)  # this thread's {roots' ids: (roots, order)} inside `sorting_once`
 
 
-@contextlib.contextmanager
 def sorting_once():
     """Within the block, on this thread, `toposort` of the same roots is computed once (the
     orders are dropped when the outermost block ends, and the graphs with them)."""
-    outer = getattr(_SORTING, "memo", None)
-    if outer is None:
-        _SORTING.memo = {}
-    try:
-        yield
-    finally:
-        if outer is None:
-            _SORTING.memo = None
+    return contextlib.nullcontext() if _SORTED.get() is not None else _SORTED.set({})
 
 
 def _toposort(roots) -> list[Node]:
     """Depth first, operands in order, each node after its operands (a stack of the nodes being
-    expanded, each with an iterator over its operands: a quarter faster than pushing every
-    operand and every node twice, the same order)."""
+    expanded, each with an iterator over its operands: cheaper than pushing every operand and
+    every node twice, the same order)."""
     order: list[Node] = []
     seen: set[int] = set()
     mark, emit = seen.add, order.append

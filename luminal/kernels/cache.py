@@ -1,13 +1,9 @@
 """The on-disk cache shared by the NVRTC compiler and the emulator build.
 
-Root: `$LUMINAL_CACHE_DIR`, else `~/.cache/luminal`, created private (0o700); each tool keeps its
-own subdirectory. What is in it gets loaded (`.so` files, cubins), so a root (or subdirectory)
-that another user owns or that group or others may write is refused: anyone who can write there
-could replace a library and its sha256 beside it. A refused folder, and one that cannot be used
-(read-only, full, under a regular file: `unusable`), warns once (`CacheWarning`, naming the folder
-and why) and the process builds in a private temporary folder instead, removed at exit.
-`prune` bounds a subdirectory's size (`$LUMINAL_CACHE_MAX_MB`, 1024 by default), dropping the
-least recently used entries first; the NVRTC binaries and the cubins CuPy loads are pruned.
+Root: `$LUMINAL_CACHE_DIR`, else `~/.cache/luminal`, created 0o700, a subdirectory per tool. What
+is in it gets loaded, so a folder another user owns or others may write is refused; it, and one
+that cannot be written, warns once (`CacheWarning`) and the process builds in a private temporary
+folder instead. `prune` bounds each subdirectory (`$LUMINAL_CACHE_MAX_MB`), least recently used first.
 """
 
 from __future__ import annotations
@@ -30,14 +26,10 @@ MAX_MB = 1024  # per subdirectory; $LUMINAL_CACHE_MAX_MB overrides
 RECENT_S = 300.0  # entries used this recently are never pruned: another process may be reading them
 
 
-def configured_root() -> Path:
-    return Path(os.environ.get("LUMINAL_CACHE_DIR") or Path.home() / ".cache" / "luminal")
-
-
 def cache_dir(kind: str) -> Path:
     """`<root>/<kind>`, created (private) on first use; the private temporary folder's `<kind>`
     when the root is refused or cannot be used (see above). OSError only when neither can be made."""
-    root = configured_root()
+    root = Path(os.environ.get("LUMINAL_CACHE_DIR") or Path.home() / ".cache" / "luminal")
     with _lock:
         given_up = _given_up.get(str(root))
     if given_up is None:
@@ -55,9 +47,7 @@ def cache_dir(kind: str) -> Path:
 
 
 def in_cache(kind: str, fn):
-    """`fn(cache_dir(kind))`; where that folder fails (an OSError from `fn`: read-only, full),
-    `fn` again in the private folder (`unusable`: warned once, used for the rest of the process).
-    The second failure's OSError propagates."""
+    """`fn(cache_dir(kind))`, again in the private folder (`unusable`) if that raises an OSError."""
     directory = cache_dir(kind)
     try:
         return fn(directory)
@@ -66,9 +56,8 @@ def in_cache(kind: str, fn):
 
 
 def unusable(directory: Path, exc: OSError) -> Path:
-    """`directory` (a `cache_dir`) failed a write (`exc`: read-only, full, ...): warn once, use the
-    private temporary folder for the rest of the process; returns its counterpart of `directory`.
-    `exc` itself when `directory` is that private folder already."""
+    """`directory` (a `cache_dir`) failed a write: warn once and return its counterpart in the
+    private folder, used for the rest of the process (`exc` raised if it is that folder already)."""
     root = directory.parent
     if _private.get(os.getpid()) == root:
         raise exc
@@ -146,8 +135,7 @@ def _private_root() -> Path:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write via a temporary file and rename, so a concurrent reader (pytest-xdist worker,
-    another process) never sees a half-written entry."""
+    """Write via a temporary file and rename: a concurrent reader never sees a half-written entry."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
@@ -163,8 +151,7 @@ def touch(path: Path) -> bool:
 
 
 def size_bound() -> int:
-    """The size bound of each cache folder: `$LUMINAL_CACHE_MAX_MB` megabytes (fractions allowed;
-    a value that is not a number is ignored), else `MAX_MB`."""
+    """The bytes each cache folder may hold: `$LUMINAL_CACHE_MAX_MB` (a non-number ignored), else `MAX_MB`."""
     try:
         return int(float(os.environ.get("LUMINAL_CACHE_MAX_MB", MAX_MB)) * (1 << 20))
     except ValueError:
@@ -172,9 +159,8 @@ def size_bound() -> int:
 
 
 def prune(directory: Path, max_bytes: int | None = None, recent_s: float = RECENT_S) -> int:
-    """Bound `directory` to `max_bytes` by deleting whole entries (the files whose names share
-    the part before the first dot: `key.bin` and `key.log` go together), least recently used
-    first, never one used in the last `recent_s` seconds. Returns the bytes freed."""
+    """Bound `directory` to `max_bytes` by deleting whole entries (files sharing the name before the
+    first dot), least recently used first, none used in the last `recent_s` s; the bytes freed."""
     if max_bytes is None:
         max_bytes = size_bound()
     entries: dict[str, list] = {}  # stem -> [last use, bytes, files]

@@ -1,36 +1,20 @@
 """The plan's "gemm" extern step on the GPU: a MatMul as one cuBLAS call, and a CPU stand-in
 that implements cuBLAS's contract, so the argument conventions are tested without a GPU.
 
-One description, derived once from the plan, feeds both:
-
     desc = GemmDesc.of(node, inputs)     # symbolic: row-major A/B views, M/N/K, batch, dtypes
     calls = desc.bind(bindings)          # `CublasGemm`s (column-major arguments), or None
     cupy_gemm(call, buffers, stream)     # cublasGemmStridedBatchedEx through CuPy, on the stream
     standin_gemm(call, buffers)          # the same arguments, run by NumPy over the buffers
 
-Row-major to cuBLAS: cuBLAS is column-major, and a row-major `C[M x N] = A[M x K] . B[K x N]`
-read column-major is `C^T = B^T . A^T`, so the call is `gemm(opB, opA, m=N, n=M, k=K, B, ldb,
-A, lda, C, ldc=N)`. An operand view with strides (sr, sc) is a plain matrix when sc == 1
-(row-major, ld = sr, op N) or sr == 1 (a transposed view, ld = sc, op T); its inner batch dims
-collapse into one stride (0 for a broadcast operand), outer ones that do not (a batch broadcast
-on one dim only) are a loop of calls. Anything else (a padded view, a stride
-pattern that is no matrix, integer dtypes, sizes past cuBLAS's 32-bit `int` arguments) binds to
-None and the generated MatMul kernel runs instead.
-
-Precision: f16/bf16 on tensor cores with f32 accumulation (CUBLAS_COMPUTE_32F); f32 in full
-f32 (CUBLAS_COMPUTE_32F, no TF32) unless torch is loaded and
-`torch.get_float32_matmul_precision()` is "high" or "medium" (CUBLAS_COMPUTE_32F_FAST_TF32);
-f64 in f64.
-
-Decode (the GEMV rule): a binding with M <= `gemv_max_m()` (8; `LUMINAL_GEMV_MAX_M`, 0 sends
-every GEMM to cuBLAS) binds to None, so the generated GEMV kernel (128-bit loads, split-K over
-warps) runs: a bandwidth-bound product that reads each weight once.
+README's "GEMMs on cuBLAS" has the conventions. `bind` gives None (the generated kernel runs) for
+a layout cuBLAS cannot express, and for M <= `gemv_max_m()` (the GEMV kernel). An f32 GEMM at
+precision "float64" is widened (COMPUTE_64F with `dtype` F32): cuBLAS has no f32 GEMM with a
+double accumulator, so f64 copies go through a DGEMM and are rounded once.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from dataclasses import dataclass
 
@@ -44,7 +28,7 @@ from luminal.hlir.ops import Node
 # cuBLAS / CUDA library constants (cublas_api.h, library_types.h): a stable ABI
 OP_N, OP_T = 0, 1
 CUDA_R = {DType.F32: 0, DType.F64: 1, DType.F16: 2, DType.BF16: 14}
-COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
+COMPUTE_32F, COMPUTE_64F = 68, 70
 GEMM_DEFAULT = -1
 DEFAULT_MATH = 0  # cublasMath_t CUBLAS_DEFAULT_MATH (CUBLAS_TF32_TENSOR_OP_MATH = 3 would allow TF32)
 INT_MAX = 2**31 - 1  # m, n, k, lda, ldb, ldc and batchCount are C `int`s
@@ -53,13 +37,11 @@ WORKSPACE_BYTES = 32 << 20  # per cuBLAS handle, set explicitly so a graph captu
 
 
 class CublasContractError(LuminalError):
-    """Arguments that break cuBLAS's contract (a planner bug: cuBLAS itself would read or write
-    out of bounds, or return CUBLAS_STATUS_INVALID_VALUE)."""
+    """Arguments that break cuBLAS's contract (a planner bug: out of bounds, or INVALID_VALUE)."""
 
 
 def gemv_max_m() -> int:
-    """The largest M the generated GEMV kernel takes instead of cuBLAS: `LUMINAL_GEMV_MAX_M`
-    (default 8, the most rows the kernel accumulates; 0 sends every GEMM to cuBLAS)."""
+    """The largest M the GEMV kernel takes instead of cuBLAS: `LUMINAL_GEMV_MAX_M`, at most `GEMV_ROWS`."""
     from luminal.kernels.render.gemv import GEMV_ROWS
 
     try:
@@ -67,13 +49,6 @@ def gemv_max_m() -> int:
     except ValueError:
         raise DeviceError(f"LUMINAL_GEMV_MAX_M must be an integer, not {os.environ['LUMINAL_GEMV_MAX_M']!r}") from None
     return max(0, min(value, GEMV_ROWS))
-
-
-def tf32_allowed() -> bool:
-    """TF32 only when torch is loaded and its float32 matmul precision allows it."""
-    torch = sys.modules.get("torch")
-    getter = getattr(torch, "get_float32_matmul_precision", None)
-    return getter is not None and getter() in ("high", "medium")
 
 
 @dataclass(frozen=True)
@@ -97,7 +72,11 @@ class CublasGemm:
     stride_c: int
     batch: int
     dtype: DType  # of A, B and C
-    compute: int  # COMPUTE_32F, COMPUTE_32F_FAST_TF32 or COMPUTE_64F
+    compute: int  # COMPUTE_32F or COMPUTE_64F (with `dtype` F32: widened, see the module docstring)
+
+    @property
+    def widened(self) -> bool:
+        return self.compute == COMPUTE_64F and self.dtype is not DType.F64
 
 
 @dataclass(frozen=True)
@@ -143,17 +122,18 @@ class GemmDesc:
         return GemmDesc(ops[0], ops[1], tuple(node.shape[:-2]), node.shape[-2], node.shape[-1], a.shape[-1],
                         node.dtype)
 
-    def bind(self, bindings: dict[str, int], gemv: bool = True) -> tuple[CublasGemm, ...] | None:
-        """The cuBLAS calls under `bindings` (one per index of the batch dims that do not collapse
-        into one stride, at most `MAX_CALLS`), or None where the generated kernel must run (not a
-        strided matrix, too large for `int`, or — with `gemv` — a decode-sized M)."""
+    def bind(self, bindings: dict[str, int], gemv: bool = True,
+             precision: str = "float32") -> tuple[CublasGemm, ...] | None:
+        """The cuBLAS calls under `bindings` (one per index of the batch dims that do not collapse,
+        at most `MAX_CALLS`), or None where the generated kernel must run."""
         def ev(d):
             return int(sym.evaluate(d, bindings))
 
+        widen = self.dtype is DType.F32 and precision == "float64"
         m, n, k = ev(self.m), ev(self.n), ev(self.k)
         batch = [ev(d) for d in self.batch]
         count = int(np.prod(batch, dtype=np.int64))
-        if gemv and m <= gemv_max_m():
+        if gemv and not widen and m <= gemv_max_m():
             return None
         if min(m, n, count) <= 0 or max(m, n, k, count) > INT_MAX:
             return None
@@ -168,8 +148,7 @@ class GemmDesc:
             return None
         (a_slot, a_off, a_tr, lda, sa), (b_slot, b_off, b_tr, ldb, sb) = ops
         inner = count // max(1, int(np.prod(outer, dtype=np.int64)))
-        compute = COMPUTE_64F if self.dtype is DType.F64 else (
-            COMPUTE_32F_FAST_TF32 if self.dtype is DType.F32 and tf32_allowed() else COMPUTE_32F)
+        compute = COMPUTE_64F if self.dtype is DType.F64 or widen else COMPUTE_32F
         a_outer = [ev(s) for s in self.a.batch_strides[:split]]
         b_outer = [ev(s) for s in self.b.batch_strides[:split]]
         calls = []
@@ -253,11 +232,10 @@ def check_contract(call: CublasGemm, sizes: dict[int, int]) -> None:
 
 
 # --- the CPU stand-in ---------------------------------------------------------------------------
-def _col_major(flat: np.ndarray, off: int, ld: int, stride: int, rows: int, cols: int, batch: int, tr: int):
+def _col_major(flat, off: int, ld: int, stride: int, rows: int, cols: int, batch: int, tr: int, xp=np):
     """op(X) of each batch, (batch, rows', cols'), as a strided view of `flat` (column-major X)."""
     item = flat.itemsize
-    view = np.lib.stride_tricks.as_strided(flat[off:], (batch, rows, cols), (stride * item, item, ld * item),
-                                           writeable=False)
+    view = xp.lib.stride_tricks.as_strided(flat[off:], (batch, rows, cols), (stride * item, item, ld * item))
     return view.transpose(0, 2, 1) if tr == OP_T else view
 
 
@@ -271,22 +249,27 @@ def standin_gemm(call: CublasGemm, buffers: dict[int, np.ndarray]) -> None:
             raise CublasContractError(f"buffer {s} holds {b.dtype}, the call says {call.dtype.short}")
     flat = {s: b.reshape(-1) for s, b in buffers.items()}
     check_contract(call, {s: b.size for s, b in flat.items()})
-    c = call
+    _strided_gemm(call, flat, np)
+
+
+def _strided_gemm(c: CublasGemm, flat: dict, xp) -> None:
+    """`c` over flat buffers of `xp` (NumPy: the stand-in; CuPy: a widened call), as cuBLAS
+    defines it, in the accumulator `c.compute` names."""
     if c.m == 0 or c.n == 0 or c.batch == 0:
         return
     acc = np.float64 if c.compute == COMPUTE_64F else np.float32
     dt = c.dtype.numpy
     a_rows, a_cols = (c.m, c.k) if c.transa == OP_N else (c.k, c.m)
     b_rows, b_cols = (c.k, c.n) if c.transb == OP_N else (c.n, c.k)
-    a = _col_major(flat[c.a[0]].view(dt), c.a[1], c.lda, c.stride_a, a_rows, a_cols, c.batch, c.transa)
-    b = _col_major(flat[c.b[0]].view(dt), c.b[1], c.ldb, c.stride_b, b_rows, b_cols, c.batch, c.transb)
+    a = _col_major(flat[c.a[0]].view(dt), c.a[1], c.lda, c.stride_a, a_rows, a_cols, c.batch, c.transa, xp)
+    b = _col_major(flat[c.b[0]].view(dt), c.b[1], c.ldb, c.stride_b, b_rows, b_cols, c.batch, c.transb, xp)
     if c.k == 0:
-        prod = np.zeros((c.batch, c.m, c.n), acc)
+        prod = xp.zeros((c.batch, c.m, c.n), acc)
     else:
-        prod = np.matmul(a.astype(acc), b.astype(acc))
+        prod = xp.matmul(a.astype(acc), b.astype(acc))
     out = flat[c.c[0]].view(dt)
     item = out.itemsize
-    dst = np.lib.stride_tricks.as_strided(out[c.c[1]:], (c.batch, c.m, c.n), (c.stride_c * item, item, c.ldc * item))
+    dst = xp.lib.stride_tricks.as_strided(out[c.c[1]:], (c.batch, c.m, c.n), (c.stride_c * item, item, c.ldc * item))
     dst[...] = prod.astype(dt)
 
 
@@ -304,6 +287,10 @@ def cupy_gemm(call: CublasGemm, buffers: dict, stream, cublas=None) -> None:
         from cupy_backends.cuda.libs import cublas
     check_contract(call, {s: int(b.size) for s, b in buffers.items()})
     c = call
+    if c.widened:  # no cuBLAS type takes it: CuPy's f64 copies and DGEMM, on the stream
+        with stream:
+            _strided_gemm(c, {s: b.reshape(-1) for s, b in buffers.items()}, cupy)
+        return
     handle = cupy.cuda.device.get_cublas_handle()
     with _ws_lock:
         if handle not in _workspaces:  # an explicit workspace: no allocation inside a capture

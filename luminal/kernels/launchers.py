@@ -1,10 +1,7 @@
-"""Launchers: the only device-specific code of the kernel runtime, and the device-weight cache.
+"""Launchers: the only device-specific code of the kernel runtime, driven by `KernelRuntime`.
 
-A launcher allocates, uploads, copies, launches, captures and replays for one device:
-`EmulatorLauncher` (NumPy buffers, kernels run on the CPU by the emulator) and `CupyLauncher`
-(CuPy buffers, kernels compiled by `luminal.kernels.nvrtc` and loaded as a cubin). The device
-registry (`luminal.devices`) names the launcher of each kernel device; `KernelRuntime` drives it.
-(The device-weight cache, once here, is `luminal.kernels.weights`.)
+Each allocates, uploads, copies, launches, captures and replays for one device: `EmulatorLauncher`
+(NumPy buffers, kernels run by the emulator) and `CupyLauncher` (CuPy buffers, NVRTC cubins).
 """
 
 from __future__ import annotations
@@ -20,10 +17,8 @@ import numpy as np
 from luminal.errors import DeviceError
 from luminal.hlir.dtypes import is_bfloat16
 from luminal.kernels.cublas import cupy_gemm, standin_gemm
-from luminal.kernels.weights import DEVICE_WEIGHTS, DeviceWeights  # noqa: F401 - the registry's home is weights.py
 
 
-# --- launchers: the only device-specific code ---------------------------------------------------
 class EmulatorLauncher:
     """Buffers are NumPy arrays; kernels run on the CPU through the emulation header. An upload
     copies, as onto a device. Launches are synchronous, so events and streams are no-ops."""
@@ -135,12 +130,9 @@ def _cubin_file(cubin: bytes) -> str:
 
 
 class CupyLauncher:
-    """Buffers are CuPy arrays on the current device; kernels are compiled by
-    `luminal.kernels.nvrtc` for this GPU's arch (or come prebuilt) and loaded as a cubin.
-
-    Work is issued on `self.stream`, the calling thread's own: `KernelRuntime` points it at the
-    caller's stream before each call. CUDA graphs are captured on a private non-blocking stream
-    (capture is not allowed on the legacy default stream) and launched on the caller's stream."""
+    """CuPy buffers on the current device; kernels compiled by NVRTC (or prebuilt), loaded as a cubin.
+    Work goes on `self.stream`, the calling thread's (the caller's stream); graphs are captured on a
+    private non-blocking stream (the legacy default stream cannot capture)."""
 
     resident = True  # takes CuPy arrays and CUDA torch tensors as they are
     # MatMuls go to cuBLAS (the plan's "gemm" extern step); LUMINAL_CUBLAS=0 keeps the generated kernels
@@ -284,6 +276,3 @@ class CupyLauncher:
                     self.stream = cupy.cuda.ExternalStream(ts.cuda_stream, ts.device.index or 0)
         else:
             self.stream = cupy.cuda.get_current_stream()
-
-
-LAUNCHERS = {"cuda": CupyLauncher, "cuda-emulator": EmulatorLauncher}  # device name -> launcher class

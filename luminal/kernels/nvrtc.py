@@ -201,13 +201,11 @@ def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
 
 # -------------------------------------------------------------- the cache ---
 class NVRTCCompiler:
-    """NVRTC behind a cache keyed by (sha256 of source, arch, options, NVRTC version), kept in
-    memory (the last `memory_size` binaries) and on disk. `compiles`, `memory_hits` and
-    `disk_hits` count what happened. Safe to share between threads."""
+    """NVRTC behind a cache keyed by (source, arch, options, NVRTC version), in memory (the last
+    `memory_size`) and on disk; `compiles`, `memory_hits`, `disk_hits` count. Thread-safe."""
 
-    def __init__(self, cache_path: Path | None = None, disk_cache: bool = True, memory_size: int = 64):
+    def __init__(self, cache_path: Path | None = None, memory_size: int = 64):
         self.cache_path = Path(cache_path) if cache_path else None
-        self.disk_cache = disk_cache
         self.memory_size = memory_size
         self.compiles = self.memory_hits = self.disk_hits = 0
         self._memory: collections.OrderedDict[str, CompiledKernelBinary] = collections.OrderedDict()
@@ -225,7 +223,7 @@ class NVRTCCompiler:
                 self._memory.move_to_end(key)
                 self.memory_hits += 1
                 return hit
-        directory = (self.cache_path or cache_dir("nvrtc")) if self.disk_cache else None
+        directory = self.cache_path or cache_dir("nvrtc")
         result = self._load(directory, key, arch)
         if result is None:
             self.compiles += 1
@@ -233,8 +231,7 @@ class NVRTCCompiler:
             if not ok:
                 raise CompileError(log, source, arch, full)
             result = CompiledKernelBinary(binary, arch, log, parse_ptxas_log(log))
-            if directory is not None:
-                self._store(directory, key, log, binary)
+            self._store(directory, key, log, binary)
         else:
             self.disk_hits += 1
         with self._lock:
@@ -244,9 +241,8 @@ class NVRTCCompiler:
         return result
 
     def _store(self, directory: Path, key: str, log: str, binary: bytes) -> None:
-        """The disk cache's entry (log first: a .bin without its .log is never read). Only an
-        optimization: a folder that cannot be written (read-only, full) is given up for the
-        private one (`cache.in_cache`, warned once), or, for a folder the caller chose, skipped."""
+        """The disk cache's entry (log first: a .bin without its .log is never read); a folder that
+        cannot be written gives way to the private one, or, if the caller chose it, is skipped."""
         def write(d: Path) -> None:
             write_atomic(d / f"{key}.log", log.encode())
             write_atomic(d / f"{key}.bin", binary)
@@ -259,8 +255,8 @@ class NVRTCCompiler:
                 in_cache("nvrtc", write)
 
     @staticmethod
-    def _load(directory: Path | None, key: str, arch: str) -> CompiledKernelBinary | None:
-        if directory is None or not (directory / f"{key}.bin").exists():
+    def _load(directory: Path, key: str, arch: str) -> CompiledKernelBinary | None:
+        if not (directory / f"{key}.bin").exists():
             return None
         try:
             log = (directory / f"{key}.log").read_text()

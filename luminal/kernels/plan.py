@@ -1,18 +1,9 @@
 """The kernel plan of a graph: every launch in order, one CUDA source, buffer lifetimes.
 
-Device-independent: the same plan drives the CPU emulator (CI) and CuPy (a GPU). Graph outputs
-that are views, inputs or constants get a copy kernel, so every output owns a buffer.
-
-Kernels with the same body (the same op on the same shapes in every layer of a transformer) are
-emitted once and launched many times: a kernel is named by its op and a hash of its body, which
-keeps the source NVRTC and g++ compile proportional to distinct layers, not depth.
-
-Extern steps (`EXTERN`): ops a dialect may hand to a vendor library instead of a generated
-kernel, as inductor's `extern_kernels.mm`. MatMul is the "gemm" extern: the C dialect
-(`luminal.kernels.cpu`) calls BLAS for it; the CUDA dialect still renders its generated MatMul
-kernel (the fallback, and what the emulator verifies) and attaches a `cublas.GemmDesc` to it:
-a device whose launcher runs "gemm" (CuPy: cuBLAS) binds it per call, falling back to the
-kernel where the layout is no cuBLAS call (`luminal.kernels.cublas`).
+The same plan drives the emulator and CuPy. Every output owns a buffer (a view, input or constant
+gets a copy). Kernels with the same body are emitted once (`dedup`), so the source to compile grows
+with distinct layers, not depth. Extern steps (`EXTERN`, inductor's `extern_kernels.mm`): MatMul is
+"gemm", BLAS in C; on CUDA the generated kernel carries a `cublas.GemmDesc` a launcher may run instead.
 """
 
 from __future__ import annotations
@@ -24,8 +15,7 @@ from dataclasses import dataclass
 
 from luminal.hlir.ops import ConstantArray, Node, Op, toposort
 from luminal.kernels.cublas import GemmDesc
-from luminal.kernels.render import KernelSpec, render_node
-from luminal.kernels.render.cstyle import is_inline_scalar, prelude, view_of
+from luminal.kernels.render import CUDA, CUDA_SPECIAL, KernelSpec, render_node
 
 EXTERN = {Op.MAT_MUL: "gemm"}  # op -> extern step kind
 
@@ -57,16 +47,12 @@ class Schedule:
 
 
 def launch_order(final: list[Node]) -> list[Node]:
-    """Every node computing `final`, each after its operands, ordered so that buffers live briefly
-    (the arena a plan needs is the most bytes alive at once, `arena.plan_arena`):
-    - depth first, a node's operands deepest first: the long chain runs before a short one beside
-      it, so the short one is made just before it is used rather than held across the chain;
-    - an output (or what becomes one through views: an output's copy) as soon as its operands
-      are there, not when the walk reaches it: a backward pass walked from its first output (the
-      embedding's gradient, through every layer) held each layer's activation gradients to the
-      end for the weight gradients, and a forward held each saved activation for its copy. An
-      output's buffer is allocated for the whole call anyway; what it read can then be freed
-      (figures: the README's Decisions, "Training", Memory)."""
+    """Every node computing `final`, each after its operands, ordered so that buffers live briefly:
+    - depth first, operands deepest first: a short chain is made just before it is used, not held
+      across a long one beside it;
+    - an output (or what becomes one through views) as soon as its operands are there: its buffer
+      lives the whole call anyway, and what it read can be freed (a backward pass walked from its
+      first output held every layer's gradients to the end)."""
     walk = toposort(final)
     depth: dict[int, int] = {}
     for n in walk:
@@ -145,14 +131,15 @@ class KernelPlan:
         launches: list[KernelSpec] = []
         bodies: dict[str, str] = {}  # kernel name -> source, each distinct body once
         for node in sched.nodes:
-            for k in render_node(node, f"k{len(launches)}_{node.op.title.lower()}"):
+            for k in render_node(node, "@KERNEL@", CUDA, CUDA_SPECIAL):
                 if EXTERN.get(node.op) == "gemm":
                     for v in (k, *k.variants):  # every build of the launch may yield to cuBLAS
                         v.extern = GemmDesc.of(node, k.inputs)
-                k.variants = [_dedup(v, node, bodies) for v in k.variants]
-                launches.append(_dedup(k, node, bodies))
-        dtypes = set().union(*(v.dtypes for k in launches for v in (k, *k.variants))) if launches else set()
-        source = prelude(dtypes) + "\n" + "\n".join(bodies.values())
+                k.variants = [dedup(v, node, bodies) for v in k.variants]
+                k.wide = k.wide and dedup(k.wide, node, bodies)
+                launches.append(dedup(k, node, bodies))
+        dtypes = set().union(*(v.dtypes for k in launches for v in (k, *k.variants, *filter(None, [k.wide])))) if launches else set()
+        source = CUDA.prelude(dtypes) + "\n" + "\n".join(bodies.values())
         last_use: dict[int, int] = {}
         for i, k in enumerate(launches):
             for b in k.inputs:
@@ -160,8 +147,9 @@ class KernelPlan:
         return KernelPlan(final, launches, inputs, weights, source, last_use)
 
 
-def _dedup(k: KernelSpec, node: Node, bodies: dict[str, str]) -> KernelSpec:
-    """`k` renamed to `<op>_<hash of its body>`; its source is recorded once in `bodies`."""
+def dedup(k: KernelSpec, node: Node, bodies: dict) -> KernelSpec:
+    """`k` renamed to `<op>_<hash of its body>` (a kernel is rendered under a placeholder name);
+    its source is recorded once in `bodies` (every dialect's plan)."""
     template = k.source.replace(f" {k.name}(", " @KERNEL@(")
     name = f"{node.op.title.lower()}_{hashlib.sha1(template.encode()).hexdigest()[:12]}"
     source = template.replace(" @KERNEL@(", f" {name}(")
@@ -169,9 +157,4 @@ def _dedup(k: KernelSpec, node: Node, bodies: dict[str, str]) -> KernelSpec:
     return dataclasses.replace(k, name=name, source=source)
 
 
-def graph_source(outputs: list[Node]) -> str:
-    """All CUDA C of a graph (what `CompiledModel.cuda_source()` shows)."""
-    return KernelPlan.build(outputs).source
-
-
-__all__ = ["EXTERN", "KernelPlan", "Schedule", "graph_source", "is_inline_scalar", "view_of"]
+__all__ = ["EXTERN", "KernelPlan", "Schedule", "dedup", "launch_order"]

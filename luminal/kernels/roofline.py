@@ -3,25 +3,11 @@
     rows = compiled.roofline(gpu="h200")          # symbolic dims bound from the last call
     rows = compiled.roofline(gpu="a100", bindings={"seq": 512})
 
-Per launch of the plan (`luminal.kernels.plan.KernelPlan`, the same on every device: this is a
-prediction, not a measurement), from the op it computes and the shapes bound:
-- `bytes`: what the kernel must move at least — its output written once, and each buffer it
-  reads once, as many of its elements as the kernel touches (a broadcast view reads its buffer
-  once, a slice only the slice, a Gather only the gathered rows, a Scatter only the updates);
-- `flops`: the arithmetic it must do (a GEMM 2·M·N·K, a reduction one op per input element, an
-  elementwise region one per output element per operation of its expression);
-- `predicted_us`: max(bytes / bandwidth, flops / peak) + `launch_us`. The peak of a GEMM is
-  the GPU's tensor-core peak for f16/bf16 (f32 accumulation), its FP32 peak for f32 (TF32 only
-  when asked: `tf32=True`, as `torch.get_float32_matmul_precision() != "highest"` allows);
-  every other kernel computes on CUDA cores in f32, at the FP32 peak.
-  `launch_us` (default `LAUNCH_US`) is not from a spec sheet: it is an assumed floor per kernel
-  inside a CUDA graph (launch latency plus a wave's ramp), which dominates the many small kernels
-  of a decode step; `launch_us=0` gives the pure roofline.
-
-`summary(rows, compulsory)` adds it up: predicted time per call, the share of time in GEMMs,
-bytes moved against the compulsory bytes (weights, inputs and outputs each read or written
-once). Kernel classes: "gemm", "elementwise", "reduction", "other" (gather, scatter, concat,
-copies, iota).
+A prediction from the plan, not a measurement (README: "A roofline for every compiled graph"):
+per launch the least bytes it must move (each buffer read as far as it is touched), the flops it
+must do, and max(bytes / bandwidth, flops / peak) + `launch_us`. A GEMM's peak is the tensor-core
+one for f16/bf16, FP32 for f32 (`tf32=True` only for comparisons: luminal never runs TF32).
+`summary` adds the rows up against the compulsory bytes.
 """
 
 from __future__ import annotations
@@ -35,7 +21,7 @@ from luminal.errors import DeviceError, InputError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import ELEMENTWISE, FUSED, REDUCE, ConstantArray, Node, Op, toposort
 
-LAUNCH_US = 2.0  # assumed per-kernel floor inside a CUDA graph (see the module docstring)
+LAUNCH_US = 2.0  # an assumed per-kernel floor inside a CUDA graph (launch latency, a wave's ramp)
 
 
 @dataclass(frozen=True)
@@ -217,12 +203,6 @@ def format_summary(s: dict, gpu: str) -> str:
 
 
 def last_bindings(runtime) -> dict[str, int] | None:
-    """The symbolic dims of `runtime`'s most recent call (its binding caches are LRU-ordered)."""
-    bound = getattr(runtime, "last_bindings", None)
-    if bound is not None:
-        return dict(bound)
-    for attr in ("sequences", "_layouts"):  # KernelRuntime's, the C runtime's
-        cache = getattr(runtime, attr, None)
-        if isinstance(cache, collections.OrderedDict) and cache:
-            return dict(next(reversed(cache)))
-    return None
+    """The symbolic dims of `runtime`'s most recent call (None before one)."""
+    bound = runtime.last_bindings
+    return None if bound is None else dict(bound)

@@ -1,47 +1,19 @@
-"""Running a kernel plan: the CPU emulator (`cuda-emulator`) or CuPy (`cuda`).
+"""Running a kernel plan on `cuda` (CuPy) or `cuda-emulator` (README: "GPU runtime", "CUDA graphs,
+bounded", "Weights once").
 
-Everything that does not need a GPU is device-independent and runs in CI on the emulator:
-
-- **binding** — the symbolic dims are bound from the inputs' shapes; per distinct binding the
-  runtime builds (once, cached) a `LaunchSequence`: every launch's grid and `long long` dims
-  resolved, its arguments as slots (weight, input, arena buffer, output, error flag), and the
-  arena layout of the intermediates (`arena.plan_arena`, liveness-planned).
-- **graphs** — `GraphCache`, keyed by the binding. A binding's first call runs eagerly (a
-  warm-up that loads the kernels); its second call captures the launch sequence over buffers
-  fixed for that binding (staging inputs, the arena, outputs) and replays it; later calls copy
-  the inputs into the staging buffers and replay. On CuPy the capture is
-  `stream.begin_capture()/end_capture()` and a replay is `graph.launch(stream)`; on the
-  emulator the capture records the same launches on a tape that a replay runs, so tests can
-  assert one capture per binding and replays afterwards.
-- **exchange** — NumPy in, NumPy out. On `cuda`, CuPy arrays and CUDA `torch.Tensor`s are
-  taken by DLPack without copies and results come back the same way (a torch caller gets torch
-  tensors, `torch.from_dlpack`), ordered on the caller's stream (torch's current stream).
-  torch is imported only when the caller passed torch tensors. A binding's eager call reads the
-  inputs in place; a replay copies them device-to-device into the graph's staging buffers and
-  hands out copies of its outputs (the next replay overwrites the graph's own).
-- **kernels** — compiled by `luminal.kernels.nvrtc` (the wrapper CI uses, cached on disk; a
-  compile error is a `CompileError` with the numbered source) and loaded into CuPy as a cubin,
-  or, for a saved model that carries a cubin for this GPU's arch (`save(archs=("sm_90",))`),
-  that cubin: nothing is compiled.
-- **threads** — concurrent calls on one runtime each get their own answer. An eager call has
-  its own arena and outputs; a captured graph's buffers belong to it, so its replays are
-  serialised by the graph's own lock (staging copy, replay, output copies; on CuPy the next
-  replay's stream waits for the previous one's event, no host sync); capture and the graph
-  cache are under the runtime's lock. Streams, the capture tape and the error flag are per thread.
-  An evicted graph's buffers return to CuPy's pool only after its last replay's event.
-
-Weights are on the device once per process (`luminal.kernels.weights.DEVICE_WEIGHTS`, shared
-by every runtime and recompile; a torch CUDA tensor is taken by DLPack, never copied). Inputs no
-launch reads (the carriers of a symbolic dim) are never uploaded, so a decode step on "cuda" fed
-device tensors copies nothing between host and device but host inputs it was given.
-
-The graph cache is bounded (`LUMINAL_CUDA_GRAPHS_MAX` captured bindings, 16 by default, and
-`LUMINAL_CUDA_GRAPH_MB` MiB of buffers they own, 2048 by default; least recently used dropped
-first; a binding whose buffers alone exceed the bytes limit runs eagerly) and says what it holds
-(`stats()`, `report_lines()`, printed by `report()`). Gather/scatter kernels set a sticky error flag (one per thread) for an index out of
-range; it is read after each call that returns host arrays (that call synchronises anyway);
-device-resident calls never synchronise, so their flag is read by `synchronize()` or by the next
-call of that thread that returns host arrays.
+- Per binding of the symbolic dims a `LaunchSequence` (grids, dims, argument slots, arena layout) is
+  resolved once. Its first call runs eagerly, the second captures a graph over buffers of its own
+  (CuPy stream capture, or the emulator's tape, so CI tests capture and replay), later calls copy
+  the inputs into its staging buffers and replay.
+- CuPy arrays and CUDA torch tensors come in by DLPack without copies, ordered on the caller's
+  stream; a replay hands out copies of its outputs, since the next replay overwrites them.
+- Threads: an eager call has its own arena and outputs; a graph's replays are serialised by its own
+  lock (on CuPy the next replay's stream waits on the previous one's event, no host sync); streams,
+  the capture tape and the error flag are per thread. An evicted graph's buffers go back to the
+  pool only after its last replay's event.
+- The sticky error flag (index out of range, Mod by zero) is read after each call returning host
+  arrays (it synchronises anyway); device-resident calls never synchronise, so `synchronize()` or
+  the thread's next host call reads it.
 """
 
 from __future__ import annotations
@@ -61,7 +33,6 @@ from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Op, toposort
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import ArenaLayout, plan_arena
-from luminal.kernels.launchers import LAUNCHERS
 from luminal.kernels.plan import KernelPlan
 from luminal.kernels.weights import DEVICE_WEIGHTS
 from luminal.runtime.binding import bind_inputs, index_error
@@ -93,6 +64,7 @@ class LaunchSequence:
     output_shapes: list[tuple]
     tmp_shapes: list[tuple]
     layout: ArenaLayout
+    eager: bool = False  # never captured into a graph
 
 
 @dataclass
@@ -120,8 +92,7 @@ def _env_int(name: str, default: int) -> int:
 
 @dataclass
 class GraphCache:
-    """Captured graphs by binding key, bounded in number and bytes; counts what happened (tests,
-    `stats()` and `report()` read it)."""
+    """Captured graphs by binding key, bounded in number and bytes (LRU), with counts of what happened."""
 
     capacity: int = field(default_factory=lambda: _env_int("LUMINAL_CUDA_GRAPHS_MAX", GRAPH_CACHE_SIZE))
     max_bytes: int = field(default_factory=lambda: _env_int("LUMINAL_CUDA_GRAPH_MB", GRAPH_CACHE_MB) << 20)
@@ -175,8 +146,7 @@ def _is_torch(value) -> bool:
 
 
 def _is_device_array(value, xp=None) -> bool:
-    """A CuPy array (an array of the launcher's `xp`) or a CUDA torch tensor (checked without
-    importing either)."""
+    """A CuPy array (of the launcher's `xp`) or a CUDA torch tensor, checked without importing either."""
     if _is_torch(value):
         return getattr(getattr(value, "device", None), "type", None) == "cuda"
     if xp is not None and xp is not np and isinstance(value, xp.ndarray):
@@ -185,8 +155,7 @@ def _is_device_array(value, xp=None) -> bool:
 
 
 def _proper_bools(arr):
-    """A device bool array with every byte 0 or 1 (`binding.proper_bools`; on the device a copy
-    `!= 0` always, one launch: testing first would wait for the device)."""
+    """A bool array with every byte 0 or 1 (`binding.proper_bools`): always a copy, since testing first would sync."""
     return arr.view(np.uint8) != 0 if arr.dtype == np.bool_ else arr
 
 
@@ -198,24 +167,18 @@ def _release_after(fence: list, _buffers) -> None:
 
 # --- the runtime -------------------------------------------------------------------------------
 class KernelRuntime(Runtime):
-    """Runs a kernel plan. Intermediates live in an arena laid out by liveness (per binding of
-    the symbolic dims, cached); outputs get buffers of their own; weights come from `DEVICE_WEIGHTS`.
+    """Runs a kernel plan on `device` (a `luminal.devices.Device` with a launcher; its precision is
+    read per call). `graphs`: capture a graph per binding (`LUMINAL_CUDA_GRAPHS=0`: off).
+    `binaries`: {"sm_90": cubin} of exactly `plan.source`, used instead of NVRTC on that arch."""
 
-    `device`: a registry entry that runs kernels (`luminal.devices`). `graphs`: capture a CUDA
-    graph per binding (default on; `LUMINAL_CUDA_GRAPHS=0` turns it off). `binaries`:
-    {"sm_90": cubin} of exactly `plan.source`, used instead of NVRTC when the arch matches.
-    Safe to call from several threads at once (see the module docstring).
-    """
-
-    def __init__(self, outputs, device: str, schedule: int | None = None, graphs: bool | None = None,
+    def __init__(self, outputs, device, schedule: int | None = None, graphs: bool | None = None,
                  plan: KernelPlan | None = None, binaries: dict[str, bytes] | None = None):
-        launcher = LAUNCHERS.get(device)
-        if launcher is None:
-            raise DeviceError(f"KernelRuntime runs on {list(LAUNCHERS)}, not {device!r}")
+        if getattr(device, "launcher", None) is None:
+            raise DeviceError(f"KernelRuntime runs on a device that launches kernels (luminal.devices), not {device!r}")
         self.plan = plan or KernelPlan.build(outputs)
         self._views = [n for n in toposort(self.plan.outputs) if n.op is Op.VIEW]  # checked per binding
         self.device = device
-        self.launcher = launcher(self.plan.source, schedule=schedule, binaries=binaries)
+        self.launcher = device.launcher(self.plan.source, schedule=schedule, binaries=binaries)
         self.graphs_enabled = graphs if graphs is not None else os.environ.get("LUMINAL_CUDA_GRAPHS", "1") != "0"
         self.inputs = self.plan.inputs
         self._weights = [DEVICE_WEIGHTS.get(self.launcher, w.arg) for w in self.plan.weights]
@@ -244,20 +207,26 @@ class KernelRuntime(Runtime):
     # -- binding -> launch sequence (cached) --
     def sequence(self, bindings: dict[str, int]) -> LaunchSequence:
         key = tuple(sorted(bindings.items()))
+        widen = self.device.precision == "float64"
+        if widen:  # other launches (widened GEMMs): their own sequence and graph ("@": no symbol's name)
+            key += (("@precision", "float64"),)
         with self._sequences_lock:
             seq = self.sequences.get(key)
             if seq is not None:
                 self.sequences.move_to_end(key)
                 return seq
-        seq = self._resolve(key, bindings)  # two threads may resolve one key: equal results, either is kept
+        seq = self._resolve(key, bindings, widen)  # two threads may resolve one key: equal results, either is kept
         with self._sequences_lock:
             seq = self.sequences.setdefault(key, seq)
             while len(self.sequences) > BINDINGS_KEPT:
                 self.sequences.popitem(last=False)
         return seq
 
-    def _resolve(self, key, bindings) -> LaunchSequence:
+    def _resolve(self, key, bindings, widen: bool = False) -> LaunchSequence:
+        """`widen` (precision "float64"): an f32 GEMM runs as a widened extern step where it can,
+        else its kernel's build accumulating in double (`KernelSpec.wide`)."""
         check_views(self._views, bindings)  # kernels read views unchecked: a bad file stops here
+        precision = "float64" if widen else "float32"
         def shape(n):
             return tuple(int(sym.evaluate(d, bindings)) for d in n.shape)
 
@@ -273,16 +242,27 @@ class KernelRuntime(Runtime):
             if grid <= 0 or int(np.prod(all_shapes[id(k.output)], dtype=np.int64)) == 0:
                 continue
             args = [self._slot[id(k.output)], *(self._slot[id(b)] for b in k.inputs)]
-            call = k.extern.bind(bindings) if k.extern and k.extern.kind in self.launcher.externs else None
+            call = None
+            if k.extern and k.extern.kind in self.launcher.externs:
+                call = k.extern.bind(bindings, precision=precision)
+            elif k.extern and widen:  # the launcher's kernel runs it unless it widens (an f32 GEMM)
+                call = k.extern.bind(bindings, precision=precision)
+                call = call if call and call[0].widened else None
             if call is not None:  # the plan's extern step (cuBLAS), args: out, inputs
                 launches.append(Launch(k.extern.kind, 0, 0, tuple(args), call))
                 continue
+            if widen and k.wide is not None:  # no GEMM call for this layout: the kernel accumulating in double
+                k = k.wide
+                grid = int(sym.evaluate(k.grid, bindings))
             if k.uses_error_flag:
                 args.append(("err",))
             args += [np.int64(bindings[s]) for s in k.symbols]
             launches.append(Launch(k.name, grid, k.block, tuple(args)))
+        # a widened GEMM allocates its f64 copies from CuPy's pool: a captured graph would keep
+        # writing memory the pool hands out again, so such a sequence runs eagerly
+        eager = self.launcher.resident and any(ln.extern is not None and ln.extern[0].widened for ln in launches)
         return LaunchSequence(key, launches, [shape(n) for n in self.inputs], out_shapes, tmp_shapes,
-                              plan_arena(sizes, self.intervals))
+                              plan_arena(sizes, self.intervals), eager)
 
     @property
     def layouts(self) -> dict[tuple, tuple]:
@@ -335,11 +315,11 @@ class KernelRuntime(Runtime):
 
     # -- calls --
     def profile(self, feeds: dict, repeats: int = 3) -> list[dict]:
-        """Each launch of the binding of `feeds` timed alone, eagerly, best of `repeats`: CUDA events
-        between launches on CuPy, the clock on the emulator. Rows in launch order: `kernel`,
-        `seconds` (what `benchmarks/gpu_check.py` holds `roofline()` to)."""
+        """Each launch of the binding of `feeds` timed eagerly, best of `repeats` (CUDA events on
+        CuPy, the clock on the emulator): rows {`kernel`, `seconds`} in launch order."""
         ins, bindings, device_io, _ = self._bind(feeds)
         seq = self.sequence(bindings)
+        self.last_bindings = bindings
         launcher = self.launcher
         ins = [None if i in self._unread else (launcher.upload(a) if self._on_host(a) else a) for i, a in enumerate(ins)]
         outs, tmps, err = self._new_outputs(seq), self._tmp_views(seq, self._new_arena(seq)), self._new_flag()
@@ -421,8 +401,9 @@ class KernelRuntime(Runtime):
         """The binding's captured graph (captured at its second call), or None: run eagerly."""
         cache = self.graph_cache
         with self._lock:
-            entry = cache.get(seq.key) if self.graphs_enabled else None
-            if entry is None and self.graphs_enabled and cache.seen.get(seq.key, 0) >= 1 and seq.launches:
+            graphs = self.graphs_enabled and not seq.eager
+            entry = cache.get(seq.key) if graphs else None
+            if entry is None and graphs and cache.seen.get(seq.key, 0) >= 1 and seq.launches:
                 if cache.fits(self._graph_bytes(seq)):
                     entry = self._capture(seq)
                 else:
@@ -452,8 +433,7 @@ class KernelRuntime(Runtime):
         self.launcher.prepare({ln.name for ln in seq.launches if ln.extern is None})
         graph = self.launcher.capture(lambda: self._issue(seq, staging, outputs, tmps, err))
         entry = CapturedGraph(graph, staging, outputs, arena, err, self._graph_bytes(seq))
-        # once evicted and dropped, its buffers go back to the memory pool only after its last
-        # replay (on whichever stream) is over: the finalizer holds them until then
+        # an evicted graph's buffers return to the pool only once its last replay (any stream) is over
         weakref.finalize(entry, _release_after, entry.fence, (graph, staging, outputs, arena, err))
         self.graph_cache.put(seq.key, entry)
         return entry
@@ -519,9 +499,12 @@ class KernelRuntime(Runtime):
     def report_lines(self) -> list[str]:
         """`report()`'s lines on this runtime: device weights and the CUDA-graph cache."""
         c = self.graph_cache
-        lines = [f"  {self.device}: {len(self.plan.weights)} weights on the device "
+        lines = [f"  {self.device.name}: {len(self.plan.weights)} weights on the device "
                  f"({sum(int(w.nbytes) for w in self._weights) / 2**20:.1f} MiB, shared by every graph using them); "
                  f"largest arena {self.arena_bytes / 2**20:.2f} MiB"]
+        if self.device.precision == "float64":
+            lines.append("  precision float64: f32 MatMuls as widened GEMMs (f64 copies, a DGEMM, rounded once; "
+                         "cuBLAS has no f32 GEMM accumulating in double)" + (", run eagerly" if self.launcher.resident else ""))
         if not self.graphs_enabled:
             return lines + ["  CUDA graphs: off (LUMINAL_CUDA_GRAPHS=0)"]
         lines.append(f"  CUDA graphs: {len(c.entries)} of at most {c.capacity} held, {c.nbytes / 2**20:.2f} MiB of at most "
@@ -533,6 +516,6 @@ class KernelRuntime(Runtime):
         return lines
 
     def stats(self) -> dict:
-        return {"device": self.device, "kernels": len({k.name for k in self.plan.launches}),
+        return {"device": self.device.name, "kernels": len({k.name for k in self.plan.launches}),
                 "launches": len(self.plan.launches), "arena_bytes": int(self.arena_bytes),
                 **self.graph_cache.stats()}

@@ -1,20 +1,11 @@
-"""Weights on a device once per process, shared by every compiled graph and recompile.
+"""Weights on a device once per process, shared by every compiled graph and recompile (README:
+"Weights once").
 
-`DEVICE_WEIGHTS.get(launcher, weight)` is the device copy of `weight` (a `ConstantArray`, or
-a host array) for `launcher`'s device:
-- a weight that is a torch CUDA tensor (a `ConstantArray` built from it holds it as `source`
-  and copies it to the host only if the host reads it; or a host array that is the host copy of
-  one, `torch_arrays.torch_source`) is taken from that tensor by DLPack on a "cuda" launcher: no
-  copy, no upload and no host trip, keyed by the tensor's identity (storage address, offset,
-  shape, strides, dtype, version);
-- any other weight is uploaded once, keyed by the memory its array views (address, shape,
-  strides, dtype): two arrays over the same memory (each Dynamo recompile views the same
-  parameters anew; a CPU torch tensor's NumPy view is its own memory) share one device copy.
-An entry lives while some array registered under its key is alive — that array keeps the
-memory from being freed and reused, so a key never names other data — and is dropped when the
-last one dies (a runtime still holding the device copy keeps it until it goes): the device copy
-is freed with the model. Like every upload, it assumes a weight is not changed in place after
-compiling (a torch tensor changed in place has a new version, hence a new entry).
+`DEVICE_WEIGHTS.get(launcher, weight)`: a torch CUDA tensor (or the host copy of one) is taken by
+DLPack, keyed by the tensor's identity and version; any other weight is uploaded once, keyed by the
+memory its array views, so arrays over the same memory share one copy. An entry lives while some
+array registered under its key does: that array keeps the memory from reuse, so a key never names
+other data. A weight changed in place after compiling is not seen (a torch tensor gets a new version).
 """
 
 from __future__ import annotations
@@ -35,7 +26,7 @@ class DeviceWeights:
         self.shared = 0  # device arrays taken from torch CUDA tensors by DLPack (no copy)
 
     def key(self, launcher, array: np.ndarray, tensor=None) -> tuple:
-        if tensor is None and getattr(launcher, "resident", False):
+        if tensor is None and launcher.resident:
             tensor = torch_source(array)
         if tensor is not None and tensor.device.type == "cuda":
             return (launcher.weights_key, "torch", tensor.untyped_storage().data_ptr(), tensor.storage_offset(),
@@ -43,10 +34,9 @@ class DeviceWeights:
         return (launcher.weights_key, array.__array_interface__["data"][0], array.shape, array.strides, array.dtype.str)
 
     def get(self, launcher, weight):
-        """The device array of `weight` (a `ConstantArray` or a host array); registered while
-        `weight` lives."""
+        """The device array of `weight` (a `ConstantArray` or a host array), registered while it lives."""
         source = getattr(weight, "source", None)
-        tensor = source.tensor if source is not None and getattr(launcher, "resident", False) else None
+        tensor = source.tensor if source is not None and launcher.resident else None
         tensor = tensor if tensor is not None and tensor.device.type == "cuda" else None
         array = None if tensor is not None else getattr(weight, "array", weight)  # a host trip only if needed
         key = self.key(launcher, array, tensor)

@@ -4,27 +4,22 @@ Fused ops exist only after the egraph layer rewrote a graph. Each computes the s
 as its primitive decomposition (`luminal/egraph/reference.py`) in exact arithmetic, and is
 allowed to round *less*: that is the point of the rewrites (DESIGN.md, soundness contract).
 
-Precision choice: f32/f16/bf16 inputs are computed in float64 and rounded once at the end.
-For KahanSum this replaces the compensated loop of the CUDA kernel: a float64 accumulator over
-f32 values is at least as accurate as Kahan summation in f32 and is one vectorized NumPy call.
-`set_precision("float32")` trades that for speed: fused ops on f32/f16/bf16 then compute in
-float32, each step rounding as PyTorch's eager ops do (sums still accumulate in float64, which
-costs little): MatMul is an f32 BLAS GEMM, and exponentials use NumPy's SIMD float32 exp.
-float64 graphs compute in float64 either way. Measurements: `benchmarks/results/`.
-
-Each device has its own default (`DEFAULT_PRECISION`): the NumPy runtime, the specification,
-computes in float64; the compiled backends (`cpu`, `cuda`) run f32 GEMMs as PyTorch does (with
-sums accumulated in double or Kahan-compensated), because a double GEMM costs them about 2x on
-GEMM-bound models. `set_precision` overrides the default for every device until reset.
-A call may instead compute like the C (`NumpyRuntime.run(..., like="cpu")`, the tiered first
-call): f32 elementwise math, sums in double, f32 conv windows, GEMMs as `get_precision("cpu")`.
+Precision choice (`luminal.precision`): at "float64", the reference's default, f32/f16/bf16
+inputs are computed in float64 and rounded once at the end. For KahanSum this replaces the
+compensated loop of the CUDA kernel: a float64 accumulator over f32 values is at least as
+accurate as Kahan summation in f32 and is one vectorized NumPy call. "float32" trades that for
+speed: fused ops on f32/f16/bf16 then compute in float32, each step rounding as PyTorch's eager
+ops do (sums still accumulate in float64, which costs little): MatMul is an f32 BLAS GEMM, and
+exponentials use NumPy's SIMD float32 exp. float64 graphs compute in float64 either way.
+Measurements: `benchmarks/results/`. Serving the `cpu` device (its `Arithmetic`, `precision.C`)
+a call computes like the C: f32 elementwise math, sums in double, f32 conv windows, GEMMs at the
+call's precision.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from luminal.errors import DeviceError, OptionError
 from luminal.hlir.ops import Expr, Op
 from luminal.runtime.numpy_runtime import (
     BINARY_FNS,
@@ -32,28 +27,24 @@ from luminal.runtime.numpy_runtime import (
     UNARY_FNS,
     _shape,
     check_divisor,
-    computing_like,
     impl,
+    working,
 )
 
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
 def _work() -> np.dtype:
-    """The dtype f32/f16/bf16 values are computed in: float64, or float32 under
-    set_precision("float32") or in a call computing like the C (`computing_like`), whose
-    elementwise math is f32 under either precision. float64 values always stay float64."""
-    if computing_like() == "cpu":
-        return _F32
-    return _F64 if get_precision("numpy") == "float64" else _F32
+    """The dtype f32/f16/bf16 values are computed in: the call's precision, but f32 in a call
+    computing as the C (whose elementwise math is f32 at either precision). float64 values
+    always stay float64."""
+    arithmetic, precision = working()
+    return _F64 if precision == "float64" and not arithmetic.elementwise_f32 else _F32
 
 
 def _gemm_work() -> np.dtype:
-    """The dtype f32/f16/bf16 GEMMs multiply and accumulate in: the elementwise one, but the C's
-    GEMMs follow `get_precision("cpu")`."""
-    if computing_like() == "cpu":
-        return _F64 if get_precision("cpu") == "float64" else _F32
-    return _work()
+    """The dtype f32/f16/bf16 GEMMs multiply and accumulate in: the call's precision."""
+    return _F64 if working()[1] == "float64" else _F32
 
 
 def _lift(x: np.ndarray, work: np.dtype) -> np.ndarray:
@@ -61,36 +52,6 @@ def _lift(x: np.ndarray, work: np.dtype) -> np.ndarray:
     if (x.dtype.kind == "f" or x.dtype.name == "bfloat16") and x.dtype.itemsize < work.itemsize:
         return x.astype(work)
     return x
-
-
-PRECISIONS = ("float64", "float32")
-# every device (`luminal.devices.DEVICES`, which sits above this layer: a test keeps them equal);
-# the compiled ones run f32 GEMMs as PyTorch does
-DEFAULT_PRECISION = {"numpy": "float64", "cpu": "float32", "cuda": "float32", "cuda-emulator": "float32"}
-_precision: list[str | None] = [None]  # None: each device's default
-
-
-def set_precision(precision: str | None) -> str | None:
-    """The working precision of f32/f16/bf16 math, process-wide (as
-    `torch.set_float32_matmul_precision`), from the next call on, for every device:
-    "float64" (computed in float64, rounded once: more precise than PyTorch's f32; on `cpu` the
-    GEMMs accumulate in double, about 2x slower on GEMM-bound models) or "float32" (f32 GEMMs
-    and, on the NumPy runtime, f32 elementwise math: about PyTorch's precision); None goes back
-    to each device's default (`DEFAULT_PRECISION`: float64 on "numpy", float32 elsewhere).
-    Returns the previous setting, so `set_precision(previous)` restores it."""
-    if precision is not None and precision not in PRECISIONS:
-        raise OptionError(f"precision {precision!r}: expected one of {PRECISIONS} or None (each device's default)")
-    previous, _precision[0] = _precision[0], precision
-    return previous
-
-
-def get_precision(device: str = "numpy") -> str:
-    """The precision `device` computes in now: the `set_precision` setting, else its default."""
-    default = DEFAULT_PRECISION.get(device)
-    if default is None:
-        raise DeviceError(f"get_precision: unknown device {device!r}; luminal knows "
-                          f"{', '.join(map(repr, DEFAULT_PRECISION))} (set_precision takes the precision)")
-    return _precision[0] or default
 
 
 @impl(Op.EXP, Op.SIGMOID)
@@ -216,15 +177,12 @@ def _window_reduce(node, b, *operands):
     if node.dtype.is_float:
         work = _work()
         if work == _F64 and all(x.dtype in (_F32, _F64) for x in operands):
-            # the same float64 products and a float64 sum, without materializing the window
-            # product (and the operands' float64 copies) first: einsum casts as it goes. A
-            # depthwise 3x3 conv on 16x32x128x128 took 6.3 s on its first call (2.4 GB of fresh
-            # float64 pages) and 0.87 s after; this way 0.36 and 0.26 s, the same f32 bits (the
-            # float64 sum is in einsum's order: its last bit differs in ~1% of sums)
+            # the same float64 products and sum (in einsum's order), without materializing the
+            # window product or float64 copies of the operands: einsum casts as it goes
             return _window_sum(operands, r).astype(dt, copy=False)
         operands = [_lift(x, work) for x in operands]
     x = operands[0] if len(operands) == 1 else operands[0] * operands[1]
-    acc = (_F32 if computing_like() == "cpu" and dt.itemsize < 8 else _F64) if node.dtype.is_float else dt  # the C's windows sum in f32
+    acc = (_F32 if working()[0].sums_windows_in_f32 and dt.itemsize < 8 else _F64) if node.dtype.is_float else dt
     return np.sum(x, axis=axes, dtype=acc).astype(dt, copy=False)
 
 

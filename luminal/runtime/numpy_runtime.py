@@ -18,6 +18,7 @@ from luminal.errors import DivisionByZero, IndexOutOfRange, LuminalError, Unsupp
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import UNARY, ConstantArray, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
+from luminal.precision import REFERENCE, Arithmetic
 from luminal.runtime.binding import bind_inputs, empty_axis_error
 from luminal.runtime.protocol import Runtime
 from luminal.runtime.rng import philox_uniform
@@ -36,17 +37,16 @@ def impl(*ops: Op):
     return register
 
 
-# The working precision of a call (`NumpyRuntime.run(..., like=)`), per thread: "numpy", the
-# reference's own (float64 intermediates by default, `fused_ops.set_precision`), or "cpu", the C's
-# (f32 elementwise math, sums in double, GEMMs as `get_precision("cpu")`, conv windows in f32), so
-# that the tiered first call overflows, underflows and turns NaN where the later calls do.
-_like = ThreadValue("numpy")
-LIKE = ("numpy", "cpu")
+# How this thread's current call computes (`NumpyRuntime(outputs, arithmetic=)`): (the arithmetic
+# of the device it serves, its precision, resolved once at the call's start). The reference's own
+# by default; the C's where it serves `cpu` (the tiered first call), so that call overflows,
+# underflows and turns NaN where the later calls do.
+_working = ThreadValue((REFERENCE, REFERENCE.default))
 
 
-def computing_like() -> str:
-    """The device whose working precision this thread's current call computes at (see `LIKE`)."""
-    return _like.get()
+def working() -> tuple[Arithmetic, str]:
+    """(arithmetic, precision) of this thread's current call."""
+    return _working.get()
 
 
 def _shape(node: Node, b) -> tuple[int, ...]:
@@ -94,7 +94,7 @@ def _cast(node, b, x):
 
 @impl(Op.SUM_REDUCE)
 def _sum(node, b, x):
-    if node.dtype.is_float and node.dtype.itemsize < 8 and computing_like() == "cpu":  # the C sums rows in double
+    if node.dtype.is_float and node.dtype.itemsize < 8 and working()[0].sums_rows_in_double:
         return np.sum(x, axis=node.arg, dtype=np.float64).astype(node.dtype.numpy)
     return np.sum(x, axis=node.arg, dtype=node.dtype.numpy)
 
@@ -204,14 +204,14 @@ class NumpyRuntime(Runtime):
     """Executes the graph that computes `outputs` on NumPy arrays, every op at every call.
 
     Safe to call from several threads: the plan is read-only and each call has its own buffers.
-    `like`: the device whose working precision its calls compute at (see `LIKE`): "cpu" where it
-    serves that device (the tiered first call, a graph the C cannot build), so that every call of
-    a `cpu` model overflows, underflows and turns NaN alike, whichever runtime serves it."""
+    `arithmetic`: how its calls compute (`luminal.precision`): the device's it serves, so that a
+    `cpu` model's calls (the tiered first call, a graph the C cannot build) round as the C's, at
+    that compile's precision."""
 
-    def __init__(self, outputs: list[Node], like: str = "numpy"):
-        if like not in LIKE:
-            raise LuminalError(f"NumpyRuntime: like={like!r}, expected one of {LIKE}")
-        self.like = like
+    def __init__(self, outputs: list[Node], arithmetic: Arithmetic = REFERENCE):
+        if not isinstance(arithmetic, Arithmetic):
+            raise LuminalError(f"NumpyRuntime: arithmetic={arithmetic!r} is no luminal.precision.Arithmetic")
+        self.arithmetic = arithmetic
         self.outputs = list(outputs)
         self.order = toposort(self.outputs)
         missing = sorted({n.op.title for n in self.order if n.op not in IMPLS and n.op is not Op.INPUT})
@@ -233,14 +233,11 @@ class NumpyRuntime(Runtime):
         arrays, bindings = bind_inputs(self.inputs, feeds)
         return self.run(arrays, bindings)
 
-    def run(self, arrays: dict[str, np.ndarray], bindings: dict[str, int], like: str | None = None) -> list[np.ndarray]:
-        """The outputs, computed at the working precision of the device `like` (see `LIKE`; default:
-        the runtime's own)."""
-        like = self.like if like is None else like
-        if like not in LIKE:
-            raise LuminalError(f"NumpyRuntime.run: like={like!r}, expected one of {LIKE}")
+    def run(self, arrays: dict[str, np.ndarray], bindings: dict[str, int]) -> list[np.ndarray]:
+        """The outputs, computed as `self.arithmetic` says, at its precision now."""
+        arithmetic = self.arithmetic
         buffers: dict[int, np.ndarray] = {}
-        with _like.set(like), np.errstate(all="ignore"):
+        with _working.set((arithmetic, arithmetic.precision)), np.errstate(all="ignore"):
             for node, dead in zip(self.order, self.frees):
                 if node.op is Op.INPUT:
                     buffers[id(node)] = arrays[node.arg]

@@ -15,6 +15,7 @@ class Runtime:
     plan = None  # the kernel plan it launches (kernel devices), else None
     build_outcome: str | None = None  # its build's cache answer ("hit"/"miss"), when it built code
     builds_in_background: bool = False  # its code is still building: the two hooks below wait for it
+    last_bindings: dict[str, int] | None = None  # the symbolic dims of its latest call (the roofline's)
 
     def __call__(self, feeds: dict) -> list:
         raise NotImplementedError

@@ -42,6 +42,49 @@ def test_the_registry_knows_each_device():
 
 
 @no_cuda
+def test_no_module_but_the_registry_compares_device_names():
+    """Code above the runtimes asks the `Device` (its attributes, its arithmetic, its launcher);
+    a string compare with a device name lives in `luminal/devices.py` only. torch's device types
+    (`t.device.type == "cuda"`) and the I/O protocol (`entry.io == "numpy"`) are no device names."""
+    import ast
+
+    names = set(devices.DEVICES)
+    package = Path(lm.__file__).parent
+
+    def other_side_allowed(node) -> bool:
+        if isinstance(node, ast.Attribute) and node.attr in ("type", "io"):
+            return True
+        return (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and len(node.args) > 1
+                and getattr(node.args[1], "value", None) == "type")
+
+    def device_names(node) -> bool:
+        elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return any(isinstance(e, ast.Constant) and e.value in names for e in elts)
+
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path == package / "devices.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                if any(device_names(s) for s in sides) and not any(other_side_allowed(s) for s in sides):
+                    found.append(f"{path.relative_to(package.parent)}:{node.lineno}")
+    assert not found, f"device names compared outside luminal/devices.py: {found}"
+
+
+def test_a_device_owns_its_launcher_and_precision():
+    from luminal.kernels import launchers
+
+    assert not hasattr(launchers, "LAUNCHERS")  # one table: the registry's
+    for entry in devices.DEVICES.values():
+        assert entry.runs_kernels == (entry.name in ("cuda", "cuda-emulator"))
+        assert entry.default_precision == ("float64" if entry.name == "numpy" else "float32")
+        fixed = devices.resolve(entry, "float64") if entry.available else entry.at_precision("float64")
+        assert fixed.precision == "float64" and fixed.name == entry.name and devices.DEVICES[entry.name] is entry
+    assert devices.resolve("cpu") is devices.get("cpu")  # no precision asked: the registry's own entry
+
+
 def test_cuda_says_what_is_missing():
     why = devices.get("cuda").missing()
     assert ("CuPy" in why and "pip install" in why) or "GPU" in why or "NVRTC" in why
@@ -153,7 +196,7 @@ def test_the_compile_log_counts_all_and_holds_the_living():
 
 @needs_gxx
 def test_weights_go_to_the_device_once_per_process():
-    from luminal.kernels.launchers import DEVICE_WEIGHTS
+    from luminal.kernels.weights import DEVICE_WEIGHTS
 
     g = _graph(seed=11)
     x = np.random.default_rng(2).standard_normal((3, 8)).astype(np.float32)
@@ -173,7 +216,7 @@ def test_weights_go_to_the_device_once_per_process():
 @needs_gxx
 def test_dynamo_recompiles_share_the_device_weights():
     torch = pytest.importorskip("torch")
-    from luminal.kernels.launchers import DEVICE_WEIGHTS
+    from luminal.kernels.weights import DEVICE_WEIGHTS
 
     torch._dynamo.reset()
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
@@ -268,3 +311,18 @@ def test_every_runtime_follows_the_one_protocol(device, monkeypatch):
     source = "".join((package / f"{m}.py").read_text() for m in ("compiler", "compile_cache"))
     assert not any(f'getattr(runtime, "{h}"' in source or f'getattr(self.runtime, "{h}"' in source
                    for h in ("when_built", "after_first_call", "artifacts", "restored", "report_lines", "plan"))
+
+
+@pytest.mark.parametrize("device,tiered", [("cpu", "0"), ("cpu", "1"), pytest.param("cuda-emulator", "0", marks=needs_gxx)])
+def test_the_roofline_reads_the_dims_of_the_runtimes_last_call(device, tiered, monkeypatch):
+    """`Runtime.last_bindings` (the dims of the latest call) is what `roofline()` defaults to."""
+    monkeypatch.setenv("LUMINAL_TIERED", tiered)
+    compiled = _graph(seed=4).compile(device=device)
+    assert not compiled.runtime.last_bindings  # no call yet
+    compiled(x=np.ones((5, 8), np.float32))
+    if compiled.runtime.builds_in_background:
+        compiled.runtime.wait()
+        compiled(x=np.ones((5, 8), np.float32))  # on the C now
+    compiled(x=np.ones((3, 8), np.float32))
+    assert compiled.runtime.last_bindings == {"n": 3}
+    assert compiled.roofline() == compiled.roofline(bindings={"n": 3}) != compiled.roofline(bindings={"n": 5})

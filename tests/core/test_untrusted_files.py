@@ -391,9 +391,9 @@ def test_cubins_are_run_only_when_the_caller_trusts_them(tmp_path, monkeypatch):
     seen = []
     entry = devices.get("cuda-emulator")
 
-    def factory(outputs, **options):
+    def factory(device, outputs, **options):
         seen.append(options.get("binaries"))
-        return entry.factory(outputs, **{k: v for k, v in options.items() if k != "binaries"})
+        return entry.factory(device, outputs, **{k: v for k, v in options.items() if k != "binaries"})
 
     monkeypatch.setitem(devices.DEVICES, "cuda-emulator", dataclasses.replace(entry, factory=factory))
     default = lm.load(path, device="cuda-emulator")

@@ -195,9 +195,10 @@ def test_a_second_build_is_a_verified_cache_hit(tmp_path, monkeypatch):
 def test_every_loop_split_over_three_threads(monkeypatch):
     """Each thread's range of rows starts mid-tensor (indices split once, then carried): forced
     here on small tensors (no work threshold, no dynamic team sizing)."""
-    from luminal.kernels.cpu import program, render
+    from luminal.kernels.cpu import program
+    from luminal.kernels.render import dialect
 
-    monkeypatch.setattr(render, "PAR_MIN", 1)
+    monkeypatch.setattr(dialect, "PAR_MIN", 1)
     monkeypatch.setattr(program, "DRIVER", program.DRIVER.replace("omp_set_dynamic(!lum_blas_in_team)", "omp_set_dynamic(0)"))
     monkeypatch.setattr(cpu_runtime, "threads", lambda: 3)
     g = lm.Graph("split")

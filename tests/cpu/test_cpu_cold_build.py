@@ -10,7 +10,7 @@ import pytest
 import luminal as lm
 from luminal.kernels.cpu import build, program
 from luminal.kernels.cpu.prelude import PRELUDE
-from luminal.kernels.cpu.render import PAR_MIN
+from luminal.kernels.render.dialect import PAR_MIN
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import luminal as lm
+from luminal import precision
 from luminal.builder import nn
 from luminal.kernels.cpu import build, tiered
 from luminal.kernels.cpu import runtime as cpu_runtime
@@ -53,7 +54,7 @@ def test_the_first_call_runs_on_the_reference_every_later_call_on_the_c(on, held
     second = compiled(_feeds())[0]
     third = compiled(_feeds(4))[0]
     assert rt.reference_calls == 1 and rt.ready
-    reference, c = NumpyRuntime(compiled.outputs, like="cpu"), CpuRuntime(compiled.outputs)  # the optimized graph
+    reference, c = NumpyRuntime(compiled.outputs, arithmetic=precision.C), CpuRuntime(compiled.outputs)  # the optimized graph
     np.testing.assert_array_equal(first, reference(_feeds())[0])  # the reference's bits, at the C's precision
     np.testing.assert_array_equal(second, c(_feeds())[0])  # the C's bits
     np.testing.assert_array_equal(third, c(_feeds(4))[0])
@@ -149,7 +150,7 @@ def test_a_failed_build_warns_and_keeps_the_reference(on, monkeypatch):
     monkeypatch.setattr(cpu_runtime, "_warned", set())
     g = _graph()
     compiled = g.compile(device="cpu")
-    want = NumpyRuntime(compiled.outputs, like="cpu")(_feeds())[0]  # every call: the C's working precision
+    want = NumpyRuntime(compiled.outputs, arithmetic=precision.C)(_feeds())[0]  # every call: the C's working precision
     with pytest.warns(RuntimeWarning, match="the C compiler failed"):
         for _ in range(3):  # the first call before the build failed, the fallback after it
             np.testing.assert_array_equal(compiled(_feeds())[0], want)

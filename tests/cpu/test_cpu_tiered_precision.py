@@ -1,6 +1,6 @@
-"""The tiered first call (`luminal.kernels.cpu.tiered`) computes at the C's working precision
-(`NumpyRuntime.run(..., like="cpu")`): it may differ from the later calls in the last bits, never
-in overflow, underflow or NaN. With the reference's own float64 intermediates, `sqrt(x * x)` at
+"""The tiered first call (`luminal.kernels.cpu.tiered`) computes as the C does
+(`NumpyRuntime(outputs, arithmetic=precision.C)`): it may differ from the later calls in the
+last bits, never in overflow, underflow or NaN. With the reference's own float64 intermediates, `sqrt(x * x)` at
 1e30 was 1e30 on the first call and inf (torch's answer) on every later one."""
 
 import threading
@@ -14,11 +14,12 @@ from onnx import helper as oh
 
 import luminal as lm
 import luminal.onnx as lonnx
+from luminal import precision
 from luminal.errors import LuminalError
 from luminal.kernels.cpu import build
 from luminal.kernels.cpu import runtime as cpu_runtime
+from luminal.precision import set_precision
 from luminal.runtime import NumpyRuntime, bind_inputs
-from luminal.runtime.fused_ops import set_precision
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
 
@@ -82,7 +83,7 @@ def test_a_cpu_model_the_c_cannot_serve_computes_at_the_cs_precision(why, monkey
     with pytest.warns(RuntimeWarning, match="NumPy reference runtime"):
         compiled = g.compile(device="cpu")
         got = [compiled({"x": np.array([1e30, 1e-30, 3.0], np.float32)})[0] for _ in range(2)]
-    assert isinstance(compiled.runtime, NumpyRuntime) and compiled.runtime.like == "cpu"
+    assert isinstance(compiled.runtime, NumpyRuntime) and compiled.runtime.arithmetic is precision.C
     for y in got:
         np.testing.assert_array_equal(y, np.array([np.inf, 0.0, 3.0], np.float32))
 
@@ -158,19 +159,22 @@ def test_the_first_calls_non_finite_values_are_the_cs(tiered_held):
             np.testing.assert_array_equal(kind(f), kind(got), err_msg=f"{kind.__name__} of {p}: first call vs C")
 
 
-def test_like_cpu_is_per_call_and_leaves_the_reference_default():
-    """`like="cpu"` changes one call in one thread; device="numpy" keeps float64 intermediates."""
+def test_the_c_arithmetic_is_the_runtimes_and_leaves_the_reference_default():
+    """A reference runtime serving `cpu` (`precision.C`) computes elementwise math in f32 at
+    either precision; device="numpy" keeps float64 intermediates."""
     g = lm.Graph()
     x = g.input("x", (2,))
     g.output((x * x).sqrt())
-    rt = NumpyRuntime(g.compile(device="numpy").outputs)
+    outputs = g.compile(device="numpy").outputs
+    rt, like_c = NumpyRuntime(outputs), NumpyRuntime(outputs, arithmetic=precision.C)
     arrays, bindings = bind_inputs(rt.inputs, {"x": np.array([1e30, 2.0], np.float32)})
-    assert rt.run(arrays, bindings, like="cpu")[0][0] == np.inf
+    assert like_c.run(arrays, bindings)[0][0] == np.inf
     assert rt.run(arrays, bindings)[0][0] == np.float32(1e30)  # the spec's float64 intermediates
     previous = set_precision("float64")  # the C's elementwise math stays f32 under it too
     try:
-        assert rt.run(arrays, bindings, like="cpu")[0][0] == np.inf
+        assert like_c.run(arrays, bindings)[0][0] == np.inf
+        assert NumpyRuntime(outputs, arithmetic=precision.C.fixing("float64")).run(arrays, bindings)[0][0] == np.inf
     finally:
         set_precision(previous)
-    with pytest.raises(LuminalError, match="like='cuda'"):
-        rt.run(arrays, bindings, like="cuda")
+    with pytest.raises(LuminalError, match="arithmetic='cpu'"):
+        NumpyRuntime(outputs, arithmetic="cpu")

@@ -80,7 +80,7 @@ def test_bf16_linears_become_narrow_matmuls_on_every_backend():
     th = torch.nn.functional.silu(torch.nn.functional.linear(tx, t1))  # multithreaded torch, after the C backend
     eager = [torch.nn.functional.linear(th, t2, tb), th[:1] @ t2.T]
     cpu = CpuRuntime(cg.outputs)(feeds)
-    emu = KernelRuntime(cg.outputs, "cuda-emulator")(feeds)
+    emu = KernelRuntime(cg.outputs, lm.devices.get("cuda-emulator"))(feeds)
     for i, name in enumerate(("y", "row")):
         assert want[i].dtype == lm.bf16.numpy and cpu[i].dtype == want[i].dtype and emu[i].dtype == want[i].dtype
         for got, what in ((plain[i], "unoptimized"), (cpu[i], "cpu"), (emu[i], "cuda-emulator"), (eager[i], "torch")):
@@ -132,7 +132,7 @@ def test_tiny_bf16_llama_decode_step_matches_on_every_backend(tiny_decode):
         eager = model(torch.from_numpy(feeds["ids"]), torch.from_numpy(feeds["pos"]),
                       *(_torch(feeds[f"{kv}{i}"]) for i in range(TINY["layers"]) for kv in "kv"))
     cpu = CpuRuntime(cg.outputs)(feeds)
-    emu = KernelRuntime(cg.outputs, "cuda-emulator")(feeds)
+    emu = KernelRuntime(cg.outputs, lm.devices.get("cuda-emulator"))(feeds)
     for i, name in enumerate(cg.output_names):
         for got, what in ((plain[i], "unoptimized"), (cpu[i], "cpu"), (emu[i], "cuda-emulator"), (eager[i], "torch")):
             _assert_close_bf16(got, want[i], f"{name}: {what}")

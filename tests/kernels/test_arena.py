@@ -28,7 +28,7 @@ def test_chain_reuses_memory_and_matches():
     for _ in range(8):  # a chain: each intermediate dies right after its consumer
         y = (y * 1.5).sin()
     g.output(y.sum(-1))
-    rt = KernelRuntime(g.output_nodes, "cuda-emulator")
+    rt = KernelRuntime(g.output_nodes, lm.devices.get("cuda-emulator"))
     a = np.random.default_rng(0).standard_normal((5, 64)).astype(np.float32)
     np.testing.assert_allclose(rt({"x": a})[0], g.run(x=a)[0], rtol=1e-5, atol=1e-5)
     layout, shapes = next(iter(rt.layouts.values()))

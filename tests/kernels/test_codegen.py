@@ -22,7 +22,7 @@ def all_cases():
 @pytest.fixture(scope="module")
 def emulated(all_cases):
     g, feeds, _ = all_cases
-    return KernelRuntime(g.output_nodes, "cuda-emulator")
+    return KernelRuntime(g.output_nodes, lm.devices.get("cuda-emulator"))
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -68,7 +68,7 @@ def test_emulator_matches_numpy_runtime(all_cases, emulated):
 def test_two_schedules_are_bitwise_identical(all_cases, emulated):
     g, feeds, _ = all_cases
     forward = emulated(_used(feeds, emulated))
-    reverse = KernelRuntime(g.output_nodes, "cuda-emulator", schedule=1)(_used(feeds, emulated))
+    reverse = KernelRuntime(g.output_nodes, lm.devices.get("cuda-emulator"), schedule=1)(_used(feeds, emulated))
     # float scatter-add uses atomicAdd, whose rounding depends on the order (as torch's
     # scatter_add_ on CUDA, documented nondeterministic): equal within rounding, not bitwise
     order_dependent = {"scatter_add"}
@@ -83,7 +83,7 @@ def test_symbolic_dims_are_kernel_arguments():
     g = lm.Graph()
     x = g.input("x", ("batch", "seq"))
     g.output(x[:, 1:].softmax(-1).sum(0))
-    rt = KernelRuntime(g.output_nodes, "cuda-emulator")
+    rt = KernelRuntime(g.output_nodes, lm.devices.get("cuda-emulator"))
     assert "long long d_seq" in rt.plan.source
     for batch, seq in [(1, 2), (3, 37), (2, 5000)]:  # a long row (> 4096) too
         a = np.random.default_rng(seq).standard_normal((batch, seq)).astype(np.float32)
@@ -94,7 +94,7 @@ def test_out_of_range_index_is_flagged():
     g = lm.Graph()
     x, i = g.input("x", (3,)), g.input("i", (2,), lm.int64)
     g.output(x.gather(0, i))
-    rt = KernelRuntime(g.output_nodes, "cuda-emulator")
+    rt = KernelRuntime(g.output_nodes, lm.devices.get("cuda-emulator"))
     np.testing.assert_array_equal(rt({"x": np.arange(3, dtype=np.float32), "i": np.array([2, 0])})[0], [2, 0])
     with pytest.raises(lm.IndexOutOfRange):
         rt({"x": np.arange(3, dtype=np.float32), "i": np.array([0, 3])})

@@ -167,16 +167,23 @@ def test_the_call_is_column_major_with_swapped_operands():
     # C^T (5 x 6) = B^T (5 x 7, B row-major: op N, ld 5) . A^T (7 x 6, A stored transposed: op T, ld 6)
     assert (call.transa, call.transb, call.m, call.n, call.k) == (OP_N, OP_T, 5, 6, 7)
     assert (call.a[0], call.lda, call.b[0], call.ldb, call.ldc) == (1, 5, 0, 6, 5)
-    assert call.compute == cublas.COMPUTE_32F  # no TF32 unless torch allows it
+    assert call.compute == cublas.COMPUTE_32F
 
 
-def test_tf32_follows_torch(monkeypatch):
-    torch = types.SimpleNamespace(get_float32_matmul_precision=lambda: "high")
+def test_float32_is_never_tf32_and_float64_widens(monkeypatch):
+    """The model's precision decides, not torch's matmul setting: "float32" is full f32 even where
+    torch allows TF32; "float64" widens f32 GEMMs (a DGEMM on f64 copies), every M included."""
+    torch = types.SimpleNamespace(get_float32_matmul_precision=lambda: "medium")
     monkeypatch.setitem(sys.modules, "torch", torch)
     node = _matmul(*HAND["plain"])
-    assert GemmDesc.of(node, buffer_sources(node)).bind({}, gemv=False)[0].compute == cublas.COMPUTE_32F_FAST_TF32
-    torch.get_float32_matmul_precision = lambda: "highest"
-    assert GemmDesc.of(node, buffer_sources(node)).bind({}, gemv=False)[0].compute == cublas.COMPUTE_32F
+    desc = GemmDesc.of(node, buffer_sources(node))
+    (call,) = desc.bind({}, gemv=False)
+    assert call.compute == cublas.COMPUTE_32F and not call.widened
+    (wide,) = desc.bind({}, precision="float64")  # M = 6: the GEMV rule does not apply
+    assert wide.compute == cublas.COMPUTE_64F and wide.widened and wide.dtype is DType.F32
+    half = _matmul(*HAND["plain"], DType.F16)
+    assert GemmDesc.of(half, buffer_sources(half)).bind({}, gemv=False, precision="float64")[0].compute == \
+        cublas.COMPUTE_32F  # only f32 GEMMs widen, as on the C
 
 
 @pytest.mark.parametrize("name,a,b", [
@@ -245,7 +252,7 @@ def test_tiny_llama_runs_its_gemms_as_extern_steps(monkeypatch):
     data = np.load(MODELS / "llama.npz")
     feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
     want = [data[k] for k in data.files if k.startswith("out:")]
-    rt = KernelRuntime(outputs, "cuda-emulator")
+    rt = KernelRuntime(outputs, lm.devices.get("cuda-emulator"))
     for _ in range(3):  # eager, capture + replay, replay: the extern step is on the tape
         for got, w in zip(rt(feeds), want):
             np.testing.assert_allclose(got.astype(np.float64), w.astype(np.float64), rtol=1e-5, atol=1e-5)
@@ -329,3 +336,31 @@ def test_cupy_gemm_passes_cublas_its_arguments_in_order(monkeypatch):
     assert seen == [("ws", cublas.WORKSPACE_BYTES), ("math", 0), 1234, ("math", 3)]
     want = np.matmul(bufs[0].astype(np.float64), bufs[1].astype(np.float64))
     np.testing.assert_allclose(bufs[-1], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["batch_broadcast_stride0", "transposed_a", "batch_permuted"])
+def test_a_widened_call_never_reaches_cublas_and_rounds_once(monkeypatch, name):
+    """At precision "float64" cupy_gemm runs an f32 GEMM as a DGEMM on f64 copies of the operand
+    views (cuBLAS has no f32 GEMM accumulating in double): CuPy's array API, here NumPy's, whose
+    result is the float64 product rounded once; the cuBLAS bindings are never called."""
+    rng = np.random.default_rng(5)
+    a_st, a_shape, b_st, b_shape = HAND[name]
+    node = _matmul(a_st, a_shape, b_st, b_shape)
+    bufs = {0: rng.standard_normal(a_shape).astype(np.float32), 1: rng.standard_normal(b_shape).astype(np.float32)}
+    bufs[-1] = np.zeros(tuple(int(d) for d in node.shape), np.float32)
+    monkeypatch.setitem(sys.modules, "cupy", np)  # the array API CuPy mirrors
+
+    class Stream:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    calls = GemmDesc.of(node, buffer_sources(node)).bind({}, precision="float64")
+    assert calls and all(c.widened for c in calls)
+    for call in calls:
+        cublas.cupy_gemm(call, bufs, Stream(), cublas=types.SimpleNamespace())  # no attribute of it is used
+    a, b = (np.lib.stride_tricks.as_strided(bufs[i], st.shape, [s * 4 for s in st.strides]) for i, st in
+            ((0, a_st), (1, b_st)))
+    np.testing.assert_array_equal(bufs[-1], np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.float32))

@@ -96,7 +96,7 @@ def emulated():
     """Every case's output from one runtime (one g++ build of all the kernels)."""
     outputs = [g.output_nodes[0] for _, g, _, _ in CASES]
     feeds = {k: v for _, _, f, _ in CASES for k, v in f.items()}
-    return dict(zip([c[0] for c in CASES], KernelRuntime(outputs, "cuda-emulator")(feeds)))
+    return dict(zip([c[0] for c in CASES], KernelRuntime(outputs, lm.devices.get("cuda-emulator"))(feeds)))
 
 
 @pytest.mark.parametrize("name,g,feeds,tol", CASES, ids=[c[0] for c in CASES])

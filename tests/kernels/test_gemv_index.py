@@ -61,7 +61,7 @@ def gemv_static():
                for dt in DTYPES for m in (1, 5) for k in (136, 101) for kc in (True, False)]
     outputs += [_matmul(m, 1040 + odd, dt, True, f"{dt.short}_{m}_big{odd}")
                 for dt in (DType.F32, DType.BF16) for m in (1, 5) for odd in (0, 3)]
-    return outputs, KernelRuntime(outputs, "cuda-emulator")
+    return outputs, KernelRuntime(outputs, lm.devices.get("cuda-emulator"))
 
 
 def test_static_decode_matmuls_are_gemv_kernels(gemv_static):
@@ -92,7 +92,7 @@ def test_gemv_matches_numpy_runtime_with_edge_values(gemv_static):
 def test_symbolic_m_picks_gemv_up_to_8_rows_and_tiles_above():
     outputs = [_matmul(symbol("m"), 128, DType.F32, kc, str(int(kc)))
                for kc in (True, False)]
-    rt = KernelRuntime(outputs, "cuda-emulator")
+    rt = KernelRuntime(outputs, lm.devices.get("cuda-emulator"))
     rng = np.random.default_rng(2)
     for m in (1, 5, 8, 9, 40):
         feeds = _feeds(rt, {"m": m}, rng)
@@ -113,7 +113,7 @@ def test_gemv_on_unaligned_rows_of_b():
             b = Node(Op.VIEW, dt, (130, 48), (w,), ShapeTracker((130, 48), (width, 1), off))
             x = Node(Op.INPUT, dt, (3, 130), (), f"x{dt.short}{off}")
             outputs.append(Node(Op.MAT_MUL, dt, (3, 48), (x, b)))
-    rt = KernelRuntime(outputs, "cuda-emulator")
+    rt = KernelRuntime(outputs, lm.devices.get("cuda-emulator"))
     feeds = _feeds(rt, {}, np.random.default_rng(7))
     for node, out, ref in zip(outputs, rt(feeds), NumpyRuntime(outputs)(feeds)):
         tol = 1e-5 if node.dtype is DType.F32 else 2e-2
@@ -211,7 +211,7 @@ def test_vectorized_kernels_with_aligned_and_unaligned_rows():
     g.output(x.sum(-1))  # 16-byte loads along the reduced axis (rows of 272 bytes: aligned)
     g.output(h.max(-1))
     g.output(x[:, 3:].max(-1))  # rows not aligned: element loads
-    rt = KernelRuntime(g.output_nodes, "cuda-emulator")
+    rt = KernelRuntime(g.output_nodes, lm.devices.get("cuda-emulator"))
     assert sum("*(uint4*)" in k.source for k in rt.plan.launches) >= 7
     rng = np.random.default_rng(6)
     for n in (3, 70):

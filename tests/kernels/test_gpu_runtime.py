@@ -38,7 +38,7 @@ def graph():
 @pytest.fixture(scope="module")
 def runtime(graph):
     """One emulator build for the whole module (the source is the same for every runtime here)."""
-    return KernelRuntime(graph.output_nodes, "cuda-emulator")
+    return KernelRuntime(graph.output_nodes, lm.devices.get("cuda-emulator"))
 
 
 def _feeds(n, m, seed=0):
@@ -52,7 +52,7 @@ def _check(rt, graph, feeds):
 
 
 def test_one_capture_per_binding_then_replays(graph):
-    rt = KernelRuntime(graph.output_nodes, "cuda-emulator")
+    rt = KernelRuntime(graph.output_nodes, lm.devices.get("cuda-emulator"))
     for seed in range(4):  # same binding, new data each call: the replay reads the staging buffers
         _check(rt, graph, _feeds(5, 3, seed))
     s = rt.graph_cache.stats()
@@ -92,14 +92,14 @@ def test_replayed_outputs_are_the_callers_own(runtime, graph):
 
 
 def test_graphs_off_and_lru_eviction(graph, monkeypatch):
-    off = KernelRuntime(graph.output_nodes, "cuda-emulator", graphs=False)
+    off = KernelRuntime(graph.output_nodes, lm.devices.get("cuda-emulator"), graphs=False)
     for _ in range(3):
         _check(off, graph, _feeds(4, 1))
     assert off.graph_cache.captures == 0 and off.graph_cache.eager == 3
     monkeypatch.setenv("LUMINAL_CUDA_GRAPHS", "0")
-    assert not KernelRuntime(graph.output_nodes, "cuda-emulator").graphs_enabled
+    assert not KernelRuntime(graph.output_nodes, lm.devices.get("cuda-emulator")).graphs_enabled
     monkeypatch.delenv("LUMINAL_CUDA_GRAPHS")
-    rt = KernelRuntime(graph.output_nodes, "cuda-emulator")
+    rt = KernelRuntime(graph.output_nodes, lm.devices.get("cuda-emulator"))
     rt.graph_cache = GraphCache(capacity=2)
     for n in (2, 3, 4):
         for _ in range(2):
@@ -111,7 +111,7 @@ def test_bindings_kept_per_runtime_are_bounded(graph, monkeypatch):
     from luminal.kernels import runtime as kr
 
     monkeypatch.setattr(kr, "BINDINGS_KEPT", 2)
-    rt = KernelRuntime(graph.output_nodes, "cuda-emulator", graphs=False)
+    rt = KernelRuntime(graph.output_nodes, lm.devices.get("cuda-emulator"), graphs=False)
     for n in (2, 3, 4, 3):  # a generate loop sees a new sequence length every step
         _check(rt, graph, _feeds(n, 1))
     assert list(rt.sequences) == [(("m", 1), ("n", 4)), (("m", 1), ("n", 3))]  # least recently used dropped
@@ -144,7 +144,7 @@ def test_bf16_through_the_graph_path():
     g = lm.Graph()
     x = g.input("x", ("n", 8), lm.bf16)
     g.output((x * x).sum(-1).cast(lm.bf16) + x[:, 0])
-    rt = KernelRuntime(g.output_nodes, "cuda-emulator")
+    rt = KernelRuntime(g.output_nodes, lm.devices.get("cuda-emulator"))
     a = np.random.default_rng(0).standard_normal((3, 8)).astype(ml_dtypes.bfloat16)
     want = g.run(x=a)[0]
     for _ in range(3):
@@ -349,7 +349,7 @@ def test_cupy_launcher_plumbing_on_a_stand_in_cupy(graph, monkeypatch):
     cp = _fake_cupy()
     monkeypatch.setitem(sys.modules, "cupy", cp)
     assert _stand_in_nvrtc(monkeypatch) is not None
-    rt = KernelRuntime(graph.output_nodes, "cuda")
+    rt = KernelRuntime(graph.output_nodes, lm.devices.get("cuda"))
     assert rt.launcher.built == "nvrtc sm_90"  # compiled by luminal's NVRTC wrapper, loaded as a binary
     feeds = _feeds(5, 3, 4)
     for _ in range(3):  # host arrays in: warm-up, capture + replay, replay
@@ -379,7 +379,7 @@ def test_bf16_lives_as_uint16_bits_on_cupy(monkeypatch):
     x = g.input("x", ("n", 8), lm.bf16)
     w = g.constant(np.linspace(-1, 1, 8).astype(ml_dtypes.bfloat16), name="w")
     g.output((x * w).sum(-1).cast(lm.bf16))
-    rt = KernelRuntime(g.output_nodes, "cuda")
+    rt = KernelRuntime(g.output_nodes, lm.devices.get("cuda"))
     assert rt._weights[0].dtype == np.uint16
     a = np.random.default_rng(0).standard_normal((3, 8)).astype(ml_dtypes.bfloat16)
     for _ in range(3):
@@ -399,7 +399,7 @@ def test_device_resident_bool_inputs_with_bytes_other_than_0_and_1(monkeypatch):
     x = g.input("x", (2, 4), lm.bool_)
     for out in (x, x.cast(lm.f32), x.cast(lm.int64).sum(-1), x.logical_not()):
         g.output(out)
-    rt = KernelRuntime(g.output_nodes, "cuda")
+    rt = KernelRuntime(g.output_nodes, lm.devices.get("cuda"))
     raw = np.array([[0, 255, 2, 1], [1, 0, 128, 0]], np.uint8)
     got = [np.asarray(o) for o in rt({"x": cp.asarray(raw).view(np.bool_)})]
     want = raw != 0
@@ -451,7 +451,7 @@ def test_cuda_kernels_are_compiled_by_luminals_nvrtc(graph, monkeypatch):
     cp = _fake_cupy()
     cp.source_of_cubin = KernelPlan.build(graph.output_nodes).source
     monkeypatch.setitem(sys.modules, "cupy", cp)
-    rt = KernelRuntime(graph.output_nodes, "cuda")
+    rt = KernelRuntime(graph.output_nodes, lm.devices.get("cuda"))
     assert rt.launcher.built == "nvrtc sm_90" and cp.log["cubin"][:4] == b"\x7fELF"  # a cubin, loaded by path
     for _ in range(3):
         _check(rt, graph, _feeds(4, 2))
@@ -466,7 +466,7 @@ def test_concurrent_calls_on_the_cupy_launcher(graph, monkeypatch):
     cp = _fake_cupy()
     monkeypatch.setitem(sys.modules, "cupy", cp)
     _stand_in_nvrtc(monkeypatch)
-    rt = KernelRuntime(graph.output_nodes, "cuda")
+    rt = KernelRuntime(graph.output_nodes, lm.devices.get("cuda"))
     jobs = [[_feeds(5, 3, 10 * t + c) for c in range(6)] for t in range(4)]
     barrier, got, errors = threading.Barrier(4), [[] for _ in jobs], []
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from graph_helpers import renamed_inputs
 
+import luminal as lm
 from luminal.archive import read_archive
 from luminal.kernels.plan import KernelPlan
 from luminal.kernels.runtime import KernelRuntime
@@ -48,8 +49,8 @@ def test_tiny_model_on_the_emulator_two_schedules(name):
     _, outputs, _ = read_archive(MODELS / f"{name}.lum")
     data = np.load(MODELS / f"{name}.npz")
     feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
-    forward = KernelRuntime(outputs, "cuda-emulator", schedule=0)
-    reverse = KernelRuntime(outputs, "cuda-emulator", schedule=1)  # the same build, threads reversed
+    forward = KernelRuntime(outputs, lm.devices.get("cuda-emulator"), schedule=0)
+    reverse = KernelRuntime(outputs, lm.devices.get("cuda-emulator"), schedule=1)  # the same build, threads reversed
     got_f = forward(feeds)
     got_r = reverse(feeds)
     want = [data[k] for k in data.files if k.startswith("out:")]
@@ -69,7 +70,7 @@ def zoo():
         outputs += renamed_inputs(outs, f"m{i}_")
         feeds.update({f"m{i}_{k[3:]}": data[k] for k in data.files if k.startswith("in:")})
         wants += [(path.stem, data[k]) for k in data.files if k.startswith("out:")]
-    forward = KernelRuntime(outputs, "cuda-emulator", schedule=0)
+    forward = KernelRuntime(outputs, lm.devices.get("cuda-emulator"), schedule=0)
     used = {n.arg for n in forward.inputs}
     return outputs, {k: v for k, v in feeds.items() if k in used}, wants, forward
 
@@ -78,7 +79,7 @@ def test_zoo_on_the_emulator_two_schedules(zoo):
     """Every zoo model run under two thread schedules."""
     outputs, feeds, wants, forward = zoo
     got_f = forward(feeds)
-    got_r = KernelRuntime(outputs, "cuda-emulator", schedule=1)(feeds)
+    got_r = KernelRuntime(outputs, lm.devices.get("cuda-emulator"), schedule=1)(feeds)
     assert len(got_f) == len(wants) >= 60
     for (name, want), a, b in zip(wants, got_f, got_r):
         np.testing.assert_array_equal(a, b, err_msg=name)

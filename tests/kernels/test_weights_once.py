@@ -92,7 +92,7 @@ def test_a_decode_step_copies_only_its_token_ids(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", cp)
     _stand_in_nvrtc(monkeypatch)
     g = _decode_graph()
-    rt = KernelRuntime(g.output_nodes, "cuda")
+    rt = KernelRuntime(g.output_nodes, lm.devices.get("cuda"))
     assert cp.copies["h2d"] == len(rt.plan.weights)  # the weights, once, at construction
     rng = np.random.default_rng(1)
     cache = {f"{kv}{i}": cp.asarray(np.zeros((1, 2, 16, 8), np.float32)) for i in range(2) for kv in "kv"}
@@ -185,7 +185,7 @@ def test_a_cuda_tensor_crosses_to_the_host_once_and_is_taken_by_dlpack(monkeypat
     x = g.input("x", (3, 4))
     g.output(x * g.constant(w, name="w"))
     shared, uploads = DEVICE_WEIGHTS.shared, DEVICE_WEIGHTS.uploads
-    rts = [KernelRuntime(g.output_nodes, "cuda") for _ in range(2)]
+    rts = [KernelRuntime(g.output_nodes, lm.devices.get("cuda")) for _ in range(2)]
     assert (DEVICE_WEIGHTS.shared - shared, DEVICE_WEIGHTS.uploads - uploads, cp.copies["h2d"]) == (1, 0, 0)
     assert rts[0]._weights[0] is rts[1]._weights[0]
     a = np.ones((3, 4), np.float32)
@@ -196,7 +196,7 @@ def test_graph_cache_is_bounded_in_bytes_and_count(monkeypatch):
     g = lm.Graph()
     x = g.input("x", ("n", 64))
     g.output((x * 2.0).sum(-1))
-    rt = KernelRuntime(g.output_nodes, "cuda-emulator")
+    rt = KernelRuntime(g.output_nodes, lm.devices.get("cuda-emulator"))
     rt.graph_cache = GraphCache(capacity=8, max_bytes=3000)
     for n in (2, 3, 4, 40):  # 40 rows: 10 KiB of staging alone, never captured
         for _ in range(3):
@@ -260,7 +260,7 @@ def test_profile_times_each_launch_with_events_on_the_stand_in_cupy(monkeypatch)
     cp.cuda.get_elapsed_time = lambda a, b: 1e3 * (b.t - a.t)
     cp.ones = lambda shape, dtype: np.ones(shape, dtype).view(cp.ndarray)
     g = _decode_graph(layers=1)
-    rt = KernelRuntime(g.output_nodes, "cuda")
+    rt = KernelRuntime(g.output_nodes, lm.devices.get("cuda"))
     feeds = {"ids": np.array([[1]], np.int64), "pos": np.array([3], np.int32),
              **{f"{kv}0": np.zeros((1, 2, 16, 8), np.float32) for kv in "kv"}}
     rows = rt.profile(feeds, repeats=2)
@@ -300,7 +300,7 @@ def test_a_cuda_weight_never_crosses_to_the_host_on_cuda(monkeypatch):
     assert w.node.arg.source is not None and w.node.arg._array is None  # shape and dtype known, no values yet
     g.output(x * w)
     copies, shared = ta.HOST_COPIES.copies, DEVICE_WEIGHTS.shared
-    rt = KernelRuntime(g.output_nodes, "cuda")
+    rt = KernelRuntime(g.output_nodes, lm.devices.get("cuda"))
     a = np.full((3, 4), 2.0, np.float32)
     got = np.asarray(rt({"x": a})[0])
     assert (ta.HOST_COPIES.copies - copies, DEVICE_WEIGHTS.shared - shared, cp.copies["h2d"]) == (0, 1, 1)  # x only

@@ -166,6 +166,18 @@ def test_slicing_a_table_beyond_its_length_is_an_input_error():
         model(np.ones((1, 9), np.float32))
 
 
+def test_the_models_notes_are_in_its_graphs_report(monkeypatch):
+    from luminal.frontends.onnx import loader
+
+    monkeypatch.setattr(loader, "upgrade", lambda proto: (proto, "could not upgrade: imported as is"))
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    model = lo.compile(_model(nodes, [x], [y]), optimize=False)
+    assert model.compiled.report().notes == ["could not upgrade: imported as is"] == model.notes
+    assert model.compiled.assumptions == [] and model.compiled.ragged == []
+
+
 def test_old_opset_is_upgraded():
     nodes = [helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0])]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])

@@ -248,6 +248,7 @@ def test_saved_model_structure_and_guards(tmp_path):
     x = _inputs(3)
     cm = luminal.compile(Two(), (x, 2, torch.zeros(3)))
     loaded = luminal.load(cm.save(tmp_path / "two.lum"))
+    assert repr(loaded).endswith(" on cpu>")
     acc = torch.zeros(3)
     assert_same(loaded(x, 2, acc), {"y": x * 2, "n": 3})
     torch.testing.assert_close(acc, x)  # the input mutation is written back

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 
 from luminal import devices
-from luminal.compiler import compile_outputs
+from luminal.compiler import Report, compile_outputs
 from luminal.errors import InputError, LuminalError
 from luminal.frontends.onnx import loader, staged
 from luminal.frontends.onnx.errors import (
@@ -77,7 +77,8 @@ class OnnxModel:
     """
 
     def __init__(self, proto, inputs: list[IOInfo], outputs: list[IOInfo], notes: list[str], *,
-                 device: str, optimize, compiled=None, value_inputs=(), shape_inputs=(), defaults=(), host_form=None):
+                 device: devices.Device, optimize, compiled=None, value_inputs=(), shape_inputs=(), defaults=(),
+                 host_form=None):
         self.proto = proto
         self.inputs = inputs
         self.defaults = list(defaults)  # overridable initializers (IOInfo)
@@ -203,7 +204,7 @@ class OnnxModel:
         except Exception as exc:  # noqa: BLE001 - report, never crash
             raise OnnxError(f"running the model failed: {type(exc).__name__}: {exc}") from exc
         results = list(results)
-        for i, axis, j in getattr(compiled, "ragged", ()):  # data-dependent lengths: cut the padding
+        for i, axis, j in compiled.ragged:  # data-dependent lengths: cut the padding
             results[i] = results[i][(slice(None),) * axis + (slice(0, int(results[j])),)]
         return [r.astype(o.dtype, copy=False) if o.dtype is not None and r.dtype != o.dtype else r
                 for r, o in zip(results, self.outputs)]
@@ -211,7 +212,7 @@ class OnnxModel:
     run = __call__
 
     def _check_assumptions(self, compiled, arrays):
-        if not getattr(compiled, "assumptions", None):
+        if not compiled.assumptions:
             return
         bindings = {}
         for info in self.inputs:
@@ -379,8 +380,9 @@ def _declared_infos(value_infos) -> list[IOInfo]:
     return [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in value_infos]
 
 
-def _build(proto, specialize, device, optimize, shapes=None):
-    """Import and compile `proto` with the inputs in `specialize` compiled in by value."""
+def _build(proto, specialize, device, optimize, shapes=None, notes=()):
+    """Import and compile `proto` with the inputs in `specialize` compiled in by value; `notes`
+    go to its compile report."""
     name = proto.graph.name or "onnx"
     importer = Importer(proto, name, specialize, shapes)
     inputs, outputs = importer.import_graph()
@@ -395,10 +397,10 @@ def _build(proto, specialize, device, optimize, shapes=None):
     _shape_only_inputs_compile_per_shape(hlir_inputs, [t.node for t in out_tensors] + lengths)
     compiled = compile_outputs(
         hlir_inputs, [t.node for t in out_tensors] + lengths, [o for o, _, _ in outputs] + [f"{o}:length" for _, o in ragged],
-        device=device, optimize=optimize, name=name,
+        device=device, optimize=optimize, name=name, report=Report(name=name, notes=list(notes)),
+        assumptions=importer.assumptions,
+        ragged=[(i, importer.ragged[o][0], len(out_tensors) + k) for k, (i, o) in enumerate(ragged)],
     )
-    compiled.assumptions = list(importer.assumptions)
-    compiled.ragged = [(i, importer.ragged[o][0], len(out_tensors) + k) for k, (i, o) in enumerate(ragged)]
     return compiled, inputs, outputs, out_tensors
 
 
@@ -416,10 +418,12 @@ def _shape_only_inputs_compile_per_shape(hlir_inputs, outputs) -> None:
             raise NeedsShape(f"input {n.arg!r} is read only through its shape", n.arg)
 
 
-def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: bool = True,  # noqa: A001
-            recurrence: str = "auto") -> OnnxModel:
+def compile(model, *, device: str | devices.Device = "cpu", optimize: bool | None = None,  # noqa: A001
+            check: bool = True, recurrence: str = "auto", precision: str | None = None) -> OnnxModel:
     """Compile an ONNX model (a path, bytes or `onnx.ModelProto`) for `device` (a `luminal.devices`
     entry: an unknown one, or one this machine cannot run, raises DeviceError before any work).
+    `precision` ("float64" or "float32"): the model's, fixed (OptionError for another value); None:
+    `luminal.set_precision`'s at each call, else the device's default (`luminal.precision`).
 
     `recurrence`: how RNN/GRU/LSTM over a symbolic sequence length run, as torch.compile's
     automatic dynamic shapes do. "auto" (the default): the first distinct length compiles
@@ -430,7 +434,7 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
     `TooManySteps`). "host": the cell is stepped on the host, compiled once for every length
     (each step a call of the compiled cell). Loop, Scan and If that run-time data decides always
     run on the host (`staged.py`)."""
-    devices.require(device)
+    device = devices.resolve(device, precision)  # the Device, at this precision, below here
     if recurrence not in RECURRENCES:
         raise OnnxError(f"recurrence={recurrence!r}: it is one of {', '.join(map(repr, RECURRENCES))}")
     proto, _ = loader.load_model(model, check=check)
@@ -461,7 +465,7 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
                                        compile_fn=compile, inferred=inferred,
                                        options={"device": device, "optimize": optimize, "recurrence": recurrence})
         try:
-            compiled, inputs, outputs, out_tensors = _build(proto, {}, device, optimize)
+            compiled, inputs, outputs, out_tensors = _build(proto, {}, device, optimize, notes=notes)
         except NeedsValue as exc:
             host = staged.enclosing(proto, exc.node_key) if isinstance(exc, IfNotConvertible) else None
             if host is not None and host not in forced:
@@ -473,8 +477,6 @@ def compile(model, *, device: str = "cpu", optimize: bool | None = None, check: 
             compiled = None
         break
     if compiled is not None:
-        # the report as compiled: report() adds the roofline, a kernel plan's worth of work
-        compiled._report.notes.extend(notes)
         in_infos = [
             IOInfo(n, _np_dtype(t), tuple(d if isinstance(d, int) else str(sym.parse(d)) for d in shape))
             for n, t, shape in inputs

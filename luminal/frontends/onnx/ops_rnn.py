@@ -161,7 +161,7 @@ def _projected_lookup(c, layout):
     a constant table E by run-time ids, transposed from (batch, seq) or not. (E @ W^T)[ids] is
     E[ids] @ W^T row for row, so the table E @ W^T is computed once here (in float64, rounded
     once) and the model's first GEMM becomes a gather of seq * batch rows (the GRU encoder of
-    arabic-name-romanizer: a 14 x 256 by 256 x 768 GEMM, ~100 us, per call). None otherwise,
+    arabic-name-romanizer: a 14 x 256 by 256 x 768 GEMM per call). None otherwise,
     or when the table would be large (`LOOKUP_MAX`) or more than 4x the embedding."""
     w = c.known(1)
     if layout or w is None or w.dtype != np.float32 or w.ndim != 3:

@@ -6,7 +6,7 @@ would compile once per distinct length. Here the recurrence runs as a Python loo
 layout 0, the direction's slice of the weights), one such node per direction in one graph,
 compiled once and called once per step with the states carried on the host; the loop calls the
 compiled runtime bound once per call's shapes (`SubModel.bound`: the per-call checks and
-bindings of the layers above it done once: 68 -> 31 us a step for the GRU encoder's cell). When
+bindings of the layers above it done once). When
 W is an initializer, X @ W^T of every step and direction is one GEMM on the host before the loop
 and the cell is the op of `ops_rnn.PROJECTED`, which takes it (`_projection`). The
 host does what ONNX defines around the cell: the reverse direction walks the sequence backwards
@@ -93,10 +93,9 @@ class HostRecurrence(HostStep):
     def _projection(self) -> np.ndarray | None:
         """W^T of every direction, (input, dirs * gates * hidden), when W is a float32/float64
         initializer: the host projects every step's input with one GEMM before stepping, and the
-        cell (the op of `ops_rnn.PROJECTED`) takes X @ W^T: a small GEMM per step less (27 of
-        the GRU encoder cell's 41 us of kernels; its whole call 65 -> 23 us). The encoder runs
-        1.1-1.3x faster from 8 steps on, ~7% slower at 2 (the host GEMM's own call). None: the
-        cell projects each step itself."""
+        cell (the op of `ops_rnn.PROJECTED`) takes X @ W^T: a small GEMM per step less, which
+        pays from a few steps on (the host GEMM is one call more). None: the cell projects each
+        step itself."""
         init = self.model.initializers.get(self.w)
         if init is None or self.w in self.model.env_names:
             return None

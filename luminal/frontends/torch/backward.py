@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from luminal.devices import Device
+
 
 def needs_grad(flat_inputs, params) -> bool:
     """Whether a call must be differentiable: grad mode on and a tensor that requires grad."""
@@ -22,7 +24,7 @@ def needs_grad(flat_inputs, params) -> bool:
         isinstance(t, torch.Tensor) and t.requires_grad for t in (*flat_inputs, *params))
 
 
-def training_call(module: torch.nn.Module, device: str, optimize: bool | None, graphs: list):
+def training_call(module: torch.nn.Module, device: Device, optimize: bool | None, graphs: list):
     """`module` compiled for grad mode: forward and backward on luminal (see the module docstring);
     `graphs` collects what luminal compiles for it (`dynamo.LuminalFunction`s, built on first use)."""
     from luminal.frontends.torch.dynamo import backend

@@ -22,7 +22,7 @@ fake tensors (or from Dynamo's own fake value, where that is the same: `_as_run`
 the graph is walked again with the traced metadata (`_Distinct`). The calls known to disagree
 (torch's scaled_dot_product_attention decomposition lays out its result otherwise than the
 kernel) are traced alone as the walk meets them (`TRACED_AT_ONCE`): one walk and two traces for
-the models of the benchmarks (a second walk cost 35-45 ms at 32 layers); the result is the graph
+the models of the benchmarks; the result is the graph
 that tracing each call alone, in order, gives. No Python code is generated for any of these FX
 graphs (lazy graph modules).
 
@@ -101,7 +101,7 @@ class Decomposed:
     ("call", distinct, leaves, out) for a call (`distinct.nodes`, of its traced module, bound to
     the tensors `leaves`: placeholders of `placeholders`, or `_Value`s that earlier calls'
     `out` hold) and ("output", args, env) last. `graph_module()` replays them into one FX
-    graph (every call's nodes copied: 3,577 copies for a 32-layer Llama, 50-70 ms); the FX
+    graph (every call's nodes copied); the FX
     importer reads the steps directly instead and imports each distinct call once
     (`import_memo.CallImporter`)."""
 
@@ -392,8 +392,7 @@ class _Decomposer:
 def _drop_unused(graph: torch.fx.Graph) -> None:
     """Erase the nodes nothing reads (last first, so a chain goes whole). Every node here is a
     functional ATen op, a constant or a no-op assert the importer drops anyway (`_trace` refuses
-    mutation), so nothing needs FX's `eliminate_dead_code` and its per-node purity check: 31 ms
-    for the 32-layer Llama's 3,871 nodes, to remove one."""
+    mutation), so nothing needs FX's `eliminate_dead_code` and its per-node purity check."""
     for node in reversed(graph.nodes):
         if node.op not in ("placeholder", "output") and not node.users:
             graph.erase_node(node)
@@ -406,7 +405,7 @@ def _symbolic(t: torch.Tensor) -> bool:
 # make_fx's torch-function mode records which torch function each node came from
 # (`node.meta['torch_fn']`, read by nothing here) on every torch call a trace makes, and turns a
 # symbolic `size()` into `sym_size` (symbolic shapes fall back to aot_autograd before a trace):
-# off (where this torch has the option), the 32-layer Llama's traces took a fifth less
+# a cost for nothing, so off where this torch has the option
 _MAKE_FX_OPTIONS = ({"_disable_torch_fn_metadata_mode": True}
                     if "_disable_torch_fn_metadata_mode" in inspect.signature(make_fx).parameters else {})
 

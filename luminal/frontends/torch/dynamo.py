@@ -4,7 +4,8 @@ Options: `device` (an entry of `luminal.devices`: "cpu", "numpy", "cuda", "cuda-
 unknown one, or one this machine cannot run, raises `DeviceError`, never an eager fallback),
 `strict` (raise `UnsupportedError` naming every unsupported op; default: warn and run that graph
 eagerly), `optimize` (egglog on/off), `lowering` ("auto": per-call decomposition where exact,
-else aot_autograd; "aot_autograd").
+else aot_autograd; "aot_autograd"), `precision` ("float64" or "float32", fixed for these graphs;
+None, the default: `luminal.set_precision`'s at each call; another value raises `OptionError`).
 
 Dynamo's graph is lowered to core ATen — the op set `torch.export(...).run_decompositions()`
 produces, so one ATen table serves both entry points. For inference on static shapes without
@@ -33,12 +34,12 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from luminal import devices
-from luminal.errors import DeviceError, LuminalError, UnsupportedError
+from luminal.errors import DeviceError, LuminalError, OptionError, UnsupportedError
 from luminal.frontends.torch import fx_cache
 from luminal.frontends.torch.decompose import Decomposed, decompose_calls
 from luminal.frontends.torch.fx_import import FxImporter
 
-OPTIONS = {"device": "cpu", "strict": False, "optimize": None, "lowering": "auto"}
+OPTIONS = {"device": "cpu", "strict": False, "optimize": None, "lowering": "auto", "precision": None}
 LOWERINGS = ("auto", "aot_autograd")
 _ids = itertools.count()
 
@@ -119,7 +120,7 @@ class LuminalFunction:
         ):
             try:
                 self._build(args)
-            except DeviceError:  # a configuration error, not an unsupported graph
+            except (DeviceError, OptionError):  # a configuration error, not an unsupported graph
                 raise
             except LuminalError as exc:  # unsupported, or a frontend bug: never a wrong answer
                 if self.opts["strict"]:
@@ -150,12 +151,6 @@ def _passthrough(gm) -> list[tuple[int, int]]:
     return [(i, position[a]) for i, a in enumerate(outputs) if a in position]
 
 
-def _prepare(device: str) -> None:
-    """A compile is about to start: what the device's build will need and can build without the
-    graph (the C GEMM object) starts building in the background while the graph is lowered."""
-    devices.get(device).prepare()
-
-
 def _mutated_inputs(agm) -> frozenset[int]:
     """Positions of the inputs aot_autograd's graph updates (a buffer's `self.count += 1`): their
     new values are outputs, copied back by aot_autograd, so they must be read afresh each call."""
@@ -180,7 +175,9 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
         raise LuminalError(f"unknown luminal backend option(s) {sorted(unknown)}; known: {sorted(OPTIONS)}")
     if opts["lowering"] not in LOWERINGS:
         raise LuminalError(f"luminal backend option lowering={opts['lowering']!r}; expected one of {LOWERINGS}")
-    devices.require(opts["device"])  # DeviceError: unknown, or not runnable here (never an eager fallback)
+    # resolved once (DeviceError: unknown, or not runnable here; OptionError: a bad precision; never
+    # an eager fallback): the graphs below get the Device, at this precision
+    opts["device"] = devices.resolve(opts["device"], opts["precision"])
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     weight_ids = {id(v) for n, v in zip(placeholders, example_inputs) if _is_weight(n, v)}
     training = torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in example_inputs)

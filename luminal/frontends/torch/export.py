@@ -220,10 +220,10 @@ class CompiledModel:
     """A model compiled through torch.export; call it like the model."""
 
     def __init__(self, model, example_args=(), example_kwargs=None, *, dynamic=None, device: str = "cpu",
-                 optimize: bool | None = None, name: str | None = None):
+                 optimize: bool | None = None, name: str | None = None, precision: str | None = None):
         example_args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
         example_kwargs = dict(example_kwargs or {})
-        devices.require(device)  # a bad or unavailable device fails before the export is paid for
+        device = devices.resolve(device, precision)  # a bad device or precision fails before the export is paid for
         self.device, self._optimize, self._trainer, self._training_graphs = device, optimize, None, []
         phases = {}
         start = time.perf_counter()
@@ -471,11 +471,14 @@ class CompiledModel:
         return self.compiled.save(path, meta, weights=weights, weight_specs=weight_specs, archs=archs)
 
     def __repr__(self) -> str:
-        return f"<luminal.CompiledModel {self.name} on {self.device}>"
+        return f"<luminal.CompiledModel {self.name} on {self.device.name}>"
 
 
 def compile(model, example_args=(), example_kwargs=None, *, dynamic=None, device: str = "cpu",  # noqa: A001
-            optimize: bool | None = None) -> CompiledModel:
+            optimize: bool | None = None, precision: str | None = None) -> CompiledModel:
     """Compile `model` (an `nn.Module`, or a `torch.export.ExportedProgram` as is) through
-    torch.export for `device` ("cpu", "cuda", "cuda-emulator")."""
-    return CompiledModel(model, example_args, example_kwargs, dynamic=dynamic, device=device, optimize=optimize)
+    torch.export for `device` ("cpu", "cuda", "cuda-emulator"). `precision` ("float64" or
+    "float32"): the model's, fixed; None: `luminal.set_precision`'s at each call, else the
+    device's default (`luminal.precision`)."""
+    return CompiledModel(model, example_args, example_kwargs, dynamic=dynamic, device=device, optimize=optimize,
+                         precision=precision)

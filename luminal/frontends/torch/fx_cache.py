@@ -57,7 +57,8 @@ class Entry:
 
 def key(gm, example_inputs, weight_ids: set[int], opts: dict, level: str = "dynamo graph",
         extra: str = "") -> Entry | None:
-    """The key of Dynamo's graph with these inputs, or None where this cache does not apply.
+    """The key of Dynamo's graph with these inputs, or None where this cache does not apply
+    (`opts["device"]`: the resolved `Device`; its precision is no part of the key).
     `luminal.compile` keys its exported program here too (`level`), `extra` spelling what its
     graph's nodes do not (the signature, symbolic shapes and their ranges)."""
     from torch._subclasses.fake_tensor import FakeTensor
@@ -84,7 +85,7 @@ def key(gm, example_inputs, weight_ids: set[int], opts: dict, level: str = "dyna
     if graph is None:
         return None
     text = (f"{compile_cache.context()}; frontend {compile_cache.code_hash(FRONTEND_CODE)}; torch {torch.__version__}; "
-            f"device {opts['device']}; "
+            f"device {opts['device'].name}; "
             f"optimize {optimize_enabled(opts['optimize'])}; grad {torch.is_grad_enabled()}; {level}")
     h = hashlib.sha256(text.encode())
     h.update(graph.encode())
@@ -205,15 +206,13 @@ def restore(entry: Entry, args, name: str, opts: dict):
 
 
 def _restore(entry: Entry, args, name: str, opts: dict):
-    from luminal import devices
     from luminal.archive import _check_pytree_spec
     from luminal.builder import Graph
-    from luminal.compiler import STATS, CompiledGraph, _build_counts, note_build, op_counts
-    from luminal.debug import emit
+    from luminal.compiler import bind_runtime, op_counts
     from luminal.frontends.torch.fx_import import Imported, _constant
 
     t0 = time.perf_counter()
-    if not compile_cache.present(entry.digest):  # a miss: no weight wrapped for nothing (14 ms for the 32-layer Llama)
+    if not compile_cache.present(entry.digest):  # a miss: no weight wrapped for nothing
         return None
     scratch = Graph("bind")
     bound = {f"p{i}": _constant(scratch, args[i], f"p{i}").node.arg for i in entry.weights}
@@ -256,16 +255,8 @@ def _restore(entry: Entry, args, name: str, opts: dict):
         {str(k): v for k, v in c.items() if type(v) is int} if isinstance(c, dict) else {} for c in counts.values())
     if not report.ops_after:
         report.ops_after = op_counts(optimized)
-    device = devices.require(opts["device"])
-    t0 = time.perf_counter()
-    builds = _build_counts()
-    runtime = compile_cache.build_runtime(device, optimized, entry.digest)
-    report.phases[device.phase] = time.perf_counter() - t0
-    note_build(report, device.phase, runtime, builds)
-    compiled = CompiledGraph(inputs, optimized, out_names, runtime, report, unused, device=opts["device"],
-                             rng_seed=by_name.get(RNG_SEED_INPUT))  # random ops: the seed drawn per call
-    STATS.compiled.append(compiled)
-    emit(compiled)
+    compiled = bind_runtime(opts["device"], inputs, optimized, out_names, report, entry.digest,
+                            unused=unused, rng_seed=by_name.get(RNG_SEED_INPUT))  # random ops: the seed drawn per call
     imported = Imported.restored(compiled, [tuple(f) if f else None for f in feeds], [tuple(k) for k in kinds], spec)
     imported.placeholder_names = names
     return imported

@@ -24,8 +24,7 @@ node's key spells its arguments). `CallImporter` works on a Dynamo graph as `dec
 it (`Decomposed`: each distinct call traced once, and the steps that use it), one *call* at a
 time: the distinct call fixes every ATen node's target, arguments and metadata, so a call's
 key is the distinct call and the forms of its tensor arguments, and the core-ATen graph (a copy
-of every call's nodes) is never made. For the 32-layer Llama: 2,005 keys instead of 3,576, no
-3,577-node replay (50-70 ms), and the import phase 0.09-0.10 s instead of 0.11-0.15 s.
+of every call's nodes) is never made.
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 tensors, as `make_fx(fn, decomposition_table=table)` traces it, in under half its time.
 
 `make_fx` wraps every traced tensor in a proxy, tracks it through pytree maps, snapshots every
-result's metadata and keeps per-op bookkeeping the decomposer never reads; at ~0.5 ms per traced
-op that was the largest part of lowering the 32-layer Llama (its 77 distinct calls dispatch 175
-ops to make_fx's proxy mode). `record` keeps only what decides the graph, the three steps of make_fx's `proxy_call`
+result's metadata and keeps per-op bookkeeping the decomposer never reads: the largest part of
+lowering a large model. `record` keeps only what decides the graph, the three steps of make_fx's `proxy_call`
 (torch/fx/experimental/proxy_tensor.py), in its order, for each op dispatched to it:
 1. an op of the decomposition table runs its decomposition, recorded in turn, unless that
    returns NotImplemented;

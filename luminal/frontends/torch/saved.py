@@ -117,7 +117,7 @@ class LoadedModel:
             return flat
 
     def __repr__(self) -> str:
-        return f"<luminal.LoadedModel {self.meta.get('model', self.compiled.name)} on {getattr(self.compiled, 'device', '?')}>"
+        return f"<luminal.LoadedModel {self.meta.get('model', self.compiled.name)} on {self.compiled.device.name}>"
 
 
 def _write_back(target, value):

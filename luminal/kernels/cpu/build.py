@@ -1,28 +1,12 @@
-"""Build C source into a shared library with the system C compiler, cached on disk.
+"""Build C source into a shared library with the system C compiler (`$CC`, else cc/gcc), cached on disk.
 
-    path = build(source)      # CpuBuildError with the compiler's diagnostics if it fails
-    compiler()                # the compiler's path, or None (then device="cpu" runs the NumPy runtime)
-
-The compiler is `$CC`, else `cc`/`gcc` on PATH. Flags: `-O2` (gcc 12's -O2 vectorizes; -O3 and
-`-march=native` made a 668-kernel build 5x and 2x slower to compile for loops that are memory-bound
-anyway) plus the vector extensions this CPU has (`-mavx2 -mf16c` on x86-64 when /proc/cpuinfo lists
-them). Libraries live in `<cache>/cpu/<key>.so`, key = sha256 of the source, the flags and the
-compiler's version (of the library's text as one unit, however it is split into translation
-units compiled in parallel: `units`). A library is written atomically (built to a temporary name, then
-renamed) with its own sha256 beside it; a cached library is loaded only from our cache folder and
-only when its bytes match that sha256 — anything else is deleted and rebuilt. The folder is pruned
-to `$LUMINAL_CACHE_MAX_MB` after each build (`cache.prune`, least recently used first).
-
-Code every library needs but no graph shapes (the prelude's GEMM entry points: `LINKED`) is an
-object of its own, `<cache>/cpu/<key>.o` (`compiled_object`, cached and verified the same way),
-built once per machine and linked into each library that calls it; `prepare_object` starts its
-build on a background thread as a compile begins.
-
-A cache folder that fails a write (read-only, full: luminal's own writes, or the compiler's
-diagnostics naming ENOSPC/EROFS/...) moves the build to the process's private temporary folder
-(`cache.unusable`: one `CacheWarning`); failing there too, it is a CpuBuildError, and `device="cpu"`
-serves the NumPy runtime. Every compiler runs in one of the process's slots (one per core:
-`build_queue`), and a build belongs to a `Ticket` that its freed graph cancels.
+Flags: `-O2` (-O3 and `-march=native` compile several times slower, for memory-bound loops) plus
+the vector extensions /proc/cpuinfo lists. A library, `<cache>/cpu/<key>.so` (key: sha256 of the
+text, flags and compiler version), may be split into units compiled in parallel (`units`); it is
+written atomically with its sha256 beside it and loaded only when its bytes match. Code every
+library needs but no graph shapes (`LINKED`) is an object built once per machine and linked in.
+A cache folder that fails a write moves the build to a private folder (`cache.in_cache`). Each
+compiler runs in one of the process's slots (`build_queue`) under a `Ticket` its freed graph cancels.
 """
 
 from __future__ import annotations
@@ -44,7 +28,8 @@ from pathlib import Path
 from luminal.errors import LuminalError
 from luminal.kernels.cache import cache_dir, in_cache, prune, touch, write_atomic
 from luminal.kernels.cpu import build_queue, isa
-from luminal.threadflags import ThreadValue
+from luminal.threadflags import background as _background
+from luminal.threadflags import in_background
 
 FLAGS = (
     "-O2", "-ftree-partial-pre",  # partial PRE: lets -O2 if-convert (and so vectorize) select chains
@@ -85,8 +70,7 @@ def compiler() -> str | None:
 
 
 def cpu_info() -> tuple[frozenset[str], str]:
-    """This CPU's feature flags and vendor as /proc/cpuinfo lists them (empty where it cannot be
-    read), less the flags `LUMINAL_ISA` masks (isa.py)."""
+    """This CPU's feature flags and vendor from /proc/cpuinfo, less what `LUMINAL_ISA` masks."""
     flags, vendor = _proc_cpuinfo()
     return isa.mask(flags), vendor
 
@@ -121,14 +105,10 @@ def _machine_flags(isa_name: str) -> tuple[str, ...]:
         return ()
     cpu = cpu_info()[0]
     flags = tuple(f"-m{x}" for x in ("avx2", "f16c") if x in cpu)
-    if "avx2" in cpu and _has_libmvec():
+    libmvec = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")  # glibc's vector libm, libc6-dev
+    if "avx2" in cpu and any(Path(d, "libmvec.so").exists() for d in libmvec):
         flags += ("-DLUM_LIBMVEC", "-lmvec")
     return flags
-
-
-def _has_libmvec() -> bool:
-    """glibc's vector math library (libmvec.so, in libc6-dev) is there to link."""
-    return any(Path(d, "libmvec.so").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib"))
 
 
 def flags() -> tuple[str, ...]:
@@ -161,8 +141,7 @@ def _verified(library: Path) -> bool:
 
 
 def cached(key: str) -> Path | None:
-    """The library of cache key `key` (the stem of a path `build` returned) when it is in the
-    cache and verified, else None: how a warm process loads a library without its source."""
+    """The verified library of cache key `key` (a `build` path's stem), else None."""
     if not (len(key) == 32 and all(c in "0123456789abcdef" for c in key)):
         return None
     try:
@@ -171,15 +150,14 @@ def cached(key: str) -> Path | None:
             stats.cache_hits += 1
             touch(library)  # most recently used: the last to be pruned
             return library
-    except OSError:  # a folder that cannot be read or cleaned: the library is built (elsewhere, `build`)
+    except OSError:  # a folder that cannot be read or cleaned: `build` builds elsewhere
         pass
     return None
 
 
 def units(kernels: int) -> int:
-    """How many translation units a library of `kernels` kernels is split into, to compile in
-    parallel: one per core the machine's load leaves free, at most one per `KERNELS_PER_UNIT`
-    kernels (each unit parses the prelude again: on a busy machine one unit is faster)."""
+    """Translation units to compile a library of `kernels` kernels in: one per free core, at most one
+    per `KERNELS_PER_UNIT` kernels (each parses the prelude again: on a busy machine one is faster)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -191,16 +169,13 @@ def units(kernels: int) -> int:
 KERNELS_PER_UNIT = 6
 
 
-# A name the generated C may call -> the source of the object that defines it (`compiled_object`:
-# built once per machine), linked into every library whose text names it
+# A name the generated C may call -> the source of the object defining it, linked where it is named
 LINKED: dict[str, str] = {}
 
 
 def build(sources: str | list[str], cc: str | None = None, identity: str | None = None) -> Path:
-    """The shared library of `sources` (one C translation unit, or several compiled in parallel
-    and linked, with the `LINKED` objects they call; built, or found in the cache and verified).
-    `identity`: the text the cache key hashes when not the sources themselves (the same library
-    however it is split into units)."""
+    """The shared library of `sources` (translation units, linked with the `LINKED` objects they call).
+    `identity`: the text the key hashes, if not the sources (one library however it is split)."""
     sources = [sources] if isinstance(sources, str) else list(sources)
     cc = _compiler(cc)
     options = flags()
@@ -235,15 +210,14 @@ def build(sources: str | list[str], cc: str | None = None, identity: str | None 
             write_atomic(library.with_suffix(".sha256"), _sha256(tmp).encode())
             os.replace(tmp, library)  # atomic: a reader never sees a half-written library
         with contextlib.suppress(OSError):  # the library is there: a folder that cannot be pruned only grows
-            prune(directory)  # the folder stays under $LUMINAL_CACHE_MAX_MB (least recently used go first)
+            prune(directory)
         return library
 
     return _in_cache(build_in, "the library")
 
 
 def _in_cache(fn, what: str):
-    """`fn(cache_dir("cpu"))`, again in the private folder where that one fails a write
-    (`cache.in_cache`); a CpuBuildError naming the folder if that fails too."""
+    """`cache.in_cache("cpu", fn)`; a CpuBuildError naming the folder if the private one fails too."""
     try:
         return in_cache("cpu", fn)
     except OSError as again:
@@ -258,10 +232,8 @@ def _compiler(cc: str | None) -> str:
 
 
 def compiled_object(source: str, cc: str | None = None) -> Path:
-    """`source` compiled (position-independent, the libraries' flags) to an object in the cache,
-    `<cache>/cpu/<key>.o`, for libraries to link: built once per machine (and compiler, flags and
-    text), written atomically with its sha256 beside it and used only when its bytes match, as the
-    libraries are. A build `prepare_object` started in the background is waited for."""
+    """`source` compiled to `<cache>/cpu/<key>.o` for libraries to link, cached and verified as they
+    are; a build `prepare_object` started is waited for."""
     cc = _compiler(cc)
     options, key = _object_key(source, cc)
     with _objects_lock:
@@ -293,8 +265,7 @@ def compiled_object(source: str, cc: str | None = None) -> Path:
 
 
 def object_available(source: str) -> bool:
-    """`compiled_object(source)` is in the cache (verified when it is linked) or being built by
-    this process."""
+    """`compiled_object(source)` is in the cache (verified when linked) or being built by this process."""
     cc = compiler()
     if cc is None:
         return False
@@ -313,14 +284,8 @@ def spare_core() -> bool:
     return (os.cpu_count() or 1) - 1 - busy_elsewhere() >= 0.5
 
 
-# Cores busy outside this process, measured: the machine's busy CPU time (/proc/stat) less this
-# process's own over the time since the last look (0.05-5 s: a compile's phases between its
-# start, `prepare`, and its build, `units`), else the tasks running right now that are not this
-# process's threads. The compiler this process started counts: it holds a core. The 1-minute load
-# average these decisions read before counted this process's own work of the last minute (and
-# processes already gone): right after one compile, or beside the eager run a benchmark just
-# finished, it said "no spare core" on an idle machine, so the next library built as one unit
-# (0.93 s for the 32-layer Llama's, against 0.45-0.5 s as two) and the GEMM object inside it.
+# Cores busy outside this process: /proc/stat's busy time less our own since the last look, else the
+# runnable tasks not ours. Not the load average: it counts our own last minute.
 _looked: tuple | None = None  # (monotonic, busy seconds or None, process CPU seconds) of the last look
 _looked_lock = threading.Lock()
 
@@ -353,10 +318,8 @@ def _running_elsewhere() -> float:
 
 
 def busy_elsewhere(own_builds: bool = True) -> float:
-    """Cores other processes keep busy (see above); `own_builds=False`: less the compilers this
-    process runs right now (a background build of the GEMM object or the SGEMM ends soon, and
-    the library's units share the cores with it: counted as a held core, the 32-layer Llama's
-    library built as one unit, 0.9 s, beside the SGEMM's last 0.2 s)."""
+    """Cores other processes keep busy; `own_builds=False`: less the compilers this process runs now
+    (they end soon: a library's units should share the cores rather than build as one unit)."""
     global _looked
     now, busy, own = time.monotonic(), _busy_seconds(), _own_seconds()
     with _looked_lock:
@@ -369,10 +332,8 @@ def busy_elsewhere(own_builds: bool = True) -> float:
 
 
 def _own_seconds() -> float:
-    """CPU seconds of this process and of the children it has reaped: the compilers it ran
-    (the SGEMM's and the GEMM object's, built in the background while Python lowers the graph)
-    are its own work, not another process's. Counted as another's, the window they ran in read
-    as a busy core and the next library built as one unit."""
+    """CPU seconds of this process and its reaped children: the compilers it ran are its own work
+    (counted as another's, they read as a busy core and the next library built as one unit)."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
 
@@ -390,11 +351,8 @@ _objects_lock = threading.Lock()
 
 
 def prepare_object(source: str, spare_core_only: bool = True) -> None:
-    """Start building `compiled_object(source)` on a background thread (once per process), so
-    that it is ready, or nearly, when a library links it: the compiler runs on a core the Python
-    phases before the library's build leave idle (`spare_core_only`: only when `spare_core` finds
-    one; on a busy machine it would slow those phases as much as it saves later).
-    Errors surface when the library asks for it."""
+    """Start building `compiled_object(source)` on a background thread (once per process; with
+    `spare_core_only`, only on a core left idle). Errors surface when a library links it."""
     cc = compiler()
     if cc is None or (spare_core_only and not spare_core()):
         return
@@ -425,9 +383,8 @@ def c_files(library: Path) -> list[Path]:
 
 
 def _compile(cc: str, options, sources: list[str], directory: Path, key: str, out: Path, extra=()) -> None:
-    """`sources` into the shared library `out`: one compiler run for one unit, else (or with
-    objects to link: `extra`, functions returning their paths, called once the units are built)
-    the units compiled to objects in parallel and linked."""
+    """`sources` into the shared library `out`: one compiler run, or the units compiled in parallel
+    and linked with `extra` (functions returning object paths, called once the units are built)."""
     libs = [f for f in options if f.startswith("-l")]  # after the objects: the linker reads left to right
     compile_flags = [f for f in options if not f.startswith("-l")]
     names = [f"{key}.c"] if len(sources) == 1 else [f"{key}.{i}.c" for i in range(len(sources))]
@@ -439,8 +396,7 @@ def _compile(cc: str, options, sources: list[str], directory: Path, key: str, ou
         return
     objects = [f.with_name(f"{f.stem}.{os.getpid()}.o") for f in files]
     try:
-        # a thread per unit, each compiler waiting for its slot (`build_queue`): a unit holds a slot
-        # only while its compiler runs, so builds sharing the slots never wait on each other
+        # a thread per unit, holding a `build_queue` slot only while its compiler runs
         failed: list[BaseException | None] = [None] * len(files)
 
         def unit(i: int) -> None:
@@ -466,18 +422,8 @@ def _compile(cc: str, options, sources: list[str], directory: Path, key: str, ou
             o.unlink(missing_ok=True)
 
 
-# Compilers started by a background build (the per-machine objects while Python lowers the graph;
-# a cold library while the first call runs on the NumPy runtime: `tiered.py`) run at a lower
-# priority (`nice`), so that they take the cores the Python thread leaves idle and not its own:
-# measured on MiniLM, the NumPy runtime's first call took 0.64 s beside the library's two units at
-# the same priority, against 0.15 s alone.
+# Compilers of a background build (`threadflags.in_background`) run niced: on the cores Python leaves idle
 BACKGROUND_NICE = 10
-_background = ThreadValue(False)  # this thread's compilers run at BACKGROUND_NICE
-
-
-def in_background():
-    """The compilers this thread starts inside the block run at `BACKGROUND_NICE`."""
-    return _background.set(True)
 
 
 def _command(command: list[str]) -> list[str]:

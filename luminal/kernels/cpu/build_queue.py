@@ -1,6 +1,5 @@
-"""The build queue: every compiler of this process runs in one of `slots`, at most one per core
-(those a caller waits for first), since each compiled model may build in the background
-(tiered.py). A build belongs to a `Ticket` its graph cancels when it is freed: a compiler waiting
+"""The build queue: every compiler of this process runs in one of `slots`, one per core, those a
+caller waits for first. A build belongs to a `Ticket` its freed graph cancels: a compiler waiting
 for a slot never starts, a running one is killed.
 """
 

@@ -1,17 +1,13 @@
-"""WindowReduce (direct convolutions, pooling) in the C dialect: a row loop over every output
-dim but the last (OpenMP across cores when the work is large), the last dim an `omp simd` loop
-whose element is the unrolled window (`luminal/kernels/render/conv.py`, shared with CUDA).
-For a depthwise 3x3 conv over NCHW that is nine fused multiply-adds per output, vectorized
-along the output row, reading the input row and one broadcast weight per term. Planes under 64
-wide run as one flat vector loop per plane (`_flat_plane`), not rows of 14 or 7.
+"""The C dialect's convolution kernels.
 
-`window_reduce(node)` returns (inputs, symbols, err, body); the C renderer wraps it into its
-kernel function (`render.GENERATORS`).
+WindowReduce (direct convolutions, pooling) is the shared generator's element loop, vectorized
+along the output row; planes under 64 wide run here as one flat vector loop per plane
+(`_flat_plane`), not rows of 14 or 7.
 
 GEMM convolutions (`Im2colGemm`): a MatMul whose B operand is an im2col copy nothing else reads
 runs as one kernel that fills the copy tile by tile (T output columns, about 1 MiB) and
 multiplies each tile into its columns of the output, so the full im2col matrix is never written
-(for VGG's first layers, 115 MB a call) and the tile is still in cache when BLAS reads it. A
+and the tile is still in cache when BLAS reads it. A
 padded copy read only by the im2col is folded into the reads (the pad's mask gives the zeros;
 each run of a row splits into zeros, plain reads and zeros). `program.py` finds these and gives
 the absorbed copies steps that do nothing (the im2col's buffer is the tiles' scratch), so the
@@ -41,37 +37,19 @@ from luminal.kernels.render.cstyle import (
     unravel,
     view_of,
 )
-
-PAR_MIN = 65536  # multiply-adds below which the loop stays on one core
-
+from luminal.kernels.render.dialect import PAR_MIN, C
 
 FLAT_MAX = 4096  # elements of one flat plane (a stack buffer per row of the loop)
 
 
-def window_reduce(node: Node) -> tuple[list[Node], list[str], bool, str]:
-    inputs = buffer_sources(node)
+def window_reduce(node: Node) -> tuple[list[Node], list[str], bool, str] | None:
+    """A WindowReduce over short rows as flat planes (`_flat_plane`): (inputs, symbols, err,
+    body), or None (the shared generator's element loop, vectorized along the output row)."""
     flat = _flat_plane(node)
-    if flat is not None:
-        return inputs, symbols_of(node), False, _flat_body(node, *flat, inputs)
-    shape = node.shape or (1,)
-    outer, last = shape[:-1], shape[-1]
-    rows, lines = unravel("row", outer, "i")
-    inner = f"i{len(outer)}"
-    idx = (rows + [inner]) if node.shape else []
-    stmts, value = element(node, idx, inputs)
-    terms = c_dim(sym.product(node.src[0].shape[len(node.shape):]))
-    setup = "\n    ".join(lines)
-    body = f"""const long long n_rows = {c_dim(sym.product(outer))}, n_in = {c_dim(last)};
-  #pragma omp parallel for if (n_rows > 1 && n_rows * n_in * {terms} >= {PAR_MIN})
-  for (long long row = 0; row < n_rows; ++row) {{
-    {setup}
-    #pragma omp simd
-    for (long long {inner} = 0; {inner} < n_in; ++{inner}) {{
-      {stmts}
-      out[row * n_in + {inner}] = {store_value(node.dtype, value)};
-    }}
-  }}"""
-    return inputs, symbols_of(node), False, body
+    if flat is None:
+        return None
+    inputs = buffer_sources(node)
+    return inputs, symbols_of(node), False, _flat_body(node, *flat, inputs)
 
 
 def _flat_plane(node: Node) -> tuple[Node, int] | None:
@@ -287,7 +265,7 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
         dims += [st.shape, st.strides, (st.offset,)] + ([tuple(x for lh in st.mask for x in lh)] if st.mask else [])
     symbols = dims_symbols(*dims)
     params = [f"{t}* restrict out"] + [
-        (f"{t}* restrict in{k}" if x is copy else f"const {x.dtype.ctype}* restrict in{k}") for k, x in enumerate(inputs)]
+        (f"{t}* restrict in{k}" if x is copy else f"const {C.ctype(x.dtype)}* restrict in{k}") for k, x in enumerate(inputs)]
     params += [f"long long d_{s}" for s in symbols]
     batch = node.shape[:-2]
     m, n, k = (c_dim(d) for d in (node.shape[-2], node.shape[-1], a.shape[-1]))
@@ -331,19 +309,12 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
   long long T = {TILE_FLOATS}LL / K;  /* columns per tile: the tile stays in cache */
   T = T < {TILE_MIN} ? {TILE_MIN} : T - T % 16;
   T = T < N ? T : N;
-  /* tiles in parallel when there are enough for the team: each thread fills its own tile of the
-     scratch and multiplies it by a single-threaded GEMM while it is in its core's cache, no
-     barrier between (MKL runs single-threaded in an active region; OpenBLAS is called so, and
-     luminal's SGEMM runs on its caller). The tiles shrink (multiples of 16 columns) to a multiple
-     of the team, so no thread waits a whole tile for another: GoogLeNet's 192 x 3136 x 576 went
-     from 7 tiles to 8. At most TILE_PAR columns: luminal's SGEMM reads the weight in place up to
-     there and packs it for more (every tile, on every thread: 250 against 296 GFLOP/s on
-     that conv at 400-column tiles). DenseNet's 128 -> 32 growth conv at 56 x 56 (K = 1152):
-     1.20-1.28 ms against 1.45-2.42 one tile after another. Else (too few tiles for the team)
-     one tile after another, the fill across the team and the GEMM split by the prelude. With luminal's SGEMM every element is one FMA chain in k order whatever the
-     tile, so the bits do not depend on the team; a BLAS's own SGEMM may round differently with
-     the call's size (OpenBLAS's small-matrix kernels), as under the prelude's column split.
-     Never under set_precision("float64"), a flag of the calling thread. */
+  /* tiles in parallel when there are enough for the team: each thread fills its own tile and
+     multiplies it by a single-threaded GEMM while it is in its core's cache; the tiles shrink to
+     a multiple of the team so no thread waits a whole tile for another, and stay within
+     TILE_PAR columns, where luminal's SGEMM reads the weight in place. Else one tile after
+     another, the fill across the team. Every element is one FMA chain in k order with luminal's
+     SGEMM, so the bits do not depend on the team. Never at precision "float64". */
   const long long t_par = T < {TILE_PAR} ? T : {TILE_PAR};
   const int par = !lum_f64 && lum_threads > 1 && lum_threads * t_par <= N;
   if (par) {{
@@ -379,7 +350,7 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
 
 def noop_kernel(node: Node, name: str) -> str:
     """The step of a node a fused kernel computes (its buffer, if any, is that kernel's scratch)."""
-    return f"static void {name}({node.dtype.ctype}* restrict out) {{ (void)out; }}\n"
+    return f"static void {name}({C.ctype(node.dtype)}* restrict out) {{ (void)out; }}\n"
 
 
 # --- padded copies ----------------------------------------------------------------------------
@@ -421,7 +392,7 @@ def pad_copy(node: Node) -> tuple[list[Node], list[str], bool, str] | None:
     {setup}
     long long lo = lum_max(0, {c_dim(lo)}), hi = lum_min(n_in, {c_dim(hi)});
     if (!({' && '.join(conds) or '1'}) || hi < lo) lo = hi = n_in;  /* a row of the padding */
-    {node.dtype.ctype}* restrict dst = out + row * n_in;
+    {C.ctype(node.dtype)}* restrict dst = out + row * n_in;
     for (long long {inner} = 0; {inner} < lo; ++{inner}) dst[{inner}] = {other};
     #pragma omp simd
     for (long long {inner} = lo; {inner} < hi; ++{inner}) dst[{inner}] = {value};

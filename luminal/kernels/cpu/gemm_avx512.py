@@ -1,35 +1,11 @@
-"""An AVX-512 SGEMM of luminal's own, in front of the BLAS when the BLAS runs narrower kernels.
+"""An AVX-512 SGEMM of luminal's own (`c/gemm_avx512.c`), in front of a BLAS running narrower
+kernels (an OpenBLAS pinned to Haswell, torch's MKL on AMD): README's "The compiled CPU backend".
 
-OpenBLAS picks its kernels per CPU at load time, unless `OPENBLAS_CORETYPE` pins them: an
-environment that sets `OPENBLAS_CORETYPE=Haswell` (this project's VMs do) runs AVX2 GEMMs on an
-AVX-512 CPU, and an OpenBLAS too old to know a CPU falls back likewise. onnxruntime's MLAS uses
-AVX-512 there, so GEMM-bound models (ResNet50, VGG19, DenseNet121) ran 2.3-2.6x slower than
-onnxruntime with the pinned kernels and 1.8-1.9x with OpenBLAS's own choice.
-
-This is the classic BLIS/GotoBLAS structure: op(B) packed into panels of 32 columns (K blocks of
-at most 384 rows, 4096 columns at a time), op(A) into panels of 12 rows (192 rows at a time), and
-a 12 x 32 micro-kernel holding 24 zmm accumulators, one fused multiply-add per element and k.
-With at most 320 columns (ResNet50's last stages: 512 x 49 x 4608, 256 x 196 x 2304) A is read
-in place, 12 rows at a time, instead of packed (the copy cost more than it saved); with at most
-48 rows (DenseNet's 32-channel growth convs), or 96 rows and 2048 columns (YOLOv8n's 64-channel
-convs), B is read in place likewise. A last panel of at most
-16 columns runs half the multiply-adds. Each element of C is one chain of fused multiply-adds in k order (a K block
-continues from the previous block's value in C), so the result does not depend on how the call
-is split into blocks or across threads.
-
-Measured against OpenBLAS 0.3.31 pinned to Haswell, single thread, on a Zen 5 (a ctypes script
-timing both on the same operands; `tests/cpu/test_gemm_avx512.py` checks results, not speed):
-1.5-2.0x on conv-shaped GEMMs (64 x 3136 x 576: 92 -> 140 GFLOP/s; 384^3: 106 -> 191; 512 x 49 x
-4608: 2.87 -> 1.53 ms), 1.1-1.25x on small ones (8 x 256 x 256, 500 x 12 x 500), about par with
-OpenBLAS's own AVX-512 kernels. Any alpha != 1, beta != 0 or column-major call goes to the BLAS it stands in
-front of (`lum_gemm512_set_fallback`). The prelude (`lum_pick_sgemm`) sends M or N of 1 to gemv,
-2-8 columns to its skinny loop, and fewer than 32 rows times a transposed B (a linear layer over
-a few tokens: B must be transposed into panels, 0.8-0.9x OpenBLAS) to the BLAS: decided on the
-whole call, before any split, so every block of one call runs the same code.
-
-`LUMINAL_GEMM`: "auto" (default: used when the CPU has AVX-512 and OpenBLAS's kernels are not
-AVX-512 ones, or in front of torch's MKL on an AMD CPU with AVX-512, where MKL runs its AVX2
-code), "blas" (never), "avx512" (whenever the CPU has AVX-512; for comparisons).
+BLIS-style packing around a 12 x 32 micro-kernel. Each element of C is one chain of fused
+multiply-adds in k order, so its bits do not depend on blocking or threads. Calls with alpha != 1,
+beta != 0 or column-major go to the BLAS it fronts (`lum_gemm512_set_fallback`); the prelude's
+`lum_pick_sgemm` routes skinny calls, once per call before any split.
+`LUMINAL_GEMM`: "auto" (default), "blas" (never), "avx512" (whenever the CPU has AVX-512).
 """
 
 from __future__ import annotations
@@ -41,18 +17,16 @@ import threading
 
 from luminal.kernels.cpu import build, isa
 from luminal.kernels.cpu.prelude import c_source
+from luminal.threadflags import in_background
 
 LOG = logging.getLogger("luminal")
-
-AVX512_CORES = isa.AVX512_BLAS_CORES  # OpenBLAS core names whose SGEMM kernels use AVX-512
 
 A_IN_PLACE_COLS = 320  # at most this many columns of C: A read in place, not packed (conv.py's tiles too)
 
 SOURCE = c_source("gemm_avx512.c").replace("@A_IN_PLACE_COLS@", str(A_IN_PLACE_COLS))  # c/gemm_avx512.c
 
 # The same library without <immintrin.h> (built first; `SOURCE` when a compiler rejects it)
-INTRINSICS = c_source("gemm_avx512_intrinsics.h")
-SOURCE_LIGHT = SOURCE.replace("#include <immintrin.h>\n", INTRINSICS, 1)
+SOURCE_LIGHT = SOURCE.replace("#include <immintrin.h>\n", c_source("gemm_avx512_intrinsics.h"), 1)
 
 
 def _build():
@@ -82,17 +56,15 @@ def _mode() -> str:
 
 
 def wanted(blas_core: str | None) -> bool:
-    """Whether to put our SGEMM in front of a BLAS whose kernels are `blas_core` (OpenBLAS's core
-    name; None when unknown)."""
+    """Whether to put our SGEMM in front of an OpenBLAS whose core name is `blas_core` (None: unknown)."""
     mode = _mode()
     if mode == "blas" or not cpu_has_avx512():
         return False
-    return mode == "avx512" or (blas_core or "").strip().lower() not in AVX512_CORES
+    return mode == "avx512" or (blas_core or "").strip().lower() not in isa.AVX512_BLAS_CORES
 
 
 def wanted_over_mkl() -> bool:
-    """Whether to put our SGEMM in front of the MKL inside torch: on an AMD CPU with AVX-512 MKL
-    runs its AVX2 code ("auto"), or whenever the CPU has AVX-512 ("avx512")."""
+    """Whether to put our SGEMM in front of torch's MKL, which runs its AVX2 code on an AMD CPU."""
     mode = _mode()
     if mode == "blas" or not cpu_has_avx512():
         return False
@@ -107,10 +79,8 @@ _prepared = threading.Event()
 
 
 def prepare(spare: bool | None = None) -> None:
-    """Start building the library in the background (once per process; a no-op when it is in the
-    cache): called as a compile begins (`program.prepare`), so that the compiler runs while Python
-    lowers and optimizes the graph, not when the runtime first binds its BLAS. Only with a core
-    to spare, as the GEMM object's build (`spare`: what the caller found, else looked at here)."""
+    """Start building the library in the background as a compile begins (once per process), so it
+    compiles while Python lowers the graph; only with a core to spare (`spare`: the caller's look)."""
     if _prepared.is_set() or not cpu_has_avx512() or _mode() == "blas" or build.compiler() is None:
         return
     _prepared.set()
@@ -122,7 +92,7 @@ def prepare(spare: bool | None = None) -> None:
             if t.name == "luminal-cc" and t is not threading.current_thread():  # one core stays Python's
                 t.join()
         try:
-            with build.in_background():
+            with in_background():
                 _build()
         except Exception:  # noqa: BLE001 - `sgemm` builds again and logs why, and the BLAS serves
             pass
@@ -132,8 +102,7 @@ def prepare(spare: bool | None = None) -> None:
 
 def sgemm(fallback: int) -> int | None:
     """The address of our SGEMM (cblas_sgemm's ILP64 signature), calling `fallback` (a cblas_sgemm
-    address) for what it does not take; None when it cannot be built or the CPU lacks AVX-512
-    (then the BLAS serves every call, as before)."""
+    address) for what it does not take; None when it cannot be built (the BLAS serves)."""
     with _lock:
         if fallback not in _loaded:
             if _loaded:  # one library, one fallback: a second BLAS (never so far) keeps its own sgemm

@@ -1,19 +1,8 @@
 """Which x86-64 instruction set luminal's C may use: this CPU's own ("native", the default), or
-`LUMINAL_ISA=avx2`, which runs everything as on a CPU without AVX-512 (an AMD EPYC before Zen 4, a
-laptop), so that the suite and the benchmarks can be run for such a CPU on one that has AVX-512.
-
-The switch masks the CPU's `avx512*` (and `amx*`) feature flags where luminal reads them
-(`build.cpu_info`): the compiler flags, luminal's AVX-512 SGEMM (never put in front of the BLAS)
-and every choice that depends on them follow. The libraries beside luminal pick their kernels
-themselves, each by its own variable; `apply_to_libraries` sets those (unless already set) so
-that the answers a test compares with are the ones such a CPU gives too: ATen's vectorized ops
-(`ATEN_CPU_CAPABILITY`), oneDNN's JIT kernels (`ONEDNN_MAX_CPU_ISA`: its AVX-512 gelu returns NaN
-for +inf where its AVX2 one returns +inf), MKL (`MKL_ENABLE_INSTRUCTIONS`) and NumPy's OpenBLAS
-(`OPENBLAS_CORETYPE`). Each library reads its variable once, when it loads or first runs, so
-they must be set before torch and NumPy are imported: `import luminal` does so first thing (and
-warns when NumPy or torch came first), and the runtime reports an OpenBLAS that loaded AVX-512
-kernels anyway (`mismatched_blas`). onnxruntime has no such variable: under the switch its kernels
-stay this CPU's (the benchmarks' onnxruntime column is then a native one)."""
+`LUMINAL_ISA=avx2`, to run the suite and benchmarks as on a CPU without AVX-512 (README: "The two
+commands"). It masks the `avx512*`/`amx*` flags where luminal reads them (`build.cpu_info`), and
+`apply_to_libraries` sets the variables that make torch, oneDNN, MKL and OpenBLAS do likewise. Each
+library reads its variable once, when it loads: `import luminal` sets them before anything else."""
 
 from __future__ import annotations
 
@@ -54,8 +43,7 @@ def library_environment() -> dict[str, str]:
 
 
 def apply_to_libraries() -> dict[str, str]:
-    """Set `library_environment()` in os.environ where not set already; returns what it set. Takes
-    effect only for the libraries not loaded yet (call it before importing torch and NumPy)."""
+    """Set `library_environment()` in os.environ where not set already; returns what it set."""
     applied = {}
     for key, value in library_environment().items():
         if key not in os.environ:

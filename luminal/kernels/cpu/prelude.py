@@ -1,8 +1,5 @@
-"""The C prelude every library of the cpu backend starts with: half types, integer Mod with its
-error flag, NaN-propagating max/min, and the GEMM entry points (BLAS through function pointers set
-by `lum_set_blas`, gemv for M or N of 1, double accumulation under `set_precision("float64")`,
-loops for integers and without a BLAS). The C lives in `c/` as C files (package data); this
-module only puts them together, with the one Philox every dialect shares between them."""
+"""The C prelude every library of the cpu backend starts with (half types, integer Mod, NaN-aware
+max/min, the GEMM entry points), assembled from the C files in `c/` and the shared Philox."""
 
 from pathlib import Path
 

@@ -1,14 +1,10 @@
 """A graph's C library and its launch table (the program `CpuRuntime` runs).
 
-The library holds each distinct kernel once (named by its op and a hash of its body, sorted by
-name, so the same set of kernels gives the same source whatever the depth or the model), a
-wrapper per kernel taking its buffers and dims from arrays, and the fixed driver `lum_run`. The
-order of launches is data: `launch_table` lists per step its kernel, its buffers (a slot of
-`bufs` or an offset into the arena) and its dims (indices into `dims`), and `lum_run`
-interprets it. A 32-layer model therefore builds the same library as a 2-layer one.
-
-One fusion happens here, on the schedule: a convolution's GEMM whose im2col copy (and padded
-copy) nothing else reads is one tiled kernel (`conv.Im2colGemm`); the copies' steps do nothing.
+The library holds each distinct kernel once (sorted by name), a wrapper per kernel taking its
+buffers and dims from arrays, and the driver `lum_run`, which interprets the launch table
+(`steps.launch_table`): the order of launches is data, so a 32-layer model builds the same library
+as a 2-layer one. One fusion happens here: a convolution's GEMM whose im2col copy nothing else
+reads is one tiled kernel (`conv.Im2colGemm`); the copies' steps do nothing.
 """
 
 from __future__ import annotations
@@ -20,9 +16,11 @@ from luminal.hlir.ops import Node, Op
 from luminal.kernels.cpu import build, gemm_avx512
 from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.cpu.prelude import PRELUDE, SHARED
-from luminal.kernels.cpu.render import _generator, _operand
+from luminal.kernels.cpu.render import SPECIAL, _operand
 from luminal.kernels.cpu.steps import CProgram, CStep
-from luminal.kernels.plan import Schedule
+from luminal.kernels.plan import Schedule, dedup
+from luminal.kernels.render import C, render_node
+from luminal.kernels.render.cexpr import rendering
 from luminal.kernels.render.cstyle import buffer_sources
 
 # The driver: every launch of the table in order. A step of the table is
@@ -35,18 +33,13 @@ const char lum_kernel_names[] = "@NAMES@";
 void lum_run(const long long* table, long long n_steps, void* const* bufs, const long long* dims, char* arena,
              const long long* offsets, int* err, int threads, double* seconds, int f64) {
   lum_f64 = f64;
-  /* The OpenMP settings are the calling thread's, and torch shares this libgomp (the same
-     soname, loaded first): they are restored on return. Left on, dynamic teams made torch's
-     oneDNN bf16 GEMMs, which assume full teams, return NaNs after a luminal call. */
+  /* The OpenMP settings are the calling thread's, shared with torch's libgomp: restored on return
+     (dynamic teams left on made torch's oneDNN bf16 GEMMs return NaNs). */
   const int outer_threads = omp_get_max_threads(), outer_dynamic = omp_get_dynamic();
-  /* One pool: the GEMMs run on this team too (MKL's threads are libgomp's; OpenBLAS is called
-     single-threaded, a large GEMM split across the team). Full teams of torch's thread count less
-     the cores other processes keep busy (`lum_team`; libgomp's dynamic teams size by the
-     15-minute load average, this process's own included, so a process busy for minutes dropped
-     to one thread while eager kept two). */
+  /* One pool, GEMMs included; full teams less the cores other processes keep busy (`lum_team`:
+     libgomp's dynamic teams count this process's own load too). */
   threads = lum_team(threads);
-  /* torch sets MKL's own (global) count, which MKL obeys over OpenMP's: the call's is set on
-     this thread and restored */
+  /* MKL obeys torch's global count over OpenMP's: the call's is set on this thread and restored */
   const int outer_mkl = lum_mkl_threads_local ? lum_mkl_threads_local(threads) : 0;
   omp_set_num_threads(threads);
   omp_set_dynamic(0);
@@ -106,12 +99,16 @@ def _fusions(schedule: Schedule) -> tuple[dict[int, cpu_conv.Im2colGemm], set[in
 
 
 def _fused_step(node: Node, plans, absorbed) -> tuple[str, CStep] | None:
+    """(code, step) of a node `_fusions` fused or absorbed, named by its op and code's hash; else None."""
     if id(node) in plans:
-        code, inputs, symbols = cpu_conv.im2col_gemm_kernel(plans[id(node)], "@KERNEL@", _operand)
-        return code, CStep("@KERNEL@", node, inputs, symbols, False)
-    if id(node) in absorbed:
-        return cpu_conv.noop_kernel(node, "@KERNEL@"), CStep("@KERNEL@", node, [], [], False)
-    return None
+        with rendering(C):
+            code, inputs, symbols = cpu_conv.im2col_gemm_kernel(plans[id(node)], "@KERNEL@", _operand)
+    elif id(node) in absorbed:
+        code, inputs, symbols = cpu_conv.noop_kernel(node, "@KERNEL@"), [], []
+    else:
+        return None
+    name = f"{node.op.title.lower()}_{hashlib.sha1(code.encode()).hexdigest()[:12]}"
+    return code.replace("@KERNEL@", name), CStep(name, node, inputs, symbols, False)
 
 
 def render_program(outputs: list[Node]) -> CProgram:
@@ -121,26 +118,27 @@ def render_program(outputs: list[Node]) -> CProgram:
     bodies: dict[str, tuple[str, CStep]] = {}
     steps: list[CStep] = []
     for node in schedule.nodes:  # one step per node (a scatter's copy and updates are one function)
-        code, step = _fused_step(node, plans, absorbed) or _generator(node)(node, "@KERNEL@")
-        h = hashlib.sha1(code.encode()).hexdigest()[:12]
-        step.name = f"{node.op.title.lower()}_{h}"
-        bodies.setdefault(step.name, (code.replace("@KERNEL@", step.name), step))
+        fused = _fused_step(node, plans, absorbed)
+        if fused is not None:
+            code, step = fused
+        else:
+            (k,) = render_node(node, "@KERNEL@", C, SPECIAL)
+            k = dedup(k, node, {})
+            code, step = k.source, CStep(k.name, node, k.inputs, k.symbols, k.uses_error_flag)
+        bodies.setdefault(step.name, (code, step))
         steps.append(step)
     symbols = sorted({s for st in steps for s in st.symbols})
     units = build.units(len(bodies))
-    # the GEMM object, when it is built or building, or a core is free to build it beside the units;
-    # else (a busy machine, nothing cached) the prelude's GEMMs, compiled in the library, cost less
+    # link the GEMM object if it is built, building, or a core is free for it; else (a busy machine,
+    # nothing cached) the prelude's GEMMs compiled in the library cost less
     linked = build.object_available(GEMM_OBJECT) or build.spare_core()
     sources = library_source(bodies, units, linked)
     identity = sources[0] if units == 1 else library_source(bodies, 1, linked)[0]
     return CProgram(sources, identity, steps, schedule, symbols, sorted(bodies))
 
 
-# The prelude's float GEMM entry points (BLAS dispatch, gemv, skinny and loop GEMMs, the float64
-# path: 1.2G of gcc's instructions, a third of the 32-layer Llama's 55-kernel library) are compiled
-# once per machine into an object every library links (`build.compiled_object`, started in the
-# background by `prepare`), not in every library and unit that calls them: a kernel unit names them
-# `lum_ext_gemm_*`, and the prelude's own copies, unused there, are dropped unoptimized.
+# The prelude's GEMM entry points (a third of a large library's compile) are compiled once per
+# machine into an object every library links; a kernel unit calls them as `lum_ext_gemm_*`.
 _GEMMS = (("f", "float"), ("d", "double"))
 GEMM_OBJECT = "\n".join([PRELUDE, *(
     f"LUM_SHARED void lum_ext_gemm_{n}(int ta, int tb, long long M, long long N, long long K, const {t}* A, "
@@ -155,34 +153,24 @@ build.LINKED["lum_ext_gemm_"] = GEMM_OBJECT
 
 
 def prepare() -> None:
-    """Start building the GEMM object in the background (a no-op once it is in the cache): as a
-    compile begins (`kernels.cpu.prepare`, not when the library itself will build in the
-    background: a compiler beside the compile's Python slowed the 32-layer Llama's lowering to
-    0.44-0.54 s on cpu against 0.33-0.38 s on numpy, in alternating runs), or as that background
-    build begins."""
+    """Start building the GEMM object and the AVX-512 SGEMM in the background as a compile begins."""
     spare = build.spare_core()  # looked at once: the GEMM object's compiler, once started, would count against the next
     if spare:
         build.prepare_object(GEMM_OBJECT, spare_core_only=False)
-    gemm_avx512.prepare(spare)  # luminal's AVX-512 SGEMM, when the runtime will put it in front of the BLAS
+    gemm_avx512.prepare(spare)
 
 
-# Compile cost in characters of row-loop kernels (gcc 12 -O2, cc1 instructions of the 32-layer
-# Llama's library, ~50k per character), to balance the units: a GEMM kernel's text (its operand
-# cases fold away) costs 0.4 of that; the driver and the wrappers of the first unit ~5,000; the
-# prelude's GEMMs, when compiled in the library (not linked: `linked`), ~25,000.
-GEMM_BODY_WEIGHT = 0.4
-DRIVER_COST = 5_000
-GEMM_SOURCE_COST = 25_000
+# Compile cost in characters of row-loop kernels, to balance the units (gcc 12 -O2)
+GEMM_BODY_WEIGHT = 0.4  # a GEMM kernel's text: its operand cases fold away
+DRIVER_COST = 5_000  # the driver and wrappers of the first unit
+GEMM_SOURCE_COST = 25_000  # the prelude's GEMMs, compiled in the library when not linked
 
 
 def library_source(bodies: dict[str, tuple[str, CStep]], units: int = 1, linked: bool = True) -> list[str]:
     """The library of the kernels `bodies` (name -> (code, a step running it)) as `units` C
-    translation units, compiled in parallel (at most one per kernel; the first holds the driver):
-    a function of the set of kernels, `units` and `linked` (the GEMMs are the linked object's, else
-    the prelude's, compiled in the first unit) only. The kernels calling the prelude's GEMMs
-    all go to the first unit (a unit that calls them compiles the prelude's GEMM code, a fifth of
-    a second: once, not in every unit); the others are dealt to the units largest first, each to
-    the smallest unit so far."""
+    translation units (the first holds the driver and every kernel calling the prelude's GEMMs,
+    which it then compiles once; `linked`: they are the linked object's); the others are dealt
+    largest first, each to the smallest unit so far."""
     names = sorted(bodies)
     arity = [(1 + len(bodies[n][1].inputs), len(bodies[n][1].symbols), int(bodies[n][1].err)) for n in names]
     driver = (DRIVER.replace("@KERNELS@", ", ".join(f"lum_w_{n}" for n in names) or "0")

@@ -1,30 +1,14 @@
-"""`device="cpu"`: the graph's C (`render.py`'s kernels in `program.py`'s library) built into one
-shared library (`build.py`) and run by one native call per call of the model.
+"""`device="cpu"`: the graph's C built into one shared library (`build.py`), run by one native
+call, `lum_run` over the launch table (`steps.launch_table`) with the GIL released, per call.
 
-- **binding**: the symbolic dims are bound from the input shapes; per distinct binding (cached)
-  the intermediates' arena layout (`arena.plan_arena`, by liveness over the steps) is resolved.
-- **a call**: outputs are fresh NumPy arrays of the call; the arena is the calling thread's, one
-  per thread for every compiled graph of the process (`_ARENA`: a thread runs one graph at a time,
-  and an arena holds nothing once its call returns, so a training step's forward and backward, or
-  the graphs of generate()'s length regimes, share one buffer the size of the largest instead
-  of holding one each; concurrent calls from several threads never share one), then
-  `lum_run(table, steps, bufs, dims, arena, offsets, err, threads, seconds, f64)` runs every step of the launch table (built once, in Python, by
-  `steps.launch_table`) in C with the GIL released. The error flag (1: a Gather/Scatter index
-  out of range, 2: an integer Mod by zero) is the call's own and read after it.
-- **threads**: OpenMP gets `torch.get_num_threads()` when torch is already imported, else
-  `os.cpu_count()`. GEMMs go to a BLAS found at run time and passed to the library as function
-  pointers (no link-time dependency; `_Blas`): with torch loaded, the MKL inside PyTorch, whose
-  threads are the same libgomp team as the loops'; else the OpenBLAS NumPy ships, called
-  single-threaded, a large GEMM split into column blocks across the same team (one pool either
-  way). Loops under `PAR_MIN` elements of work stay on one core.
-- **precision**: `get_precision("cpu")` is read per call and passed to `lum_run`: f32 GEMMs by
-  default, as PyTorch's; under `set_precision("float64")` they accumulate in double (see
-  `prelude.py`; about 2x slower on GEMM-bound models).
-- **a warm process**: `artifacts()` (the library's cache key and the launch table, plain JSON)
-  is stored by the compile cache beside its entry; `CpuRuntime(outputs, artifacts=...)` loads
-  the library by key and checks the table against the library's exported kernel names and
-  arities and against the graph, without rendering C (anything that does not fit: rendered).
-- **no C compiler**: `make` warns once and returns the NumPy reference runtime.
+- Per binding of the symbolic dims the intermediates' arena layout is resolved once. The arena is
+  the calling thread's, shared by every graph it runs (`_ARENA`): an arena holds nothing once its
+  call returns, so a training step's forward and backward share one buffer; threads never share one.
+- The error flag (1: an index out of range, 2: an integer Mod by zero) is the call's own.
+- OpenMP and the BLAS (`_Blas`) get `threads()`; the precision is read per call (README: "The
+  compiled CPU backend").
+- `artifacts()` (the library's key and the launch table, plain JSON) lets a later process load the
+  library without rendering C, checked against the library's kernels and the graph.
 """
 
 from __future__ import annotations
@@ -49,9 +33,10 @@ from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build, gemm_avx512, isa
 from luminal.kernels.cpu.steps import CProgram, CStep, launch_table
+from luminal.precision import Arithmetic, C
 from luminal.runtime.binding import bind_inputs, index_error
-from luminal.runtime.fused_ops import get_precision
 from luminal.runtime.protocol import Runtime
+from luminal.threadflags import in_background
 
 LOG = logging.getLogger("luminal")
 _ARENA = threading.local()  # per thread: the intermediates' buffer of whichever graph it runs (see above)
@@ -65,12 +50,10 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
-def make(outputs, artifacts: dict | None = None, **_options):
-    """The runtime of `device="cpu"`: compiled C, or the NumPy runtime (warned once) when this
-    machine has no C compiler, the compiler fails, or the graph holds an op the C dialect cannot
-    render. A graph whose library must be built (no stored `artifacts`) builds it in the
-    background while its first call runs on the NumPy runtime (`tiered.py`; `LUMINAL_TIERED=0`:
-    off). (`CpuRuntime` itself raises: the tests build it directly.)"""
+def make(outputs, artifacts: dict | None = None, arithmetic: Arithmetic = C, **_options):
+    """The runtime of `device="cpu"`: compiled C, or the NumPy runtime (warned once) when the C
+    cannot serve the graph. A library still to build builds in the background while the first
+    call runs on the NumPy runtime (`tiered.py`). (`CpuRuntime` itself raises.)"""
     from luminal.kernels.cpu import tiered
     from luminal.runtime import NumpyRuntime
 
@@ -79,55 +62,43 @@ def make(outputs, artifacts: dict | None = None, **_options):
         what = f"the C compiler CC={cc!r} was not found" if cc else "no C compiler (cc or gcc) is on PATH"
         _warn_once("compiler", f'device="cpu": {what}; running the NumPy reference runtime instead '
                                "(apt-get install gcc for the compiled backend)")
-        return NumpyRuntime(outputs, like="cpu")
+        return NumpyRuntime(outputs, arithmetic=arithmetic)
     if artifacts is None and tiered.enabled():
-        reference = NumpyRuntime(outputs, like="cpu")
+        reference = NumpyRuntime(outputs, arithmetic=arithmetic)
         def background():
             from luminal.kernels.cpu import program
 
-            with build.in_background():  # its compilers at a lower priority than the first call
+            with in_background():  # its compilers at a lower priority than the first call
                 program.prepare()  # the per-machine objects, beside the library
-                return _compiled(outputs, None, reference)
+                return _compiled(outputs, None, reference, arithmetic)
 
         return tiered.TieredRuntime(outputs, background, reference, _warn_once)
-    runtime, warning = _compiled(outputs, artifacts, None)
+    runtime, warning = _compiled(outputs, artifacts, None, arithmetic)
     if warning is not None:
         _warn_once(*warning)
     return runtime
 
 
-def _compiled(outputs, artifacts: dict | None, reference) -> tuple[object, tuple[str, str] | None]:
-    """`CpuRuntime(outputs)`, or the NumPy runtime (`reference`, when one is made already) and the
-    warning to give once (its key, its message) when the C cannot serve this graph."""
+def _compiled(outputs, artifacts: dict | None, reference, arithmetic: Arithmetic) -> tuple[object, tuple[str, str] | None]:
+    """`CpuRuntime(outputs)`, or the NumPy runtime (`reference` if made) and the warning to give once."""
     from luminal.runtime import NumpyRuntime
 
     try:
-        return CpuRuntime(outputs, artifacts=artifacts), None
+        return CpuRuntime(outputs, artifacts=artifacts, arithmetic=arithmetic), None
     except UnsupportedError as exc:
         warning = (f"unsupported:{exc}", f'device="cpu": {exc}; this graph runs on the NumPy reference runtime')
     except build.CpuBuildError as exc:  # a compiler that rejects our flags (no OpenMP, say): correct, slower
         first = str(exc).splitlines()[:6]
         warning = (f"build:{build.compiler()}", 'device="cpu": the C compiler failed; running the NumPy reference '
                                                 "runtime instead:\n" + "\n".join(first))
-    return (reference if reference is not None else NumpyRuntime(outputs, like="cpu")), warning
+    return (reference if reference is not None else NumpyRuntime(outputs, arithmetic=arithmetic)), warning
 
 
 # --- BLAS: PyTorch's MKL when torch is loaded, else the OpenBLAS NumPy ships ---------------------
 class _Blas:
-    """The GEMM/GEMV entry points the C code calls, found at run time (no link-time dependency).
-
-    - **MKL inside PyTorch** (`libtorch_cpu.so` exports its Fortran `sgemm_`, `dgemm_`, `sgemv_`,
-      `dgemv_`), when torch is already imported: its threads are libgomp's, the same team as the
-      library's OpenMP loops, so a model alternating GEMMs and loops runs on one pool (with
-      OpenBLAS beside it, two pools of spinning threads fight over the cores). The prelude adapts
-      the Fortran LP64 calls to its row-major interface.
-    - **NumPy's OpenBLAS** (ILP64 `cblas_*64_` in `numpy.libs`) otherwise: importing torch only
-      for its BLAS would cost more than it saves. When its kernels are narrower than the CPU's
-      (AVX2 on an AVX-512 CPU: `OPENBLAS_CORETYPE=Haswell`), luminal's own AVX-512 SGEMM stands
-      in front of it (`gemm_avx512.py`; `LUMINAL_GEMM` chooses).
-
-    `LUMINAL_BLAS=openblas` or `=mkl` forces one (for comparisons); a forced MKL without torch
-    loaded falls back to OpenBLAS."""
+    """The GEMM/GEMV entry points the C code calls, found at run time (no link-time dependency): the
+    MKL inside PyTorch when torch is imported (its threads are the loops' libgomp team: one pool, not
+    two fighting over the cores), else NumPy's ILP64 OpenBLAS; maybe with `gemm_avx512` in front."""
 
     def __init__(self, kind: str):
         self.kind = kind  # "mkl", "openblas" or "none" (loops)
@@ -136,9 +107,8 @@ class _Blas:
         self.core = None  # OpenBLAS's kernels (its core name: "Haswell", "SkylakeX", ...)
         self.gemm = "blas"  # who serves sgemm: the BLAS, or "luminal-avx512" in front of it (gemm_avx512.py)
         self.front = None  # luminal's AVX-512 sgemm, when it stands in front of `sgemm`
-        if kind == "mkl" and self._find_mkl():
-            return
-        self.kind = "openblas" if self._find_openblas() else "none"
+        if kind != "mkl" or not self._find_mkl():  # a forced MKL without torch loaded: OpenBLAS
+            self.kind = "openblas" if self._find_openblas() else "none"
 
     def _find_mkl(self) -> bool:
         torch = sys.modules.get("torch")
@@ -184,7 +154,10 @@ class _Blas:
                 if setter is not None:
                     self.set_threads_ptr = ctypes.cast(setter, ctypes.c_void_p).value
                 self.path = path
-                self.core = _openblas_core(lib, prefix, suffix)
+                core = getattr(lib, f"{prefix}openblas_get_corename{suffix}", None)  # as chosen at load time
+                if core is not None:
+                    core.restype = ctypes.c_char_p
+                    self.core = (core() or b"").decode(errors="replace") or None
                 if isa.mismatched_blas(self.core):  # it chose its kernels when NumPy loaded it
                     LOG.warning("LUMINAL_ISA=%s, but NumPy's OpenBLAS runs its %s (AVX-512) kernels: set "
                                 "OPENBLAS_CORETYPE=Haswell before importing numpy", isa.name(), self.core)
@@ -201,23 +174,11 @@ class _Blas:
         if self.kind == "mkl":
             lib.lum_set_fortran_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.sgemv, self.dgemv,
                                                                     self.set_threads_ptr)))
-            if self.front is not None:
-                lib.lum_set_sgemm_front(ctypes.c_void_p(self.front))
         else:
             lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.set_threads_ptr,
                                                             self.sgemv, self.dgemv)))
-            if self.front is not None:
-                lib.lum_set_sgemm_front(ctypes.c_void_p(self.front))
-
-
-def _openblas_core(lib, prefix: str, suffix: str) -> str | None:
-    """OpenBLAS's kernel set as it chose it at load time (or as OPENBLAS_CORETYPE pinned it)."""
-    fn = getattr(lib, f"{prefix}openblas_get_corename{suffix}", None)
-    if fn is None:
-        return None
-    fn.restype = ctypes.c_char_p
-    name = fn()
-    return name.decode(errors="replace") if name else None
+        if self.front is not None:
+            lib.lum_set_sgemm_front(ctypes.c_void_p(self.front))
 
 
 _BLAS: dict[str, _Blas] = {}
@@ -238,7 +199,7 @@ def blas_of(kind: str) -> _Blas:
     return _BLAS[kind]
 
 
-_CPUS = max(1, os.cpu_count() or 1)  # read once: os.cpu_count() costs ~6 us, a tenth of a small model's call
+_CPUS = max(1, os.cpu_count() or 1)  # read once: os.cpu_count() per call is a measurable part of a small model's call
 
 
 def threads() -> int:
@@ -250,9 +211,8 @@ def threads() -> int:
 
 
 def _address(a: np.ndarray) -> int:
-    """The data address of a C-contiguous array: through a ctypes view of its buffer (~0.2 us)
-    rather than `a.ctypes.data` (~1 us, a dozen times per call of a small model); read-only and
-    empty arrays, which ctypes cannot view, take `a.ctypes.data`."""
+    """The data address of a C-contiguous array: a ctypes view is several times cheaper than
+    `a.ctypes.data`, which serves the read-only and empty arrays ctypes cannot view."""
     try:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))
     except (TypeError, ValueError, BufferError):
@@ -265,8 +225,7 @@ _code: list[str] = []
 
 
 def code_version() -> str:
-    """A hash of what decides the C of a graph (the renderers and the plan) and how it is
-    built (flags, compiler): stored artifacts of any other version are not used."""
+    """A hash of what decides a graph's C and its build (renderers, plan, flags, compiler)."""
     if not _code:
         root = Path(__file__).parent.parent
         h = hashlib.sha256()
@@ -282,19 +241,18 @@ def code_version() -> str:
     return f"{_code[0]} {cc} {st.st_size}:{st.st_mtime_ns}" if st else f"{_code[0]} none"
 
 
+class ArtifactMismatch(Exception):
+    pass
+
+
 def _restore(outputs: list, data) -> tuple[CProgram, Path] | None:
     """(the program without source, the library) that `data` (an `artifacts()` dict) describes
-    for the graph `outputs`, or None (debug-logged) when anything fails to check out: a foreign
-    version, a library no longer cached, a table that does not fit the graph or the library."""
+    for the graph `outputs`, or None (debug-logged) when anything fails to check out."""
     try:
         return _restored(outputs, data)
     except (ArtifactMismatch, AttributeError, KeyError, TypeError, ValueError, IndexError, OSError) as exc:
         LOG.debug("cpu runtime: stored artifacts not used: %s: %s", type(exc).__name__, exc)
         return None
-
-
-class ArtifactMismatch(Exception):
-    pass
 
 
 def _restored(outputs, data) -> tuple[CProgram, Path] | None:
@@ -351,9 +309,8 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
 
 
 def _fused_steps(sched) -> dict[int, CStep]:
-    """The steps `program.render_program` fuses (a convolution's im2col GEMM, the copies it
-    absorbs), by id of their node, named as it names them: only graphs with such steps pay for
-    importing the renderer here."""
+    """The steps `program.render_program` fuses (a convolution's im2col GEMM), by id of their node,
+    named as it names them."""
     from luminal.kernels.cpu.program import _fused_step, _fusions
 
     plans, absorbed = _fusions(sched)
@@ -361,22 +318,18 @@ def _fused_steps(sched) -> dict[int, CStep]:
     for node in sched.nodes:
         found = _fused_step(node, plans, absorbed)
         if found is not None:
-            code, step = found
-            step.name = f"{node.op.title.lower()}_{hashlib.sha1(code.encode()).hexdigest()[:12]}"
-            steps[id(node)] = step
+            steps[id(node)] = found[1]
     return steps
 
 
 # --- the runtime ----------------------------------------------------------------------------------
 class CpuRuntime(Runtime):
-    """Runs a graph as compiled C: one shared library, one native call per call.
-    Safe to call from several threads at once (each thread has its own arena; each call its outputs and flag)."""
+    """Runs a graph as compiled C; thread-safe (each thread has its own arena, each call its outputs
+    and flag). `artifacts`: what `artifacts()` returned in an earlier process, used if it checks out."""
 
-    def __init__(self, outputs, profile: bool = False, artifacts: dict | None = None):
-        """`artifacts`: what `artifacts()` returned for this graph in an earlier process (the
-        compile cache stores it): the library is loaded by its key and the launch table read
-        from it, without rendering any C; anything that does not check out is rendered afresh."""
+    def __init__(self, outputs, profile: bool = False, artifacts: dict | None = None, arithmetic: Arithmetic = C):
         outputs = list(outputs)
+        self.arithmetic = arithmetic
         restored = _restore(outputs, artifacts) if artifacts is not None else None
         if restored is None:
             from luminal.kernels.cpu.program import render_program  # not imported by a restored runtime
@@ -433,8 +386,8 @@ class CpuRuntime(Runtime):
         self._lock = threading.Lock()
         self.arena_bytes = 0
         self._scratch = threading.local()  # per calling thread: its pointer table (`run`)
-        # no symbolic dim: the first call's layout serves every call (no lookup); worked out at
-        # that call, whose errors (a broken file's sizes) the caller reports as a call's
+        # static shapes: the first call's layout serves every call (worked out then, so a broken
+        # file's sizes fail as a call)
         self._fixed = all(sym.is_static(d) for n in [*self.inputs, *self.outputs, *self.intermediates] for d in n.shape)
         self._static = None
 
@@ -453,9 +406,8 @@ class CpuRuntime(Runtime):
         return "\n".join(self.program.sources)
 
     def artifacts(self) -> dict:
-        """What a later process needs to rebuild this runtime without rendering C (plain JSON
-        data, stored by the compile cache): the library's cache key, its kernels, the dims, and per
-        step its kernel, its input buffers (positions among weights, inputs and steps) and dims."""
+        """Plain JSON for a later process to rebuild this runtime without rendering C: the library's
+        key, its kernels, the dims, and per step its kernel, input positions and dims."""
         sched = self.program.schedule
         pos = {id(n): i for i, n in enumerate([*sched.weights, *sched.inputs, *sched.nodes])}
         kernel = {k: i for i, k in enumerate(self.program.kernels)}
@@ -466,6 +418,12 @@ class CpuRuntime(Runtime):
                       len(st.symbols), *(dim[s] for s in st.symbols)]
         return {"format": ARTIFACTS_FORMAT, "code": code_version(), "library": self.library_path.stem,
                 "kernels": list(self.program.kernels), "symbols": list(self.program.symbols), "steps": steps}
+
+    @property
+    def last_bindings(self) -> dict[str, int] | None:
+        """The dims of its latest call (its layouts are LRU-ordered); None before a symbolic one."""
+        with self._lock:
+            return dict(next(reversed(self._layouts))) if self._layouts else None
 
     def _layout(self, bindings: dict[str, int]):
         key = tuple(sorted(bindings.items()))
@@ -506,8 +464,7 @@ class CpuRuntime(Runtime):
         total, _, _, out_shapes, offsets_at, dims_at = layout
         ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
         outs = [np.empty(s, dt) for s, dt in zip(out_shapes, self._out_dtypes)]
-        # this thread's arena (shared by every graph, `_ARENA`) and this graph's pointer table for
-        # the thread, kept between calls: a call's C run ends before the thread can start another
+        # this thread's arena and pointer table, kept between calls: a thread runs one call at a time
         shared = _ARENA.__dict__
         arena = shared.get("arena")
         if arena is None or arena.nbytes < total:
@@ -526,7 +483,7 @@ class CpuRuntime(Runtime):
             bufs[k + i] = _address(o)
         err = ctypes.c_int(0)
         self._run(self._table_at, self._n_steps, bufs, dims_at, shared["arena_at"], offsets_at, ctypes.byref(err), threads(),
-                  None if self._seconds is None else self._seconds.ctypes.data, get_precision("cpu") == "float64")
+                  None if self._seconds is None else self._seconds.ctypes.data, self.arithmetic.precision == "float64")
         if err.value:
             if err.value & 2 and not err.value & 1:
                 raise DivisionByZero("integer division or remainder by zero (flagged by the compiled C)")

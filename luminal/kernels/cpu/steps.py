@@ -1,8 +1,5 @@
-"""What a C library runs: its steps (`CStep`), the program (`CProgram`: the library's kernels and
-the steps in launch order) and the launch table the driver interprets (`launch_table`).
-
-Kept apart from the renderer (`render.py`, `program.py`) so that a process restoring a runtime
-from the compile cache's artifacts, which renders nothing, does not import it.
+"""What a C library runs: its steps (`CStep`), the program (`CProgram`) and the launch table the
+driver interprets. Apart from the renderer, which a runtime restored from artifacts never imports.
 """
 
 from __future__ import annotations
@@ -29,12 +26,8 @@ class CStep:
 
 @dataclass
 class CProgram:
-    """A graph's C library and the steps its launch table runs (buffers by role).
-
-    The library holds only the graph's distinct kernels (sorted by name: the same set of kernels
-    gives the same source, whatever the depth or the model) and the fixed driver `lum_run`; the
-    order of launches is data (`launch_table`), so the source and its build time do not grow
-    with the number of layers."""
+    """A graph's C library (its distinct kernels and the driver `lum_run`) and the steps its launch
+    table runs, in order."""
 
     sources: list[str] | None  # its translation units (None: restored from artifacts, not rendered)
     identity: str | None  # the library as one unit: what its cache key hashes

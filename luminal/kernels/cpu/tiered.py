@@ -1,32 +1,10 @@
-"""`device="cpu"` while its library builds: the first call on the NumPy reference runtime.
+"""`device="cpu"` while its library builds (README: "A cold `cpu` build runs in the background").
 
-A graph whose C library is not in the cache costs its compile a C build (0.5-0.6 s for a
-32-layer Llama on two cores, more with the per-machine objects on a fresh cache). `TieredRuntime`
-returns at once and builds the library on a background thread that starts after the model's
-*first* call (or `FIRST_CALL_WAIT_S` without one), its compilers at a lower priority; that call, if it comes before the library is ready and the NumPy runtime would take it under
-`REFERENCE_BUDGET_S` (estimated from the graph at that call's dims: `reference_seconds`; a large
-conv net's window products take longer than the build), runs on the NumPy runtime (the executable
-specification every device is tested against) at the C's working precision (`like="cpu"`:
-f32 elementwise math, sums in double, GEMMs in f32 unless `set_precision("float64")`), and
-every later call runs on the compiled C, waiting for the build if it is still going. Like
-TorchScript's profiling executor, whose first calls ran unfused: the first call's last bits may
-differ from later calls' (a region's ops in another order, a sum in another order), never its
-overflows, underflows or NaNs: the reference's own float64 intermediates would turn
-`sqrt(x * x)` at 1e30 into 1e30 where the C (and torch) give inf.
-
-Off (every call waits for the C, as before) with `LUMINAL_TIERED=0`, and whenever
-`torch.use_deterministic_algorithms(True)` is on: bitwise repeatable calls are then the
-contract. The compile report says which runtime the first call ran on and how long the
-background build took. A build that fails falls back to the NumPy runtime with the same warning
-`make` gives, raised in the calling thread at the next call. The build thread is not a daemon:
-a process that exits right after its first call waits for the build, so that the next process
-finds the library in the cache. A child forked while a build runs starts the build again itself
-(`os.register_at_fork`): the parent's thread is not in the child. The compile cache's writes of
-that compile (the optimized graph's entry, torch.compile's link to it) run on the same thread
-before the build (`after_first_call`), off the first call's path too. The thread holds the
-runtime only weakly: a runtime freed before its build is done cancels it (`build_queue.Ticket`: a
-compiler still queued for a slot never starts, a running one is killed), so a suite of small
-models leaves no compilers behind; a caller waiting for the build moves its compilers first.
+The library builds on a thread that starts after the first call (or `FIRST_CALL_WAIT_S`); that
+call, if the NumPy runtime would take it under `REFERENCE_BUDGET_S`, runs on the reference
+computing as the C does (`precision.C`), so its last bits may differ, never its overflows or NaNs.
+Later calls wait for the C. The thread is not a daemon (the next process finds the library), holds
+the runtime only weakly (a freed runtime cancels its build), and is started again in a forked child.
 """
 
 from __future__ import annotations
@@ -44,28 +22,18 @@ TIERED_ENV = "LUMINAL_TIERED"
 
 
 def turned_off() -> bool:
-    """`LUMINAL_TIERED=0`: everything a compile does happens before it returns (no first call on
-    the NumPy runtime, no compile cache write after the first call: `compiler.after_first_call`)."""
+    """`LUMINAL_TIERED=0`: everything a compile does (cache writes included) happens before it returns."""
     return os.environ.get(TIERED_ENV, "1") == "0"
 
 
 def enabled() -> bool:
-    """Whether a cold build may serve the first call from the NumPy runtime (see above)."""
-    if turned_off():
-        return False
-    torch = sys.modules.get("torch")
-    deterministic = getattr(torch, "are_deterministic_algorithms_enabled", None)
-    return not (deterministic is not None and deterministic())
+    """Whether a cold build may serve the first call from the NumPy runtime (not in deterministic mode)."""
+    deterministic = getattr(sys.modules.get("torch"), "are_deterministic_algorithms_enabled", None)
+    return not turned_off() and not (deterministic is not None and deterministic())
 
 
-# The NumPy runtime's cost, roughly (float64 working precision): ~20 us per op, ~2 ns per element
-# an op writes (a FusedElementwise writes one array per level of its expression; a WindowReduce
-# sums its window products as einsum goes: twice that per product), and a GEMM's multiply-adds at
-# 1/32 of that (BLAS). On the benchmark models (2-core Zen 5): the 32-layer Llama at 16 tokens
-# estimates 0.036 s and runs 0.04-0.055 s; resnet-ish 0.06 s against 0.046-0.06 s; mobilenet-ish
-# 0.26 s against 0.26-0.45 s. The C build those calls race takes 0.5-1.5 s on a fresh cache: a
-# first call the reference would take longer than REFERENCE_BUDGET_S waits for the C (measured on
-# mobilenet-ish, cold: 1.32-1.34 s on the reference against 1.48-1.58 s waiting).
+# The NumPy runtime's cost, roughly: per op, per element an op writes (a FusedElementwise one array
+# per node of its expression), per GEMM multiply-add (README's Decisions compare it to runs).
 OP_SECONDS, ELEMENT_SECONDS, MAC_SECONDS = 20e-6, 2e-9, 2e-9 / 32
 PHILOX_ELEMENTS = 32  # a Philox element costs the reference ~70 ns (10 rounds of uint64 products), ~32 elements' worth
 REFERENCE_BUDGET_S = 0.3
@@ -117,8 +85,8 @@ _PENDING: weakref.WeakSet = weakref.WeakSet()  # runtimes whose build has not en
 
 
 def quietly(fn: Callable) -> None:
-    """`fn()`, an exception it raises logged (at debug level), never raised: a task off the first
-    call's path (a cache write, a report line) is never a reason to break the model's calls."""
+    """`fn()`, an exception it raises debug-logged, never raised: a task off the first call's path
+    (a cache write, a report line) must not break the model's calls."""
     try:
         fn()
     except Exception:  # noqa: BLE001 - see above
@@ -144,9 +112,7 @@ def _build_thread(ref: weakref.ref, ticket, build_fn: Callable, first_done: thre
     """A `TieredRuntime`'s build (`ref`: the runtime, held only while its fields are read or written)."""
     from luminal.kernels.cpu import build_queue
 
-    # after the first call (or FIRST_CALL_WAIT_S without one): its Python and the NumPy
-    # runtime get the cores, not the renderer and the compilers (on two cores those slowed
-    # the 32-layer Llama's first call by a third)
+    # after the first call: it gets the cores, not the renderer and the compilers
     first_done.wait(FIRST_CALL_WAIT_S)
     runtime = ref()
     if runtime is None or ticket.cancelled:
@@ -179,17 +145,15 @@ def _cancel(ticket, first_done: threading.Event) -> None:
 
 
 class TieredRuntime(Runtime):
-    """The NumPy runtime for the first call, the compiled one (`build()`'s) for every later call.
-    Other attributes (`source`, `program`, `stats()`, `profile()`, ...) are the compiled runtime's,
-    waited for."""
+    """The NumPy runtime for the first call, the compiled one for every later call; other attributes
+    are the compiled runtime's, waited for."""
 
     restored = False  # not rebuilt from stored artifacts (the compile cache asks)
     builds_in_background = True  # after_first_call, when_built: its own
 
     def __init__(self, outputs, build: Callable[[], tuple], reference, warn: Callable[[str, str], None]):
-        """`build()`, run on the background thread: `(runtime, warning)`, the compiled runtime (or a
-        fallback) and None (or the `(key, message)` of a warning to give once, through `warn`, in
-        the thread that next calls); `reference`: the NumPy runtime."""
+        """`build()`, run on the background thread, returns `(runtime, warning)`: the compiled runtime
+        (or a fallback) and None or the `(key, message)` to `warn` once in the next caller's thread."""
         self.outputs = list(outputs)
         self._warn = warn
         self._reference = reference
@@ -213,9 +177,8 @@ class TieredRuntime(Runtime):
         self._start()
 
     def _start(self) -> None:
-        """The build thread, which holds this runtime only weakly: a runtime whose graph is freed
-        cancels its build (`build_queue.Ticket`: not started yet, it never starts; its compilers are
-        killed), so that dropped models leave no compilers behind."""
+        """The build thread, holding this runtime only weakly: a freed runtime cancels its build, so
+        dropped models leave no compilers behind."""
         from luminal.kernels.cpu import build_queue
 
         self._ticket = build_queue.Ticket()
@@ -226,9 +189,8 @@ class TieredRuntime(Runtime):
         self._thread.start()
 
     def _restart_after_fork(self) -> None:
-        """In a forked child: the parent's build thread is not there (its events and locks may be
-        held forever): fresh ones, and the build started again here, so that no call waits on
-        a build only the parent runs (a server forking workers after the compile)."""
+        """In a forked child the parent's build thread is gone (its events and locks may stay held):
+        fresh ones, and the build started again here."""
         first_done = self._first_done.is_set()
         self._ready, self._lock, self._first_done = threading.Event(), threading.Lock(), threading.Event()
         if first_done:
@@ -251,9 +213,8 @@ class TieredRuntime(Runtime):
             quietly(lambda: fn(self._compiled, self.build_seconds))
 
     def after_first_call(self, fn: Callable) -> None:
-        """Run `fn()` on the build thread once the first call is over, before the build (now, in
-        this thread, if the thread is past that): the compile cache's writes, off the first
-        call's path. An exception `fn` raises is logged, never raised."""
+        """Run `fn()` (the compile cache's writes) on the build thread after the first call, before
+        the build (now, if the thread is past that); its exceptions are logged, never raised."""
         with self._lock:
             if not self._started:
                 self._early.append(fn)
@@ -301,7 +262,7 @@ class TieredRuntime(Runtime):
                     self.reference_estimate = reference_seconds(reference.order, bindings)
                     if self.reference_estimate <= REFERENCE_BUDGET_S and not self._ready.is_set():
                         self.reference_calls += 1
-                        return reference.run(arrays, bindings, like="cpu")
+                        return reference.run(arrays, bindings)
                 finally:
                     self._first_done.set()  # the build may start
         return self.wait()(feeds)
@@ -313,8 +274,7 @@ class TieredRuntime(Runtime):
         if not self._ready.is_set():
             return ["  cpu: the C library is building in the background; "
                     f"{self.reference_calls} call(s) ran on the NumPy runtime so far"]
-        inner = getattr(self._compiled, "report_lines", None)
-        lines = list(inner()) if callable(inner) else []
+        lines = [] if self._compiled is None else list(self._compiled.report_lines())  # None: the build failed
         return lines + [f"  cpu: the C library built in the background in {self.build_seconds:.2f} s; "
                         f"{self.reference_calls} call(s) ran on the NumPy runtime meanwhile"]
 
@@ -323,9 +283,7 @@ class TieredRuntime(Runtime):
         """The dims of the compiled runtime's last call (the roofline's), without waiting: {} before."""
         if not self._ready.is_set() or self._compiled is None:
             return {}
-        from luminal.kernels.roofline import last_bindings
-
-        return last_bindings(self._compiled) or {}
+        return self._compiled.last_bindings or {}
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in _OWN:  # not set yet (a copy, a half-made object): no recursion

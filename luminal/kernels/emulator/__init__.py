@@ -4,16 +4,10 @@
     module.launch("softmax", grid=(rows,), block=(256,), args=[x, y, np.int32(cols)])
 
 g++ compiles the source against `cuda_emu.h` (CUDA threads as fibers, real barriers and warp
-shuffles, poisoned shared memory; see the header's comment) into a `.so` cached under
-`$LUMINAL_CACHE_DIR/emulator` (default `~/.cache/luminal/emulator`). Modes:
-
-- "release" (-O2), the default; "debug" (-O0 -g) for gdb;
-- "asan": -fsanitize=address,undefined. Loads only into a process started with libasan preloaded;
-  `run_python_under_asan(code)` runs a snippet that way (see `asan.py`).
-
-Environment: CUEMU_SCHEDULE=0/1/2 runs a block's threads forward / reverse / shuffled between
-barriers (a result that changes is a race; `launch(..., schedule=)` overrides it), CUEMU_STACK_KB
-sets the fiber stack size (64, 256 under ASan), CXX picks the compiler.
+shuffles, poisoned shared memory) into a cached `.so`. Modes: "release" (-O2), "debug" (-O0 -g),
+"asan" (ASan+UBSan, loaded only under `run_python_under_asan`). CUEMU_SCHEDULE=0/1/2 runs a block's
+threads forward / reverse / shuffled between barriers (a result that changes is a race);
+CUEMU_STACK_KB sets the fiber stack size (64, 256 under ASan); CXX picks the compiler.
 """
 
 from __future__ import annotations
@@ -48,16 +42,13 @@ __all__ = [
 _loaded: weakref.WeakValueDictionary[Path, EmulatedModule] = weakref.WeakValueDictionary()
 
 
-def build(sources: str, mode: str = "release", *, ftz: bool = True, extra_flags: tuple[str, ...] = (),
-          cache_path: Path | None = None) -> EmulatedModule:
-    """Compile one translation unit holding any number of `extern "C" __global__` kernels.
-
-    `ftz` flushes f32 denormals like NVRTC's `-ftz=true`. A cached library is reused, and a
-    library already loaded in this process is returned as the same module."""
+def build(sources: str, mode: str = "release", *, cache_path: Path | None = None) -> EmulatedModule:
+    """Compile one translation unit holding any number of `extern "C" __global__` kernels; a library
+    already loaded is the same module."""
     if mode == "asan" and not asan_runtime_loaded():  # fail before spending a build on it
         raise LuminalError("an ASan emulator build loads only into a process started with "
                            "LD_PRELOAD=libasan.so: use luminal.kernels.emulator.run_python_under_asan()")
-    path = compile_shared_library(sources, mode, ftz=ftz, extra_flags=tuple(extra_flags), cache_path=cache_path)
+    path = compile_shared_library(sources, mode, cache_path=cache_path)
     module = _loaded.get(path)
     if module is None:
         module = _loaded[path] = EmulatedModule(path, find_kernels(sources), mode)

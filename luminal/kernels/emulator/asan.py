@@ -1,15 +1,9 @@
 """Running ASan/UBSan emulator builds (`build(..., mode="asan")`).
 
-An ASan-instrumented `.so` can only be loaded into a process whose first loaded library is the ASan
-runtime; otherwise the runtime aborts the whole process. Python is not built with ASan, so the
-process has to be started with `LD_PRELOAD=$(g++ -print-file-name=libasan.so)`:
-
-    LD_PRELOAD=$(g++ -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 python script.py
-
-`run_python_under_asan(code)` does that for a snippet and returns the finished process. A memory
-error (heap-buffer-overflow on a NumPy array, ...) or UB (signed overflow in index math, shared
-array index out of bounds) aborts that process with a report naming `kernel.cu:LINE`.
-NumPy serves small arrays from its own cache, so give arrays a few KiB for reliable detection.
+An ASan-instrumented `.so` loads only into a process whose first library is the ASan runtime, so
+`run_python_under_asan(code)` runs a snippet under `LD_PRELOAD=$(g++ -print-file-name=libasan.so)`;
+a memory error or UB aborts it with a report naming `kernel.cu:LINE`. NumPy serves small arrays
+from its own cache: give arrays a few KiB for reliable detection.
 """
 
 from __future__ import annotations

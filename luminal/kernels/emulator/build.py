@@ -2,9 +2,8 @@
 
 The source is the exact text NVRTC gets. Three rewrites that macros cannot do:
 - `extern __shared__ T name[];` becomes a reference to the launch's dynamic shared buffer;
-- before each kernel, `__shared__` is redefined so that the kernel's static shared variables land in
-  an ELF section of their own (`cuemu_smem_<kernel>`): a block start then poisons only that kernel's
-  shared memory, not every kernel's, and the static size per kernel is known;
+- before each kernel, `__shared__` is redefined so its static shared variables land in an ELF
+  section of their own: a block start poisons only that kernel's, and its static size is known;
 - an exported launcher (`CUEMU_EXPORT`) is appended per kernel.
 `#line` directives keep compiler, ASan and UBSan messages pointing at the original lines.
 """
@@ -93,8 +92,7 @@ def compiler_version(cxx: str) -> str:
     return subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout.split("\n")[0]
 
 
-def compile_shared_library(source: str, mode: str = "release", *, ftz: bool = True,
-                           extra_flags: tuple[str, ...] = (), cache_path: Path | None = None) -> Path:
+def compile_shared_library(source: str, mode: str = "release", *, cache_path: Path | None = None) -> Path:
     """Build (or find in the cache) the `.so` for `source`. The key covers the translation unit,
     every emulator header, the flags and the compiler version."""
     if mode not in MODE_FLAGS:
@@ -103,39 +101,35 @@ def compile_shared_library(source: str, mode: str = "release", *, ftz: bool = Tr
         raise EmulatorBuildError('no kernel found: kernels must be declared `extern "C" __global__ void name(...)`')
     cxx = os.environ.get("CXX", "g++")
     text = translation_unit(source)
-    flags = [*COMMON_FLAGS, *MODE_FLAGS[mode], f"-DCUEMU_FTZ={int(ftz)}", *extra_flags,
-             f"-I{EMULATOR_DIR}", f"-I{INCLUDE_DIR}"]
+    flags = [*COMMON_FLAGS, *MODE_FLAGS[mode], "-DCUEMU_FTZ=1", f"-I{EMULATOR_DIR}", f"-I{INCLUDE_DIR}"]
     digest = hashlib.sha256()
     for part in (text, *(h.read_text() for h in HEADERS), *flags, compiler_version(cxx)):
         digest.update(part.encode() + b"\0")
     key = digest.hexdigest()[:32]
+
     def build_in(directory: Path) -> Path:
-        return _build_in(directory, mode, key, text, cxx, flags)
+        from luminal.kernels.cpu.build_queue import compiler_slot
 
-    # the cache folder, or where it cannot be written (read-only, full) the private one, as the cpu build
-    return build_in(cache_path) if cache_path is not None else in_cache("emulator", build_in)
-
-
-def _build_in(directory: Path, mode: str, key: str, text: str, cxx: str, flags: list[str]) -> Path:
-    from luminal.kernels.cpu.build_queue import compiler_slot
-
-    library = directory / f"{mode}_{key}.so"
-    if library.exists():
-        stats.cache_hits += 1
-        return library
-    with open(directory / f"{mode}_{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same key (pytest-xdist): wait for it
+        library = directory / f"{mode}_{key}.so"
         if library.exists():
             stats.cache_hits += 1
             return library
-        cpp = directory / f"{mode}_{key}.cpp"  # kept next to the .so, for reading what was compiled
-        cpp.write_text(text)
-        tmp = directory / f"{mode}_{key}.{os.getpid()}.so"
-        stats.builds += 1
-        with compiler_slot():  # one queue with the cpu device's compilers: at most one per core
-            result = subprocess.run([cxx, *flags, str(cpp), "-o", str(tmp)], capture_output=True, text=True)
-        if result.returncode:
-            tmp.unlink(missing_ok=True)
-            raise EmulatorBuildError(f"{cxx} could not build the emulator library ({cpp}):\n{result.stderr.strip()}")
-        os.replace(tmp, library)  # atomic: a reader never sees a half-written library
-    return library
+        with open(directory / f"{mode}_{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another process building the same key (pytest-xdist): wait for it
+            if library.exists():
+                stats.cache_hits += 1
+                return library
+            cpp = directory / f"{mode}_{key}.cpp"  # kept next to the .so, for reading what was compiled
+            cpp.write_text(text)
+            tmp = directory / f"{mode}_{key}.{os.getpid()}.so"
+            stats.builds += 1
+            with compiler_slot():  # one queue with the cpu device's compilers: at most one per core
+                result = subprocess.run([cxx, *flags, str(cpp), "-o", str(tmp)], capture_output=True, text=True)
+            if result.returncode:
+                tmp.unlink(missing_ok=True)
+                raise EmulatorBuildError(f"{cxx} could not build the emulator library ({cpp}):\n{result.stderr.strip()}")
+            os.replace(tmp, library)  # atomic: a reader never sees a half-written library
+        return library
+
+    # the cache folder, or where it cannot be written (read-only, full) the private one, as the cpu build
+    return build_in(cache_path) if cache_path is not None else in_cache("emulator", build_in)

@@ -81,7 +81,6 @@ class EmulatedModule:
         self.path, self.mode = Path(path), mode
         self._lib = ctypes.CDLL(str(self.path))
         self._lib.cuemu_last_error.restype = ctypes.c_char_p
-        self._lib.cuemu_switches.restype = ctypes.c_ulonglong
         self._lib.cuemu_set_schedule.argtypes = [ctypes.c_int]
         self._lock = self._locks.setdefault(str(self.path), threading.Lock())
         self.kernels: dict[str, KernelInfo] = {}
@@ -100,16 +99,10 @@ class EmulatedModule:
             self._launchers[name] = launcher
 
     def release(self) -> None:
-        """Unmap this library's fiber stacks (two memory maps per CUDA thread, kept for the next
-        launch): a process that loads hundreds of libraries would otherwise exhaust
-        vm.max_map_count. The next launch maps them again."""
+        """Unmap this library's fiber stacks (two maps per CUDA thread, kept between launches), lest
+        a process loading hundreds of libraries exhaust vm.max_map_count."""
         with self._lock:
             self._lib.cuemu_release_fibers()
-
-    @property
-    def switches(self) -> int:
-        """Fiber switches so far (a cost measure for the emulator itself)."""
-        return self._lib.cuemu_switches()
 
     def launch(self, kernel: str, grid, block, args, shared_mem_bytes: int = 0,
                schedule: int | None = None) -> None:

@@ -1,39 +1,24 @@
-"""The CUDA C renderer: `GENERATORS` maps each op to its kernel generator (`NO_KERNEL`: ops
-that launch nothing, their consumers read them).
+"""The kernel renderer: each op's generator written once (`kernels.py`) against a dialect per
+target (`dialect.py`: CUDA C for NVRTC and the emulator, C for the system compiler).
 
     cexpr.py    symbolic dims and literals as C expressions
-    cstyle.py   the CUDA dialect (`code_for_op`, types, reads through views) and what every
-                generator shares (signatures, `KernelSpec`, the pointwise skeleton)
-    kernels.py  pointwise ops, reduce, gather, scatter; fused.py  regions, softmax, Kahan sum, matmul
-    conv.py     WindowReduce: direct convolutions and pooling
+    cstyle.py   what every generator shares: op code (`code_for_op`), reads through views,
+                signatures, `KernelSpec`, CUDA's 32/64-bit index variants
+    dialect.py  `Dialect`, `CudaDialect`, `CDialect`: loops, row passes and spellings
+    kernels.py  the generators (`GENERATORS`) and `render_node`
+    conv.py     a WindowReduce's element (convolutions, pooling)
+    matmul.py, gemv.py  CUDA's MatMul kernels (its "gemm" extern step's fallback)
+
+A dialect's own kernels (its extern steps, and faster forms of an op) are passed to
+`render_node` as `special`: `CUDA_SPECIAL` here, `luminal.kernels.cpu.render.SPECIAL` for C.
 """
 
-from luminal.errors import UnsupportedError
-from luminal.hlir.ops import POINTWISE, REDUCE, Node, Op
-from luminal.kernels.render import conv, fused, kernels
+from luminal.hlir.ops import Op
 from luminal.kernels.render.cstyle import KernelSpec
+from luminal.kernels.render.dialect import CUDA, C, Dialect
+from luminal.kernels.render.kernels import GENERATORS, NO_KERNEL, render_node
+from luminal.kernels.render.matmul import matmul
 
-GENERATORS = {
-    **{op: kernels.elementwise for op in POINTWISE | {Op.IOTA, Op.CONTIGUOUS}},
-    **{op: kernels.reduce for op in REDUCE},
-    Op.GATHER: kernels.gather,
-    Op.SCATTER: kernels.scatter,
-    Op.FUSED_ELEMENTWISE: fused.fused_elementwise,
-    Op.SOFTMAX: fused.softmax,
-    Op.KAHAN_SUM: fused.kahan_sum,
-    Op.MAT_MUL: fused.matmul,
-    Op.CONCAT: fused.concat,
-    Op.WINDOW_REDUCE: conv.window_reduce,
-}
-NO_KERNEL = frozenset({Op.INPUT, Op.CONSTANT, Op.VIEW})  # scalars are inlined, buffers and views read
+CUDA_SPECIAL = {Op.MAT_MUL: matmul}
 
-
-def render_node(node: Node, name: str) -> list[KernelSpec]:
-    """The launches that compute `node` into its own contiguous buffer."""
-    gen = GENERATORS.get(node.op)
-    if gen is None:
-        raise UnsupportedError(f"no CUDA kernel for op {node.op.title}")
-    return gen(node, name)
-
-
-__all__ = ["GENERATORS", "NO_KERNEL", "KernelSpec", "render_node"]
+__all__ = ["C", "CUDA", "CUDA_SPECIAL", "GENERATORS", "NO_KERNEL", "Dialect", "KernelSpec", "render_node"]

@@ -1,8 +1,5 @@
-"""Symbolic dims and constants as C expressions.
-
-Dims are ints or sympy expressions over nonnegative symbols; in a kernel every symbol is a
-`long long` argument named `d_<name>`. Division only appears as floor/ceiling of a quotient of
-nonnegative terms, which C integer division computes exactly.
+"""Symbolic dims and constants as C expressions. A symbol is a `long long` argument `d_<name>`;
+division appears only as floor/ceiling of a quotient of nonnegative terms, exact in C.
 """
 
 from __future__ import annotations
@@ -19,13 +16,32 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 
 _INDEX_TYPE = contextvars.ContextVar("luminal_index_type", default="long long")
+_DIALECT = contextvars.ContextVar("luminal_dialect")
+
+
+@contextlib.contextmanager
+def rendering(dialect):
+    """Render in `dialect` (a `dialect.Dialect`) inside the block: its spellings of types,
+    literals and conversions are what `c_literal` and the shared tools write."""
+    token = _DIALECT.set(dialect)
+    try:
+        yield dialect
+    finally:
+        _DIALECT.reset(token)
+
+
+def active():
+    """The dialect being rendered (`rendering`)."""
+    try:
+        return _DIALECT.get()
+    except LookupError:
+        raise RuntimeError("a kernel rendered outside `rendering(dialect)`") from None
 
 
 @contextlib.contextmanager
 def index_math(ctype: str):
-    """Render index math in `ctype` ("int" or "long long", the default) inside the block: the
-    CUDA dialect builds an elementwise or reduction kernel in 32-bit index math when every size
-    it indexes fits (`cstyle.index_variants`); the C dialect never enters it."""
+    """Render index math in `ctype` ("int" or "long long", the default) inside the block (CUDA's
+    32-bit builds, `cstyle.index_variants`)."""
     token = _INDEX_TYPE.set(ctype)
     try:
         yield
@@ -99,19 +115,20 @@ def c_literal(value, dtype: DType) -> str:
         if v == int(np.iinfo(dtype.numpy).min):  # `-9223372036854775808LL` negates a literal too wide for its type
             return f"({v + 1}{suffix} - 1)"
         return f"{v}{suffix}"
-    if dtype is DType.F64:
-        v = float(value)
-        if math.isnan(v):
-            return "__longlong_as_double(0x7ff8000000000000LL)"
-        if math.isinf(v):
-            return "__longlong_as_double(0x7ff0000000000000LL)" if v > 0 else "__longlong_as_double(0xfff0000000000000LL)"
-        return v.hex()
-    v = float(np.asarray(value).astype(dtype.numpy).astype(np.float32))  # the value the dtype holds
-    if math.isnan(v):
-        return "__int_as_float(0x7fc00000)"
-    if math.isinf(v):
-        return "__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)"
-    return float(np.float32(v)).hex() + "f"
+    double = dtype is DType.F64
+    v = float(value) if double else float(np.asarray(value).astype(dtype.numpy).astype(np.float32))  # the value the dtype holds
+    if math.isnan(v) or math.isinf(v):  # by bit pattern, as the dialect spells it
+        bits = {True: 0x7FF8000000000000, False: 0x7FC00000}[double] if math.isnan(v) else (
+            (0x7FF0000000000000 if double else 0x7F800000) | ((1 << 63 if double else 1 << 31) if v < 0 else 0))
+        return active().float_bits(bits, double)
+    return v.hex() if double else float(np.float32(v)).hex() + "f"
+
+
+def lowest(t: str) -> str:
+    """The identity of max in compute type `t` (-inf for floats)."""
+    if t in ("float", "double"):
+        return c_literal(float("-inf"), DType.F64 if t == "double" else DType.F32)
+    return c_literal(-(2**63) if t == "long long" else -(2**31), DType.I64 if t == "long long" else DType.I32)
 
 
 def compute_type(dtype: DType) -> str:

@@ -1,13 +1,12 @@
-"""The CUDA C dialect and what every kernel generator shares: storage/compute types, reading a
-source through its view, op code, kernel signatures and the one-thread-per-element skeleton.
-
-`code_for_op` maps each pointwise op to a small function producing C from operand
-expressions, by compute type (tinygrad's `renderer/cstyle.py` is the model). Values are loaded
-in their compute type (f16/bf16 widen to float) and narrowed only when stored.
+"""What every kernel generator shares, in every dialect: `code_for_op` (each pointwise op's C by
+compute type, as tinygrad's `renderer/cstyle.py`), reads through views, signatures, `KernelSpec`
+and CUDA's index variants. Values are loaded in their compute type (f16/bf16 widen to float) and
+narrowed only when stored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from dataclasses import dataclass, field
 
@@ -16,7 +15,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import ConstantArray, Expr, Node, Op
 from luminal.hlir.shape import ShapeTracker
-from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type, dims_symbols, index_math, index_type
+from luminal.kernels.render.cexpr import active, c_dim, c_literal, compute_type, dims_symbols, index_math, index_type
 
 LIBM = {"float": "f", "double": ""}  # libm suffix per compute type
 INT_MOD = "lum_imod"  # a kernel whose C calls it takes the error flag
@@ -24,10 +23,8 @@ UNSIGNED = {"int": "unsigned int", "long long": "unsigned long long"}
 
 
 def wrapping(t: str, a: str, op: str, b: str) -> str:
-    """`a op b` (+ or *) in compute type `t`, two's-complement wrapping on integers as torch's.
-    Signed overflow is undefined in C and CUDA C, and compilers act on it (gcc and NVVM fold
-    `x < x + 1` to true), so integers compute in the unsigned type of their width, whose
-    arithmetic wraps, and convert back (modular in gcc, NVRTC and C++20)."""
+    """`a op b` (+ or *) in compute type `t`, wrapping on integers as torch's: signed overflow is UB
+    that compilers act on, so integers compute in the unsigned type of their width and convert back."""
     u = UNSIGNED.get(t)
     return f"({a} {op} {b})" if u is None else f"(({t})(({u})({a}) {op} ({u})({b})))"
 
@@ -52,11 +49,8 @@ code_for_op = {
 
 
 def expression(e: Expr, leaf) -> str:
-    """C for a FusedElementwise expression (`luminal/hlir/ops.py`) in its compute type; `leaf(i)`
-    reads input slot i. Shared by every dialect.
-
-    `x * recip(y)` on floats is written `x / y`: equal in exact arithmetic, rounded once, and
-    finite where the reciprocal of a subnormal `y` would overflow (torch divides too)."""
+    """C for a FusedElementwise expression in its compute type; `leaf(i)` reads input slot i.
+    `x * recip(y)` on floats is `x / y`: rounded once, and finite where `1 / subnormal` overflows."""
     if e.op is Op.INPUT:
         return leaf(e.arg)
     if e.op is Op.CONSTANT:
@@ -95,19 +89,15 @@ def pointwise_value(node: Node, idx: list[str], inputs) -> str:
 
 def load_value(dtype: DType, expr: str) -> str:
     """A stored element as its compute type."""
-    if dtype is DType.F16:
-        return f"__half2float({expr})"
-    if dtype is DType.BF16:
-        return f"__bfloat162float({expr})"
+    if dtype in (DType.F16, DType.BF16):
+        return f"{active().half_load[dtype]}({expr})"
     return expr
 
 
 def store_value(dtype: DType, expr: str) -> str:
-    if dtype is DType.F16:
-        return f"__float2half({expr})"
-    if dtype is DType.BF16:
-        return f"__float2bfloat16({expr})"
-    return f"(({dtype.ctype})({expr}))"
+    if dtype in (DType.F16, DType.BF16):
+        return f"{active().half_store[dtype]}({expr})"
+    return f"(({active().ctype(dtype)})({expr}))"
 
 
 def cast_value(src: DType, dst: DType, expr: str) -> str:
@@ -132,15 +122,42 @@ def is_inline_scalar(node: Node) -> bool:
 
 
 _LANES: contextvars.ContextVar[dict | None] = contextvars.ContextVar("luminal_lanes", default=None)
+_NODE: contextvars.ContextVar[tuple] = contextvars.ContextVar("luminal_node")
+
+
+@contextlib.contextmanager
+def lanes(preloaded: dict):
+    """Inside the block, `read` of a source in `preloaded` (by id: a C expression) reads that
+    lane of a 16-byte load (CUDA's vectorized elementwise kernels)."""
+    token = _LANES.set(preloaded)
+    try:
+        yield
+    finally:
+        _LANES.reset(token)
+
+
+@contextlib.contextmanager
+def rendering_node(node: Node, inputs: list[Node]):
+    """The node being rendered and its kernel's buffers, for the dialect's loops."""
+    token = _NODE.set((node, inputs))
+    try:
+        yield
+    finally:
+        _NODE.reset(token)
+
+
+def current() -> tuple[Node, list[Node]]:
+    """(node, input buffers) of the kernel being rendered (`rendering_node`)."""
+    return _NODE.get()
 
 
 def read(node: Node, index: list[str], pointer: str | None) -> str:
     """C expression for element `index` (one C expression per dim) of `node`, compute type.
     Inside a vectorized pointwise kernel, a source preloaded by 16-byte loads reads its lane."""
     base, st = view_of(node)
-    lanes = _LANES.get()
-    if lanes is not None and id(node) in lanes:
-        return load_value(base.dtype, lanes[id(node)])
+    preloaded = _LANES.get()
+    if preloaded is not None and id(node) in preloaded:
+        return load_value(base.dtype, preloaded[id(node)])
     if is_inline_scalar(base):
         value = c_literal(base.arg, base.dtype)
     else:
@@ -174,11 +191,8 @@ def unravel(var: str, shape, prefix: str = "i") -> tuple[list[str], list[str]]:
     return names, lines
 
 
-# Philox 4x32-10 (`Op.PHILOX`; `luminal/runtime/rng.py` is its specification): portable C, the
-# same text in every dialect (`{q}`: the qualifiers, `static __device__ __forceinline__` in CUDA
-# and the emulator, `static inline` in the C prelude). Unsigned 32/64-bit arithmetic only (no
-# signed overflow, no <stdint.h>, which NVRTC lacks); the 32 x 32 -> 64-bit products give the
-# high and low words.
+# Philox 4x32-10 (`runtime/rng.py` is its specification), one text for every dialect (`{q}`: its
+# qualifiers). Unsigned arithmetic only: no signed overflow, no <stdint.h> (NVRTC lacks it).
 PHILOX_C = """\
 {q} float lum_philox(unsigned long long seed, unsigned long long counter) {{
   unsigned int c0 = (unsigned int)counter, c1 = (unsigned int)(counter >> 32), c2 = 0u, c3 = 0u;
@@ -192,33 +206,6 @@ PHILOX_C = """\
   return (float)(c0 >> 8) * 5.9604644775390625e-08f;  /* 24 random bits times 2**-24: exact, in [0, 1) */
 }}
 """
-
-PRELUDE = """\
-// generated by luminal
-static __device__ __forceinline__ long long lum_min(long long a, long long b) { return a < b ? a : b; }
-static __device__ __forceinline__ long long lum_max(long long a, long long b) { return a > b ? a : b; }
-template <typename T> static __device__ __forceinline__ T lum_imod(T a, T b, int* err) {
-  if (b == 0) { atomicOr(err, 2); return (T)0; }  // flag 2: integer division by zero
-  return b == (T)-1 ? (T)0 : (T)(a % b);  // lowest % -1 overflows (a trap on x86)
-}
-template <typename T> static __device__ __forceinline__ T lum_max_nan(T a, T b) { return (b > a || b != b) ? b : a; }
-static __device__ __forceinline__ bool lum_aligned16(const void* p) { return ((unsigned long long)p & 15ull) == 0; }
-""" + PHILOX_C.format(q="static __device__ __forceinline__")
-
-
-def prelude(dtypes: set[DType]) -> str:
-    """Headers only when half types are used (NVRTC has no default include path for others)."""
-    head = ""
-    if DType.F16 in dtypes:
-        head += "#include <cuda_fp16.h>\n"
-    if DType.BF16 in dtypes:
-        head += "#include <cuda_bf16.h>\n"
-    return head + PRELUDE
-
-
-THREADS = 256
-WARPS_PER_BLOCK = 4
-
 
 @dataclass
 class KernelSpec:
@@ -236,6 +223,7 @@ class KernelSpec:
     extern: object = None  # a `cublas.GemmDesc`: a device with that extern step may run it instead
     variants: list = field(default_factory=list)  # other builds of this launch (same arguments)
     chooser: object = None  # bindings -> index into [self, *variants]: picked per binding
+    wide: KernelSpec | None = None  # the build accumulating in double: precision "float64" without the extern
 
     def pick(self, bindings: dict) -> KernelSpec:
         """The build of this launch for `bindings` (32- or 64-bit index math, GEMV or tiles)."""
@@ -245,8 +233,7 @@ class KernelSpec:
 
 
 def buffer_sources(node: Node, sources=None) -> list[Node]:
-    """Distinct buffer nodes `node` (or only its `sources`) reads (views resolved, inline scalars
-    skipped)."""
+    """Distinct buffer nodes `node` (or only its `sources`) reads (views resolved, inline scalars skipped)."""
     out: list[Node] = []
     for s in node.src if sources is None else sources:
         base, _ = view_of(s)
@@ -255,12 +242,12 @@ def buffer_sources(node: Node, sources=None) -> list[Node]:
     return out
 
 
-def signature(name: str, out: Node, inputs: list[Node], symbols: list[str], err: bool,
-              kind: str = 'extern "C" __global__ void', restrict: str = "__restrict__") -> str:
-    """A kernel's C signature: out, the input buffers, the error flag, the symbolic dims. The
-    CUDA dialect's by default; the C dialect passes its own `kind` and `restrict`."""
-    params = [f"{out.dtype.ctype}* {restrict} out"]
-    params += [f"const {b.dtype.ctype}* {restrict} in{k}" for k, b in enumerate(inputs)]
+def signature(name: str, out: Node, inputs: list[Node], symbols: list[str], err: bool) -> str:
+    """A kernel's C signature in the active dialect: out, input buffers, error flag, symbolic dims."""
+    d = active()
+    kind, restrict = d.kernel_kind, d.restrict
+    params = [f"{d.ctype(out.dtype)}* {restrict} out"]
+    params += [f"const {d.ctype(b.dtype)}* {restrict} in{k}" for k, b in enumerate(inputs)]
     if err:
         params.append(f"int* {restrict} err")
     params += [f"long long d_{s}" for s in symbols]
@@ -278,11 +265,10 @@ def pointer_of(src: Node, inputs: list[Node]) -> str | None:
 def symbols_of(node: Node, extra=()) -> list[str]:
     dims = [node.shape, *extra]
     for s in node.src:
-        _, st = view_of(s)
+        base, st = view_of(s)
         dims += [st.shape, st.strides, (st.offset,)]
         if st.mask:
             dims += [tuple(x for lo_hi in st.mask for x in lo_hi)]
-        base, _ = view_of(s)
         if is_inline_scalar(base) and hasattr(base.arg, "free_symbols") and not isinstance(base.arg, (int, float)):
             dims += [(base.arg,)]
     if node.op is Op.IOTA:
@@ -299,10 +285,8 @@ INDEX32_LIMIT = 2**31  # sizes below it index in 32 bits; tests lower it (monkey
 
 
 def index_extents(node: Node, extra=()) -> list[tuple]:
-    """Groups of dims whose absolute values sum to a bound on every index a kernel computing
-    `node` forms: the output's size, each source buffer's size, each view's largest address
-    (offset plus (dim - 1) * |stride| per dim: every partial sum of it too), mask bounds, and
-    each symbol on its own (narrowed to int)."""
+    """Groups of dims whose absolute values sum to a bound on every index a kernel computing `node`
+    forms: sizes, each view's largest address (and its partial sums), mask bounds, each symbol."""
     groups = [(sym.product(node.shape),), *((d,) for d in extra)]
     for s in node.src:
         base, st = view_of(s)
@@ -327,94 +311,10 @@ def index_variants(node: Node, render, extra=()) -> list[KernelSpec]:
     if all(sym.is_static(d) for g in groups for d in g):
         with index_math("int" if index_fits(groups, {}) else "long long"):
             return render()
-    (wide,) = render()
+    wide = render()
     with index_math("int"):
-        (narrow,) = render()
-    wide.variants = [narrow]
-    wide.chooser = lambda bindings: int(index_fits(groups, bindings))
-    return [wide]
-
-
-def pointwise(node: Node, name: str, value_of, vector: bool = False) -> list[KernelSpec]:
-    """One thread per output element: `value_of(index names, input buffers)` gives its C value.
-    `vector`: 16 bytes of output per thread where the innermost dim allows (`_vector_pointwise`)."""
-    def render():
-        return (vector and _vector_pointwise(node, name, value_of)) or _pointwise(node, name, value_of)
-
-    return index_variants(node, render)
-
-
-def _vector_pointwise(node: Node, name: str, value_of) -> list[KernelSpec] | None:
-    """Each thread computes V = 16 / itemsize consecutive elements of the innermost dim (static,
-    a multiple of V): sources contiguous along it with the output's item size are read by one
-    16-byte load (when the address is aligned: checked per thread, else element by element),
-    the others element by element; the V results are written by one 16-byte store. None where
-    the output's dtype or innermost dim does not allow it."""
-    if not node.shape or node.dtype.itemsize not in (2, 4, 8) or not sym.is_static(node.shape[-1]):
-        return None
-    v = 16 // node.dtype.itemsize
-    if node.shape[-1] % v:
-        return None
-    inputs = buffer_sources(node)
-    symbols = symbols_of(node)
-    numel = sym.product(node.shape)
-    idx, lines = unravel("idx", node.shape)
-    it = index_type()
-    lane_idx = idx[:-1] + [f"({idx[-1]} + j)"]
-    loads, lanes = [], {}
-    for s in dict.fromkeys(node.src):  # each source view once
-        base, st = view_of(s)
-        if (is_inline_scalar(base) or st.mask is not None or base.dtype.itemsize != node.dtype.itemsize
-                or not sym.equal(st.strides[-1], 1)):
-            continue
-        k = len(lanes)
-        addr = " + ".join([c_dim(st.offset)] + [f"{i} * {c_dim(t)}" for i, t in zip(idx, st.strides) if t != 0])
-        loads.append(f"""alignas(16) {base.dtype.ctype} v{k}[{v}];
-    {{ const {base.dtype.ctype}* p = {pointer_of(s, inputs)} + {addr};
-      if (lum_aligned16(p)) *(uint4*)v{k} = *(const uint4*)p; else for (int j = 0; j < {v}; ++j) v{k}[j] = p[j]; }}""")
-        lanes[id(s)] = f"v{k}[j]"
-    token = _LANES.set(lanes)
-    try:
-        value = value_of(lane_idx, inputs)
-    finally:
-        _LANES.reset(token)
-    err = INT_MOD + "(" in value
-    body = "\n    ".join(lines + loads)
-    t = node.dtype.ctype
-    src = f"""{signature(name, node, inputs, symbols, err)} {{
-  {it} vi = ({it})blockIdx.x * blockDim.x + threadIdx.x;  // {v} elements per thread
-  if (vi >= {c_dim(sym.floordiv(numel, v))}) return;
-  {{
-    {it} idx = vi * {v};
-    {body}
-    alignas(16) {t} o[{v}];
-    #pragma unroll
-    for (int j = 0; j < {v}; ++j) o[j] = {store_value(node.dtype, value)};
-    if (lum_aligned16(out + idx)) *(uint4*)(out + idx) = *(const uint4*)o;
-    else for (int j = 0; j < {v}; ++j) out[idx + j] = o[j];
-  }}
-}}
-"""
-    grid = sym.ceildiv(sym.floordiv(numel, v), THREADS)
-    return [KernelSpec(name, src, node, inputs, symbols, grid, THREADS, err, dtypes_of(node))]
-
-
-def _pointwise(node: Node, name: str, value_of) -> list[KernelSpec]:
-    inputs = buffer_sources(node)
-    symbols = symbols_of(node)
-    numel = sym.product(node.shape)
-    idx, lines = unravel("idx", node.shape)
-    value = value_of(idx, inputs)
-    err = INT_MOD + "(" in value
-    body = "\n    ".join(lines)
-    it = index_type()
-    src = f"""{signature(name, node, inputs, symbols, err)} {{
-  {it} idx = ({it})blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= {c_dim(numel)}) return;
-  {{
-    {body}
-    out[idx] = {store_value(node.dtype, value)};
-  }}
-}}
-"""
-    return [KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, err, dtypes_of(node))]
+        narrow = render()
+    for w, n in zip(wide, narrow):
+        w.variants = [n]
+        w.chooser = lambda bindings: int(index_fits(groups, bindings))
+    return wide

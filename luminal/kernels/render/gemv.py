@@ -1,23 +1,11 @@
-"""GEMV: a MatMul with M <= `GEMV_ROWS` (decode), at memory bandwidth.
+"""GEMV: a MatMul with M <= `GEMV_ROWS` (decode), streaming each weight once at memory bandwidth
+(README: "Decode: the GEMV rule").
 
-Decode reads every weight once per token, so the kernel's job is to stream B at full width:
-
-- `k`-contiguous B (a Linear's weight, `x @ W.T`: B[k, n] = W[n, k]): one block of 256 threads
-  per output column n (and batch), or one warp per column where a row of B is at most
-  `WARP_K_BYTES` (attention over a head dim: a block would idle); the block (warp) splits K, each thread loading 16 bytes at a time
-  (`uint4`: 4 floats or 8 halves) of the weight row and of each of the M activation rows, when
-  the rows are 16-byte aligned (checked in the kernel: block-uniform), else one element at a
-  time, coalesced. Per-thread partial sums are reduced by warp shuffles, then across the 8
-  warps through shared memory.
-- any other B (row-major `x @ W`: consecutive n are consecutive in memory): where B is
-  contiguous along n and N a static multiple of 16 bytes, a block takes 2 x 16 bytes of columns
-  (8 floats, 16 halves: one 16-byte load per thread per step of K) and its 128 thread pairs
-  split K, so N / 16 blocks (2048 columns of bf16: 128) keep the GPU busy; else a lane per
-  column (32 columns per block) and the 8 warps split K. Partial sums meet by warp shuffles,
-  then across warps in shared memory, a row at a time.
-
-Accumulates in f32 (f64 for f64); at most `GEMV_ROWS` rows, unrolled with a guard, so a symbolic
-M bound to 1..8 uses the same kernel. `fused.matmul` picks it (`matmul_variants`).
+- `k`-contiguous B (a Linear's weight): a block per output column, or a warp where a row of B is at
+  most `WARP_K_BYTES` (a block would idle), splitting K with 16-byte loads when aligned.
+- any other B: 2 x 16 bytes of columns per block with 128 thread pairs splitting K where B is
+  contiguous along n, else a lane per column.
+Accumulates in f32 (f64 for f64); rows are unrolled with a guard, so a symbolic M of 1..8 shares it.
 """
 
 from __future__ import annotations
@@ -149,8 +137,7 @@ def gemv(node, name) -> list[KernelSpec]:
 
 
 def _column_lanes(node, b) -> int:
-    """Columns per lane in the n-contiguous form: 16 bytes of B's row where N is a static
-    multiple of it and B is contiguous along n, else 1."""
+    """Columns per lane in the n-contiguous form: 16 bytes of B's row where that divides N, else 1."""
     _, st = view_of(b)
     v = 16 // node.dtype.itemsize
     n = node.shape[-1]

@@ -1,12 +1,20 @@
-"""Kernel generators, one per op kind. Each returns the launches that compute one HLIR node.
+"""The kernel generators, each written once against the `Dialect` (`dialect.py`), and
+`render_node`, which renders a node in a dialect.
 
-- elementwise (pointwise ops, iota, contiguous copies): one thread per output element;
-- reductions: one warp per output element, lanes stride over the axis (16 bytes at a time where
-  it is contiguous and aligned), then warp shuffles;
-- gather: one thread per output element; an out-of-range index sets the error flag;
-- scatter: a copy of the data, then one thread per update (atomics when reducing).
-Sources are read through their views (strides, offset, padding mask) and symbolic dims are
-`long long d_<name>` kernel arguments.
+- pointwise ops, iota, copies, fused elementwise regions, concat along the last axis: an
+  element loop whose element is the op's value (`cstyle.pointwise_value`, `expression`);
+- SumReduce, MaxReduce, KahanSum: a row pass per output (Neumaier-compensated where the
+  dialect's sum type is the values' own); axes of at most `SMALL_AXIS` unrolled per element;
+- Softmax: per row, the max (and whether a NaN is in the row), the sum of exp(x - max), then
+  the scaled exps (f32/f64 store the exps and scale them in place);
+- Gather: an element loop; an index out of range sets the error flag (1) and gives 0;
+- Scatter: a copy of the data, then the updates (atomic where the dialect's updates run in
+  parallel, in order where they don't);
+- Concat along another axis: per row, a copy of the operand the row comes from;
+- WindowReduce: an element loop whose element is the unrolled window (`conv.element`).
+Sources are read through their views (strides, offset, padding mask), and symbolic dims are
+`long long d_<name>` kernel arguments. A dialect's own kernels (its extern steps, and faster
+forms of an op it has) are passed to `render_node` as `special` and tried first.
 """
 
 from __future__ import annotations
@@ -14,195 +22,241 @@ from __future__ import annotations
 from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Node, Op
-from luminal.hlir.shape import contiguous_strides
-from luminal.kernels.render.cexpr import c_dim, compute_type, index_type
+from luminal.hlir.ops import POINTWISE, REDUCE, Node, Op
+from luminal.hlir.shape import ShapeTracker, contiguous_strides
+from luminal.kernels.render import conv
+from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type, lowest, rendering
 from luminal.kernels.render.cstyle import (
-    THREADS,
-    WARPS_PER_BLOCK,
+    INT_MOD,
+    LIBM,
     KernelSpec,
     buffer_sources,
-    dtypes_of,
-    index_variants,
-    load_value,
+    code_for_op,
+    current,
     pointer_of,
-    pointwise,
     pointwise_value,
     read,
-    signature,
+    rendering_node,
     store_value,
     symbols_of,
-    unravel,
     view_of,
     wrapping,
 )
+from luminal.kernels.render.dialect import Dialect, Pass
 
 
-def elementwise(node: Node, name: str) -> list[KernelSpec]:
-    return pointwise(node, name, lambda idx, inputs: pointwise_value(node, idx, inputs), vector=node.op is not Op.IOTA)
+def _read(x: Node, idx: list[str]) -> str:
+    return read(x, idx, pointer_of(x, current()[1]))
 
 
-_SHFL_TYPES = {"float", "double", "int", "long long"}
+def elementwise(node: Node, d: Dialect):
+    value = lambda idx, flat: ("", pointwise_value(node, idx, _inputs()))  # noqa: E731
+    return [d.elements(node.shape, value, vector=node.op is not Op.IOTA)], None
 
 
-def reduce(node: Node, name: str) -> list[KernelSpec]:
-    """A warp per output element: strided partial sums/maxes, then a shuffle tree (32-bit index
-    math where the sizes fit)."""
-    return index_variants(node, lambda: _reduce(node, name))
+def _inputs() -> list[Node]:
+    return current()[1]
 
 
-def _reduce(node: Node, name: str) -> list[KernelSpec]:
+SMALL_AXIS = 8  # reductions over a static axis this short are unrolled, an element loop over the output
+
+
+def reduce(node: Node, d: Dialect):
     (src,) = node.src
     axis = node.arg
-    inputs = buffer_sources(node)
-    symbols = symbols_of(node, extra=[src.shape])
-    t = compute_type(node.dtype)
-    acc_t = t if t in _SHFL_TYPES else "int"  # bool max reduces as int
-    n_out = sym.product(node.shape)
     k = src.shape[axis]
-    out_idx, lines = unravel("row", node.shape, "o")
-    full = out_idx[:axis] + ["r"] + out_idx[axis:]
-    value = read(src, full, pointer_of(src, inputs))
-    if node.op is Op.SUM_REDUCE:
-        init, combine = f"({acc_t})0", wrapping(acc_t, "acc", "+", "v")
+    is_max = node.op is Op.MAX_REDUCE
+    acc = d.sum_type(node.dtype) if not is_max else (compute_type(node.dtype) if compute_type(node.dtype) in (
+        "float", "double", "int", "long long") else "int")
+    compensated = node.op is Op.KAHAN_SUM and node.dtype.is_float and acc == compute_type(node.dtype)
+    if sym.is_static(k) and 1 <= int(k) <= SMALL_AXIS and not compensated:
+        def element(idx, flat):  # the terms in axis order, as the row pass adds them
+            terms = [f"(({acc})({_read(src, idx[:axis] + [f'{r}LL'] + idx[axis:])}))" for r in range(int(k))]
+            expr = terms[0]
+            for t in terms[1:]:
+                expr = f"lum_max_nan({expr}, {t})" if is_max else wrapping(acc, expr, "+", t)
+            return "", expr
+
+        return [d.elements(node.shape, element)], None
+    o = [f"o{i}" for i in range(len(node.shape))]
+    full = o[:axis] + ["j"] + o[axis:]
+    value = _read(src, full)
+    if compensated:  # Neumaier: c collects the low-order bits s + v loses; an inf sum must not make c NaN
+        e = LIBM[acc]
+        two_sum = lambda a, b: f"(fabs{e}({a}) >= fabs{e}({b}) ? ({a} - u) + {b} : ({b} - u) + {a})"  # noqa: E731
+        p = Pass(step=f"{{ {acc} u = s + v; if (u - u == ({acc})0) c += {two_sum('s', 'v')}; s = u; }}",
+                 state=((acc, "s", "0", None), (acc, "c", "0", None)), value=value, contiguous=(src, full),
+                 merge=f"{{ {acc} u = s + s_o; c += c_o + (u - u == ({acc})0 ? {two_sum('s', 's_o')} : ({acc})0); s = u; }}")
+        return [d.rows(node.shape, k, [p], f"out[row] = {_store(node, 's + c')};")], None
+    if is_max:
+        init = "0" if node.dtype is DType.BOOL else lowest(acc)  # an empty `any` is false
+        step, merge, op = "acc = lum_max_nan(acc, v);", "acc = lum_max_nan(acc, acc_o);", None
     else:
-        lowest = {"float": "-__int_as_float(0x7f800000)", "double": "-__longlong_as_double(0x7ff0000000000000LL)",
-                  "int": "(-2147483647 - 1)", "long long": "(-9223372036854775807LL - 1)"}[acc_t]
-        if node.dtype is DType.BOOL:
-            lowest = "0"  # an empty `any` is false
-        init, combine = lowest, "lum_max_nan(acc, v)"
-    body = "\n    ".join(lines)
-    it = index_type()
-    src_code = f"""{signature(name, node, inputs, symbols, False)} {{
-  {it} row = ({it})blockIdx.x * {WARPS_PER_BLOCK} + threadIdx.x / 32;
-  int lane = threadIdx.x % 32;
-  if (row >= {c_dim(n_out)}) return;  // warp-uniform: whole warps leave together
-  {body}
-  {acc_t} acc = {init};
-  {_axis_loop(src, axis, full, inputs, acc_t, combine, value, c_dim(k), it)}
-  for (int offset = 16; offset > 0; offset >>= 1) {{
-    {acc_t} v = __shfl_down_sync(0xffffffffu, acc, offset);
-    acc = {combine};
-  }}
-  if (lane == 0) out[row] = {store_value(node.dtype, "acc")};
-}}
-"""
-    grid = sym.ceildiv(n_out, WARPS_PER_BLOCK)
-    return [KernelSpec(name, src_code, node, inputs, symbols, grid, 32 * WARPS_PER_BLOCK, dtypes=dtypes_of(node))]
+        init, step, merge, op = f"({acc})0", f"acc = {wrapping(acc, 'acc', '+', 'v')};", \
+            f"acc = {wrapping(acc, 'acc', '+', 'acc_o')};", "+"
+    p = Pass(step=step, state=((acc, "acc", init, op),), merge=merge, value=value, contiguous=(src, full))
+    return [d.rows(node.shape, k, [p], f"out[row] = {_store(node, 'acc')};")], None
 
 
-def _axis_loop(src: Node, axis: int, full: list[str], inputs, acc_t: str, combine: str, value: str, k: str,
-               it: str) -> str:
-    """The lanes' loop over the reduced axis: where the axis is contiguous (stride 1, no mask,
-    2- to 8-byte items), 16-byte loads when the row is aligned (warp-uniform) and element loads
-    for the tail; otherwise (or unaligned) one element per lane per step."""
-    scalar = f"""for ({it} r = lane; r < {k}; r += 32) {{
-    {acc_t} v = ({acc_t})({value});
-    acc = {combine};
-  }}"""
-    base, st = view_of(src)
-    if st.mask is not None or base.dtype.itemsize not in (2, 4, 8) or not sym.equal(st.strides[axis], 1):
-        return scalar
-    lanes = 16 // base.dtype.itemsize
-    t = base.dtype.ctype
-    row0 = full[:axis] + ["0"] + full[axis + 1:]
-    addr = " + ".join([c_dim(st.offset)] + [f"{i} * {c_dim(s)}" for i, s in zip(row0, st.strides) if s != 0])
-    return f"""const {t}* rp = {pointer_of(src, inputs)} + {addr};
-  if (lum_aligned16(rp)) {{  // 16-byte loads along the contiguous axis
-    const {it} kv = {k} / {lanes};
-    for ({it} q = lane; q < kv; q += 32) {{
-      alignas(16) {t} vb[{lanes}];
-      *(uint4*)vb = *(const uint4*)(rp + q * {lanes});
-      #pragma unroll
-      for (int j = 0; j < {lanes}; ++j) {{
-        {acc_t} v = ({acc_t})({load_value(base.dtype, "vb[j]")});
-        acc = {combine};
-      }}
-    }}
-    for ({it} r = kv * {lanes} + lane; r < {k}; r += 32) {{
-      {acc_t} v = ({acc_t})({load_value(base.dtype, "rp[r]")});
-      acc = {combine};
-    }}
-  }} else {{
-  {scalar}
-  }}"""
+def _store(node: Node, value: str) -> str:
+    return store_value(node.dtype, value)
 
 
-def gather(node: Node, name: str) -> list[KernelSpec]:
+def softmax(node: Node, d: Dialect):
+    (src,) = node.src
+    axis = node.arg
+    if node.dtype not in (DType.F32, DType.F16, DType.BF16, DType.F64):
+        raise UnsupportedError(f"Softmax on {node.dtype}")
+    t = compute_type(node.dtype)
+    st = d.sum_type(node.dtype)
+    e = LIBM[t]
+    row_shape = src.shape[:axis] + src.shape[axis + 1:]
+    o = [f"o{i}" for i in range(len(row_shape))]
+    full = o[:axis] + ["j"] + o[axis:]
+    x = _read(src, full)
+    out = "out[" + " + ".join(f"{i} * {c_dim(s)}" for i, s in zip(full, contiguous_strides(node.shape))) + "]"
+    wide = DType.F64 if t == "double" else DType.F32
+    ninf, nan = c_literal(float("-inf"), wide), c_literal(float("nan"), wide)
+    # the max, vectorizable: a plain max and a NaN flag (a NaN poisons the row, as in the
+    # decomposition; which of -0.0/0.0 is the max cannot change exp(x - m))
+    passes = [Pass(step="m = v > m ? v : m; has_nan |= v != v;", value=x, state=((t, "m", ninf, "max"), ("int", "has_nan", "0", "|")),
+                   merge="m = m_o > m ? m_o : m; has_nan |= has_nan_o;", after=f"if (has_nan) m = {nan};")]
+    # a row of -inf sums to 0: inv = inf, and exp(NaN) * inf = NaN, as the decomposition gives
+    total = dict(state=((st, "s", "0", "+"),), merge="s += s_o;", guard=f"m != {ninf}", after=f"{t} inv = ({t})(({st})1 / s);")
+    if node.dtype in (DType.F32, DType.F64):  # exp once, into the output; the sum reads it back
+        passes += [Pass(step=f"{out} = exp{e}(({x}) - m);"),
+                   Pass(step="s += v;", value=out, **total),
+                   Pass(step=f"{out} *= inv;")]
+    else:  # f16/bf16: the output holds rounded values, so exp is computed again
+        passes += [Pass(step="s += v;", value=f"exp{e}(({x}) - m)", **total),
+                   Pass(step=f"{out} = {_store(node, f'exp{e}(({x}) - m) * inv')};")]
+    return [d.rows(row_shape, src.shape[axis], passes, "", work_per_row=sym.product([src.shape[axis], 8]))], None
+
+
+def gather(node: Node, d: Dialect):
     data, index = node.src
     axis = node.arg
-    inputs = buffer_sources(node)
-    symbols = symbols_of(node, extra=[data.shape])
-    numel = sym.product(node.shape)
-    idx, lines = unravel("idx", node.shape)
-    where = read(index, idx, pointer_of(index, inputs))
-    picked = idx[:axis] + ["g"] + idx[axis + 1 :]
-    value = read(data, picked, pointer_of(data, inputs))
-    zero = "false" if node.dtype is DType.BOOL else f"({compute_type(node.dtype)})0"
-    body = "\n    ".join(lines)
-    src = f"""{signature(name, node, inputs, symbols, True)} {{
-  long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= {c_dim(numel)}) return;
-  {{
-    {body}
-    long long g = (long long)({where});
-    if (g < 0 || g >= {c_dim(data.shape[axis])}) {{ atomicExch(err, 1); out[idx] = {store_value(node.dtype, zero)}; return; }}
-    out[idx] = {store_value(node.dtype, value)};
-  }}
-}}
-"""
-    return [KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, True, dtypes_of(node))]
+    zero = "false" if node.dtype is DType.BOOL else f"(({compute_type(node.dtype)})0)"
+
+    def element(idx, flat):
+        stmts = (f"long long g = (long long)({_read(index, idx)});\n    "
+                 f"const bool bad = g < 0 || g >= {c_dim(data.shape[axis])};\n    if (bad) lum_flag(err, 1);")
+        return stmts, f"(bad ? {zero} : {_read(data, idx[:axis] + ['g'] + idx[axis + 1:])})"
+
+    return [d.elements(node.shape, element)], True
 
 
-_ATOMIC = {
-    ("add", "float"): "atomicAdd(&out[a], v)",
-    ("add", "double"): "atomicAdd(&out[a], v)",
-    ("add", "int"): "atomicAdd(&out[a], v)",
-    ("add", "long long"): "atomicAdd((unsigned long long*)&out[a], (unsigned long long)v)",
-    ("max", "int"): "atomicMax(&out[a], v)",
-    ("min", "int"): "atomicMin(&out[a], v)",
-    ("max", "long long"): "atomicMax(&out[a], v)",
-    ("min", "long long"): "atomicMin(&out[a], v)",
-}
-
-
-def scatter(node: Node, name: str) -> list[KernelSpec]:
-    """Copy `data` into the output, then write (or atomically combine) each update."""
+def scatter(node: Node, d: Dialect):
+    """Copy `data` into the output, then write (or combine) each update."""
     data, index, updates = node.src
-    axis, reduce_kind = node.arg
-    copy_node = Node(Op.CONTIGUOUS, node.dtype, node.shape, (data,))
-    copy = elementwise(copy_node, f"{name}_copy")[0]
-    for c in (copy, *copy.variants):
-        c.output = node
-    inputs = buffer_sources(node, (index, updates))  # the scatter launch reads only these two
-    symbols = symbols_of(node, extra=[index.shape])
-    numel = sym.product(index.shape)
-    idx, lines = unravel("idx", index.shape)
-    where = read(index, idx, pointer_of(index, inputs))
-    value = read(updates, idx, pointer_of(updates, inputs))
+    axis, kind = node.arg
+    t = compute_type(node.dtype)
+    if kind not in (None, "add", "mul", "max", "min"):
+        raise UnsupportedError(f"scatter with reduce={kind!r}")
+
+    def combine(cur, v):
+        if kind in ("add", "mul"):
+            return code_for_op[Op.ADD if kind == "add" else Op.MUL](t, cur, v)
+        if node.dtype is DType.BOOL:
+            return f"({cur} || {v})" if kind == "max" else f"({cur} && {v})"
+        return f"lum_{kind}_nan(({t}){cur}, {v})"
+
     strides = contiguous_strides(node.shape)
-    address = " + ".join([f"{i} * {c_dim(s)}" for k, (i, s) in enumerate(zip(idx, strides)) if k != axis] + [f"g * {c_dim(strides[axis])}"])
-    t = node.dtype.ctype
-    if reduce_kind is None:
-        write = f"out[a] = {store_value(node.dtype, 'v')};"
-    elif (reduce_kind, t) in _ATOMIC:
-        write = _ATOMIC[(reduce_kind, t)] + ";"
-    else:
-        raise UnsupportedError(f"scatter with reduce={reduce_kind!r} on {node.dtype} has no CUDA kernel")
-    body = "\n    ".join(lines)
-    v_t = compute_type(node.dtype) if reduce_kind is None else t
-    src = f"""{signature(name, node, inputs, symbols, True)} {{
-  long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= {c_dim(numel)}) return;
-  {{
-    {body}
-    long long g = (long long)({where});
-    if (g < 0 || g >= {c_dim(node.shape[axis])}) {{ atomicExch(err, 1); return; }}
-    long long a = {address};
-    {v_t} v = ({v_t})({value});
-    {write}
-  }}
-}}
-"""
-    spec = KernelSpec(name, src, node, inputs, symbols, sym.ceildiv(numel, THREADS), THREADS, True, dtypes_of(node))
-    return [copy, spec]
+
+    def update(idx, flat):
+        address = " + ".join([f"{i} * {c_dim(s)}" for a, (i, s) in enumerate(zip(idx, strides)) if a != axis]
+                             + [f"g * {c_dim(strides[axis])}"])
+        return (f"long long g = (long long)({_read(index, idx)});\n    "
+                f"if (g < 0 || g >= {c_dim(node.shape[axis])}) lum_flag(err, 1);\n    "
+                f"else {{ long long a = {address}; {t} v = ({t})({_read(updates, idx)}); "
+                f"{d.update(kind, node.dtype, 'a', 'v', combine)} }}"), None
+
+    copy = d.elements(node.shape, lambda idx, flat: ("", _read(data, idx)), vector=True)
+    return [copy, d.elements(index.shape, update, ordered=True)], True
+
+
+def concat(node: Node, d: Dialect):
+    """out[.., i, ..] = a[.., i, ..] for i < len_a along the axis, else b[.., i - len_a, ..].
+    Along any axis but the last the operand is chosen per row, so each row is a plain copy (a
+    select of two masked reads per element does not vectorize), and the dims after the axis
+    are one row where both operands read them contiguously (a channel concat of 13x13 maps: rows
+    of 169, not 13)."""
+    a, b = node.src
+    axis = node.arg
+    split = c_dim(a.shape[axis])
+    if axis == len(node.shape) - 1:
+        def element(idx, flat):
+            shifted = idx[:axis] + [f"({idx[axis]} - {split})"] + idx[axis + 1:]
+            return "", f"({idx[axis]} < {split} ? {_read(a, idx)} : {_read(b, shifted)})"
+
+        return [d.elements(node.shape, element)], None
+    merged = [_merge_tail(x, axis) for x in (a, b)]
+    shape = node.shape[:axis + 1] + (sym.product(node.shape[axis + 1:]),)
+    if None in merged:
+        merged, shape = [a, b], node.shape
+    o = [f"o{k}" for k in range(len(shape) - 1)]
+    shifted = o[:axis] + [f"({o[axis]} - {split})"] + o[axis + 1:]
+    out = f"out[row * {c_dim(shape[-1])} + j]"
+    passes = [Pass(step=f"{out} = {_store(node, _read(merged[0], o + ['j']))};", guard=f"{o[axis]} < {split}"),
+              Pass(step=f"{out} = {_store(node, _read(merged[1], shifted + ['j']))};", guard=f"{o[axis]} >= {split}")]
+    return [d.rows(shape[:-1], shape[-1], passes, "")], None
+
+
+def _merge_tail(x: Node, axis: int) -> Node | None:
+    """`x` read with its dims after `axis` as one (a view of its buffer), when it reads them as
+    one run (contiguous strides, no mask on them); else None."""
+    base, st = view_of(x)
+    tail = x.shape[axis + 1:]
+    if st.mask is not None and not all(sym.equal(lo, 0) and sym.equal(hi, d) for (lo, hi), d in zip(st.mask[axis + 1:], tail)):
+        return None
+    if not all(sym.equal(d, 1) or sym.equal(s, w) for d, s, w in zip(tail, st.strides[axis + 1:], contiguous_strides(tail))):
+        return None
+    size = sym.product(tail)
+    mask = None if st.mask is None else st.mask[:axis + 1] + ((0, size),)
+    merged = ShapeTracker(x.shape[:axis + 1] + (size,), st.strides[:axis + 1] + (1,), st.offset, mask)
+    return Node(Op.VIEW, x.dtype, merged.shape, (base,), merged)
+
+
+def window_reduce(node: Node, d: Dialect):
+    terms = sym.product(node.src[0].shape[len(node.shape):])
+    return [d.elements(node.shape, lambda idx, flat: conv.element(node, idx, _inputs()), work=terms)], None
+
+
+GENERATORS = {
+    **{op: elementwise for op in POINTWISE | {Op.IOTA, Op.CONTIGUOUS, Op.FUSED_ELEMENTWISE}},
+    **{op: reduce for op in REDUCE | {Op.KAHAN_SUM}},
+    Op.SOFTMAX: softmax,
+    Op.GATHER: gather,
+    Op.SCATTER: scatter,
+    Op.CONCAT: concat,
+    Op.WINDOW_REDUCE: window_reduce,
+}
+NO_KERNEL = frozenset({Op.INPUT, Op.CONSTANT, Op.VIEW})  # scalars are inlined, buffers and views read
+
+
+def render_node(node: Node, name: str, d: Dialect, special: dict | None = None) -> list[KernelSpec]:
+    """The kernels computing `node` into its own contiguous buffer in dialect `d`: the dialect's
+    own kernel for the op when `special` has one that takes it (returns launches, not None),
+    else the generator. CUDA builds each in 32-bit index math where the sizes fit."""
+    with rendering(d):
+        own = (special or {}).get(node.op)
+        found = own(node, name) if own is not None else None
+        if found is not None:
+            return found
+        gen = GENERATORS.get(node.op)
+        if gen is None:
+            raise UnsupportedError(f"no {d.name} kernel for op {node.op.title}")
+        inputs = buffer_sources(node)
+
+        def render():
+            with rendering_node(node, inputs):
+                parts, err = gen(node, d)
+            body = "".join(p.body for p in parts)
+            err = bool(err) or INT_MOD + "(" in body
+            specs = d.kernels(node, name, parts, inputs, symbols_of(node, extra=[s.shape for s in node.src]), err)
+            if node.op is Op.FUSED_ELEMENTWISE:  # casts inside the region need their dtype's header too
+                for k in specs:
+                    k.dtypes |= {e.dtype for e in node.arg.toposort()}
+            return specs
+
+        return d.build(node, render)

@@ -8,22 +8,24 @@
 #ifdef LUM_LIBMVEC  /* glibc's vector expf (x86-64): `omp simd` loops call it 8 lanes at a time */
 extern float expf(float) __attribute__((simd("notinbranch")));
 #endif
-typedef uint16_t __half;
-typedef uint16_t __nv_bfloat16;
-static inline float __int_as_float(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
-static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
-static inline float __half2float(__half h) { _Float16 v; memcpy(&v, &h, 2); return (float)v; }
-static inline __half __float2half(float f) { _Float16 v = (_Float16)f; __half h; memcpy(&h, &v, 2); return h; }
-static inline float __bfloat162float(__nv_bfloat16 b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
-static inline __nv_bfloat16 __float2bfloat16(float f) {  /* round to nearest even, NaN stays a quiet NaN */
+typedef uint16_t lum_half;  /* f16 and bf16 elements are stored as their bits */
+typedef uint16_t lum_bfloat16;
+static inline float lum_f32_bits(uint32_t i) { float f; memcpy(&f, &i, 4); return f; }  /* NaN and the infinities */
+static inline double lum_f64_bits(uint64_t i) { double d; memcpy(&d, &i, 8); return d; }
+static inline float lum_half_to_float(lum_half h) { _Float16 v; memcpy(&v, &h, 2); return (float)v; }
+static inline lum_half lum_float_to_half(float f) { _Float16 v = (_Float16)f; lum_half h; memcpy(&h, &v, 2); return h; }
+static inline float lum_bfloat16_to_float(lum_bfloat16 b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline lum_bfloat16 lum_float_to_bfloat16(float f) {  /* round to nearest even, NaN stays a quiet NaN */
   uint32_t u; memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+/* the error flag: 1 an index out of range, 2 an integer Mod by zero (bits: both may be set) */
+static inline void lum_flag(int* err, int code) { __atomic_fetch_or(err, code, __ATOMIC_RELAXED); }
 static inline long long lum_min(long long a, long long b) { return a < b ? a : b; }
 static inline long long lum_max(long long a, long long b) { return a > b ? a : b; }
 #define LUM_IMOD(T, N) static inline T lum_imod_##N(T a, T b, int* err) { \
-  if (b == 0) { __atomic_fetch_or(err, 2, __ATOMIC_RELAXED); return (T)0; }  /* flag 2: integer Mod by zero */ \
+  if (b == 0) { lum_flag(err, 2); return (T)0; } \
   return b == (T)-1 ? (T)0 : (T)(a % b); }  /* lowest % -1 overflows (a trap on x86) */
 LUM_IMOD(int, i)
 LUM_IMOD(long long, ll)
@@ -41,4 +43,3 @@ LUM_MAXNAN(long long, ll)
   _Generic(lum_a_, float: lum_max_nan_f, double: lum_max_nan_d, long long: lum_max_nan_ll, default: lum_max_nan_i)(lum_a_, (b)); })
 #define lum_min_nan(a, b) ({ __auto_type lum_a_ = (a); \
   _Generic(lum_a_, float: lum_min_nan_f, double: lum_min_nan_d, long long: lum_min_nan_ll, default: lum_min_nan_i)(lum_a_, (b)); })
-#define atomicExch(err, v) __atomic_fetch_or(err, v, __ATOMIC_RELAXED)
