@@ -8,6 +8,8 @@
     python -m benchmarks --onnx          # ONNX models against onnxruntime (benchmarks/onnx_bench.py)
     python -m benchmarks --training      # training steps: eager, inductor, luminal (benchmarks/training.py;
                                          # about 6 minutes more, so not part of the full run)
+    python -m benchmarks --distributed   # tensor-parallel llama-small on 2 ranks, eager against luminal cpu
+                                         # (benchmarks/distributed.py; not part of the full run)
 Writes benchmarks/results/cpu.json, cpu.md and cpu.png (the plot needs matplotlib).
 """
 
@@ -150,7 +152,13 @@ def main(argv=None) -> int:
                         "the options after --onnx are that script's)")
     parser.add_argument("--training", action="store_true", help="only the training-step table (benchmarks/training.py; "
                         "the other options are that script's)")
+    parser.add_argument("--distributed", action="store_true", help="only the tensor-parallel table "
+                        "(benchmarks/distributed.py; the options after --distributed are that script's)")
     argv = sys.argv[1:] if argv is None else list(argv)
+    if "--distributed" in argv:
+        from benchmarks import distributed
+
+        return distributed.main(argv[argv.index("--distributed") + 1:])
     if "--training" in argv:
         from benchmarks import training
 

@@ -47,3 +47,9 @@ class DeviceError(LuminalError, ValueError):
 class CacheWarning(RuntimeWarning):
     """The on-disk cache folder cannot be used (not writable, full, not a folder, or open to other
     users): luminal builds in a private temporary folder instead. Says which folder and why."""
+
+
+class CollectiveError(LuminalError, RuntimeError):
+    """The ranks of a process group cannot run a compiled graph with collectives together: one
+    failed to compile it, or their collectives differ. Raised on every rank (naming the rank,
+    the graph and why) instead of leaving the others waiting in a collective."""

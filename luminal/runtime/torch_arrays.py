@@ -54,6 +54,39 @@ def torch_to_numpy(t) -> np.ndarray:
     return arr.view(DType.BF16.numpy) if bf16 else arr
 
 
+class _Borrowed:
+    """A CPU tensor's memory by the array interface: NumPy keeps this object, and the tensor, alive."""
+
+    def __init__(self, t, dtype: np.dtype):
+        self.tensor = t
+        self.__array_interface__ = {"shape": tuple(t.shape), "typestr": dtype.str, "data": (t.data_ptr(), False),
+                                    "strides": None, "version": 3}
+
+
+_NUMPY_OF: dict = {}  # torch dtype -> NumPy dtype
+
+
+def borrow(t) -> np.ndarray:
+    """A CPU tensor as a NumPy array for the length of one call (a copy if it is not contiguous):
+    `torch_to_numpy` without `Tensor.numpy()`'s lasting side effect, which marks the tensor's
+    storage non-resizable for good (FSDP2 frees and re-allocates its gathered parameters by
+    resizing their storage, and fails on a parameter a compiled graph once read). Nothing that
+    outlives the call aliases the array: every host runtime hands out outputs of their own."""
+    import torch
+
+    t = t.detach()
+    if t.device.type != "cpu" or t.numel() == 0 or t.is_conj() or t.is_neg():
+        return torch_to_numpy(t)
+    if not t.is_contiguous():
+        t = t.contiguous()  # a copy of its own: no one else's storage is marked
+    bits, bf16 = bits_of(t)
+    dtype = _NUMPY_OF.get(bits.dtype)
+    if dtype is None:
+        dtype = _NUMPY_OF[bits.dtype] = torch.empty(0, dtype=bits.dtype).numpy().dtype
+    arr = np.asarray(_Borrowed(bits, dtype))
+    return arr.view(DType.BF16.numpy) if bf16 else arr
+
+
 class _HostCopies:
     """Host copies of device tensors: key -> [tensor (held: its memory is not reused meanwhile),
     weak reference to the host copy]; an entry goes with its host copy."""

@@ -11,6 +11,7 @@ from luminal.frontends.torch import (  # noqa: F401 - imported for their registr
     aten_random,
     aten_reduce,
     aten_vision,
+    collectives,
 )
 from luminal.frontends.torch.aten_ops import ATEN
 

@@ -201,7 +201,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
         # updates them in place between calls, so they are never constants luminal could fold
         constants = set() if training else weight_ids
         mutated = _mutated_inputs(agm) if part == "forward" else frozenset()
-        compiled = LuminalFunction(agm, constants, graph_name, opts, lowering, mutated)
+        kind = distributed_function(LuminalFunction, agm) if fx_collectives(agm) else LuminalFunction
+        compiled = kind(agm, constants, graph_name, opts, lowering, mutated)
         if graphs is not None:
             graphs.append(compiled)
         return compiled
@@ -215,7 +216,12 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
         boxed._boxed_call = True
         return boxed
 
-    entry = fx_cache.key(gm, example_inputs, weight_ids, opts) if opts["lowering"] == "auto" else None
+    from luminal.frontends.torch.collectives import distributed_function, fx_collectives
+
+    # a graph with torch.distributed collectives: never from or into the compile cache, and its
+    # ranks agree it compiled before any of them runs it
+    communicates = bool(fx_collectives(gm))
+    entry = fx_cache.key(gm, example_inputs, weight_ids, opts) if opts["lowering"] == "auto" and not communicates else None
     if entry is not None:  # the compile cache may hold what this graph becomes
         cached = LuminalFunction(gm, weight_ids, name, opts, (0.0, "the compile cache"), restore_from=entry)
         try:
@@ -225,11 +231,12 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
             return lambda *args: cached(list(args))
         except LuminalError:  # a miss: compile it (and store it) below
             pass
-    _prepare(opts["device"])
+    opts["device"].prepare()  # what the build needs without the graph builds while it is lowered
     calls = decompose_calls(gm, example_inputs) if opts["lowering"] == "auto" else None
     if calls is not None:  # the fast path: Dynamo calls the result directly, unboxed
         # every traced op is in luminal's table and none mutates (checked as it was traced)
-        boxed = LuminalFunction(calls, weight_ids, name, opts, (time.perf_counter() - start, calls.lowering))
+        kind = distributed_function(LuminalFunction, gm) if communicates else LuminalFunction
+        boxed = kind(calls, weight_ids, name, opts, (time.perf_counter() - start, calls.lowering))
         if graphs is not None:
             graphs.append(boxed)
         boxed.cache_entry = entry

@@ -26,13 +26,14 @@ import torch
 
 from luminal.builder import Graph, Tensor
 from luminal.compiler import Report, compile_outputs
+from luminal.devices import Device
 from luminal.errors import ShapeError, UnsupportedError
 from luminal.frontends.torch.aten_ops import TORCH_OF, Ctx, ldtype, op_key, op_name, promote
 from luminal.frontends.torch.aten_table import table
 from luminal.frontends.torch.dims import SYM_TYPES, conform, hints_of, shape_of, to_dim
 from luminal.frontends.torch.import_memo import ImportMemo
 from luminal.hlir.dtypes import DType
-from luminal.runtime.torch_arrays import numpy_to_torch, torch_to_numpy
+from luminal.runtime.torch_arrays import borrow, numpy_to_torch, torch_to_numpy
 
 MEMO = True  # import each distinct call once (`import_memo`); off: every node directly (tests compare)
 NO_OPS = {"_assert_tensor_metadata.default", "_assert_scalar.default", "sym_constrain_range_for_size.default",
@@ -115,6 +116,9 @@ class FxImporter:
                 env[node] = to_dim(val)
                 feeds.append(("dim", node.name))
             elif val is None and node.name not in values:
+                env[node] = None
+                feeds.append(None)
+            elif not node.users:  # an opaque value no node reads (DTensor's graphs pass a process group)
                 env[node] = None
                 feeds.append(None)
             else:
@@ -256,31 +260,38 @@ class Imported:
         self.g, self.placeholders, self.carriers, self.weight_arrays = None, None, [], {}
         self.feeds, self.flat_kinds, self.spec = feeds, flat_kinds, spec
         self.out_nodes, self.out_names = compiled.outputs, compiled.output_names
-        self.compiled, self.device, self.used = compiled, compiled.device.name, set(compiled.input_names)
+        self.compiled, self.device, self.used = compiled, compiled.device, set(compiled.input_names)
         return self
 
-    def compile(self, *, device: str = "cpu", optimize: bool | None = None, name: str = "graph",
+    def compile(self, *, device: str | Device = "cpu", optimize: bool | None = None, name: str = "graph",
                 phases: dict[str, float] | None = None, notes: list[str] | None = None):
         """Compile the graph; `phases` and `notes` of the frontend's own steps lead the report."""
         inputs = list(self.g.inputs.values())
         self.device = device
         report = Report(name=name, phases={**(phases or {}), "import": self.import_s}, notes=list(notes or []))
+        from luminal.runtime import collectives
         from luminal.threadflags import gc_paused
 
+        sent = collectives.used(self.out_nodes, self.g.__dict__.get("collectives", []))
         with gc_paused():  # see `build`
-            self.compiled = compile_outputs(inputs, self.out_nodes, self.out_names, device=device,
-                                            optimize=optimize, name=name, report=report)
+            if sent:  # torch.distributed collectives: the graph runs in pieces between them
+                self.compiled = collectives.compile_outputs(inputs, self.out_nodes, self.out_names, sent, device=device,
+                                                            optimize=optimize, name=name, report=report)
+            else:
+                self.compiled = compile_outputs(inputs, self.out_nodes, self.out_names, device=device,
+                                                optimize=optimize, name=name, report=report)
         self.used = set(self.compiled.input_names)
         return self
 
     def __call__(self, args) -> list:
         """Run on the flat placeholder values `args` (torch tensors, ints); flat outputs."""
         feeds = {}
+        host = self.compiled.device.io == "numpy"
         for f, a in zip(self.feeds, args):
             if f is None or f[1] not in self.used:
                 continue
             if f[0] == "tensor":  # the kernel runtimes take torch tensors (DLPack, zero-copy)
-                feeds[f[1]] = to_numpy(a) if self.compiled.device.io == "numpy" else a.detach()
+                feeds[f[1]] = to_numpy(a, borrowed=True) if host else a.detach()
             else:
                 feeds[f[1]] = np.empty(int(a), np.bool_)
         results = self.compiled(feeds) if self.out_nodes else []
@@ -296,11 +307,12 @@ class Imported:
         return flat
 
 
-def to_numpy(t) -> np.ndarray:
-    """A torch tensor (or any array-like) as a NumPy array in a luminal dtype, no copy where it can."""
+def to_numpy(t, borrowed: bool = False) -> np.ndarray:
+    """A torch tensor (or any array-like) as a NumPy array in a luminal dtype, no copy where it can
+    (`borrowed`: for the length of a call, leaving the tensor's storage resizable: `borrow`)."""
     if not isinstance(t, torch.Tensor):
         return np.asarray(t)
     if t.dtype not in TORCH_OF.values():
         t = t.to(TORCH_OF[ldtype(t.dtype)])
-    return torch_to_numpy(t)
+    return borrow(t) if borrowed else torch_to_numpy(t)
 
