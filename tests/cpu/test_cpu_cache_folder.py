@@ -219,7 +219,10 @@ def test_a_replaced_library_in_a_folder_others_can_write_is_not_loaded(tmp_path,
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(root))
     honest = _graph(7.0).compile(device="cpu").runtime.library_path
     other = _graph(8.0).compile(device="cpu").runtime.library_path
-    shutil.copyfile(other, honest)
+    # replaced by a rename, as a writer would: writing over the file in place would also change
+    # the pages of the library this process has loaded (a crash at exit, not the attack)
+    shutil.copyfile(other, honest.with_suffix(".new"))
+    os.replace(honest.with_suffix(".new"), honest)
     shutil.copyfile(other.with_suffix(".sha256"), honest.with_suffix(".sha256"))
     root.chmod(0o777)
     compiled = _refused(root, "writable by group and others", _graph(7.0))
