@@ -149,6 +149,48 @@ def check_torch_exchange(models: Path, device: str) -> dict:
     return row
 
 
+def check_collectives(device: str) -> dict:
+    """A graph with a torch.distributed all-reduce on a 1-rank group (NCCL on "cuda", Gloo on the
+    emulator): its pieces' torch tensors go to the collective as they are. Compiled without the
+    egraph (`optimize=False`: the GPU image has no egglog)."""
+    import os
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    from luminal.hlir.dtypes import DType
+    from luminal.hlir.ops import Node, Op
+    from luminal.runtime import collectives as rc
+
+    row = {"model": f"all_reduce on a 1-rank {'NCCL' if device == 'cuda' else 'Gloo'} group", "ok": False}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
+        x = Node(Op.INPUT, DType.F32, (64, 48), (), "x")
+        sent = Node(Op.MUL, DType.F32, x.shape, (x, x))
+        c = rc.new_collective("all_reduce", sent, x.shape, dist.group.WORLD.group_name, (("reduce_op", "sum"),))
+        out = Node(Op.ADD, DType.F32, x.shape, (c.result, x))
+        compiled = rc.compile_outputs([x], [out], None, [c], device=device, optimize=False, name="collectives_check")
+        a = torch.randn(64, 48, device="cuda" if device == "cuda" else "cpu")
+        got = compiled(x=a)[0]
+        err = float((got - (a * a + a)).abs().max())
+        row["max_err"] = err
+        row["output_type"] = f"{type(got).__name__} on {getattr(got, 'device', 'host')}"
+        row["ok"] = isinstance(got, torch.Tensor) and got.device == a.device and err < 1e-5
+        if not row["ok"]:
+            row["errors"] = [f"output {row['output_type']}, max error {err:.3g}"]
+    except Exception as exc:
+        row["errors"] = [f"{type(exc).__name__}: {exc}"[:500]]
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return row
+
+
 def _median_s(fn, repeats: int, sync) -> float:
     times = []
     for _ in range(repeats):
@@ -475,6 +517,9 @@ def main(argv=None) -> int:
         torch_ok = False
     if torch_ok and (models / "llama.lum").exists():
         checks.append(check_torch_exchange(models, opts.device))
+        print(f"  {'ok  ' if checks[-1]['ok'] else 'FAIL'} {checks[-1]['model']}", flush=True)
+    if torch_ok:
+        checks.append(check_collectives(opts.device))
         print(f"  {'ok  ' if checks[-1]['ok'] else 'FAIL'} {checks[-1]['model']}", flush=True)
     timings = []
     if not opts.no_timing and torch_ok:

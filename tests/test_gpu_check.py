@@ -70,7 +70,8 @@ def test_gpu_check_runs_on_the_emulator(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     result = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert len(result["checks"]) == 1 + 1 + 1 and all(c["ok"] for c in result["checks"])
+    assert len(result["checks"]) == 1 + 1 + 1 + 1 and all(c["ok"] for c in result["checks"])
+    assert any(c["model"].startswith("all_reduce on a 1-rank Gloo group") for c in result["checks"])
     assert all(c["graphs"]["captures"] == 1 and c["graphs"]["replays"] == 2 for c in result["checks"] if "graphs" in c)
     modes = {t["mode"]: t for t in result["timings"]}
     assert set(modes) == {"prefill", "decode"} and all(t["ok"] for t in modes.values())
@@ -78,7 +79,7 @@ def test_gpu_check_runs_on_the_emulator(tmp_path):
     for t in modes.values():  # luminal's roofline per kernel class, each class also measured (KernelRuntime.profile)
         assert t["predicted_us"] > 0 and 0 < t["gemm_share_predicted"] < 1 and "gemm" in t["classes"]
         assert all(c["measured_us"] > 0 for c in t["classes"].values())
-    assert "checks: 3/3 passed" in out.stdout
+    assert "checks: 4/4 passed" in out.stdout
 
 
 def test_gpu_check_says_what_is_missing(tmp_path):

@@ -12,7 +12,9 @@ run ("as late as the graph allows"). Each piece is an ordinary graph built by th
 runtime (the cpu device: one C library per distinct piece, one native call per piece; numpy:
 the reference runtime); values that cross pieces are fed as INPUTs, views are re-applied in the
 piece that reads them. The steps between pieces call torch.distributed (the engine the user
-launched: Gloo, NCCL) on the pieces' NumPy arrays through `torch.from_numpy`, without copies.
+launched: Gloo, NCCL) on the pieces' arrays without copies: NumPy arrays (numpy, cpu) through
+`torch.from_numpy`, the torch tensors the kernel devices' pieces return (cuda, cuda-emulator)
+as they are.
 
 `DistributedRuntime` runs the steps; its `report_lines()` (in `CompiledGraph.report()`) list
 every collective, the piece it was started after and the piece it was waited before, with the
@@ -255,14 +257,17 @@ def pieces(steps: list[tuple], outs: list[Node], sources: list[Node], deps: dict
 
 
 # --- running the steps ----------------------------------------------------------------------
-def _start(c: Collective, array: np.ndarray):
-    """Start `c` on this rank's `array` (torch.distributed's functional collective: async)."""
+def _start(c: Collective, array):
+    """Start `c` on this rank's `array` (torch.distributed's functional collective: async). A
+    NumPy array (numpy, cpu) is shared with torch; a torch tensor (the kernel devices, whose
+    pieces take and return them: on "cuda" on the pieces' stream, which the collective follows)
+    is used as it is."""
     import torch
 
     from luminal.runtime.torch_arrays import numpy_to_torch
 
     ops = torch.ops._c10d_functional
-    t = numpy_to_torch(np.ascontiguousarray(array))  # shares the piece's output buffer
+    t = array.contiguous() if isinstance(array, torch.Tensor) else numpy_to_torch(np.ascontiguousarray(array))
     p = dict(c.params)
     if c.kind == "all_reduce":
         return ops.all_reduce(t, p["reduce_op"], c.group)
@@ -275,12 +280,13 @@ def _start(c: Collective, array: np.ndarray):
     return ops.all_to_all_single(t, list(p["output_split_sizes"]), list(p["input_split_sizes"]), c.group)
 
 
-def _wait(handle) -> np.ndarray:
+def _wait(handle, as_torch: bool):
     import torch
 
     from luminal.runtime.torch_arrays import torch_to_numpy
 
-    return torch_to_numpy(torch.ops._c10d_functional.wait_tensor(handle))
+    done = torch.ops._c10d_functional.wait_tensor(handle)
+    return done if as_torch else torch_to_numpy(done)
 
 
 class DistributedRuntime(Runtime):
@@ -289,7 +295,7 @@ class DistributedRuntime(Runtime):
     `collective_seconds` (starting collectives and waiting for them), summed over the calls."""
 
     def __init__(self, steps: list[tuple], pieces_: list[Piece], outs: list[Node], collectives: list[Collective],
-                 inputs: list[Node]):
+                 inputs: list[Node], torch_io: bool = False):
         """`outs`: the nodes whose values a call returns (owned: computed by a piece, or a collective's result)."""
         self.steps, self.pieces, self.collectives = steps, pieces_, collectives
         self.inputs = inputs
@@ -299,6 +305,7 @@ class DistributedRuntime(Runtime):
         self.calls = 0
         self.seconds = self.collective_seconds = 0.0
         self.placement = _placement(steps)
+        self.torch_io = torch_io  # the pieces take and return torch tensors (the kernel devices)
 
     @property
     def builds_in_background(self) -> bool:
@@ -353,7 +360,7 @@ class DistributedRuntime(Runtime):
             if kind == "start":
                 handles[c.name] = _start(c, env[self.source_names[c.name]])
             else:
-                env[c.name] = _wait(handles.pop(c.name))
+                env[c.name] = _wait(handles.pop(c.name), self.torch_io)
             in_collectives += time.perf_counter() - t1
         self.calls += 1
         self.collective_seconds += in_collectives
@@ -412,10 +419,6 @@ def compile_outputs(inputs: list[Node], outputs: list[Node], output_names: list[
     from luminal import compiler, devices
 
     entry = devices.resolve(device)
-    if entry.io != "numpy":
-        kinds = ", ".join(sorted({c.kind for c in collectives}))
-        raise UnsupportedError(f"graph {name}: collectives ({kinds}) run on the devices 'cpu' and 'numpy'; "
-                               f"device {entry.name!r} does not run them yet")
     symbols = {s for n in inputs for d in n.shape for s in getattr(d, "free_symbols", ())}
     built: list[DistributedRuntime] = []
 
@@ -431,7 +434,7 @@ def compile_outputs(inputs: list[Node], outputs: list[Node], output_names: list[
         for p in parts:
             p.runtime = entry.runtime(p.graph)
         leaves = [n for n in toposort(optimized) if n.op is Op.INPUT and not is_result(n)]
-        runtime = DistributedRuntime(steps, parts, owned + sources, placed, leaves)
+        runtime = DistributedRuntime(steps, parts, owned + sources, placed, leaves, torch_io=entry.io != "numpy")
         runtime.schedule_seconds = scheduled
         built.append(runtime)
         return runtime

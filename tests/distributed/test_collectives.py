@@ -18,7 +18,7 @@ from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
 from luminal.runtime import collectives as rc
 
-DEVICES = ("numpy", "cpu")
+DEVICES = ("numpy", "cpu", "cuda-emulator")  # cuda-emulator: the code path of "cuda" (torch tensors between pieces)
 
 
 # --- two ranks ---------------------------------------------------------------------------------
@@ -158,16 +158,26 @@ def test_every_collective_kind_runs_on_a_one_rank_group(one_rank, device):
     assert "collectives: 5" in str(compiled.report())
 
 
-def test_collectives_on_a_kernel_device_raise_a_named_error():
-    x = Node(Op.INPUT, DType.F32, (4,), (), "x")
-    c = rc.new_collective("all_reduce", Node(Op.MUL, DType.F32, (4,), (x, x)), (4,), "0", (("reduce_op", "sum"),))
+def test_collectives_run_on_the_kernel_devices_through_torch_tensors(one_rank):
+    """The emulator's pieces take and return torch tensors, and the collectives use them as they
+    are (the code path of "cuda", where they are CUDA tensors on an NCCL group)."""
     from luminal import devices
 
     entry = devices.get("cuda-emulator")
     if not entry.available:
         pytest.fail(f"cuda-emulator not available here: {entry.missing()}")
-    with pytest.raises(UnsupportedError, match="collectives \\(all_reduce\\).*'cuda-emulator'"):
-        rc.compile_outputs([x], [c.result], None, [c], device="cuda-emulator", name="g")
+    x = Node(Op.INPUT, DType.F32, (4, 3), (), "x")
+    sent = Node(Op.MUL, DType.F32, (4, 3), (x, x))
+    colls = [rc.new_collective("all_reduce", sent, (4, 3), one_rank, (("reduce_op", "sum"),)),
+             rc.new_collective("all_gather", sent, (4, 3), one_rank, (("group_size", 1),))]
+    outs = [Node(Op.ADD, DType.F32, (4, 3), (c.result, x)) for c in colls]
+    compiled = rc.compile_outputs([x], outs, None, colls, device="cuda-emulator", name="emulated")
+    a = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    results = compiled(x=a)
+    for r in results[:2]:
+        assert isinstance(r, torch.Tensor)
+        torch.testing.assert_close(r, a * a + a)
+    assert "collectives: 2" in str(compiled.report())
 
 
 def test_collective_error_is_a_named_luminal_error():
@@ -178,7 +188,7 @@ def test_collective_error_is_a_named_luminal_error():
         rc.new_collective("scatter", Node(Op.INPUT, DType.F32, (1,), (), "x"), (1,), "0")
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", ("numpy", "cpu"))  # the kernel devices read host tensors by `.numpy()` still
 def test_a_tensor_read_by_a_call_stays_resizable_and_outputs_never_alias_it(device):
     # FSDP2 frees its gathered parameters by resizing their storage: `Tensor.numpy()` would have
     # marked it non-resizable for good
