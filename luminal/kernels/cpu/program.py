@@ -10,7 +10,6 @@ reads is one tiled kernel (`conv.Im2colGemm`); the copies' steps do nothing.
 from __future__ import annotations
 
 import collections
-import hashlib
 
 from luminal.hlir.ops import Node, Op
 from luminal.kernels.cpu import build, gemm_avx512
@@ -21,7 +20,7 @@ from luminal.kernels.cpu.steps import CProgram, CStep
 from luminal.kernels.plan import Schedule, dedup
 from luminal.kernels.render import C, render_node
 from luminal.kernels.render.cexpr import rendering
-from luminal.kernels.render.cstyle import buffer_sources
+from luminal.kernels.render.cstyle import KernelSpec, buffer_sources
 
 # The driver: every launch of the table in order. A step of the table is
 #   kernel, n_ptrs, n_dims, ptr codes (>= 0: bufs[code]; < 0: arena + offsets[-1 - code]), dim codes (dims[code])
@@ -98,8 +97,8 @@ def _fusions(schedule: Schedule) -> tuple[dict[int, cpu_conv.Im2colGemm], set[in
     return plans, absorbed
 
 
-def _fused_step(node: Node, plans, absorbed) -> tuple[str, CStep] | None:
-    """(code, step) of a node `_fusions` fused or absorbed, named by its op and code's hash; else None."""
+def _fused_step(node: Node, plans, absorbed) -> KernelSpec | None:
+    """The kernel of a node `_fusions` fused or absorbed (under a placeholder name), else None."""
     if id(node) in plans:
         with rendering(C):
             code, inputs, symbols = cpu_conv.im2col_gemm_kernel(plans[id(node)], "@KERNEL@", _operand)
@@ -107,8 +106,13 @@ def _fused_step(node: Node, plans, absorbed) -> tuple[str, CStep] | None:
         code, inputs, symbols = cpu_conv.noop_kernel(node, "@KERNEL@"), [], []
     else:
         return None
-    name = f"{node.op.title.lower()}_{hashlib.sha1(code.encode()).hexdigest()[:12]}"
-    return code.replace("@KERNEL@", name), CStep(name, node, inputs, symbols, False)
+    return KernelSpec("@KERNEL@", code, node, inputs, symbols, None, 0)
+
+
+def step_of(k: KernelSpec, node: Node) -> tuple[str, CStep]:
+    """(code, step) of kernel `k` computing `node`, named by its op and a hash of its body (`plan.dedup`)."""
+    k = dedup(k, node, {})
+    return k.source, CStep(k.name, node, k.inputs, k.symbols, k.uses_error_flag)
 
 
 def render_program(outputs: list[Node]) -> CProgram:
@@ -118,13 +122,8 @@ def render_program(outputs: list[Node]) -> CProgram:
     bodies: dict[str, tuple[str, CStep]] = {}
     steps: list[CStep] = []
     for node in schedule.nodes:  # one step per node (a scatter's copy and updates are one function)
-        fused = _fused_step(node, plans, absorbed)
-        if fused is not None:
-            code, step = fused
-        else:
-            (k,) = render_node(node, "@KERNEL@", C, SPECIAL)
-            k = dedup(k, node, {})
-            code, step = k.source, CStep(k.name, node, k.inputs, k.symbols, k.uses_error_flag)
+        k = _fused_step(node, plans, absorbed) or render_node(node, "@KERNEL@", C, SPECIAL)[0]
+        code, step = step_of(k, node)
         bodies.setdefault(step.name, (code, step))
         steps.append(step)
     symbols = sorted({s for st in steps for s in st.symbols})

@@ -311,14 +311,14 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
 def _fused_steps(sched) -> dict[int, CStep]:
     """The steps `program.render_program` fuses (a convolution's im2col GEMM), by id of their node,
     named as it names them."""
-    from luminal.kernels.cpu.program import _fused_step, _fusions
+    from luminal.kernels.cpu.program import _fused_step, _fusions, step_of
 
     plans, absorbed = _fusions(sched)
     steps = {}
     for node in sched.nodes:
         found = _fused_step(node, plans, absorbed)
         if found is not None:
-            steps[id(node)] = found[1]
+            steps[id(node)] = step_of(found, node)[1]
     return steps
 
 
