@@ -1,7 +1,9 @@
 """Tiny random-weight Hugging Face models built offline from configs (hidden 64, 2 layers).
 
-After shared/reference/hf_tiny_models.py (transformers 5.x, torch 2.13). MoE models use
-`experts_implementation="batched_mm"` (pure ATen: topk + index + bmm, no graph break).
+After shared/reference/hf_tiny_models.py (transformers 5.x, torch 2.13). MoE models run
+transformers' default experts (sort + histc + `transformers::grouped_mm_fallback`, no graph
+break); `moe_impl="batched_mm"` (topk + index + bmm) or "eager" (a loop that breaks the graph)
+picks another.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ COMMON = dict(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_la
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
 DECODERS = ["llama", "qwen3", "mistral", "phi3", "gemma3", "mixtral", "qwen2_moe", "qwen3_moe", "gpt2"]
 ALL = DECODERS + ["bert", "modernbert", "t5", "vit"]
+MOE = ["mixtral", "qwen2_moe", "qwen3_moe"]  # at transformers' default experts (grouped_mm)
 
 
-def make(name: str, attn: str = "sdpa", seed: int = 0, moe_impl: str = "batched_mm", layers: int = 2) -> torch.nn.Module:
+def make(name: str, attn: str = "sdpa", seed: int = 0, moe_impl: str | None = None, layers: int = 2) -> torch.nn.Module:
     import transformers as T
 
     torch.manual_seed(seed)
     common = dict(COMMON, num_hidden_layers=layers)
     kw = dict(attn_implementation=attn)
-    moe = dict(experts_implementation=moe_impl)
+    moe = {} if moe_impl is None else dict(experts_implementation=moe_impl)
     cfgs = {
         "llama": lambda: T.LlamaForCausalLM(T.LlamaConfig(**common, **kw)),
         "qwen3": lambda: T.Qwen3ForCausalLM(T.Qwen3Config(**common, head_dim=16, **kw)),

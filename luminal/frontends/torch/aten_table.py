@@ -6,6 +6,7 @@ from luminal.frontends.torch import (  # noqa: F401 - imported for their registr
     aten_elementwise,
     aten_foreach,
     aten_index,
+    aten_moe,
     aten_movement,
     aten_nn,
     aten_random,
