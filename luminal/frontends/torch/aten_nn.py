@@ -132,9 +132,12 @@ def _max_pool(cx, x, kernel_size, stride, padding, dilation, ceil_mode, with_ind
     # the first element inside the input)
     lead = x.ndim - nsp
     index = None
+    taps = np.arange(int(np.prod(kernel)), dtype=np.int64)
     for i in range(nsp):
-        taps_after = int(np.prod(kernel[i + 1:]))
-        tap = best.div(taps_after, rounding_mode="floor").fmod(kernel[i]) if i else best.div(taps_after, rounding_mode="floor")
+        # the tap's coordinate along dim i, looked up in a table of the window's taps (an integer
+        # division per element would be a float64 division and two roundings in luminal's primitives)
+        table = cx.g.constant(taps // int(np.prod(kernel[i + 1:])) % kernel[i])
+        tap = table.index_select(0, best.flatten()).reshape(best.shape)
         out = best.shape[lead + i]
         start = np.arange(int(out), dtype=np.int64) * stride[i] - pads[i][0]
         start = cx.g.constant(start.reshape((1,) * (lead + i) + (int(out),) + (1,) * (nsp - 1 - i)))
