@@ -13,6 +13,7 @@ from luminal.errors import UnsupportedError
 from luminal.frontends.torch.aten_ops import aten
 from luminal.frontends.torch.dims import shape_of
 from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
 
 
 def _channel(t, ndim):
@@ -124,19 +125,24 @@ def _max_pool(cx, x, kernel_size, stride, padding, dilation, ceil_mode, with_ind
         raise UnsupportedError("max_pool indices over symbolic spatial dims")
     kernel, stride, dilation, pads, _ = nn._pool_geometry(x, kernel_size, stride or None, padding, dilation, ceil_mode)
     flat = nn._pool_windows(x, kernel, stride, dilation, pads, float("-inf"))
-    flat = flat.reshape(flat.shape[: flat.ndim - nsp] + (sym.product(kernel),))
-    best = flat.argmax(-1)  # (*lead, *out): the tap of each window's maximum, row-major over the kernel
+    taps = sym.product(kernel)
+    flat = flat.reshape(flat.shape[: flat.ndim - nsp] + (taps,))
+    # (*lead, *out): the tap of each window's maximum, row-major over the kernel: the first tap
+    # equal to the pooled value (or NaN, which is the max), as argmax, without computing the max again
+    hit = flat.eq(values.reshape(values.shape + (1,))).logical_or(flat.isnan())
+    big = cx.g.scalar(taps, DType.I64)
+    best = cx.g.iota(taps, DType.I64).expand(flat.shape).where_(hit, big).min(-1)
     # its flat input position, by arithmetic on the tap and the output position (no window of
     # positions materialized): coordinate = out * stride - pad + tap * dilation along each dim,
     # clamped into the input (a window of -inf only, all padding where it starts: torch's index is
     # the first element inside the input)
     lead = x.ndim - nsp
     index = None
-    taps = np.arange(int(np.prod(kernel)), dtype=np.int64)
+    tap_ids = np.arange(taps, dtype=np.int64)
     for i in range(nsp):
         # the tap's coordinate along dim i, looked up in a table of the window's taps (an integer
         # division per element would be a float64 division and two roundings in luminal's primitives)
-        table = cx.g.constant(taps // int(np.prod(kernel[i + 1:])) % kernel[i])
+        table = cx.g.constant(tap_ids // int(np.prod(kernel[i + 1:])) % kernel[i])
         tap = table.index_select(0, best.flatten()).reshape(best.shape)
         out = best.shape[lead + i]
         start = np.arange(int(out), dtype=np.int64) * stride[i] - pads[i][0]
