@@ -90,7 +90,8 @@ def _drop_broadcast_batch(x: np.ndarray) -> np.ndarray:
     """A matmul operand whose batch dims are all broadcast (stride 0, e.g. a weight expanded
     over the batch) as the plain matrix: np.matmul then broadcasts it itself and calls BLAS,
     instead of its slow strided loop over a stride-0 batch."""
-    if x.ndim > 2 and all(s == 0 or n == 1 for s, n in zip(x.strides[:-2], x.shape[:-2])):
+    # (an empty batch dim, stride 0 too, has no matrix to take)
+    if x.ndim > 2 and all(s == 0 and n > 0 or n == 1 for s, n in zip(x.strides[:-2], x.shape[:-2])):
         return x[(0,) * (x.ndim - 2)]
     return x
 

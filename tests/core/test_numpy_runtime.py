@@ -156,3 +156,14 @@ def test_window_sums_do_not_materialize_the_window_product():
     assert got.dtype == np.float64 and np.signbit(got[1, 1, 0, 0]) == np.signbit(want[1, 1, 0, 0])
     assert peak < windows.size * 8 / 4  # the product in float64 would be windows.size * 8 bytes
     np.testing.assert_array_equal(_window_sum([windows], 2), np.sum(windows.astype(np.float64), axis=(4, 5)))
+
+
+def test_matmul_of_a_broadcast_weight_over_an_empty_batch():
+    # the weight expanded over a batch dim of size 0: stride 0 like any broadcast, but no matrix in it
+    g = lm.Graph()
+    x = g.input("x", (0, 2, 3))
+    w = g.constant(np.ones((3, 4), np.float32)).reshape((1, 3, 4)).expand((0, 3, 4))
+    g.output(x.matmul(w), "y")
+    for optimize in (False, True):
+        (y,) = g.compile(device="numpy", optimize=optimize)(x=np.zeros((0, 2, 3), np.float32))
+        assert y.shape == (0, 2, 4)

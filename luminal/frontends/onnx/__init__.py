@@ -8,7 +8,7 @@ compile-time evaluation of known and symbolic values), `shape_eval` (shape arith
 symbolic dims), `registry` (the versioned op table), one module per op family (`ops_math`,
 `ops_tensor`, `ops_nn`, `ops_resize`, `ops_attention`, `ops_loss`, `ops_quant`, `ops_rnn`, `ops_bits`, `ops_signal`, `ops_grid`, `ops_contrib` (com.microsoft), `ops_misc`,
 `ops_bitcast`, `ops_linalg`, `ops_scatter`, `ops_spectral`, `ops_detection`, `ops_dynamic` (data-dependent
-output lengths), `ops_ml` (ai.onnx.ml), `ops_optional`, `ops_random` (Philox), `ops_training` (ai.onnx.preview.training);
+output lengths), `ops_ml`, `ops_ml_sklearn` (ai.onnx.ml; `zipmap` makes ZipMap's maps on the host), `ops_optional`, `ops_random` (Philox), `ops_training` (ai.onnx.preview.training);
 `narrow` for float8 / 4-bit types), `model` (`compile` and the
 callable `OnnxModel`) and `backend` (`onnx.backend.base.Backend` for onnx's BackendTest).
 """
@@ -26,6 +26,7 @@ from luminal.frontends.onnx import (  # noqa: F401 - registers ops
     ops_math,
     ops_misc,
     ops_ml,
+    ops_ml_sklearn,
     ops_nn,
     ops_optional,
     ops_quant,

@@ -13,7 +13,7 @@ import onnx
 from luminal import devices
 from luminal.compiler import Report, compile_outputs
 from luminal.errors import InputError, LuminalError
-from luminal.frontends.onnx import loader, staged
+from luminal.frontends.onnx import loader, staged, zipmap
 from luminal.frontends.onnx.errors import (
     IfNotConvertible,
     NeedsShape,
@@ -439,6 +439,10 @@ def compile(model, *, device: str | devices.Device = "cpu", optimize: bool | Non
         raise OnnxError(f"recurrence={recurrence!r}: it is one of {', '.join(map(repr, RECURRENCES))}")
     proto, _ = loader.load_model(model, check=check)
     proto, note = loader.upgrade(proto)
+    proto, maps = zipmap.split(proto)
+    if maps:  # sequences of maps are made on the host from the compiled probabilities
+        inner = compile(proto, device=device, optimize=optimize, check=False, recurrence=recurrence)
+        return zipmap.MapModel(inner, maps)
     notes = [note] if note else []
     graph = proto.graph
     for vi in list(graph.input) + list(graph.output):

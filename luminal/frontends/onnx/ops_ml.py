@@ -1,7 +1,7 @@
 """ai.onnx.ml ops that are tensor arithmetic: Binarizer, ArrayFeatureExtractor, TreeEnsemble.
 
-(The string ops of the domain, LabelEncoder, ..., and the older TreeEnsembleRegressor /
-Classifier are not lowered.)"""
+(The older TreeEnsembleRegressor / Classifier and what else scikit-learn converters emit:
+`ops_ml_sklearn`; the string ops of the domain are not lowered.)"""
 
 from __future__ import annotations
 
