@@ -92,6 +92,11 @@ def histc(cx, x, bins=100, min=0, max=0):  # noqa: A002 - ATen's names
     gives the correctly rounded quotient for f32, f16 and bf16 (a quotient of two p-bit floats is
     never within 2**-(2p+1) of a rounding boundary, well outside float64's error). Integer inputs
     (CUDA's histc) divide exactly."""
+    if x.dtype.is_float and x.dtype is not DType.F32:
+        # f64: no wider type for the quotient (x * recip(y) rounds twice); f16/bf16: the kernels'
+        # fused regions round the steps otherwise than torch's per-op rounding
+        raise UnsupportedError(f"histc on {x.dtype}: an element at a bin edge could land in the neighbouring bin "
+                               "(luminal's histc is exact for float32, on which transformers' MoE routing calls it)")
     flat = x.reshape(-1)
     lo, hi = _range(cx, flat, float(min), float(max))
     inside = flat.ge(lo).logical_and(flat.le(hi))
