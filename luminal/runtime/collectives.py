@@ -324,13 +324,6 @@ class DistributedRuntime(Runtime):
         for r in list(left):
             r.when_built(one)
 
-    def wait(self) -> None:
-        """Until every piece's code is built (the cpu device builds cold libraries in the background)."""
-        for p in self.pieces:
-            wait = getattr(p.runtime, "wait", None)
-            if callable(wait):
-                wait()
-
     @property
     def build_outcome(self) -> str | None:
         outcomes = {p.runtime.build_outcome for p in self.pieces} - {None}

@@ -451,4 +451,3 @@ def _c_rows(shape, prefix: str, work: str, body: str, per_row) -> str:
 
 CUDA = CudaDialect()
 C = CDialect()
-DIALECTS = {"cuda": CUDA, "c": C}
