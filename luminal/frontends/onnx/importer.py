@@ -43,7 +43,12 @@ from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Op
 from luminal.runtime import NumpyRuntime
 
-FOLD_LIMIT = 1 << 20  # fold nodes whose known inputs and outputs stay below this many elements
+# A node whose inputs are all known is evaluated at import (folded), as onnxruntime folds constant
+# subgraphs: weights a model computes (ConstantOfShape, DequantizeLinear of an initializer, a
+# transposed or cast weight) then take the paths stored weights take. A result that is a
+# broadcast (ConstantOfShape, Expand) is kept as its small source and a stride-0 view, so a
+# 4096 x 4096 mask costs no memory; dense results are folded up to FOLD_LIMIT elements.
+FOLD_LIMIT = 1 << 26
 NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 
@@ -52,6 +57,10 @@ def materialize(g: Graph, known: Known) -> Tensor:
     if not known.symbolic:
         if arr.ndim == 0:
             return g.scalar(arr.item(), known.dtype)
+        if _is_broadcast(arr):  # a folded ConstantOfShape / Expand: its source, broadcast as before
+            src, shape = _compact(arr)
+            base = g.scalar(src.item(), known.dtype).reshape((1,) * len(shape)) if src.size == 1 else g.constant(src, known.dtype)
+            return base.expand(shape)
         return g.constant(arr, known.dtype)
     items = [g.scalar(sym.norm(v) if not isinstance(v, (int, np.integer)) else int(v), known.dtype) for v in arr.reshape(-1)]
     if arr.ndim == 0:
@@ -79,6 +88,15 @@ class NodeContext:
 
     def dtype(self, elem_type: int) -> DType:
         return hlir_dtype(elem_type, f"{self.node.op_type} node {self.name!r}: ")
+
+    def dense(self, i: int, t):
+        """Input `i` as a weight: when it is known and a broadcast (a ConstantOfShape weight), a
+        dense constant, as an initializer would be, so GEMMs and convolutions take their weight
+        paths; `t` (the input as given) otherwise."""
+        arr = self.known(i)
+        if arr is None or arr.dtype == object or not _is_broadcast(arr):
+            return t
+        return self.g.constant(np.ascontiguousarray(arr), t.dtype)
 
     def known(self, i: int):
         """The compile-time value of input `i` (a NumPy array), or None if it is not known."""
@@ -421,19 +439,53 @@ class Importer:
         return v.tensor
 
     def fold(self, outs: list, ins: list[Value]) -> list:
-        """Evaluate the outputs of a node whose inputs are all known (and small) now."""
-        if sum(v.known.array.size for v in ins) > FOLD_LIMIT:
+        """Evaluate the outputs of a node whose inputs are all known now (see FOLD_LIMIT)."""
+        if sum(v.known.array.size for v in ins if not _is_broadcast(v.known.array)) > FOLD_LIMIT:
             return outs
         tensors = [o for o in outs if isinstance(o, Tensor)]
         if not tensors or any(not all(sym.is_static(d) for d in t.shape) for t in tensors):
             return outs
-        if sum(int(np.prod(t.shape)) for t in tensors) > FOLD_LIMIT:
-            return outs
         if any(n.op is Op.INPUT for t in tensors for n in _nodes(t)):
             return outs
-        arrays = NumpyRuntime([t.node for t in tensors])({})
+        views = [_broadcast_view(t.node) for t in tensors]
+        roots = [t.node if st is None else t.node.src[0] for t, st in zip(tensors, views)]
+        if sum(int(np.prod(n.shape)) for n in roots) > FOLD_LIMIT:
+            return outs
+        arrays = [_strided(a, st) for a, st in zip(NumpyRuntime(roots)({}), views)]
         it = iter(arrays)
         return [Known(next(it), o.dtype) if isinstance(o, Tensor) else o for o in outs]
+
+
+def _broadcast_view(node):
+    """The tracker of `node` when it is a view that repeats its source (a zero stride on a dim
+    longer than 1) with plain non-negative strides, no mask and no offset; else None."""
+    if node.op is not Op.VIEW:
+        return None
+    st = node.arg
+    if st.mask is not None or not all(isinstance(d, (int, np.integer)) for d in st.dims):
+        return None
+    if st.offset != 0 or any(s < 0 for s in st.strides):
+        return None
+    return st if any(s == 0 and d > 1 for d, s in zip(st.shape, st.strides)) else None
+
+
+def _strided(arr: np.ndarray, st) -> np.ndarray:
+    """`arr` read through the view `st` (a read-only strided view, no copy); `arr` if st is None."""
+    if st is None:
+        return arr
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    strides = tuple(int(s) * flat.itemsize for s in st.strides)
+    return np.lib.stride_tricks.as_strided(flat, tuple(int(d) for d in st.shape), strides, writeable=False)
+
+
+def _is_broadcast(arr: np.ndarray) -> bool:
+    return arr.size > 1 and any(s == 0 and d > 1 for d, s in zip(arr.shape, arr.strides))
+
+
+def _compact(arr: np.ndarray) -> tuple[np.ndarray, tuple]:
+    """A broadcast array as its source (the first entry along every zero-stride dim, contiguous)."""
+    index = tuple(slice(0, 1) if s == 0 else slice(None) for s in arr.strides)
+    return np.ascontiguousarray(arr[index]), arr.shape
 
 
 def initializer_array(init: onnx.TensorProto) -> np.ndarray:

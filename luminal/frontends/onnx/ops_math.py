@@ -415,11 +415,12 @@ def cumprod(c, x, axis, exclusive=0, reverse=0):
 # --- matrix products ---------------------------------------------------------------------
 @onnx_op("MatMul")
 def matmul(c, a, b):
-    return a.matmul(b)
+    return c.dense(0, a).matmul(c.dense(1, b))
 
 
 @onnx_op("Gemm")
 def gemm(c, a, b, cc=None, alpha=1.0, beta=1.0, transA=0, transB=0):  # noqa: N803 - ONNX names
+    a, b = c.dense(0, a), c.dense(1, b)
     a = a.T if transA else a
     b = b.T if transB else b
     y = a.matmul(b)

@@ -58,6 +58,7 @@ def _attrs(x, kernel_shape, strides, dilations):
 def conv(c, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     """The builder's conv (the form the torch frontend reaches too): GEMM over an im2col view,
     depthwise / narrow groups as a direct window reduction."""
+    w = c.dense(1, w)
     kernel = list(kernel_shape or w.shape[2:])
     kernel, strides, dilations = _attrs(x, kernel, strides, dilations)
     pairs, _ = _pads(c, x, kernel, strides, dilations, pads, auto_pad)
@@ -69,6 +70,7 @@ def conv(c, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_sha
 @onnx_op("ConvTranspose")
 def conv_transpose(c, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
                    output_padding=None, output_shape=None, pads=None, strides=None):
+    w = c.dense(1, w)
     nsp = x.ndim - 2
     kernel = list(kernel_shape or w.shape[2:])
     strides = list(strides or [1] * nsp)
