@@ -95,9 +95,14 @@ def _direct(cg, groups: int, kernel) -> bool:
     """Depthwise convs, and grouped ones (or one of a single input channel) with few terms per
     output, are direct loops (a WindowReduce): as GEMMs they would be many GEMMs of a few rows
     and a short K. One input channel and a long kernel (an STFT as a Conv1d: 512 taps) is a
-    GEMM of K = the kernel (the direct form became a GEMM per output channel of one column)."""
+    GEMM of K = the kernel (the direct form became a GEMM per output channel of one column).
+    A grouped 1x1 conv (ShuffleNet's) is a GEMM per group over a free view of the input: its
+    direct form has no window to share and materialized the product before summing it (8x
+    onnxruntime on the light ShuffleNet; as GEMMs 0.8x)."""
     if sym.equal(cg, 1) and groups > 1:
         return True
+    if all(k == 1 for k in kernel) and not sym.equal(cg, 1):
+        return False
     terms = sym.product((cg, *kernel))
     return (groups > 1 or sym.equal(cg, 1)) and sym.is_static(terms) and int(terms) <= DIRECT_TERMS
 
