@@ -201,6 +201,51 @@ class ElementwiseMixin:
             raise ValueError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
         return self.mul(0.5).mul(self.mul(C.INV_SQRT2).erf().add(1))  # 0.5 x (1 + erf(x/sqrt 2))
 
+    def atan(self):
+        """arctan: Cephes' double-precision atan (|x| reduced at tan(3pi/8) and 0.66, then a
+        rational approximation good to about 1e-16), computed in float64 and rounded once to the
+        dtype; signed zeros, +-inf (+-pi/2) and NaN as C's atan."""
+        self._need_float("atan")
+        x = self.cast(DType.F64)
+        full = lambda v: x.graph.scalar(v, DType.F64).expand(x.shape)  # noqa: E731
+        a = x.abs()
+        big, mid = a.gt(2.41421356237309504880), a.gt(0.66)
+        r = a.reciprocal().neg().where_(big, a.sub(1.0).div(a.add(1.0)).where_(mid, a))
+        base = full(C.PI / 2).where_(big, full(C.PI / 4).where_(mid, full(0.0)))
+        more = full(6.123233995736765886130e-17).where_(big, full(3.061616997868382943065e-17).where_(mid, full(0.0)))
+        z = r.mul(r)
+        p = z.mul(-8.750608600031904122785e-1).add(-1.615753718733365076637e1).mul(z).add(
+            -7.500855792314704667340e1).mul(z).add(-1.228866684490136173410e2).mul(z).add(-6.485021904942025371773e1)
+        q = z.add(2.485846490142306297962e1).mul(z).add(1.650270098316988542046e2).mul(z).add(
+            4.328810604912902668951e2).mul(z).add(4.853903996359136964868e2).mul(z).add(1.945506571482613964425e2)
+        y = base.add(r.mul(z.mul(p).div(q)).add(r).add(more))
+        y = y.where_(x.gt(0.0), y.neg()).where_(a.gt(0.0), x)  # odd; +-0 and NaN are themselves
+        return y.cast(self.dtype)
+
+    def atan2(self, other):
+        """atan2(self, other), the angle of the point (other, self), in float64 rounded once,
+        with C's special cases: signed zeros (atan2(+-0, -0) = +-pi), infinities (+-pi/4,
+        +-3pi/4), NaN in either gives NaN."""
+        self._need_float("atan2")
+        from luminal.builder.tensor import broadcast_shapes
+
+        shape = broadcast_shapes(self.shape, other.shape)
+        y, x = self.cast(DType.F64).expand(shape), other.cast(DType.F64).expand(shape)
+        full = lambda v: y.graph.scalar(v, DType.F64).expand(y.shape)  # noqa: E731
+
+        def negative(v):  # the sign bit: v < 0, or -0.0 (1 / -0 = -inf)
+            return v.lt(0.0).logical_or(v.eq(0.0).logical_and(v.reciprocal().lt(0.0)))
+
+        pi = full(C.PI).where_(negative(y).logical_not(), full(-C.PI))  # copysign(pi, y)
+        t = y.div(x).atan()
+        t = t.add(pi).where_(negative(x), t)
+        both_inf = y.isinf().logical_and(x.isinf())
+        quarter = full(C.PI / 4).where_(negative(x).logical_not(), full(3 * C.PI / 4))
+        t = quarter.where_(negative(y).logical_not(), quarter.neg()).where_(both_inf, t)
+        both_zero = y.eq(0.0).logical_and(x.eq(0.0))
+        t = pi.where_(negative(x), y).where_(both_zero, t)
+        return t.cast(self.dtype)
+
     def _need_float(self, name: str):
         if not self.dtype.is_float:
             raise DTypeError(f"{name} needs a float tensor, got {self.dtype}; cast it first")

@@ -41,9 +41,11 @@ EXCLUDED = [
      "(bool otherwise); luminal returns bool"),
 ]
 
+FFT = "the FFTs take complex inputs and dim lists: tests/torch/test_complex_fft.py"
 RANDOM = "random values, which eager torch draws otherwise: tests/torch/test_random_torch.py"
 BACKWARD = "a backward op (saved tensors and geometry that must agree): tests/torch/test_training.py, test_backward_ops.py"
 NOT_GENERATED = {  # overload -> why the schema generator skips it, and where it is tested
+    **dict.fromkeys(["_fft_c2c.default", "_fft_r2c.default", "_fft_c2r.default"], FFT),
     **dict.fromkeys(["convolution_backward.default", "avg_pool2d_backward.default",
                      "max_pool2d_with_indices_backward.default", "max_pool3d_with_indices_backward.default",
                      "adaptive_max_pool2d_backward.default", "adaptive_max_pool3d_backward.default",
@@ -123,7 +125,9 @@ NOT_GENERATED = {  # overload -> why the schema generator skips it, and where it
 # overloads the generator drives, but whose every generated call torch itself rejects (so no
 # case is made), and where they are tested instead
 _MATMUL = "matrix shapes: the generated companion (a last-dim vector) does not fit; tests/torch/test_torch_semantics.py and the model zoo"
+_COMPLEX = "complex inputs (the generator makes real ones): tests/torch/test_complex_fft.py"
 NO_CASE = {
+    **dict.fromkeys(["_conj.default", "view_as_complex.default", "view_as_real.default"], _COMPLEX),
     "addmm.default": _MATMUL, "baddbmm.default": _MATMUL, "bmm.default": _MATMUL, "mm.default": _MATMUL,
     "dot.default": _MATMUL,
     "_grouped_mm.default": "bf16 only under tracing, and needs 16-byte-aligned strides; tests/torch/test_moe.py",

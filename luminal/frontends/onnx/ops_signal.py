@@ -1,4 +1,4 @@
-"""Signal ops: DFT (forward, inverse, one-sided, irfft) as GEMMs with cos/sin matrices of the
+"""Signal ops: DFT (forward, inverse, one-sided, irfft: `builder/spectral.py`, GEMMs with cos/sin matrices of the
 static transform length (computed in float64 at compile time), LRN, ReverseSequence."""
 
 from __future__ import annotations
@@ -6,26 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from luminal.builder import functional as F
+from luminal.builder import spectral
 from luminal.frontends.onnx.errors import NeedsShape
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.hlir import symbolic as sym
-from luminal.hlir.dtypes import DType
-
-
-def _matrices(n_in: int, n_out: int, length: int, inverse: bool, onesided: bool):
-    """(A, B, C, D) with Yr = R A + I B and Yi = R C + I D (R, I: real and imaginary rows)."""
-    k_in, k_out = np.arange(n_in)[:, None], np.arange(n_out)[None, :]
-    theta = 2 * np.pi * ((k_in * k_out) % length) / length
-    cos, sin = np.cos(theta), np.sin(theta)
-    if not inverse:
-        return cos, sin, -sin, cos
-    if not onesided:
-        return cos / length, -sin / length, sin / length, cos / length
-    w = np.full((n_in, 1), 2.0)  # irfft: the half spectrum counts twice, except DC and Nyquist
-    w[0] = 1.0
-    if length % 2 == 0 and n_in > length // 2:
-        w[length // 2] = 1.0
-    return w * cos / length, -w * sin / length, None, None
 
 
 def _dft(c, x, length, axis: int, inverse: int, onesided: int):
@@ -37,32 +21,13 @@ def _dft(c, x, length, axis: int, inverse: int, onesided: int):
         raise NeedsShape(f"DFT node {c.name!r}: the transformed axis {n} is symbolic; compiled per shape", c.node.input[0])
     irfft = bool(inverse and onesided)
     length = int(np.asarray(length).reshape(-1)[0]) if length is not None else (2 * (n - 1) if irfft else int(n))
-    n_in = length // 2 + 1 if irfft else length
-    n_out = length if irfft else (length // 2 + 1 if onesided else length)
-    dtype = x.dtype
-    x64 = x.cast(DType.F64)
-    re = x64.slice(-1, 0, 1).squeeze(-1)
-    im = x64.slice(-1, 1, 2).squeeze(-1) if sym.equal(x.shape[-1], 2) else None
-    order = [i for i in range(re.ndim) if i != a] + [a]
-    back = list(np.argsort(order))
-    re, im = re.permute(order), None if im is None else im.permute(order)
-
-    def fit(t):  # crop or zero-pad the signal to n_in
-        if n >= n_in:
-            return t.slice(-1, 0, n_in)
-        return t.pad([(0, 0)] * (t.ndim - 1) + [(0, n_in - n)])
-
-    re, im = fit(re), None if im is None else fit(im)
-    A, B, C, D = _matrices(n_in, n_out, length, bool(inverse), bool(onesided))
-
-    def gemm(t, m):
-        return t.matmul(c.g.constant(m, DType.F64))
-
-    yr = gemm(re, A) if im is None else gemm(re, A).add(gemm(im, B))
-    if irfft:
-        return yr.permute(back).unsqueeze(-1).cast(dtype)
-    yi = gemm(re, C) if im is None else gemm(re, C).add(gemm(im, D))
-    return F.stack([yr.permute(back), yi.permute(back)], -1).cast(dtype)
+    re = x.slice(-1, 0, 1).squeeze(-1)
+    im = x.slice(-1, 1, 2).squeeze(-1) if sym.equal(x.shape[-1], 2) else None
+    yr, yi = spectral.dft(re, im, a, length=length, inverse=bool(inverse), onesided=bool(onesided),
+                          scale=1 / length if inverse else 1.0)
+    if yi is None:
+        return yr.unsqueeze(-1).cast(x.dtype)
+    return F.stack([yr, yi], -1).cast(x.dtype)
 
 
 @onnx_op("DFT", since=17, known=(1,))

@@ -218,6 +218,16 @@ for _name, _method in [("exp", "exp"), ("exp2", "exp2"), ("log", "log"), ("log2"
     _float_unary(f"{_name}.default", _method)
 
 
+@aten("atan.default")
+def atan(cx, x):
+    return x.cast(cx.dtype).atan()
+
+
+@aten("atan2.default")
+def atan2(cx, y, x):
+    return y.cast(cx.dtype).atan2(x.cast(cx.dtype) if isinstance(x, Tensor) else cx.full((), x, cx.dtype))
+
+
 @aten("log10.default")
 def log10(cx, x):
     return x.cast(cx.dtype).log2().mul(0.30102999566398120)  # log10(x) = log2(x) * log10(2)

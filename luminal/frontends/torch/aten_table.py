@@ -3,6 +3,7 @@
 
 from luminal.frontends.torch import (  # noqa: F401 - imported for their registrations
     aten_backward,
+    aten_complex,
     aten_elementwise,
     aten_foreach,
     aten_index,

@@ -224,15 +224,15 @@ def _restore(entry: Entry, args, name: str, opts: dict):
         t = block["torch"]
         feeds, kinds, out_names = t["feeds"], t["flat_kinds"], t["out_names"]
         if not (isinstance(feeds, list) and len(feeds) == len(args) and all(
-                f is None or (isinstance(f, list) and len(f) == 2 and f[0] in ("tensor", "dim") and isinstance(f[1], str))
+                f is None or (isinstance(f, list) and len(f) == 2 and f[0] in ("tensor", "complex", "dim") and isinstance(f[1], str))
                 for f in feeds)):
             raise ValueError("malformed feeds")
         if not (isinstance(out_names, list) and len(out_names) == len(optimized)):
             raise ValueError("malformed output names")
         for kind, v in kinds:
-            if kind in ("tensor", "tensor_dim") and not (type(v) is int and 0 <= v < len(optimized)):
+            if kind in ("tensor", "complex", "tensor_dim") and not (type(v) is int and 0 <= v < len(optimized)):
                 raise ValueError(f"output {v!r} out of range")
-            if kind not in ("tensor", "tensor_dim", "value"):
+            if kind not in ("tensor", "complex", "tensor_dim", "value"):
                 raise ValueError(f"unknown output kind {kind!r}")
         _check_pytree_spec(t["spec"])
         from torch.utils._pytree import treespec_loads

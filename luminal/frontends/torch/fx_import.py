@@ -28,6 +28,8 @@ from luminal.builder import Graph, Tensor
 from luminal.compiler import Report, compile_outputs
 from luminal.devices import Device
 from luminal.errors import ShapeError, UnsupportedError
+from luminal.frontends.torch import aten_complex
+from luminal.frontends.torch.aten_complex import Complex
 from luminal.frontends.torch.aten_ops import TORCH_OF, Ctx, ldtype, op_key, op_name, promote
 from luminal.frontends.torch.aten_table import table
 from luminal.frontends.torch.dims import SYM_TYPES, conform, hints_of, shape_of, to_dim
@@ -106,9 +108,13 @@ class FxImporter:
                 feeds.append(None)
             elif isinstance(val, torch.Tensor):
                 shape = shape_of(val)
-                env[node] = g.input(node.name, shape, ldtype(val.dtype))
+                if aten_complex.is_complex(val):  # bound as its view_as_real planes
+                    env[node] = Complex(g.input(node.name, (*shape, 2), aten_complex.COMPLEX_DTYPES[val.dtype]))
+                    feeds.append(("complex", node.name))
+                else:
+                    env[node] = g.input(node.name, shape, ldtype(val.dtype))
+                    feeds.append(("tensor", node.name))
                 bound |= {s.name for d in shape if isinstance(d, sympy.Symbol) for s in [d]}
-                feeds.append(("tensor", node.name))
             elif isinstance(val, str):  # a string argument (guarded by the caller): baked in
                 env[node] = val
                 feeds.append(None)
@@ -165,7 +171,7 @@ class FxImporter:
 
     def node(self, g: Graph, node, env):
         """One call_function node's value, from the import memo's templates where one applies."""
-        if self.memo is None or _is_sym_node(node):
+        if self.memo is None or _is_sym_node(node) or aten_complex.touches_complex(node):
             return self._call(g, node, env)
         return self.memo.call(self, g, node, env)  # repeated layers: each distinct call's nodes built once
 
@@ -180,10 +186,17 @@ class FxImporter:
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
         first = val[0] if isinstance(val, (tuple, list)) and val and isinstance(val[0], torch.Tensor) else val
         is_t = isinstance(first, torch.Tensor)
-        dtype, shape = (ldtype(first.dtype), shape_of(first)) if is_t else (None, None)
+        fn = table().get(key)
+        if aten_complex.touches_complex(node):  # complex tensors: planes (`aten_complex`)
+            fn = aten_complex.COMPLEX.get(key)
+            if fn is None:
+                raise UnsupportedError(f"{node.name} ({op_name(node.target)}): luminal does not support this op on "
+                                       f"complex tensors (complex ops: {', '.join(sorted(aten_complex.COMPLEX))})")
+        dtype = (aten_complex.COMPLEX_DTYPES.get(first.dtype) or ldtype(first.dtype)) if is_t else None
+        shape = shape_of(first) if is_t else None
         cx = Ctx(g, node, dtype, shape, val, self.hints)
         try:
-            out = table()[key](cx, *args, **kwargs)
+            out = fn(cx, *args, **kwargs)
             return self._fix(g, node, out, val, (first, dtype, shape))
         except (UnsupportedError, ShapeError) as exc:
             raise type(exc)(f"{node.name} ({op_name(node.target)}): {exc}") from exc
@@ -195,6 +208,11 @@ class FxImporter:
             return type(out)(self._fix(g, node, o, v, known) for o, v in zip(out, val))
         if not isinstance(val, torch.Tensor):
             return out
+        if aten_complex.is_complex(val):
+            if not isinstance(out, Complex):
+                raise UnsupportedError(f"{node.name} ({op_name(node.target)}): a complex result was lowered as real")
+            planes = conform(out.planes.cast(aten_complex.COMPLEX_DTYPES[val.dtype]), (*shape_of(val), 2), self.hints)
+            return Complex(planes)
         want_dtype, want = known[1:] if val is known[0] else (ldtype(val.dtype), shape_of(val))
         if not isinstance(out, Tensor):  # a Python scalar where torch has a tensor
             out = g.scalar(out, promote(out)).expand(want)
@@ -236,9 +254,9 @@ class Imported:
         self.flat_kinds = []
         nodes, names = [], []
         for i, v in enumerate(flat):
-            if isinstance(v, Tensor):
-                self.flat_kinds.append(("tensor", len(nodes)))
-                nodes.append(v.node)
+            if isinstance(v, (Tensor, Complex)):  # a complex result leaves as its planes, viewed back
+                self.flat_kinds.append(("complex" if isinstance(v, Complex) else "tensor", len(nodes)))
+                nodes.append(v.planes.node if isinstance(v, Complex) else v.node)
                 names.append(f"out{i}")
             elif isinstance(v, sympy.Basic):
                 self.flat_kinds.append(("tensor_dim", len(nodes)))
@@ -290,21 +308,31 @@ class Imported:
         for f, a in zip(self.feeds, args):
             if f is None or f[1] not in self.used:
                 continue
-            if f[0] == "tensor":  # the kernel runtimes take torch tensors (DLPack, zero-copy)
+            if f[0] in ("tensor", "complex"):  # the kernel runtimes take torch tensors (DLPack, zero-copy)
+                if f[0] == "complex":
+                    a = torch.view_as_real(a.detach().resolve_conj())
                 feeds[f[1]] = to_numpy(a, borrowed=True) if host else a.detach()
             else:
                 feeds[f[1]] = np.empty(int(a), np.bool_)
         results = self.compiled(feeds) if self.out_nodes else []
         flat = []
         for kind, v in self.flat_kinds:
-            if kind == "tensor":
+            if kind in ("tensor", "complex"):
                 r = results[v]
-                flat.append(r if isinstance(r, torch.Tensor) else numpy_to_torch(np.asarray(r)))
+                r = r if isinstance(r, torch.Tensor) else numpy_to_torch(np.asarray(r))
+                flat.append(_complex_of(r) if kind == "complex" else r)
             elif kind == "tensor_dim":
                 flat.append(int(results[v]))
             else:
                 flat.append(v)
         return flat
+
+
+def _complex_of(planes: torch.Tensor) -> torch.Tensor:
+    """A complex result from its (..., 2) planes (view_as_complex refuses an empty tensor's)."""
+    if planes.numel() == 0:
+        return torch.empty(planes.shape[:-1], dtype=torch.complex64 if planes.dtype == torch.float32 else torch.complex128)
+    return torch.view_as_complex(planes.contiguous())
 
 
 def to_numpy(t, borrowed: bool = False) -> np.ndarray:

@@ -186,7 +186,17 @@ class CallImporter:
             return _DIRECT
         finally:
             self.consts = consts  # the template's constants are named where it is instantiated
+        if _holds_complex(out):  # complex planes (`aten_complex.Complex`) are not templated
+            return _DIRECT
         return _Template.of(out, stand)
+
+
+def _holds_complex(out) -> bool:
+    from luminal.frontends.torch.aten_complex import Complex
+
+    if isinstance(out, (tuple, list)):
+        return any(_holds_complex(o) for o in out)
+    return isinstance(out, Complex)
 
 
 def _consts(d) -> int:

@@ -43,8 +43,18 @@ def decode_array(d: dict, name: str) -> np.ndarray:
 
 def user_outputs(meta: dict, by_name: dict) -> list:
     """The model's flat outputs from the graph's outputs by name (see `CompiledModel.save`)."""
-    return [value if kind == "value" else by_name[value] if kind == "tensor" else int(by_name[value])
-            for kind, value in meta["user_outputs"]]
+    return [value if kind == "value" else by_name[value] if kind == "tensor" else _complex(by_name[value])
+            if kind == "complex" else int(by_name[value]) for kind, value in meta["user_outputs"]]
+
+
+def _complex(planes):
+    """A complex output from its (..., 2) planes (a torch tensor or a NumPy array)."""
+    if hasattr(planes, "detach"):
+        from luminal.frontends.torch.fx_import import _complex_of
+
+        return _complex_of(planes)
+    planes = np.ascontiguousarray(planes)
+    return planes.view(np.complex64 if planes.dtype == np.float32 else np.complex128)[..., 0]
 
 
 def structured(meta: dict, flat: list):
