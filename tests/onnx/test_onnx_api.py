@@ -100,10 +100,10 @@ def test_not_onnx_truncated_and_checker_failures(tmp_path):
 def test_unsupported_ops_are_listed_all_at_once():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])
     y = helper.make_tensor_value_info("y", TensorProto.INT32, [1, 3])
-    nodes = [  # Multinomial (a sampling op) and string ops: not lowered
+    nodes = [  # Multinomial (a sampling op) and GlobalLpPool: not lowered
         helper.make_node("Multinomial", ["x"], ["a"], name="first", sample_size=3),
         helper.make_node("Relu", ["x"], ["b"], name="fine"),
-        helper.make_node("StringNormalizer", ["b"], ["c"], name="second"),
+        helper.make_node("GlobalLpPool", ["b"], ["c"], name="second"),
         helper.make_node("Multinomial", ["b"], ["y"], name="third", sample_size=3),
     ]
     with pytest.raises(lo.UnsupportedOpsError) as info:
@@ -111,8 +111,8 @@ def test_unsupported_ops_are_listed_all_at_once():
     msg = str(info.value)
     for name in ("first", "second", "third"):
         assert name in msg
-    assert "Multinomial" in msg and "StringNormalizer" in msg and "opset 18" in msg and "fine" not in msg
-    assert [m[0] for m in info.value.missing] == ["Multinomial", "StringNormalizer", "Multinomial"]
+    assert "Multinomial" in msg and "GlobalLpPool" in msg and "opset 18" in msg and "fine" not in msg
+    assert [m[0] for m in info.value.missing] == ["Multinomial", "GlobalLpPool", "Multinomial"]
 
 
 def test_wrong_inputs_raise_input_errors():

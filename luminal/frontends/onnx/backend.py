@@ -20,7 +20,8 @@ class BackendRep(_BackendRep):
             return tuple(self.model(inputs))
         if not isinstance(inputs, (list, tuple)):
             inputs = [inputs]
-        return tuple(self.model(*[np.asarray(x) for x in inputs]))
+        # a sequence (a list of arrays) or an empty optional (None) as it is
+        return tuple(self.model(*[x if x is None or isinstance(x, list) else np.asarray(x) for x in inputs]))
 
 
 class Backend(_Backend):

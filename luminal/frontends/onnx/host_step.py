@@ -16,7 +16,8 @@ class HostStep:
 
     def _value(self, env: dict, name: str) -> np.ndarray:
         if name in env:
-            return np.asarray(env[name])
+            value = env[name]  # a sequence (a list of arrays) or an empty optional (None) as it is
+            return value if value is None or isinstance(value, list) else np.asarray(value)
         init = self.model.initializers.get(name)
         if init is None:
             raise OnnxImportError(f"{self.label}: value {name!r} is neither computed, an input nor an initializer")

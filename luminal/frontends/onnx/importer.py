@@ -323,7 +323,7 @@ class Importer:
                             f"{node.op_type} node {c.name!r}: input {i} ({node.input[i]!r}) must be known at compile "
                             "time, but it depends on run-time data", node.input[i])
                     args.append(None if v is None else v.known.array)
-                elif v is None:
+                elif v is None or v.empty:  # an omitted input, or an empty optional
                     args.append(None)
                 elif v.seq is not None:
                     args.append(v.seq)

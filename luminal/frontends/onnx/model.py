@@ -13,13 +13,12 @@ import onnx
 from luminal import devices
 from luminal.compiler import Report, compile_outputs
 from luminal.errors import InputError, LuminalError
-from luminal.frontends.onnx import loader, staged, zipmap
+from luminal.frontends.onnx import boundary, loader, staged, zipmap
 from luminal.frontends.onnx.errors import (
     IfNotConvertible,
     NeedsShape,
     NeedsValue,
     OnnxError,
-    OnnxImportError,
     OnnxInputError,
 )
 from luminal.frontends.onnx.importer import Importer, graph_input_deps, input_dim_name
@@ -157,6 +156,8 @@ class OnnxModel:
             arr = feeds[name]
             if type(arr) is not np.ndarray:
                 arr = np.asarray(arr)
+            if dtype is not None and dtype.kind == "O" and arr.dtype.kind in "US":  # str / bytes for strings, as ort
+                arr = arr.astype(object)
             if dtype is not None and arr.dtype != dtype:
                 raise OnnxInputError(f"input {name!r} has dtype {arr.dtype}, the model declares {dtype}")
             shape = arr.shape
@@ -206,6 +207,9 @@ class OnnxModel:
         results = list(results)
         for i, axis, j in compiled.ragged:  # data-dependent lengths: cut the padding
             results[i] = results[i][(slice(None),) * axis + (slice(0, int(results[j])),)]
+        layout = getattr(compiled, "boundary_layout", None)
+        if layout is not None:  # sequences as lists, empty optionals as None
+            return boundary.regroup(results, layout)
         return [r.astype(o.dtype, copy=False) if o.dtype is not None and r.dtype != o.dtype else r
                 for r, o in zip(results, self.outputs)]
 
@@ -386,22 +390,22 @@ def _build(proto, specialize, device, optimize, shapes=None, notes=()):
     name = proto.graph.name or "onnx"
     importer = Importer(proto, name, specialize, shapes)
     inputs, outputs = importer.import_graph()
-    out_tensors = []
-    for out_name, value, _ in outputs:
-        if value.seq is not None:
-            raise OnnxImportError(f"graph output {out_name!r} is a sequence; luminal returns tensors only")
-        out_tensors.append(importer.tensor(value))
+    # a sequence output is returned as its elements (regrouped per call), an empty optional not at all
+    flat, out_names, layout = boundary.flatten(importer, outputs, {vi.name: vi.type for vi in proto.graph.output})
+    first = boundary.positions(layout) if layout else range(len(outputs))
+    out_tensors = [flat[first[i]] if not layout or layout[i][0] == "tensor" else None for i in range(len(outputs))]
     hlir_inputs = [importer.g.inputs[n] for n, _, _ in inputs if n in importer.g.inputs]
-    ragged = [(i, o) for i, (o, _, _) in enumerate(outputs) if o in importer.ragged]  # padded; lengths appended
+    ragged = [(first[i], o) for i, (o, _, _) in enumerate(outputs) if o in importer.ragged]  # padded; lengths appended
     lengths = [importer.ragged[o][1].node for _, o in ragged]
-    _shape_only_inputs_compile_per_shape(hlir_inputs, [t.node for t in out_tensors] + lengths)
+    _shape_only_inputs_compile_per_shape(hlir_inputs, [t.node for t in flat] + lengths)
     compiled = compile_outputs(
-        hlir_inputs, [t.node for t in out_tensors] + lengths, [o for o, _, _ in outputs] + [f"{o}:length" for _, o in ragged],
+        hlir_inputs, [t.node for t in flat] + lengths, out_names + [f"{o}:length" for _, o in ragged],
         device=device, optimize=optimize, name=name, report=Report(name=name, notes=list(notes)),
         assumptions=importer.assumptions,
-        ragged=[(i, importer.ragged[o][0], len(out_tensors) + k) for k, (i, o) in enumerate(ragged)],
+        ragged=[(i, importer.ragged[o][0], len(flat) + k) for k, (i, o) in enumerate(ragged)],
     )
-    return compiled, inputs, outputs, out_tensors
+    compiled.boundary_layout = layout  # None: every output a tensor
+    return compiled, inputs, outputs, out_tensors  # out_tensors: None for a sequence or an empty optional
 
 
 def _shape_only_inputs_compile_per_shape(hlir_inputs, outputs) -> None:
@@ -445,11 +449,10 @@ def compile(model, *, device: str | devices.Device = "cpu", optimize: bool | Non
         return zipmap.MapModel(inner, maps)
     notes = [note] if note else []
     graph = proto.graph
-    for vi in list(graph.input) + list(graph.output):
-        kind = vi.type.WhichOneof("value")
-        if kind not in (None, "tensor_type"):
-            raise OnnxImportError(f"graph {'output' if vi in graph.output else 'input'} {vi.name!r} is a {kind}; "
-                                  "luminal takes and returns tensors only")
+    boundary.check_types(graph)
+    if boundary.structured_inputs(proto):  # sequence / optional inputs: a model per their signature
+        return boundary.StructuredModel(proto, lambda p: compile(p, device=device, optimize=optimize, check=False,
+                                                                 recurrence=recurrence), notes)
     inits = {i.name: i for i in graph.initializer}
     declared = [vi for vi in graph.input if vi.name not in inits]
     defaults = [IOInfo(vi.name, _np_dtype(inits[vi.name].data_type),
@@ -487,11 +490,16 @@ def compile(model, *, device: str | devices.Device = "cpu", optimize: bool | Non
         ]
         out_infos = []
         ragged = {i: axis for i, axis, _ in compiled.ragged}
+        layout = compiled.boundary_layout
+        first = boundary.positions(layout) if layout else range(len(outputs))
         for i, ((out_name, _, elem), t) in enumerate(zip(outputs, out_tensors)):
+            if t is None:  # a sequence, or an empty optional
+                out_infos.append(IOInfo(out_name, *boundary.info(out_name, layout[i])))
+                continue
             dtype = _np_dtype(elem) if elem else t.dtype.numpy
             shape = [d if sym.is_static(d) else str(d) for d in t.shape]
-            if i in ragged:  # a data-dependent length: at most the padded bound
-                shape[ragged[i]] = f"<={shape[ragged[i]]}"
+            if first[i] in ragged:  # a data-dependent length: at most the padded bound
+                shape[ragged[first[i]]] = f"<={shape[ragged[first[i]]]}"
             out_infos.append(IOInfo(out_name, dtype, tuple(shape)))
     else:
         in_infos, out_infos = _declared_infos(declared), _declared_infos(graph.output)

@@ -8,6 +8,7 @@ from luminal.builder import functional as F
 from luminal.frontends.onnx import narrow
 from luminal.frontends.onnx.errors import NeedsShape
 from luminal.frontends.onnx.registry import onnx_op
+from luminal.frontends.onnx.values import Seq, Value
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 
@@ -47,7 +48,9 @@ for _name, _fn in _UNARY.items():
 
 @onnx_op("Identity")
 def identity(c, x):
-    return x
+    if x is None:  # an empty optional, passed on as one
+        return Value()
+    return Seq(x) if isinstance(x, list) else x  # a sequence (a list of values) as one value
 
 
 @onnx_op("IsInf")
@@ -188,7 +191,7 @@ def clip_v6(c, x, min=-3.4028234663852886e38, max=3.4028234663852886e38):  # noq
 def cast(c, x, to, saturate=1, round_mode="up"):
     dtype = c.dtype(to)
     if narrow.is_narrow(to):
-        return narrow.cast_to_narrow(x, to, bool(saturate))
+        return narrow.cast_to_narrow(x, to, bool(saturate), round_mode)
     if x.dtype.is_float and dtype is DType.BOOL:
         return x.ne(0.0)
     return x.cast(dtype)
@@ -198,7 +201,7 @@ def cast(c, x, to, saturate=1, round_mode="up"):
 def cast_like(c, x, like, saturate=1, round_mode="up"):
     to = c.elem_type(1)
     if to is not None and narrow.is_narrow(to):
-        return narrow.cast_to_narrow(x, to, bool(saturate))
+        return narrow.cast_to_narrow(x, to, bool(saturate), round_mode)
     if x.dtype.is_float and like.dtype is DType.BOOL:
         return x.ne(0.0)
     return x.cast(like.dtype)

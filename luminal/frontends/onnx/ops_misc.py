@@ -15,6 +15,7 @@ from luminal.builder.functional import split_sizes
 from luminal.errors import LuminalError
 from luminal.frontends.onnx import if_convert
 from luminal.frontends.onnx.errors import IfNotConvertible, NeedsValue, OnnxImportError, UnsupportedOpsError
+from luminal.frontends.onnx.importer import _value_deps
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.frontends.onnx.values import Known, Seq, Value
 from luminal.hlir import symbolic as sym
@@ -33,6 +34,11 @@ def _pos(c, seq, pos, insert=False):
 
 def _tensor(c, v):
     return c.importer.tensor(v) if isinstance(v, Value) else v
+
+
+def _carry(c, v) -> Value:
+    """A loop-carried input as a value: a sequence arrives as its list of values, an empty optional as None."""
+    return Value() if v is None else Value(seq=v) if isinstance(v, list) else c.importer.wrap(v)
 
 
 @onnx_op("SequenceEmpty")
@@ -87,6 +93,36 @@ def split_to_sequence(c, x, split=None, axis=0, keepdims=1):
     return Seq(split_sizes(x, a, sizes))
 
 
+@onnx_op("SequenceMap", since=17, variadic=True)
+def sequence_map(c, seq, *extra, body):
+    """The body once per position of the input sequence (unrolled, as Loop): an additional input
+    that is a sequence gives its element at that position (it has the same length), a tensor is
+    given whole; each body output makes one output sequence."""
+    if not isinstance(seq, list):
+        c.fail("the first input is not a sequence")
+    for k, x in enumerate(extra):
+        if isinstance(x, list) and len(x) != len(seq):
+            c.fail(f"additional input {k} is a sequence of {len(x)}, the input sequence has {len(seq)}")
+    names = [i.name for i in body.input]
+    outs: list[list] = [[] for _ in body.output]
+    for i, item in enumerate(seq):
+        feeds = {names[0]: item}
+        feeds.update((n, x[i] if isinstance(x, list) else c.importer.wrap(x)) for n, x in zip(names[1:], extra))
+        try:
+            results = c.subgraph(body, feeds)
+        except NeedsValue as exc:  # name the node's input the body needs the value (or shape) of
+            if isinstance(exc, IfNotConvertible):
+                raise
+            values, shapes = _value_deps(body.node, set(names), exc.value_name)
+            hit = [k for k, n in enumerate(names) if n in values | shapes or n == exc.value_name]
+            if not hit:
+                raise
+            raise type(exc)(str(exc), c.node.input[hit[0]]) from None
+        for acc, v in zip(outs, results):
+            acc.append(v)
+    return [Seq(o) for o in outs]
+
+
 @onnx_op("If")
 def if_(c, cond, then_branch, else_branch):
     """The branch the condition picks when it is known at compile time; else both branches and
@@ -126,7 +162,7 @@ def loop(c, trip, cond, *carried, body):
     if n > MAX_UNROLL:
         c.fail(f"Loop with {n if trip is not None else 'no'} trip count: luminal unrolls at most {MAX_UNROLL} iterations")
     names = [i.name for i in body.input]
-    state = [c.importer.wrap(v) for v in carried]
+    state = [_carry(c, v) for v in carried]
     scans: list[list] = []
     it = 0
     while go and it < n:
@@ -170,7 +206,7 @@ def scan(c, *inputs, body, num_scan_inputs, scan_input_directions=None, scan_out
     if n > MAX_UNROLL:
         c.fail(f"Scan of length {n}: luminal unrolls at most {MAX_UNROLL} iterations")
     names = [i.name for i in body.input]
-    state = [c.importer.wrap(v) for v in states]
+    state = [_carry(c, v) for v in states]
     steps: list[list] = []
     for t in range(n):
         feeds = dict(zip(names, state))

@@ -1,7 +1,7 @@
 """ai.onnx.ml ops that are tensor arithmetic: Binarizer, ArrayFeatureExtractor, TreeEnsemble.
 
 (The older TreeEnsembleRegressor / Classifier and what else scikit-learn converters emit:
-`ops_ml_sklearn`; the string ops of the domain are not lowered.)"""
+`ops_ml_sklearn`; LabelEncoder and CategoryMapper on strings run on the host: `strings.py`.)"""
 
 from __future__ import annotations
 

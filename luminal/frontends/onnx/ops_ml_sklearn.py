@@ -441,7 +441,8 @@ def label_encoder(c, x, *, keys_floats=None, keys_int64s=None, keys_strings=None
     if keys_strings is not None or values_strings is not None or (
             keys_tensor is not None and keys_tensor.dtype.kind in "OSU") or (
             values_tensor is not None and values_tensor.dtype.kind in "OSU"):
-        c.fail("keys_strings/values_strings: string keys or values need string tensors; numeric ones only")
+        c.fail("string keys or values: string tensors run on the host between compiled stages (strings.py), "
+               "which a subgraph luminal imports inline (an If or Loop body) cannot hold")
     keys = next((np.asarray(k) for k in (keys_tensor, keys_floats, keys_int64s) if k is not None), None)
     if values_tensor is not None:
         values, vtype = np.asarray(values_tensor).reshape(-1), values_tensor.dtype

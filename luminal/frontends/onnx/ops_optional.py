@@ -1,14 +1,23 @@
-"""Optional values inside a graph: OptionalHasElement and OptionalGetElement on a tensor or
-sequence (always present) or an omitted input (the empty optional). An optional value at the
-graph boundary, or an empty optional flowing between nodes, is not represented."""
+"""Optional values inside a graph: `Optional`, OptionalHasElement and OptionalGetElement. A
+present optional is its value itself (a tensor or a sequence); an empty one is an omitted input
+or an empty `Value` (`Optional` without input, or a graph input given as None: `boundary.py`),
+which the ops below receive as None."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from luminal.frontends.onnx.registry import onnx_op
-from luminal.frontends.onnx.values import Known, Seq
+from luminal.frontends.onnx.values import Known, Seq, Value
 from luminal.hlir.dtypes import DType
+
+
+@onnx_op("Optional", since=15)
+def optional(c, x=None, type=None):  # noqa: A002 - ONNX's attribute name
+    """Its input, or without one the empty optional of `type` (its type matters to no consumer here)."""
+    if x is None:
+        return Value()
+    return Seq(x) if isinstance(x, list) else x
 
 
 @onnx_op("OptionalHasElement", since=15)

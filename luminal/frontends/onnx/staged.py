@@ -32,7 +32,7 @@ from onnx import helper
 
 from luminal.compiler import CompiledGraph
 from luminal.errors import InputError
-from luminal.frontends.onnx import if_convert, staged_rnn
+from luminal.frontends.onnx import boundary, if_convert, staged_rnn, strings
 from luminal.frontends.onnx.errors import OnnxError, OnnxImportError, OnnxInputError
 from luminal.frontends.onnx.host_step import HostStep
 from luminal.frontends.onnx.importer import Importer, _value_deps, attr_value, graph_input_deps, initializer_array
@@ -137,13 +137,17 @@ def plan(proto: onnx.ModelProto, recurrence: str = "unroll", forced=(), inferred
     None when no node needs the host (the model compiles as one graph). `inferred`: the model's
     shape inference, shared with the caller (run when a decision needs it)."""
     graph = proto.graph
-    if not any(n.op_type in HOSTABLE for n in graph.node):
+    text = strings.may_have_strings(proto)
+    if not text and not any(n.op_type in HOSTABLE for n in graph.node):
         return None
     inferred = inferred or Inferred(proto)
+    string_values = strings.string_values(proto, strings.node_types(proto, inferred)) if text else set()
     steps: list = []
     run: list = []
     for node in graph.node:
-        reason = host_reason(proto, node, inferred, recurrence, forced) if node.op_type in HOSTABLE else None
+        reason = strings.host_reason(node, string_values) if text else None  # string tensors: on the host
+        if reason is None and node.op_type in HOSTABLE:
+            reason = host_reason(proto, node, inferred, recurrence, forced)
         if reason is None:
             run.append(node)
             continue
@@ -209,13 +213,15 @@ class SubModel:
 
     def __call__(self, feeds: dict) -> list[np.ndarray]:
         if self._identity is not None:
-            return [np.asarray(feeds[n]).copy() for n in self._identity]
+            return [boundary.copy_value(feeds[n]) for n in self._identity]
         return self._model(feeds)({n: feeds[n] for n in self.input_names})
 
     def _model(self, feeds: dict):
         """The compiled model for the signature of `feeds` (compiled at its first call)."""
-        dims = {n: self._dims(n, feeds[n]) for n in self.input_names}
-        key = tuple((n, feeds[n].dtype.str, tuple(dims[n])) for n in self.input_names)
+        dims = {n: self._dims(n, feeds[n]) for n in self.input_names if not boundary.is_structured(feeds[n])}
+        # a sequence or an optional: its model compiles per length and presence itself (boundary.py)
+        key = tuple((n, boundary.kind_key(feeds[n])) if n not in dims else (n, feeds[n].dtype.str, tuple(dims[n]))
+                    for n in self.input_names)
         with self._lock:
             model = self._models.get(key)
             if model is None:
@@ -231,6 +237,8 @@ class SubModel:
         per-call work of SubModel, OnnxModel and CompiledGraph (signature, input checks, dim
         binding) done once per signature; the runtime still checks the arrays it is given. A
         call of another signature goes the whole way (`self`)."""
+        if any(boundary.is_structured(feeds[n]) for n in self.input_names):
+            return self  # a sequence or an empty optional: the whole way
         signature = tuple((n, feeds[n].shape, feeds[n].dtype.str) for n in self.input_names)
         call = self._bound.get(signature)
         if call is None:
@@ -251,6 +259,7 @@ class SubModel:
         if model.shape_inputs:  # compiled per shape (weights that are inputs, say): this signature's graph
             compiled = model._compiled_for({n: feeds[n] for n in model.input_names}, False, {})
         if (not isinstance(compiled, CompiledGraph) or compiled.assumptions or compiled.ragged
+                or getattr(compiled, "boundary_layout", None) is not None  # sequences regrouped per call
                 or any(feeds[n.arg].dtype != n.dtype.numpy for n in compiled.inputs)):
             return self  # a model stepping a recurrence of its own, or with checks of its own: the whole way
         names = [n.arg for n in compiled.inputs]
@@ -275,6 +284,9 @@ class SubModel:
     def _compile(self, feeds: dict, dims: dict):
         inputs = []
         for n in self.input_names:
+            if boundary.is_structured(feeds[n]):
+                inputs.append(boundary.body_input_info(n, feeds[n], self.declared.get(n)))
+                continue
             try:
                 elem = helper.np_dtype_to_tensor_dtype(feeds[n].dtype)
             except (KeyError, TypeError, ValueError):
@@ -483,12 +495,18 @@ class Plan:
         self.steps = []
         self.host_reads: set[str] = set()  # what host nodes and their bodies read from the model
         outputs = {o.name for o in graph.output}
+        string_values = strings.string_values(proto, strings.node_types(proto, inferred)) if any(
+            s[0] == "host" and s[2] in strings.REASONS for s in steps) else set()
         for i, step in enumerate(steps):
             if step[0] == "graph":
                 later = outputs | set(free_names([n for s in steps[i + 1:] for n in (s[1] if s[0] == "graph" else [s[1]])]))
                 stage = Stage(self, i, step[1], later)
                 self.env_names |= set(stage.outputs)
                 self.steps.append(stage)
+            elif step[2] in strings.REASONS and step[1].op_type not in ("Loop", "Scan", "If"):  # no host_reads:
+                # it reads the run's values first (control flow on strings is a HostNode, its bodies staged)
+                self.steps.append(strings.HostString(self, step[1], step[2], string_values))
+                self.env_names |= {o for o in step[1].output if o}
             else:
                 kind = staged_rnn.HostRecurrence if step[1].op_type in RECURRENT_OPS else HostNode
                 host = kind(self, step[1], step[2])
@@ -566,7 +584,11 @@ def staged_model(proto, steps, inputs, outputs, notes, *, options: dict, default
             self.plan.run(env)
             results = []
             for o in self.outputs:
-                value = np.asarray(env[o.name]) if o.name in env else initializer_array(self.plan.initializers[o.name])
+                value = env[o.name] if o.name in env else initializer_array(self.plan.initializers[o.name])
+                if value is None or isinstance(value, list):  # a sequence, or an empty optional
+                    results.append(value)
+                    continue
+                value = np.asarray(value)
                 results.append(value.astype(o.dtype, copy=False) if o.dtype is not None else value)
             return results
 

@@ -67,3 +67,8 @@ class Value:
 
     def __init__(self, tensor=None, known=None, seq=None):
         self.tensor, self.known, self.seq = tensor, known, seq
+
+    @property
+    def empty(self) -> bool:
+        """An empty optional (ONNX `Optional` without input, or a graph input given as None)."""
+        return self.tensor is None and self.known is None and self.seq is None
