@@ -21,6 +21,7 @@ Pooling is the same window view reduced over its kernel axes (max, or sum then d
 from __future__ import annotations
 
 import numpy as np
+import sympy
 
 from luminal.errors import ShapeError, UnsupportedError
 from luminal.hlir import symbolic as sym
@@ -78,14 +79,19 @@ def _pads(padding, nsp: int, kernel, dilation, stride) -> list[tuple[int, int]]:
         return [(int(padding), int(padding))] * nsp
     padding = list(padding)
     if padding and all(isinstance(p, (tuple, list)) for p in padding):
-        pairs = [(int(a), int(b)) for a, b in padding]
+        pairs = [(_pad_dim(a), _pad_dim(b)) for a, b in padding]
     else:
         pairs = [(p, p) for p in _per_dim(padding, nsp, "padding")]
     if len(pairs) != nsp:
         raise ShapeError(f"padding={padding}: expected one entry per spatial dim ({nsp})")
-    if any(a < 0 or b < 0 for a, b in pairs):
+    if any(sym.is_static(p) and p < 0 for pair in pairs for p in pair):
         raise ShapeError(f"padding={padding}: negative padding")
     return pairs
+
+
+def _pad_dim(p):
+    """One pad amount: an int, or a symbolic dim (ONNX auto_pad SAME with a stride on a symbolic axis)."""
+    return sym.norm(p) if isinstance(p, sympy.Basic) else int(p)
 
 
 DIRECT_TERMS = 64  # a grouped conv with at most this many terms per output (C/G * kernel) is direct

@@ -270,11 +270,42 @@ def free_symbols(d: Dim) -> set[sympy.Symbol]:
     return set() if isinstance(d, int) else set(d.free_symbols)
 
 
+_FLOORDIV, _CEILDIV = sympy.Function("lum_floordiv"), sympy.Function("lum_ceildiv")
+
+
+def _exact_divisions(expr: sympy.Expr) -> sympy.Expr:
+    """floor(a) and ceiling(a) as integer divisions of a's numerator by its denominator: sympy
+    writes floor((W - 1)/3) as floor(W/3 - 1/3), whose float sum is 1.9999999999999998 at W = 7."""
+    def exact(fn):
+        def rewrite(arg):
+            num, den = sympy.fraction(sympy.together(arg))
+            return fn(num, den)
+        return rewrite
+
+    return expr.replace(sympy.floor, exact(_FLOORDIV)).replace(sympy.ceiling, exact(_CEILDIV))
+
+
 @functools.lru_cache(maxsize=4096)
 def _compiled(expr: sympy.Expr):
     syms = sorted(expr.free_symbols, key=lambda s: s.name)
-    fn = sympy.lambdify(syms, expr, modules=[{"floor": _ifloor, "ceiling": _iceil}, "math"])
+    fns = {"floor": _ifloor, "ceiling": _iceil, "lum_floordiv": _ifloordiv, "lum_ceildiv": _iceildiv}
+    fn = sympy.lambdify(syms, _exact_divisions(expr), modules=[fns, "math"])
     return [s.name for s in syms], fn
+
+
+def _ifloordiv(n, d):
+    n, d = _iexact(n), _iexact(d)
+    return n // d
+
+
+def _iceildiv(n, d):
+    n, d = _iexact(n), _iexact(d)
+    return -(-n // d)
+
+
+def _iexact(x):
+    """An integer-valued operand (a numerator over integers) as an int."""
+    return int(x) if isinstance(x, (int, np.integer)) or float(x).is_integer() else x
 
 
 def _ifloor(x):

@@ -6,9 +6,9 @@
 Layout: `loader` (reading, checking, upgrading to opset >= 13), `importer` (the graph walk,
 compile-time evaluation of known and symbolic values), `shape_eval` (shape arithmetic over
 symbolic dims), `registry` (the versioned op table), one module per op family (`ops_math`,
-`ops_tensor`, `ops_nn`, `ops_resize`, `ops_attention`, `ops_loss`, `ops_quant`, `ops_rnn`, `ops_bits`, `ops_signal`, `ops_grid`, `ops_contrib` (com.microsoft), `ops_misc`,
+`ops_tensor`, `ops_nn`, `ops_resize`, `ops_attention`, `ops_loss`, `ops_quant`, `ops_rnn`, `ops_bits`, `ops_signal`, `ops_grid`, `ops_contrib` (com.microsoft), `ops_quant_contrib` (com.microsoft quantized), `ops_misc`,
 `ops_bitcast`, `ops_linalg`, `ops_scatter`, `ops_spectral`, `ops_detection`, `ops_dynamic` (data-dependent
-output lengths), `ops_ml`, `ops_ml_sklearn` (ai.onnx.ml; `zipmap` makes ZipMap's maps on the host), `ops_optional`, `ops_random` (Philox), `ops_training` (ai.onnx.preview.training);
+output lengths), `ops_ml`, `ops_ml_sklearn` (ai.onnx.ml; `zipmap` makes ZipMap's maps on the host), `ops_optional`, `boundary` (sequences and optionals as graph inputs and outputs), `ops_random` (Philox), `ops_training` (ai.onnx.preview.training);
 `narrow` for float8 / 4-bit types), `model` (`compile` and the
 callable `OnnxModel`) and `backend` (`onnx.backend.base.Backend` for onnx's BackendTest).
 """
@@ -30,6 +30,7 @@ from luminal.frontends.onnx import (  # noqa: F401 - registers ops
     ops_nn,
     ops_optional,
     ops_quant,
+    ops_quant_contrib,
     ops_random,
     ops_resize,
     ops_rnn,

@@ -6,9 +6,36 @@ import numpy as np
 
 from luminal.builder.nn import conv as nn_conv
 from luminal.builder.nn import windows
+from luminal.frontends.onnx.errors import NeedsShape
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
+
+
+def _same_pair(c, n, k, s, d, upper: bool):
+    """auto_pad SAME's (begin, end) padding of an axis of size n: total max((ceil(n/s)-1)*s + d*(k-1)
+    + 1 - n, 0), its odd element at the end (SAME_UPPER) or the beginning (SAME_LOWER).
+
+    Static for stride 1 (d*(k-1)) and for a 1-wide kernel (0). Otherwise, on a symbolic n, the total
+    is d*(k-1) + 1 - s + (-n mod s), an expression of n the kernels evaluate per call: (-n mod s) is
+    written ((s-1)*n mod s), so the C it renders to has no negative operand of % or / (which C
+    rounds toward zero), and the end pad is the padded length floor((n-1)/s)*s + d*(k-1) + 1 less
+    n and the begin pad, so that the output size comes out as floor((n-1)/s) + 1 (= ceil(n/s)):
+    the expression a 1-wide or a pads-1 3-wide strided window gives it, so branches meeting at an
+    Add agree, and one that evaluates exactly (no float sum of fractions under a floor)."""
+    span = d * (k - 1)
+    if sym.is_static(n) or s == 1 or span == 0:
+        total = max((-(-n // s) - 1) * s + span + 1 - n, 0) if sym.is_static(n) else span
+        small = total // 2
+        return (small, total - small) if upper else (total - small, small)
+    if span + 1 < s:  # the total clips at 0 for some n (a crop of the end otherwise): compile per size
+        raise NeedsShape(f"{c.node.op_type} node {c.name!r}: auto_pad SAME with stride {s} wider than its "
+                         f"window {span + 1} on the symbolic axis {n}; compiled per input shape", c.node.input[0])
+    total = sym.norm(span + 1 - s + sym.mod(sym.norm((s - 1) * n), s))
+    small = sym.floordiv(total, 2)
+    begin = small if upper else sym.norm(total - small)
+    padded = sym.norm(sym.floordiv(sym.norm(n - 1), s) * s + span + 1)
+    return begin, sym.norm(padded - n - begin)
 
 
 def _pads(c, x, kernel, strides, dilations, pads, auto_pad, ceil_mode=0):
@@ -16,20 +43,13 @@ def _pads(c, x, kernel, strides, dilations, pads, auto_pad, ceil_mode=0):
     nsp = len(kernel)
     spatial = x.shape[2:]
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        pairs = []
-        for n, k, s, d in zip(spatial, kernel, strides, dilations):
-            if not sym.is_static(n):
-                c.fail("auto_pad SAME on a symbolic spatial dim is not supported")
-            out = -(-n // s)
-            total = max((out - 1) * s + d * (k - 1) + 1 - n, 0)
-            small, big = total // 2, total - total // 2
-            pairs.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
+        pairs = [_same_pair(c, n, k, s, d, auto_pad == "SAME_UPPER") for n, k, s, d in zip(spatial, kernel, strides, dilations)]
     elif auto_pad == "VALID" or pads is None:
         pairs = [(0, 0)] * nsp
     else:
         pairs = list(zip(pads[:nsp], pads[nsp:]))
     extra = [0] * nsp
-    if ceil_mode:
+    if ceil_mode and auto_pad not in ("SAME_UPPER", "SAME_LOWER"):  # SAME's output size is ceil(n/s) either way
         for i, (n, k, s, d) in enumerate(zip(spatial, kernel, strides, dilations)):
             b, e = pairs[i]
             span = n + b + e - d * (k - 1) - 1
@@ -62,7 +82,7 @@ def conv(c, x, w, b=None, auto_pad="NOTSET", dilations=None, group=1, kernel_sha
     kernel = list(kernel_shape or w.shape[2:])
     kernel, strides, dilations = _attrs(x, kernel, strides, dilations)
     pairs, _ = _pads(c, x, kernel, strides, dilations, pads, auto_pad)
-    if any(p < 0 for pair in pairs for p in pair):  # negative pads crop
+    if any(sym.is_static(p) and p < 0 for pair in pairs for p in pair):  # negative pads crop
         x, pairs = _pad_spatial(x, pairs), [(0, 0)] * len(pairs)
     return nn_conv(x, w, b, stride=strides, padding=[tuple(p) for p in pairs], dilation=dilations, groups=group)
 

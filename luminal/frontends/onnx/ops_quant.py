@@ -118,14 +118,37 @@ def _minus_zp(x, zp, axis_of_vector: int | None = None):
     return x.sub(zp)
 
 
+def int_matmul(a, b, bound: int | None):
+    """a @ b of int32 operands whose entries are at most `bound` in magnitude (255: 8-bit values
+    less an 8-bit zero point; None: unknown), exact: as a float32 GEMM when no partial sum can
+    reach 2**24 (every one an exact integer, in any order), float64 when none can reach 2**31
+    (the int32 result then exact too), else in int32 (wrapping). The float GEMMs are the fast
+    kernels: the integer one ran a 64x512x512 product in 28 ms on `cpu`, float64 in 0.7 ms."""
+    k = a.shape[-1]
+    if bound is not None and sym.is_static(k):
+        worst = int(k) * bound * bound
+        for ft, limit in ((DType.F32, 2**24), (DType.F64, 2**31)):
+            if worst < limit:
+                return a.cast(ft).matmul(b.cast(ft)).cast(DType.I32)
+    return a.matmul(b)
+
+
+def eight_bit(c, *inputs: int) -> int | None:
+    """`int_matmul`'s bound when the node's `inputs` are 8-bit integers (as the op's schema
+    requires; an undeclared type is taken as such), else None."""
+    return 255 if all(c.elem_type(i) in (None, TP.UINT8, TP.INT8) for i in inputs) else None
+
+
 @onnx_op("MatMulInteger", since=10)
 def matmul_integer(c, a, b, a_zp=None, b_zp=None):
-    return _minus_zp(a, a_zp, -2).matmul(_minus_zp(b, b_zp, -1))
+    return int_matmul(_minus_zp(a, a_zp, -2), _minus_zp(b, b_zp, -1), eight_bit(c, 0, 1))
 
 
 @onnx_op("ConvInteger", since=10)
 def conv_integer(c, x, w, x_zp=None, w_zp=None, **attrs):
-    return conv(c, _minus_zp(x, x_zp), _minus_zp(w, w_zp, 0), None, **attrs)
+    # int32 out, as the spec says (the builder's integer sums widen to int64, as torch's do; the
+    # int32 accumulation onnxruntime does wraps the same way the cast does)
+    return conv(c, _minus_zp(x, x_zp), _minus_zp(w, w_zp, 0), None, **attrs).cast(DType.I32)
 
 
 def _requantize(c, acc, scale, y_scale, y_zp, to: int, rint_then_clip: bool):
@@ -140,7 +163,7 @@ def _requantize(c, acc, scale, y_scale, y_zp, to: int, rint_then_clip: bool):
 
 @onnx_op("QLinearMatMul", since=10)
 def qlinear_matmul(c, a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp=None):
-    acc = _minus_zp(a, a_zp, -2).matmul(_minus_zp(b, b_zp, -1))
+    acc = int_matmul(_minus_zp(a, a_zp, -2), _minus_zp(b, b_zp, -1), eight_bit(c, 0, 3))
     scale = a_scale.mul(b_scale.cast(a_scale.dtype)).div(y_scale.cast(a_scale.dtype))
     to = c.elem_type(7) if y_zp is not None else c.elem_type(0)
     return _requantize(c, acc, scale, y_scale, y_zp, to or TP.UINT8, True)

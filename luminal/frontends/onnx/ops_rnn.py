@@ -105,8 +105,10 @@ def _reverse_rows(x, seq_lens, n):
     return x.gather(0, idx.expand(x.shape))
 
 
-def _run(c, x, W, R, B, seq_lens, initial, direction, layout, gates: int, step):
-    """The common driver: `step(d, xw_t, states, mask_t) -> (h, states)` per direction d."""
+def _run(c, x, W, R, B, seq_lens, initial, direction, layout, gates: int, step, project=None):
+    """The common driver: `step(d, xw_t, states, mask_t) -> (h, states)` per direction d;
+    `project(x)`: X @ W^T of every direction, (seq, batch, dirs * gates * hidden), when not a
+    float GEMM (DynamicQuantizeLSTM's)."""
     x, n = _prepare(c, x, seq_lens, layout)
     dirs = 2 if direction == "bidirectional" else 1
     if direction not in ("forward", "reverse", "bidirectional"):
@@ -121,7 +123,7 @@ def _run(c, x, W, R, B, seq_lens, initial, direction, layout, gates: int, step):
         return [y] + finals
     ys, finals = [], []
     width = gates * hidden
-    xw_all = x if c.node.domain == PROJECTED else _projected_lookup(c, layout)
+    xw_all = x if c.node.domain == PROJECTED else project(x) if project is not None else _projected_lookup(c, layout)
     if xw_all is None:
         xw_all = x.matmul(W.reshape((dirs * width, W.shape[-1])).T)  # (seq, batch, dirs * gates * hidden)
     for d in range(dirs):
@@ -265,12 +267,19 @@ def lstm(c, x, W, R, B=None, seq_lens=None, initial_h=None, initial_c=None, P=No
          layout=0):
     dirs = 2 if direction == "bidirectional" else 1
     acts = _activations(c, activations, activation_alpha, activation_beta, 3, dirs, ["Sigmoid", "Tanh", "Tanh"])
-    hs = R.shape[-1]
+    step = lstm_step(acts, R.shape[-1], P, clip, input_forget)
+    y, y_h, y_c = _run(c, x, W, R, B, seq_lens, _initial(layout, initial_h, initial_c), direction, layout, 4, step)
+    return [y, y_h, y_c]
+
+
+def lstm_step(acts, hs, P, clip, input_forget, recurrent=None):
+    """The LSTM cell as `_run`'s step; `recurrent(d, h)`: h @ R[d]^T when not a float GEMM
+    (DynamicQuantizeLSTM's quantized product)."""
 
     def step(d, xw, states, r):
         f, g, h_act = acts[d]
         h_prev, c_prev = states
-        gates = xw.add(_recurrent(h_prev, r))
+        gates = xw.add(_recurrent(h_prev, r) if recurrent is None else recurrent(d, h_prev))
         gi, go, gf, gc = (gates[:, k * hs:(k + 1) * hs] for k in range(4))
         if P is not None:
             gi = gi.add(P[d][:hs].mul(c_prev))
@@ -285,6 +294,4 @@ def lstm(c, x, W, R, B=None, seq_lens=None, initial_h=None, initial_c=None, P=No
         h = o.mul(h_act(c_new))
         return h, [h, c_new]
 
-    y, y_h, y_c = _run(c, x, W, R, B, seq_lens, _initial(layout, initial_h, initial_c), direction, layout, 4, step)
-    return [y, y_h, y_c]
-
+    return step
