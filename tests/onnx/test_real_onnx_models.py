@@ -45,7 +45,7 @@ def _feeds(spec: dict, call: int, rng) -> dict:
     return feeds
 
 
-@pytest.mark.parametrize("entry", MANIFEST, ids=[m["path"].split("/")[-1] for m in MANIFEST])
+@pytest.mark.parametrize("entry", MANIFEST, ids=[m["path"].removeprefix(m["path"].split("/")[0] + "/") for m in MANIFEST])
 def test_real_model_matches_onnxruntime(entry):
     if entry.get("heavy") and os.environ.get("LUMINAL_REAL_MODELS") != "all":
         pytest.skip("heavy: run with LUMINAL_REAL_MODELS=all")
