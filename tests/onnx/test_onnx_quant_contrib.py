@@ -340,3 +340,18 @@ def test_integer_product_exact_through_every_gemm_form(k, device):
     a[0] = 0  # the extreme products: (0 - 255) * (255 - 0)
     y, _ = _check(model, {"A": a}, device)
     assert np.abs(y).max() >= 2**24 or k < 300  # past float32's exact integers where the float64 GEMM serves
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv_integer_output_is_int32_for_an_int32_bias(device):
+    """ConvInteger's output is int32 (the spec's type): quantize_dynamic's conv models add an int32
+    bias to it (ddddocr's common_old.onnx did not import while luminal's output was int64)."""
+    rng = np.random.default_rng(13)
+    inits = [("w", _ints(rng, (4, 2, 3, 3), np.uint8)), ("wz", np.uint8(128)),
+             ("b", np.arange(-2, 2, dtype=np.int32).reshape(1, 4, 1, 1))]
+    nodes = [oh.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             oh.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["y0"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             oh.make_node("Add", ["y0", "b"], ["y"])]
+    model = _model(nodes, [_vi("x", TP.FLOAT, [1, 2, 9, 8])], [_vi("y", TP.INT32, [1, 4, 5, 4])], inits)
+    (y,) = _check(model, {"x": rng.standard_normal((1, 2, 9, 8)).astype(np.float32)}, device)
+    assert y.dtype == np.int32
