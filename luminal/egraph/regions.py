@@ -20,6 +20,7 @@ import collections
 import operator
 
 from luminal.egraph.encode import is_bcast
+from luminal.egraph.patterns import compose
 from luminal.hlir.ops import POINTWISE, Expr, Node, Op, titled, toposort
 
 MAX_REGION_OPS = 64  # bounds the expression (and the kernel) size
@@ -35,18 +36,25 @@ def _scalar_const(n: Node):
     return None
 
 
-def _constant_divisor(n: Node) -> Node | None:
-    """For `recip(c)` of a constant c, read directly or through an unmasked view (a masked one
-    reads 0 where 1/c is not), the same elements of c itself: a product `x * recip(c)` then
-    fuses into a region that divides by c (`x / c`, rounded once, as torch divides), where
-    the broadcast reciprocal alone would be one rounded value multiplied in."""
+def _divisor(n: Node) -> tuple[Node, Node] | None:
+    """For `recip(c)`, read directly or through an unmasked view (a masked one reads 0 where
+    1/c is not): (the same elements of c itself, c). A product `x * recip(c)` then fuses into a
+    region that divides by c (`x / c`, rounded once, as torch and onnxruntime divide), where the
+    reciprocal computed apart (a constant's, a scalar's broadcast, a row sum's) would be one
+    rounded value multiplied in: 1 ulp off in about a quarter of the quotients."""
     st = None
     if n.op is Op.VIEW and n.arg.mask is None:
         n, st = n.src[0], n.arg
-    if n.op is not Op.RECIP or n.src[0].op is not Op.CONSTANT:
+    if n.op is not Op.RECIP:
         return None
     c = n.src[0]
-    return c if st is None else Node(Op.VIEW, c.dtype, st.shape, (c,), st)
+    if st is None:
+        return c, c
+    if c.op is Op.VIEW:  # one view over the buffer, as every kernel input is
+        st, c = compose(st, c.arg), c.src[0]
+        if st is None:
+            return None
+    return Node(Op.VIEW, c.dtype, st.shape, (c,), st), c
 
 
 def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
@@ -55,16 +63,24 @@ def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
     users = collections.Counter(id(s) for n in order for s in n.src)
     users.update(id(n) for n in outputs)
     absorbed: set[int] = set()  # nodes that live inside their consumer's region
-    # recip(c) as a float product's operand: inlined as a division by c (`_constant_divisor`)
-    divisors = {id(s): d for n in order if n.op is Op.MUL and n.dtype.is_float for s in n.src
-                if (d := _constant_divisor(s)) is not None}
+    # recip(c) as a float product's operand: inlined as a division by c (`_divisor`)
+    found = {id(s): d for n in order if n.op is Op.MUL and n.dtype.is_float for s in n.src
+             if (d := _divisor(s)) is not None}
+
+    # a broadcast divisor stays a buffer of its own (not absorbed into its reciprocal's region) so that the
+    # product can divide by it; but sqrt under a reciprocal is rsqrt, which torch rounds as 1/sqrt
+    # then multiplies: x * rsqrt(v) keeps its two roundings (an explicit x / sqrt(v) gets them too)
+    # (a reciprocal of the product's own shape joins the product's region, which divides already)
+    kept = {id(c) for d, c in found.values() if d is not c and c.op is not Op.SQRT}
 
     def joins(child: Node) -> bool:
-        return child.op in POINTWISE and users[id(child)] == 1 and _scalar_const(child) is None
+        return (child.op in POINTWISE and users[id(child)] == 1 and _scalar_const(child) is None
+                and id(child) not in kept)
 
     def shared_joins(child: Node, reads: collections.Counter) -> bool:
         """A cheap op of region inputs only, every use of it inside this region (`reads`)."""
         return (child.op in SHARED_OK and users[id(child)] > 1 and reads[id(child)] == users[id(child)]
+                and id(child) not in kept
                 and _scalar_const(child) is None and not any(s.op in POINTWISE and users[id(s)] == 1 for s in child.src))
 
     for n in reversed(order):  # consumers first: a region grows from its root downwards
@@ -83,7 +99,19 @@ def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
                     if id(s) not in absorbed and count + reads[id(s)] <= MAX_REGION_OPS and shared_joins(s, reads):
                         absorbed.add(id(s))
                         count += reads[id(s)]
-    new: dict[int, Node] = {id(d): d for d in divisors.values()}  # views of constants: unchanged
+    # a divisor whose value lives only inside its reciprocal's region (rsqrt's sqrt, absorbed into
+    # the recip) has no buffer to divide by: that product keeps the reciprocal, as torch's rsqrt
+    divisors = {k: d for k, (d, c) in found.items() if id(c) not in absorbed}
+    sources = {id(d): c for d, c in found.values()}
+    new: dict[int, Node] = {}
+
+    def rebuilt(s: Node) -> Node:  # a region input: a divisor's view is rebuilt over its source's new node
+        if id(s) not in new:
+            c = new[id(sources[id(s)])]
+            new[id(s)] = c if s is sources[id(s)] else (
+                s if c is s.src[0] else Node(Op.VIEW, s.dtype, s.shape, (c,), s.arg))
+        return new[id(s)]
+
     regions = 0
     for n in order:
         if id(n) in absorbed:
@@ -91,7 +119,7 @@ def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
         if n.op in POINTWISE and any(id(s) in absorbed or _divides(n, s, divisors) for s in n.src):
             inputs: list[Node] = []
             expr = _expression(n, absorbed, inputs, divisors)
-            src = tuple(new[id(s)] for s in inputs)
+            src = tuple(rebuilt(s) for s in inputs)
             new[id(n)] = Node(Op.FUSED_ELEMENTWISE, n.dtype, n.shape, src, expr)
             regions += 1
         elif n.src:  # rebuilt over its operands' new nodes (the same node while none changed)

@@ -81,3 +81,20 @@ def test_arithmetic_with_a_scalar_is_torchs_bit_for_bit(device, dtype, how):
     x = (_x(torch.float32) * 100).to(dtype)  # a third of f16 products by fl16(0.1) differ from torch's
     model = ScalarArithmetic(how, 0.1)
     _bitwise(luminal.compile(model, (x,), device=device)(x), model(x))
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_division_by_a_runtime_scalar_tensor_is_torchs_bit_for_bit(device, dtype):
+    """x / s with s a 0-d tensor computed or passed at run time: torch divides (rounds once)."""
+    x = torch.randn(32, 50, dtype=dtype) * 1000
+    s = torch.tensor(0.0371, dtype=dtype)
+
+    class Div(torch.nn.Module):
+        def forward(self, x, s):
+            return x / s, x / (s * 3 + 1)
+
+    want = Div()(x, s)
+    got = luminal.compile(Div(), (x, s), device=device)(x, s)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)

@@ -32,6 +32,7 @@ import onnx
 from onnx import helper
 
 from luminal.frontends.onnx.errors import OnnxImportError, OnnxInputError
+from luminal.frontends.onnx.values import IOInfo
 
 COMPILED_KEPT = 32  # signatures (lengths, element dtypes and ranks, presence) a model keeps compiled
 
@@ -288,8 +289,6 @@ class StructuredModel:
 
     @property
     def inputs(self) -> list:
-        from luminal.frontends.onnx.model import IOInfo
-
         return [IOInfo(vi.name, np.dtype(object), (f"len({vi.name})",)) if vi.name in self.structured
                 and kind(_elem_type(vi.type)) == "sequence_type" else
                 IOInfo(vi.name, declared_elem(vi.type), ()) for vi in self.proto.graph.input if vi.name in self._names]
@@ -302,8 +301,6 @@ class StructuredModel:
     def outputs(self) -> list:
         if self._last is not None:
             return self._last.outputs
-        from luminal.frontends.onnx.model import IOInfo
-
         return [IOInfo(vi.name, declared_elem(vi.type), ()) for vi in self.proto.graph.output]
 
     @property

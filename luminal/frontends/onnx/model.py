@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -24,25 +23,13 @@ from luminal.frontends.onnx.errors import (
 from luminal.frontends.onnx.importer import Importer, graph_input_deps, input_dim_name
 from luminal.frontends.onnx.inferred import Inferred
 from luminal.frontends.onnx.ops_rnn import TooManySteps
+from luminal.frontends.onnx.values import IOInfo
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op, toposort
 
 COMPILED_KEPT = 32  # graphs compiled per distinct input value/shape kept by one model (least recently used dropped)
 RECURRENCES = ("auto", "unroll", "host")  # luminal.onnx.compile's recurrence policies
 SHAPES_NOTED = 8  # distinct shapes a model's notes list per recurrence form
-
-
-@dataclass(frozen=True)
-class IOInfo:
-    """An input or output of the model: name, NumPy dtype, shape (str for a symbolic dim)."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple
-
-    def __str__(self) -> str:
-        dims = ", ".join(str(d) for d in self.shape)
-        return f"{self.name}: {self.dtype}[{dims}]"
 
 
 def _spec(info: IOInfo) -> tuple:

@@ -6,6 +6,8 @@ Kept apart from the importer so that the op modules and `shape_eval` import them
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
 
@@ -72,3 +74,16 @@ class Value:
     def empty(self) -> bool:
         """An empty optional (ONNX `Optional` without input, or a graph input given as None)."""
         return self.tensor is None and self.known is None and self.seq is None
+
+
+@dataclass(frozen=True)
+class IOInfo:
+    """An input or output of a model: name, NumPy dtype, shape (str for a symbolic dim)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple
+
+    def __str__(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape)
+        return f"{self.name}: {self.dtype}[{dims}]"
