@@ -30,8 +30,8 @@ from benchmarks.models import example_inputs, make
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent.parent / "README.md"
-FULL = ["llama-tiny", "llama-small", "qwen3-tiny", "qwen3-small", "bert-tiny", "bert-small", "minilm", "resnet-ish",
-        "mobilenet-ish", "llama-small-decode"]
+FULL = ["llama-tiny", "llama-small", "qwen3-tiny", "qwen3-small", "bert-tiny", "bert-small", "minilm", "bert-long",
+        "resnet-ish", "mobilenet-ish", "llama-small-decode"]
 DECODE_PROMPT, DECODE_NEW = 16, 48
 QUICK = ["llama-tiny", "bert-tiny"]
 

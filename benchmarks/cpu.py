@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.timing import interleaved_medians, median_latency, wait_for_builds
+from benchmarks.timing import interleaved_medians, median_latency, peak_memory_mb, wait_for_builds
 
 
 def _first(out):
@@ -69,6 +69,11 @@ def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool
         medians = interleaved_medians({"eager": lambda: model(*args), "cpu": lambda: compiled(*args),
                                        "numpy": lambda: reference(*args), "numpy_f32": numpy_f32})
         row.update({f"{k}_ms": v * 1e3 for k, v in medians.items()})
+        # peak memory of one call above the process's resident size before it (luminal's arena
+        # and weights are allocated at compile time: what a call adds is its scratch)
+        row["eager_peak_mb"] = peak_memory_mb(lambda: model(*args))
+        row["cpu_peak_mb"] = peak_memory_mb(lambda: compiled(*args))
+        row["cpu_arena_mb"] = getattr(compiled.compiled.runtime, "arena_bytes", float("nan")) / 2**20  # its intermediates
 
         if inductor:
             torch._dynamo.reset()

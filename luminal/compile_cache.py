@@ -162,7 +162,9 @@ class Key:
             parts.append(f"{spelled} {[index[id(s)] for s in n.src]}")
             index[id(n)] = i
         parts.append(repr([index[id(n)] for n in outputs]))
-        text = f"{context()}; device {device}"
+        from luminal.egraph import attention
+
+        text = f"{context()}; device {device}" + ("" if attention.enabled() else "; fused attention off")
         h = hashlib.sha256(text.encode())
         h.update("\n".join(parts).encode())
         inputs = frozenset(id(n) for n in order if n.op is Op.INPUT)

@@ -43,7 +43,42 @@ class LinalgMixin:
             raise ShapeError(f"bmm needs two 3-D tensors, got {self.shape} and {other.shape}")
         return self.matmul(other)
 
+    def grouped_matmul(self, weight, offs):
+        """The grouped GEMM of MoE layers (`Op.GROUPED_MAT_MUL`): out[s] = self[s] @ weight[g(s)],
+        g(s) = #{i : offs[i] <= s}, rows past the last offset 0. One fused node, the builder's one:
+        its primitive form (`grouped_rows`) would read a K x N weight per row."""
+        weight = self._operand(weight, Op.GROUPED_MAT_MUL.title)
+        if self.ndim != 2 or weight.ndim != 3 or offs.ndim != 1:
+            raise ShapeError(f"grouped_matmul takes x (S, K), weight (E, K, N) and offsets (E,); got {self.shape}, "
+                             f"{weight.shape} and {offs.shape}")
+        if not (sym.equal(weight.shape[0], offs.shape[0]) and sym.equal(self.shape[1], weight.shape[1])):
+            raise ShapeError(f"grouped_matmul: x {self.shape}, weight {weight.shape} and offsets {offs.shape} do not "
+                             "agree (x (S, K), weight (E, K, N), offsets (E,))")
+        if self.dtype is DType.BOOL or not offs.dtype.is_int:
+            raise DTypeError(f"grouped_matmul of {self.dtype} by {weight.dtype} with {offs.dtype} offsets: needs "
+                             "numbers and integer offsets")
+        return self._new(Op.GROUPED_MAT_MUL, self.dtype, (self.shape[0], weight.shape[2]), (self, weight, offs))
+
     def linear(self, weight, bias=None):
         """x @ weight.T + bias, as torch.nn.functional.linear."""
         out = self.matmul(weight.T if weight.ndim == 2 else weight)
         return out if bias is None else out.add(bias)
+
+
+def groups_of(offs, rows):
+    """g(s) = #{i : offs[i] <= s} for each of `rows` rows, int64 (E past the last offset)."""
+    s = offs.graph.iota(rows, DType.I64).unsqueeze(-1)
+    return offs.cast(DType.I64).unsqueeze(0).le(s).cast(DType.I64).sum(-1)
+
+
+def grouped_rows(x, weight, offs):
+    """`Op.GROUPED_MAT_MUL` in primitives: each row times its group's gathered weight (a batched
+    matmul with M = 1), the rows past the last offset zeroed."""
+    from luminal.builder.functional import where
+
+    experts = weight.shape[0]
+    g = groups_of(offs, x.shape[0])
+    inside = g.lt(experts)
+    pick = g.where_(inside, x.graph.scalar(experts - 1, DType.I64))  # a row past the end reads the last expert
+    out = x.unsqueeze(1).matmul(weight.index_select(0, pick)).squeeze(1)
+    return where(inside.unsqueeze(-1), out, out._scalar(0))

@@ -1,4 +1,5 @@
-"""`optimize`: partition -> (encode -> saturate -> extract) per distinct part -> splice -> regions.
+"""`optimize`: partition -> (encode -> saturate -> extract) per distinct part -> splice -> attention
+-> regions.
 
 Every schedule has named limits: iterations per ruleset (`SCHEDULE`), e-nodes per part
 (`MAX_ENODES`) and seconds per part (`MAX_SECONDS`); a part that hits one keeps what the rules
@@ -19,12 +20,13 @@ from dataclasses import dataclass
 
 from luminal.egraph import compat as eg
 from luminal.egraph import contained, rules_algebra, rules_fusion, rules_numerics
+from luminal.egraph.attention import fuse_attention
 from luminal.egraph.encode import encode
 from luminal.egraph.extract import Extraction, instantiate
 from luminal.egraph.partition import Part, partition
 from luminal.egraph.regions import fuse_regions, region_op_counts
 from luminal.egraph.schema import program
-from luminal.hlir.ops import Node
+from luminal.hlir.ops import Node, Op
 from luminal.threadflags import gc_paused
 
 
@@ -180,6 +182,9 @@ def _optimize(outputs: list[Node], report) -> list[Node]:
     times["splice"] = splice
     t2 = time.perf_counter()
     optimized = [mapping.get(id(n), n) for n in outputs]
+    optimized, attentions = fuse_attention(optimized)  # before regions absorb the scale and the mask
+    if attentions:
+        fired[f"softmax(q@kt+mask)@v = {Op.ATTENTION.title}"] += attentions
     optimized, regions = fuse_regions(optimized)
     times["regions"] = time.perf_counter() - t2
     if regions:

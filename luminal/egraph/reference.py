@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from luminal.builder import functional as F
 from luminal.builder.graph import Graph
+from luminal.builder.linalg import grouped_rows
 from luminal.builder.tensor import Tensor
 from luminal.hlir import constants as C
 from luminal.hlir.ops import FUSED, Expr, Node, Op, toposort
@@ -41,6 +42,23 @@ def window_reduce(src: list[Tensor], arg) -> Tensor:
     return x._reduce_prim(Op.SUM_REDUCE if kind == "sum" else Op.MAX_REDUCE, tuple(range(x.ndim - r, x.ndim)), False)
 
 
+def attention(src: list[Tensor], arg) -> Tensor:
+    """softmax(q @ kt (* scale) (+ mask)) @ v, rows of scores all -inf giving 0 where asked."""
+    (scale, zero_empty_rows, *expr), (q, kt, v, *mask) = arg, src
+    s = q.matmul(kt)
+    if scale is not None:
+        s = s.mul(scale)
+    if expr:  # the mask as the expression over its inputs
+        s = s.add(fused_elementwise(expr[0], mask))
+    elif mask:
+        s = s.add(mask[0])
+    p = softmax(s, s.ndim - 1)
+    if zero_empty_rows:
+        empty = s.ne(float("-inf")).max(-1, keepdim=True).logical_not().expand(s.shape)
+        p = F.where(empty, s.graph.scalar(0.0, s.dtype).expand(s.shape), p)
+    return p.matmul(v)
+
+
 # every fused op (group FUSED): its definition over operand tensors and the node's arg
 DEFINITIONS = {
     Op.EXP: lambda src, arg: src[0].mul(C.LOG2E).exp2(),  # exp(x) = exp2(x * log2 e)
@@ -52,7 +70,9 @@ DEFINITIONS = {
     Op.SELECT: lambda src, arg: F.where(*src),  # gather(stack([b, a], -1), cast(cond)), reshaped
     Op.CONCAT: lambda src, arg: F.concat(src, arg),  # scatters of a, b into zeros at their spans
     Op.WINDOW_REDUCE: window_reduce,
+    Op.ATTENTION: attention,
     Op.MAXIMUM: lambda src, arg: src[0].maximum(src[1]),  # max(stack([a, b], -1), -1)  # sum_k window(x)[o, k] * w[o, k], reduced an axis at a time
+    Op.GROUPED_MAT_MUL: lambda src, arg: grouped_rows(*src),  # each row times its group's gathered matrix
 }
 
 

@@ -58,6 +58,23 @@ exact arithmetic, a primitive decomposition (`luminal/egraph/reference.py`), and
 - MAXIMUM (src = a, b of the output's shape and dtype): the larger of a and b, NaN if either
   is NaN (torch.maximum; on bool, or). Pointwise, so regions absorb it: clamp, relu6 and
   hardswish become one loop. The builder spells it as max(stack([a, b], -1), -1).
+- ATTENTION (src = q[..., M, D], kt[..., D, N], v[..., N, Dv] and optionally mask[..., M, N],
+  one batch shape; arg = (scale, zero_empty_rows)): s = q @ kt (a MatMul), then s * scale (a
+  scalar Mul, when scale is not None), then s + mask; with arg = (scale, zero_empty_rows, e),
+  the mask is the FusedElementwise expression e over src[3:] (each of shape [..., M, N], views
+  of narrow buffers: a causal mask from iotas), computed per score; p = Softmax(s) over N; where
+  zero_empty_rows, rows of s all -inf give p = 0 (torch's safe softmax of
+  scaled_dot_product_attention); out = p @ v, shape (..., M, Dv). Each step in the dtype of the
+  operands (f32 or f64), as the primitives it replaces; kernels never materialize s or p
+  (`luminal/egraph/attention.py` recognizes it, `kernels/render/attention.py` renders it).
+- GROUPED_MAT_MUL (src = x[S, K], weight[E, K, N], offs[E] of an integer dtype): the grouped
+  GEMM of Mixture-of-Experts layers. Row s belongs to group g(s) = #{i : offs[i] <= s} (for
+  nondecreasing offsets, the cumulative token counts routing makes, rows offs[e-1]..offs[e] form
+  group e, offs[-1] being 0); out[s, n] = sum_k x[s, k] * weight[g(s), k, n] where g(s) < E, and
+  0 for the rows past the last offset (g(s) = E). Shape (S, N), the dtype of x and weight (one
+  dtype); f16/bf16 accumulate in f32 (or wider) and round once, as MatMul. Built directly by the
+  frontends (`Tensor.grouped_matmul`): its primitive form (each row times its gathered expert
+  matrix, `luminal.builder.linalg.grouped_rows`) reads S x K x N weights, not E x K x N.
 """
 
 from __future__ import annotations
@@ -119,6 +136,8 @@ class Op(enum.Enum):
     CONCAT = enum.auto()
     WINDOW_REDUCE = enum.auto()
     MAXIMUM = enum.auto()
+    ATTENTION = enum.auto()
+    GROUPED_MAT_MUL = enum.auto()
 
     @staticmethod
     def from_name(name: str) -> Op:
@@ -148,7 +167,7 @@ MOVEMENT = frozenset({Op.VIEW, Op.CONTIGUOUS})
 ELEMENTWISE = UNARY | BINARY | {Op.CAST}
 POINTWISE = ELEMENTWISE | {Op.EXP, Op.SIGMOID, Op.SELECT, Op.MAXIMUM}  # what a FusedElementwise expression may apply
 FUSED = frozenset({Op.EXP, Op.SIGMOID, Op.SOFTMAX, Op.KAHAN_SUM, Op.MAT_MUL, Op.FUSED_ELEMENTWISE, Op.SELECT,
-                   Op.CONCAT, Op.WINDOW_REDUCE, Op.MAXIMUM})
+                   Op.CONCAT, Op.WINDOW_REDUCE, Op.MAXIMUM, Op.ATTENTION, Op.GROUPED_MAT_MUL})
 
 
 class ConstantArray:

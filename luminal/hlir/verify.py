@@ -16,7 +16,7 @@ import itertools
 from luminal.errors import DTypeError, ShapeError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import BINARY, FUSED, LEAF, REDUCE, UNARY, ConstantArray, Node, Op
+from luminal.hlir.ops import BINARY, FUSED, LEAF, REDUCE, UNARY, ConstantArray, Expr, Node, Op
 from luminal.hlir.shape import ShapeTracker
 
 N_SRC = {**dict.fromkeys(LEAF, 0), **dict.fromkeys(UNARY | REDUCE, 1), **dict.fromkeys(BINARY, 2),
@@ -118,6 +118,17 @@ def check_node(n: Node) -> None:
         if not all(_same(s.shape, src[0].shape) for s in src) or not _same(n.shape, src[0].shape[:len(src[0].shape) - r]) or \
                 not all(sym.is_static(d) for d in src[0].shape[len(n.shape):]):
             raise ShapeError(f"WindowReduce over the last {r} (static) axes of {_fmt(src[0].shape)} has shape {_fmt(n.shape)}")
+    elif op is Op.ATTENTION:
+        _check_attention(n)
+    elif op is Op.GROUPED_MAT_MUL:
+        x, w, offs = src if len(src) == 3 else (None, None, None)
+        if x is None or len(x.shape) != 2 or len(w.shape) != 3 or len(offs.shape) != 1 or not (
+                sym.equal(w.shape[0], offs.shape[0]) and sym.equal(x.shape[1], w.shape[1])
+                and _same(n.shape, (x.shape[0], w.shape[2]))):
+            raise ShapeError(f"GroupedMatMul needs x (S, K), weight (E, K, N), offsets (E,) and gives (S, N); got "
+                             f"{', '.join(_fmt(s.shape) for s in src)} -> {_fmt(n.shape)}")
+        if not (n.dtype is x.dtype is w.dtype) or n.dtype is DType.BOOL or not offs.dtype.is_int:
+            raise DTypeError("GroupedMatMul needs x, weight and output of one numeric dtype and integer offsets")
     elif op is Op.FUSED_ELEMENTWISE:
         _check_expression(n)
         for s in src:
@@ -135,6 +146,26 @@ def check_node(n: Node) -> None:
         _check_view(n)
     elif op not in FUSED and want is None:
         raise ShapeError(f"{op.title} cannot appear in a saved graph")
+
+
+def _check_attention(n: Node) -> None:
+    arg, src = n.arg, n.src
+    expr = arg[2] if isinstance(arg, tuple) and len(arg) == 3 else None
+    slots = {e.arg for e in expr.toposort() if e.op is Op.INPUT} if isinstance(expr, Expr) else set()
+    if not (isinstance(arg, tuple) and len(arg) in (2, 3) and (arg[0] is None or type(arg[0]) is float)
+            and type(arg[1]) is bool and (len(src) in (3, 4) if expr is None else
+                                          isinstance(expr, Expr) and slots == set(range(len(src) - 3)))):
+        raise ShapeError(f"Attention needs q, kt, v (and a mask, or its expression's inputs) and "
+                         f"(scale, zero_empty_rows[, expression]), got {arg!r}")
+    if n.dtype not in (DType.F32, DType.F64) or not all(s.dtype is n.dtype for s in src[:3]) or (
+            expr is None and len(src) == 4 and src[3].dtype is not n.dtype) or (expr is not None and expr.dtype is not n.dtype):
+        raise DTypeError(f"Attention on {n.dtype.short} of {', '.join(s.dtype.short for s in src)}")
+    q, kt, v = src[:3]
+    batch, (m, d), (n_keys, dv) = q.shape[:-2], q.shape[-2:], v.shape[-2:]
+    mask_ok = all(_same(x.shape, (*batch, m, n_keys)) for x in src[3:])
+    if len(q.shape) < 2 or not (_same(kt.shape, (*batch, d, n_keys)) and _same(v.shape[:-2], batch)
+                                and _same(n.shape, (*batch, m, dv)) and mask_ok):
+        raise ShapeError(f"Attention of {', '.join(_fmt(s.shape) for s in src)} has shape {_fmt(n.shape)}")
 
 
 def _check_expression(n: Node) -> None:

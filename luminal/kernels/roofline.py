@@ -79,7 +79,7 @@ def gpu_of(gpu: str | GPU) -> GPU:
 
 
 def kernel_class(op: Op) -> str:
-    if op is Op.MAT_MUL:
+    if op in (Op.MAT_MUL, Op.ATTENTION, Op.GROUPED_MAT_MUL):
         return "gemm"
     if op in REDUCE or op in (Op.SOFTMAX, Op.KAHAN_SUM):
         return "reduction"
@@ -118,6 +118,12 @@ def _launch_cost(k, bindings) -> tuple[int, int]:
         reads(a, _numel(a.shape, bindings))
         reads(b, _numel(b.shape, bindings))
         flops = 2 * out_n * kdim
+    elif node.op is Op.ATTENTION:  # two products over the (never stored) scores, and their softmax
+        for s in node.src:
+            reads(s, _numel(s.shape, bindings))
+        q, kt = node.src[:2]
+        scores = _numel((*q.shape[:-1], kt.shape[-1]), bindings)
+        flops = 2 * scores * (int(sym.evaluate(q.shape[-1], bindings)) + int(sym.evaluate(node.shape[-1], bindings))) + 5 * scores
     elif node.op is Op.GATHER:
         data, index = node.src
         reads(data, out_n)  # only the gathered elements
@@ -138,6 +144,8 @@ def _launch_cost(k, bindings) -> tuple[int, int]:
             flops = max((_numel(s.shape, bindings) for s in node.src), default=out_n) * (4 if node.op is Op.KAHAN_SUM else 1)
         elif node.op is Op.SOFTMAX:
             flops = 5 * out_n  # max, subtract, exp, sum, divide
+        elif node.op is Op.GROUPED_MAT_MUL:  # every expert's matrix read once, each row one product
+            flops = 2 * out_n * int(sym.evaluate(node.src[0].shape[-1], bindings))
         elif node.op is Op.FUSED_ELEMENTWISE:
             ops = sum(1 for e in node.arg.toposort() if e.op not in (Op.INPUT, Op.CONSTANT))
             flops = max(ops, 1) * out_n

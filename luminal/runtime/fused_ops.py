@@ -61,13 +61,17 @@ def _pointwise(node, b, x):
 
 @impl(Op.SOFTMAX)
 def _softmax(node, b, x):
+    return _softmax_of(x, node.arg, node.dtype.numpy)
+
+
+def _softmax_of(x: np.ndarray, axis: int, dt: np.dtype) -> np.ndarray:
     # the same formula as the decomposition (so -inf rows give NaN as torch does), in the
     # working precision with a float64 sum
     if x.size == 0:  # an empty axis (or batch): torch returns the empty tensor
-        return np.empty(x.shape, node.dtype.numpy)
+        return np.empty(x.shape, dt)
     w = _lift(x, _work())
-    e = np.exp(w - np.max(w, axis=node.arg, keepdims=True))
-    return (e / np.sum(e, axis=node.arg, keepdims=True, dtype=_F64)).astype(node.dtype.numpy)
+    e = np.exp(w - np.max(w, axis=axis, keepdims=True))
+    return (e / np.sum(e, axis=axis, keepdims=True, dtype=_F64)).astype(dt)
 
 
 @impl(Op.SELECT)
@@ -107,6 +111,51 @@ def _matmul(node, b, x, y):
     if out.shape != shape:  # both operands were broadcast over the batch
         return np.broadcast_to(out, shape).astype(node.dtype.numpy)
     return out.astype(node.dtype.numpy, copy=False)
+
+
+@impl(Op.ATTENTION)
+def _attention(node, b, q, kt, v, *mask):
+    """The unfused steps, each rounded as its own op rounds (MatMul, the scalar Mul, the mask's
+    Add, Softmax, the Select of safe softmax, MatMul), one batch element at a time so that at
+    most one scores matrix is alive."""
+    scale, zero_empty_rows, *expr = node.arg
+    dt = node.dtype.numpy
+    out = np.empty(_shape(node, b), dt)
+    work = _gemm_work()
+    for i in np.ndindex(out.shape[:-2]):
+        s = np.matmul(_lift(q[i], work), _lift(kt[i], work)).astype(dt, copy=False)
+        if scale is not None:
+            s = np.multiply(s, dt.type(scale))
+        if expr and expr[0] is not None:  # the mask's expression over its inputs, as a FusedElementwise
+            s = np.add(s, np.broadcast_to(_eval(expr[0], [x[i] for x in mask], {}, _work()), s.shape).astype(dt))
+        elif mask:
+            s = np.add(s, mask[0][i])
+        p = _softmax_of(s, -1, dt)
+        if zero_empty_rows:
+            p = np.where(np.all(s == -np.inf, axis=-1, keepdims=True), dt.type(0), p)
+        out[i] = np.matmul(_lift(p, work), _lift(v[i], work)).astype(dt, copy=False)
+    return out
+
+
+@impl(Op.GROUPED_MAT_MUL)
+def _grouped_matmul(node, b, x, weight, offs):
+    """One matmul per group on its rows (g(s) is nondecreasing in s, so a group's rows are one
+    range: from the e-th smallest offset to the next), each rounded as MatMul rounds; the rows
+    past the last offset stay 0."""
+    dt = node.dtype.numpy
+    out = np.zeros(_shape(node, b), dt)
+    rows = out.shape[0]
+    ends = np.clip(np.sort(offs.astype(np.int64)), 0, rows)
+    work = _gemm_work() if node.dtype.is_float else None
+    start = 0
+    for e, end in enumerate(ends.tolist()):
+        if end > start:
+            a, w = x[start:end], weight[e]
+            if work is not None:
+                a, w = _lift(a, work), _lift(w, work)
+            out[start:end] = np.matmul(a, w).astype(dt, copy=False)
+        start = end
+    return out
 
 
 # --- FusedElementwise: an expression over input slots ------------------------------------

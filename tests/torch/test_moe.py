@@ -11,6 +11,7 @@ from torch_helpers import assert_same, max_abs_error
 import luminal
 from luminal import devices
 from luminal.frontends.torch import compile_forward, dynamo
+from luminal.hlir.ops import Op, toposort
 
 DEVICES = ["numpy", "cpu"]
 # the CUDA C of the routing ops and the grouped GEMMs, compiled by g++ where there is no GPU
@@ -75,6 +76,32 @@ def test_batched_mm_experts_still_run():
         want = model(**kw).logits
         got = torch.compile(model, backend="luminal", options={"strict": True})(**kw).logits
     assert_same(got, want)
+
+
+def test_moe_model_on_cpu_runs_the_grouped_step():
+    """A Qwen3-MoE model at transformers' defaults, compiled for `cpu`: its experts' products are
+    GroupedMatMul steps (a BLAS call per group), and no node holds the experts' weights per row
+    (a (S, K, N) gather): every rank-3 value the size of an expert's matrix is the weight itself."""
+    from luminal.compiler import STATS
+
+    model, kw = make("qwen3_moe", layers=1), example("qwen3_moe")
+    torch._dynamo.reset()
+    before = len(STATS.compiled)
+    with torch.no_grad():
+        want = model(**kw).logits
+        got = torch.compile(model, backend="luminal", options={"strict": True, "device": "cpu"})(**kw).logits
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+    (cg,) = STATS.compiled[before:]
+    nodes = toposort(cg.outputs)
+    grouped = [n for n in nodes if n.op is Op.GROUPED_MAT_MUL]
+    assert len(grouped) == 2, cg.report().ops_after  # gate_up and down, one layer
+    for gm in grouped:
+        x, w, _ = gm.src
+        matrix = {tuple(w.shape[1:]), tuple(w.shape[1:][::-1])}
+        for n in nodes:
+            if len(n.shape) == 3 and tuple(n.shape[1:]) in matrix and n.op not in (Op.CONSTANT, Op.VIEW, Op.INPUT):
+                raise AssertionError(f"{n} materializes experts' matrices")
+    assert cg.runtime.source.count("lum_gemm_") and "groupedmatmul_" in cg.runtime.source
 
 
 # --- the ops -------------------------------------------------------------------------------------

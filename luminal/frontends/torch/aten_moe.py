@@ -4,10 +4,10 @@ expert, `cumsum` turns the counts into group offsets, and a grouped GEMM
 row by its own expert's matrix.
 
 The offsets are data, but nothing's shape depends on them: row s belongs to group
-g(s) = #{i : offs[i] <= s}. Each row gathers its group's weight and is multiplied by it, a batched
-matmul with batch S and M = 1. That is the grouped GEMM's work (S rows of K x N) and the same
-program as transformers' `batched_mm` experts; the dense alternative, every row times every
-expert, would do E times the work and read every expert's weights on each decode step.
+g(s) = #{i : offs[i] <= s}. The product is one `Op.GROUPED_MAT_MUL` node (`Tensor.grouped_matmul`),
+which the targets run as a grouped GEMM: one GEMM per group on its rows (`cpu`: a BLAS call per
+group), reading each expert's weights once. Its primitive form, each row times its gathered
+expert matrix (a batched matmul with M = 1), read S x K x N weights: S/E times the traffic.
 """
 
 from __future__ import annotations
@@ -15,15 +15,10 @@ from __future__ import annotations
 import math
 
 from luminal.builder.functional import where as lwhere
+from luminal.builder.linalg import groups_of
 from luminal.errors import ShapeError, UnsupportedError
 from luminal.frontends.torch.aten_ops import aten
 from luminal.hlir.dtypes import DType
-
-
-def _groups(cx, offs, rows):
-    """g(s) for each of `rows` rows (E past the last offset, where no group reaches)."""
-    s = cx.g.iota(rows, DType.I64).unsqueeze(-1)
-    return offs.cast(DType.I64).unsqueeze(0).le(s).cast(DType.I64).sum(-1)
 
 
 def _grouped_rows(cx, x, weight, offs, bias=None):
@@ -35,14 +30,15 @@ def _grouped_rows(cx, x, weight, offs, bias=None):
     if not (weight.shape[0] == offs.shape[0] and x.shape[1] == weight.shape[1]):
         raise ShapeError(f"grouped_mm: input {x.shape}, weight {weight.shape} and offsets {offs.shape} do not agree "
                          "(input (S, K), weight (E, K, N), offsets (E,))")
-    rows, experts = x.shape[0], weight.shape[0]
-    g = _groups(cx, offs, rows)
-    # rows past the last offset read expert E-1 and are zeroed below (the fallback leaves them zero)
-    pick = g.where_(g.lt(experts), cx.g.scalar(experts - 1, DType.I64))
-    out = x.cast(weight.dtype).unsqueeze(1).matmul(weight.index_select(0, pick)).squeeze(1)
-    if bias is not None:
-        out = out.add(bias.cast(out.dtype).index_select(0, pick))
-    return lwhere(g.lt(experts).unsqueeze(-1), out, out._scalar(0))
+    out = x.cast(weight.dtype).grouped_matmul(weight, offs)
+    if bias is None:
+        return out
+    experts = weight.shape[0]
+    g = groups_of(offs, x.shape[0])
+    inside = g.lt(experts)
+    pick = g.where_(inside, cx.g.scalar(experts - 1, DType.I64))  # rows past the last offset: zeroed below
+    out = out.add(bias.cast(out.dtype).index_select(0, pick))
+    return lwhere(inside.unsqueeze(-1), out, out._scalar(0))
 
 
 @aten("transformers::grouped_mm_fallback.default")
@@ -55,7 +51,7 @@ def grouped_mm_fallback_backward(cx, x, weight, offs, grad):
     """d input[s] = grad[s] @ weight[g(s)].T; d weight[e] = x_e.T @ grad_e over the rows of group e,
     as one batched GEMM over the experts with the other groups' rows masked to zero."""
     d_x = _grouped_rows(cx, grad, weight.transpose(-1, -2), offs)
-    g = _groups(cx, offs, x.shape[0])
+    g = groups_of(offs, x.shape[0])
     mine = g.unsqueeze(0).eq(cx.g.iota(weight.shape[0], DType.I64).unsqueeze(-1)).unsqueeze(-1)  # (E, S, 1)
     rows = lwhere(mine, x.cast(weight.dtype).unsqueeze(0), x._scalar(0).cast(weight.dtype))
     return d_x, rows.transpose(-1, -2).matmul(grad.cast(weight.dtype))

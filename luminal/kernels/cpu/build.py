@@ -105,6 +105,8 @@ def _machine_flags(isa_name: str) -> tuple[str, ...]:
         return ()
     cpu = cpu_info()[0]
     flags = tuple(f"-m{x}" for x in ("avx2", "f16c") if x in cpu)
+    if "avx2" in cpu and "fma" in cpu:  # a define only: kernels that may contract (attention's tiles) opt in
+        flags += ("-DLUM_FMA",)
     libmvec = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")  # glibc's vector libm, libc6-dev
     if "avx2" in cpu and any(Path(d, "libmvec.so").exists() for d in libmvec):
         flags += ("-DLUM_LIBMVEC", "-lmvec")

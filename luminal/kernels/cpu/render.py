@@ -14,6 +14,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
 from luminal.kernels.cpu import conv as cpu_conv
+from luminal.kernels.cpu.grouped import grouped_matmul
 from luminal.kernels.render.cexpr import c_dim, compute_type
 from luminal.kernels.render.cstyle import (
     KernelSpec,
@@ -121,6 +122,20 @@ def matmul(node: Node, name: str):
     return kernel(name, node, inputs, symbols_of(node), False, code)
 
 
+def attention(node: Node, name: str):
+    """The shared generator's Attention kernel, its products contracted into FMAs where the CPU
+    has them (`LUM_FMA`; the library is built with -ffp-contract=off for the elementwise kernels'
+    roundings, which a GEMM's tiles do not need: BLAS contracts too), GCC only."""
+    from luminal.kernels.render import C, render_node
+
+    specs = render_node(node, name, C)
+    for k in specs:
+        k.source = ("#if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n"
+                    '#pragma GCC target("fma")\n#pragma GCC optimize("fp-contract=fast")\n#endif\n' + k.source
+                    + "#if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n")
+    return specs
+
+
 def _own(form):
     """A kernel of `form(node)` ((inputs, symbols, err, body) or None: the op's generator)."""
     return lambda node, name: None if (found := form(node)) is None else kernel(name, node, *found)
@@ -131,4 +146,6 @@ SPECIAL = {
     Op.WINDOW_REDUCE: _own(cpu_conv.window_reduce),
     Op.CONTIGUOUS: _own(cpu_conv.pad_copy),
     Op.SELECT: _own(cpu_conv.pad_copy),
+    Op.ATTENTION: attention,  # the generator's kernel, with FMAs
+    Op.GROUPED_MAT_MUL: lambda node, name: grouped_matmul(node, name, _operand, kernel),  # a BLAS GEMM per group (`grouped.py`)
 }

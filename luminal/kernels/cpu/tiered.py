@@ -56,7 +56,7 @@ def reference_seconds(order, bindings: dict[str, int]) -> float:
         if n.op in (Op.INPUT, Op.CONSTANT, Op.VIEW):
             continue
         ops += 1
-        if n.op is Op.MAT_MUL:
+        if n.op in (Op.MAT_MUL, Op.GROUPED_MAT_MUL):
             k = n.src[0].shape[-1]
             macs += size(n.shape) * size((k,))
         elif n.op is Op.WINDOW_REDUCE:

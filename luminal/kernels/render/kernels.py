@@ -25,6 +25,7 @@ from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import POINTWISE, REDUCE, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
 from luminal.kernels.render import conv
+from luminal.kernels.render.attention import attention
 from luminal.kernels.render.cexpr import c_dim, c_literal, compute_type, lowest, rendering
 from luminal.kernels.render.cstyle import (
     INT_MOD,
@@ -43,6 +44,7 @@ from luminal.kernels.render.cstyle import (
     wrapping,
 )
 from luminal.kernels.render.dialect import Dialect, Pass
+from luminal.kernels.render.grouped import grouped_matmul
 
 
 def _read(x: Node, idx: list[str]) -> str:
@@ -230,6 +232,8 @@ GENERATORS = {
     Op.SCATTER: scatter,
     Op.CONCAT: concat,
     Op.WINDOW_REDUCE: window_reduce,
+    Op.ATTENTION: attention,  # `attention.py`: online softmax over key blocks, scores never stored
+    Op.GROUPED_MAT_MUL: grouped_matmul,  # `grouped.py`: per output, its row's group, then the dot product
 }
 NO_KERNEL = frozenset({Op.INPUT, Op.CONSTANT, Op.VIEW})  # scalars are inlined, buffers and views read
 

@@ -1,0 +1,346 @@
+"""Attention: `softmax(q @ kt (* scale) (+ mask)) @ v` on the extracted graph becomes one
+Attention op, whose kernels never materialize the scores (`kernels/render/attention.py`).
+
+Like `regions`, this runs on the extracted graph rather than as egglog rules: whether the scores
+are a buffer is a scheduling choice, and the pattern spans views that reshape the batch (a
+MatMul over (batch * heads, M, K) feeding a Softmax over (batch, heads, M, N)). What it matches,
+from the output back:
+
+    MatMul(View?(x), v)        x read in row-major order (a reshape of the batch)
+    x = Softmax(s, last axis)  or  Select(all(s == -inf) per row, 0.0, Softmax(s, last axis))
+    s = Add(t, mask)?          any operand of s's shape and dtype (causal, padding, ALiBi, ...);
+                               computed by pointwise ops from narrow operands, it becomes an
+                               expression the kernels evaluate per score (`_mask_expression`)
+    t = Mul(u, scalar c)?      a scale applied to the scores (HF eager attention)
+    u = View?(MatMul(q, kt))   again a reshape of the batch
+
+The Select is torch's safe softmax (scaled_dot_product_attention gives 0 for a row masked
+out entirely); its condition is accepted only when it provably is "every element of the row is
+-inf" (`_all_neg_inf_rows`). Every value in between (scores, probabilities) must have no other
+user, and the dtype be f32 or f64 (f16/bf16 attention rounds between the steps, see the README).
+Torch's lowering of scaled_dot_product_attention scales q and k by sqrt(scale) each before the
+first MatMul: those Muls stay outside (they are O(L·D), the scores O(L²)).
+
+`LUMINAL_FUSED_ATTENTION=0` switches the pass off (the compile cache keys on it).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import numpy as np
+
+from luminal.egraph.encode import is_bcast
+from luminal.egraph.patterns import compose
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import POINTWISE, Expr, Node, Op, toposort
+from luminal.hlir.shape import ShapeTracker
+
+# Fuse from this many keys and queries on (static sizes; symbolic ones are fused). Measured on
+# the 2-core AMD EPYC (AVX-512) this project is developed on (f32, 8 heads of 64, M = N, the `cpu`
+# device, min of 20 calls), fused against unfused (BLAS GEMMs around the Softmax and the safe
+# softmax's row check): 0.10/0.08 ms at 32 keys, 0.17/0.16 at 64, 0.47/0.47 at 128, 1.6/1.7 at
+# 256, 6.1/6.5 at 512, 24/28 at 1,024; in CPU time 94/119 ms at 2,048. Fewer queries than the
+# C kernel's vector of 16 would waste its tiles (decode's M = 1 is a GEMV for the BLAS).
+MIN_KEYS = 128
+MIN_QUERIES = 16
+_OUTSIDE = object()  # the graph's outputs as a user
+
+
+def enabled() -> bool:
+    return os.environ.get("LUMINAL_FUSED_ATTENTION", "1") != "0"
+
+
+def fuse_attention(outputs: list[Node]) -> tuple[list[Node], int]:
+    """The graph with each matched attention as one Attention node, and how many were fused."""
+    if not enabled():
+        return outputs, 0
+    order = toposort(outputs)
+    users: dict[int, list] = collections.defaultdict(list)
+    for n in order:
+        for s in n.src:
+            users[id(s)].append(n)
+    for n in outputs:
+        users[id(n)].append(_OUTSIDE)
+    new: dict[int, Node] = {}
+
+    def rebuilt(n: Node) -> Node:  # `n` over the new graph's nodes
+        if id(n) in new:
+            return new[id(n)]
+        src = tuple(rebuilt(s) for s in n.src)
+        if all(a is b for a, b in zip(src, n.src)):
+            return n
+        if n.op is Op.VIEW and src[0].op is Op.VIEW and src[0].arg.is_contiguous():
+            src = src[0].src  # a view of a reshape (the fused op's output): the same tracker on its buffer
+        return Node(n.op, n.dtype, n.shape, src, n.arg)
+
+    fused = 0
+    for n in order:
+        found = _match(n, users) if n.op is Op.MAT_MUL else None
+        fused += found is not None
+        new[id(n)] = rebuilt(found if found is not None else n)
+    return [new[id(n)] for n in outputs], fused
+
+
+def _reshaped(x: Node, shape) -> Node | None:
+    """`x` read in row-major order under `shape` (a view), or None where no view can."""
+    if len(x.shape) == len(shape) and all(sym.equal(a, b) for a, b in zip(x.shape, shape)):
+        return x
+    base, st = (x.src[0], x.arg) if x.op is Op.VIEW else (x, ShapeTracker.contiguous(x.shape))
+    new = st.reshape(tuple(shape))
+    return None if new is None else Node(Op.VIEW, x.dtype, new.shape, (base,), new)
+
+
+def _through_reshape(x: Node) -> Node:
+    """The node `x` reads in row-major order (x itself unless a contiguous view of it)."""
+    if x.op is Op.VIEW and x.arg.is_contiguous() and sym.equal(sym.product(x.shape), sym.product(x.src[0].shape)):
+        return x.src[0]
+    return x
+
+
+def _scalar(n: Node):
+    if n.op is Op.VIEW and is_bcast(n.arg):
+        n = n.src[0]
+    if n.op is Op.CONSTANT and n.shape == () and isinstance(n.arg, (bool, int, float)):
+        return n.arg
+    return None
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(sym.equal(x, y) for x, y in zip(a, b))
+
+
+def _match(out: Node, users) -> Node | None:
+    p_in, v = out.src
+    dtype = out.dtype
+    if dtype not in (DType.F32, DType.F64):
+        return None
+    x = _through_reshape(p_in)
+    inner = [p_in, x]
+    zero_empty_rows = False
+    if x.op is Op.SELECT:
+        cond, zero, sm = x.src
+        value = _scalar(zero)
+        if sm.op is not Op.SOFTMAX or type(value) is not float or value != 0.0 or np.signbit(value):
+            return None
+        cond_nodes = _all_neg_inf_rows(cond, sm.src[0])
+        if cond_nodes is None:
+            return None
+        inner += [sm, *cond_nodes]
+        zero_empty_rows = True
+    elif x.op is Op.SOFTMAX:
+        sm = x
+    else:
+        return None
+    s = sm.src[0]
+    if sm.arg != len(s.shape) - 1 or len(s.shape) < 2 or s.dtype is not dtype:
+        return None
+    n_keys, n_queries = s.shape[-1], s.shape[-2]
+    if sym.is_static(n_keys) and n_keys < MIN_KEYS or sym.is_static(n_queries) and n_queries < MIN_QUERIES:
+        return None
+    inner.append(s)
+    mask, t = None, s
+    if s.op is Op.ADD:
+        for a, b in (s.src, s.src[::-1]):
+            if _scaled(a) is not None:
+                t, mask = a, b
+                break
+        else:
+            return None
+    found = _scaled(t)
+    if found is None:
+        return None
+    mm, scale = found
+    if not _same(mm.shape[-2:], s.shape[-2:]) or not _same(p_in.shape[-2:], s.shape[-2:]):
+        return None
+    inner += [t, mm] + ([x for x in t.src if _scalar(x) is None] if scale is not None else [])
+    keep = {id(n) for n in inner} | {id(out)}
+    if any(u is _OUTSIDE or id(u) not in keep for n in inner for u in users[id(n)]):
+        return None  # the scores or probabilities are needed elsewhere: nothing to save
+    batch = s.shape[:-2]
+    q, kt = mm.src
+    m, d, dv = mm.shape[-2], q.shape[-1], v.shape[-1]
+    operands = [_reshaped(q, (*batch, m, d)), _reshaped(kt, (*batch, d, n_keys)), _reshaped(v, (*batch, n_keys, dv))]
+    arg = (scale, zero_empty_rows)
+    if mask is not None:
+        found = _mask_expression(mask)
+        if found is not None:
+            operands += found[0]
+            arg += (found[1],)
+        else:
+            operands.append(_narrowed(mask))
+    if any(o is None for o in operands):
+        return None
+    node = Node(Op.ATTENTION, dtype, (*batch, m, dv), tuple(operands), arg)
+    return _reshaped(node, out.shape)
+
+
+MAX_MASK_OPS = 32  # a mask expression's ops, evaluated per score inside the kernels
+_NOT_IN_MASKS = {Op.MOD, Op.PHILOX}  # integer Mod flags errors, Philox is random: such masks stay buffers
+
+
+def _mask_expression(mask: Node) -> tuple[list[Node], Expr] | None:
+    """(leaves, expression) of a mask computed by pointwise ops (through views) from narrow
+    operands, as the kernels then compute it per score instead of reading a buffer the size of
+    the scores: a causal or sliding-window mask from iotas, ALiBi's slopes times distances, a
+    padding mask's Select. Each leaf is a view of the scores' shape; None where the mask is a
+    buffer already (an input), too large an expression, or a view that does not compose."""
+    leaves: list[Node] = []
+    ops = [0]
+
+    def leaf(n: Node, st: ShapeTracker | None) -> Expr:
+        x = n if st is None else Node(Op.VIEW, n.dtype, st.shape, (n,), st)
+        for k, y in enumerate(leaves):
+            if y is x:
+                return Expr(Op.INPUT, n.dtype, (), k)
+        leaves.append(x)
+        return Expr(Op.INPUT, n.dtype, (), len(leaves) - 1)
+
+    def walk(n: Node, st: ShapeTracker | None) -> Expr | None:
+        """`n` read at the mask's positions: through `st` over n's row-major elements (None: n
+        has the mask's shape)."""
+        c = _scalar(n)
+        if c is not None:
+            return Expr(Op.CONSTANT, n.dtype, (), c)
+        if n.op is Op.VIEW:
+            inner = n.arg if st is None else compose(st, n.arg)
+            return None if inner is None else walk_base(n.src[0], inner)
+        return walk_base(n, st)
+
+    def walk_base(n: Node, st: ShapeTracker | None) -> Expr | None:
+        if n.op not in POINTWISE or n.op in _NOT_IN_MASKS or ops[0] >= MAX_MASK_OPS:
+            return leaf(n, st)
+        ops[0] += 1
+        src = [walk(x, st) for x in n.src]
+        return None if None in src else Expr(n.op, n.dtype, tuple(src))
+
+    expr = walk(mask, None)
+    if expr is None or expr.op is Op.INPUT or ops[0] >= MAX_MASK_OPS or any(
+            e.dtype in (DType.F16, DType.BF16) for e in expr.toposort()):  # (half types need their headers)
+        return None
+    return leaves, expr
+
+
+def _narrowed(mask: Node) -> Node:
+    """A pointwise mask (or a view of one) whose operands all broadcast along some axes (HF's
+    padding mask: a Select of a per-key or per-query condition) computed at its narrow shape and
+    broadcast: the same values, without a buffer the size of a scores matrix. (Where another user
+    still reads the wide mask, it stays too: a copy of the mask, not a wrong value.)"""
+    p, outer = (mask.src[0], mask.arg) if mask.op is Op.VIEW else (mask, None)
+    if p.op not in POINTWISE or not all(x.op is Op.VIEW and x.arg.mask is None for x in p.src):
+        return mask
+    axes = [a for a, d in enumerate(p.shape) if not sym.equal(d, 1) and all(sym.equal(x.arg.strides[a], 0) for x in p.src)]
+    if not axes:
+        return mask
+    shape = tuple(1 if a in axes else d for a, d in enumerate(p.shape))
+    src = tuple(Node(Op.VIEW, x.dtype, shape, x.src, ShapeTracker(shape, x.arg.strides, x.arg.offset)) for x in p.src)
+    narrow = Node(p.op, p.dtype, shape, src, p.arg)
+    wide = ShapeTracker.contiguous(shape).expand(p.shape)
+    if outer is not None and (wide := compose(outer, wide)) is None:
+        return mask
+    return Node(Op.VIEW, mask.dtype, mask.shape, (narrow,), wide)
+
+
+def _scaled(t: Node) -> tuple[Node, float | None] | None:
+    """(MatMul, scale) when `t` is the MatMul's result read in row-major order, maybe times a
+    scalar constant; else None."""
+    if t.op is Op.MUL:
+        for a, b in (t.src, t.src[::-1]):
+            c = _scalar(b)
+            if type(c) is float and (mm := _scores(a)) is not None:
+                return mm, c
+        return None
+    mm = _scores(t)
+    return None if mm is None else (mm, None)
+
+
+def _scores(t: Node) -> Node | None:
+    """The MatMul `t` reads in row-major order, or None."""
+    mm = _through_reshape(t)
+    return mm if mm.op is Op.MAT_MUL and mm.dtype is t.dtype else None
+
+
+# --- the safe-softmax condition ---------------------------------------------------------------
+_BOOL_OPS = {Op.ADD, Op.MUL, Op.LESS_THAN, Op.MAXIMUM}  # or, and, a < b, or
+
+
+def _all_neg_inf_rows(cond: Node, s: Node) -> list[Node] | None:
+    """The nodes computing `cond` when it is, exactly, "every element of the row of `s` is -inf"
+    broadcast along the row; else None. `cond` must be h(any(g(s))) along the last axis, g and h
+    pointwise: g compares s with scalar constants and combines the comparisons (so it is
+    constant between consecutive constants, and probing each constant, its neighbours and NaN
+    decides it everywhere), h a function of one bool."""
+    if cond.op is not Op.VIEW or cond.dtype is not DType.BOOL:
+        return None
+    r = cond.src[0]
+    row = (*s.shape[:-1], 1)
+    if not _same(cond.shape, s.shape) or not _same((sym.product(r.shape),), (sym.product(row),)) or \
+            cond.arg != ShapeTracker.contiguous(row).expand(s.shape):
+        return None
+    nodes: list[Node] = [cond]
+    reduce = []
+
+    def leaf_h(n: Node):
+        m = _through_reshape(n)
+        if m.op is Op.MAX_REDUCE and m.dtype is DType.BOOL and _same(m.src[0].shape, s.shape) and m.arg == len(s.shape) - 1:
+            reduce.append(m)
+            nodes.append(m)
+            return True
+        return False
+
+    h = _pointwise_fn(r, leaf_h, nodes)
+    if h is None or len({id(n) for n in reduce}) != 1:
+        return None
+    constants: list[float] = []
+    g = _pointwise_fn(reduce[0].src[0], lambda n: n is s, nodes, constants)
+    if g is None or h(np.array([False, True])).tolist() != [True, False]:
+        return None
+    dt = s.dtype.numpy
+    probes = [np.nan, -np.inf, np.inf, 0.0, -0.0]
+    for c in constants:
+        probes += [c, np.nextafter(dt.type(c), dt.type(-np.inf)), np.nextafter(dt.type(c), dt.type(np.inf))]
+    x = np.array(probes, dt)
+    if not np.array_equal(np.broadcast_to(g(x), x.shape), x != -np.inf):
+        return None
+    return nodes
+
+
+def _pointwise_fn(root: Node, leaf, nodes: list[Node], constants: list | None = None):
+    """`root` as a NumPy function of one variable (the node `leaf(node)` accepts), or None where
+    it is not built from bool ops, comparisons of the variable with scalar constants and scalar
+    constants; the nodes depending on the variable are added to `nodes`, the float constants to
+    `constants`."""
+    memo: dict[int, tuple] = {}
+
+    def walk(n: Node) -> tuple:  # (fn or None, depends on the variable)
+        if id(n) in memo:
+            return memo[id(n)]
+        found: tuple = (None, False)
+        c = _scalar(n)
+        if c is not None:
+            found = ((lambda x, c=c, dt=n.dtype.numpy: dt.type(c)), False)
+            if constants is not None and n.dtype.is_float:
+                constants.append(float(c))
+        elif leaf(n):
+            found = ((lambda x: x), True)
+            if n.op is Op.VIEW:
+                nodes.append(n)
+        elif n.op is Op.VIEW and len(n.src[0].shape) == 0 and is_bcast(n.arg):
+            found = walk(n.src[0])
+        elif n.op in _BOOL_OPS and n.dtype is DType.BOOL and (n.op is Op.LESS_THAN or n.src[0].dtype is DType.BOOL):
+            (a, da), (b, db) = (walk(s) for s in n.src)
+            if a is not None and b is not None:
+                f = {Op.ADD: np.logical_or, Op.MUL: np.logical_and, Op.MAXIMUM: np.logical_or, Op.LESS_THAN: np.less}[n.op]
+                found = ((lambda x, f=f, a=a, b=b: f(a(x), b(x))), da or db)
+        if found[1] and found[0] is not None and not leaf_seen(n, nodes):
+            nodes.append(n)
+        memo[id(n)] = found
+        return found
+
+    return walk(root)[0]
+
+
+def leaf_seen(n: Node, nodes: list[Node]) -> bool:
+    return any(m is n for m in nodes)

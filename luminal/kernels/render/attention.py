@@ -1,0 +1,348 @@
+"""Attention's kernels (the `Attention` op, `luminal/egraph/attention.py`): the scores are
+never a buffer. Both dialects compute, per query row, an online softmax over blocks of keys:
+the row's running max m and sum l, and an accumulator of p @ v rescaled by exp(m_old - m_new)
+whenever the max grows; at the end out = acc / l.
+
+Edge values as the unfused graph gives them: a row whose scores hold a NaN or +inf is NaN; a
+row whose scores are all -inf is NaN, or, for torch's safe softmax (`zero_empty_rows`), p = 0,
+so out = 0 @ v (NaN where v is); no keys at all gives 0. p = 0 terms are still multiplied
+into the accumulator (0 * NaN in v is NaN, as in the GEMM).
+
+- C: one task per (batch element, block of BQ queries), tasks spread over the OpenMP team; per
+  block of BK keys, the scores as 4 keys x 16 queries register tiles (GCC/Clang vector types;
+  FMAs where the CPU has them, `cpu/render.attention`), the softmax's steps as vector loops over
+  the queries, p @ v as 4 queries x 16 columns tiles (`_c_body`). A mask that varies along one
+  axis only (padding) is evaluated once per key or per query, not per score. Float
+  accumulators; at precision "float64" (`lum_f64`) the same loops in double. Measured against
+  the unfused path: `luminal/egraph/attention.py` (MIN_KEYS).
+- CUDA: a block per (batch element, 64 queries), a thread per query, its q row, accumulator
+  and a tile's scores in registers; tiles of 32 keys of kᵀ and v staged in shared memory by the
+  block (f32 heads of static size up to `CUDA_MAX_HEAD`; others, and f64: a thread per query
+  reading keys from global memory). No split-K decode kernel yet (M = 1 keeps one thread of 64 busy).
+"""
+
+from __future__ import annotations
+
+from luminal.errors import UnsupportedError
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Node
+from luminal.kernels.render.cexpr import c_dim, c_literal
+from luminal.kernels.render.cstyle import LIBM, current, expression, pointer_of, read, store_value, unravel, view_of
+from luminal.kernels.render.dialect import PAR_MIN, Dialect, Part
+
+BQ, BK, W = 128, 128, 16  # C: queries per task, keys per staged block, keys (columns) per register tile
+CUDA_Q, CUDA_K = 64, 32  # CUDA: queries per block (a thread each), keys per shared-memory tile
+CUDA_MAX_HEAD = 64  # CUDA: the tiled kernel for static f32 heads up to this size (q, acc, 32 scores in registers)
+
+
+def attention(node: Node, d: Dialect):
+    if node.dtype not in (DType.F32, DType.F64):
+        raise UnsupportedError(f"Attention on {node.dtype}")
+    if d.name == "c":
+        if node.dtype is DType.F32:  # float loops, or double ones at precision "float64"
+            body = f"if (lum_f64) {{\n  {_c_body(node, 'double')}\n  }} else {{\n  {_c_body(node, 'float')}\n  }}"
+        else:
+            body = _c_body(node, "double")
+        return [Part(body)], None
+    return [_cuda_part(node)], None
+
+
+def _operands(node: Node):
+    """(q, kt, v, mask, at): `at(x, *index)` reads operand x; `mask(batch index, i, j)` is the
+    mask's value at a score (its buffer, or its expression over its inputs), None without one."""
+    q, kt, v, *srcs = node.src
+    inputs = current()[1]
+    at = lambda x, *idx: read(x, list(idx), pointer_of(x, inputs))  # noqa: E731
+    expr = node.arg[2] if len(node.arg) == 3 else None
+    if not srcs:
+        mask = None
+    elif expr is None:
+        mask = lambda z, i, j: at(srcs[0], *z, i, j)  # noqa: E731
+    else:
+        mask = lambda z, i, j: expression(expr, lambda k: at(srcs[k], *z, i, j))  # noqa: E731
+    return q, kt, v, mask, at
+
+
+def _c_body(node: Node, t: str) -> str:
+    """Per task: q's block transposed once (qT[c][i]); per block of keys, the scores transposed
+    (sT[j][i]) so that the softmax's reductions over keys and the scores' tiles are vectors over
+    queries; the block's keys staged as rows (kb[j][c]: one scalar per key and column, broadcast;
+    read in place, a kᵀ laid out as (D, N) walks columns N floats apart, which at N = 2,048 fall
+    in one L1 set), v's rows read in place when its view is plain rows of this element type,
+    else staged."""
+    q, kt, v, mask, at = _operands(node)
+    scale, zero_rows = node.arg[:2]
+    batch = node.shape[:-2]
+    z, zlines = unravel("bz", batch, "z")
+    e = LIBM[t]
+    wide = DType.F64 if t == "double" else DType.F32
+    ninf, inf, nan = (c_literal(float(x), wide) for x in ("-inf", "inf", "nan"))
+    score = "x"
+    if scale is not None:
+        score = f"({t})(x * ({t}){c_literal(scale, node.dtype)})"
+    per_query, per_key = _mask_varies(node)
+    qmask = kmask = ""
+    if mask is not None and not per_key:  # a value per query (or one for all): once per task
+        qmask = f"for (int i = 0; i < nq; ++i) qm[i] = ({t})({mask(z, '(i0 + i)', '0')});"
+        score = f"({t})({score} + qm[i])"
+    elif mask is not None and not per_query:  # a value per key (padding): once per key, not per score
+        kmask = f"const {t} mk = ({t})({mask(z, 'i0', '(j0 + j)')});"
+        score = f"({t})({score} + mk)"
+    elif mask is not None:
+        score = f"({t})({score} + ({t})({mask(z, '(i0 + i)', '(j0 + j)')}))"
+    lanes = 32 // (8 if t == "double" else 4)
+    nv = W // lanes
+    tiles = [(r, k) for r in range(4) for k in range(nv)]
+    vbase, vst = view_of(v)
+    v_direct = vst.mask is None and sym.equal(vst.strides[-1], 1) and vbase.dtype.ctype == t
+    if v_direct:
+        vrow = f"({pointer_of(v, current()[1])} + {' + '.join([c_dim(vst.offset)] + [f'{i} * {c_dim(st)}' for i, st in zip(z, vst.strides[:-2])] + [f'(j0 + j) * {c_dim(vst.strides[-2])}'])})"
+        stage_v = ""
+    else:
+        vrow = "(vb + j * DV)"
+        stage_v = f"for (int j = 0; j < nk; ++j) for (long long c = 0; c < DV; ++c) vb[j * DV + c] = ({t})({at(v, *z, '(j0 + j)', 'c')});"
+    zero = f"lum_vt {', '.join(f'c{r}{k} = {{0}}' for r, k in tiles)};"
+    load_q = f"const lum_vt {', '.join(f'x{k} = *(const lum_vt*)(qt + {k * lanes})' for k in range(nv))};"
+    keys = f"const {t} b0 = kr[c], b1 = kr[k1 + c], b2 = kr[k2 + c], b3 = kr[k3 + c];"
+    mac_k = " ".join(f"c{r}{k} += b{r} * x{k};" for r, k in tiles)
+    store_s = " ".join(f"{'' if r == 0 else f'if (r > {r}) '}*(lum_vt*)(sb + (j + {r}) * {BQ} + ic + {k * lanes}) = c{r}{k};" for r, k in tiles)
+    at_row = lambda r: "" if r == 0 else f" + {r} * DV"  # noqa: E731
+    load_o = zero + "\n            " + " ".join(
+        f"{'' if r == 0 else f'if (r > {r}) '}c{r}{k} = *(const lum_vt*)(o0{at_row(r)} + {k * lanes});" for r, k in tiles)
+    load_v = f"const lum_vt {', '.join(f'v{k} = *(const lum_vt*)(vr + {k * lanes})' for k in range(nv))};"
+    mac_v = " ".join(f"c{r}{k} += a{r} * v{k};" for r, k in tiles)
+    store_o = " ".join(f"{'' if r == 0 else f'if (r > {r}) '}*(lum_vt*)(o0{at_row(r)} + {k * lanes}) = c{r}{k};" for r, k in tiles)
+    block = f"""{{
+    typedef {t} lum_vt __attribute__((vector_size(32), aligned(sizeof({t}))));  /* GCC/Clang vectors: tiles stay in registers */
+    {t}* qtb = ({t}*)malloc(sizeof({t}) * {BQ} * lum_max(D, 1));
+    {t}* sb = ({t}*)malloc(sizeof({t}) * {BK} * {BQ});
+    {t}* kb = ({t}*)malloc(sizeof({t}) * {BK} * lum_max(D, 1));  /* the block's keys as rows: kᵀ's columns are far apart */
+    {t}* acc = ({t}*)malloc(sizeof({t}) * {BQ} * lum_max(DV, 1));
+    {t}* vb = {"NULL" if v_direct else f"({t}*)malloc(sizeof({t}) * {BK} * lum_max(DV, 1))"};
+    {t} mrow[{BQ}], lrow[{BQ}], mblk[{BQ}], alpha[{BQ}], lsum[{BQ}], qm[{BQ}];
+    int badrow[{BQ}];
+    #pragma omp for schedule(dynamic, 1)
+    for (long long task = 0; task < n_tasks; ++task) {{
+      const long long bz = task / n_qb, i0 = (task % n_qb) * {BQ};
+      const int nq = (int)lum_min({BQ}, M - i0);
+      {" ".join(zlines)}
+      for (long long c = 0; c < D; ++c) for (int i = 0; i < {BQ}; ++i)
+        qtb[c * {BQ} + i] = i < nq ? ({t})({at(q, *z, "(i0 + i)", "c")}) : ({t})0;
+      for (int i = 0; i < {BQ}; ++i) {{ mrow[i] = {ninf}; lrow[i] = 0; badrow[i] = 0; }}
+      for (long long c = 0; c < {BQ} * DV; ++c) acc[c] = 0;
+      {qmask}
+      for (long long j0 = 0; j0 < N; j0 += {BK}) {{
+        const int nk = (int)lum_min({BK}, N - j0);
+        for (long long c = 0; c < D; ++c) for (int j = 0; j < nk; ++j) kb[j * D + c] = ({t})({at(kt, *z, "c", "(j0 + j)")});
+        {stage_v}
+        for (int ic = 0; ic < nq; ic += {W}) {{  /* scores of four keys x {W} queries in vector registers */
+          for (int j = 0; j < nk; j += 4) {{  /* (inner: this chunk's columns of qT stay in L1) */
+            const int r = nk - j < 4 ? nk - j : 4;
+            const {t}* kr = kb + j * D;
+            const long long k1 = (r > 1) * D, k2 = (r > 2 ? 2 : 0) * D, k3 = (r > 3 ? 3 : 0) * D;
+            {zero}
+            for (long long c = 0; c < D; ++c) {{
+              const {t}* qt = qtb + c * {BQ} + ic;
+              {load_q}
+              {keys}
+              {mac_k}
+            }}
+            {store_s}
+          }}
+        }}
+        for (int i = 0; i < nq; ++i) {{ mblk[i] = {ninf}; lsum[i] = 0; }}
+        for (int j = 0; j < nk; ++j) {{  /* scale, mask, each query's max over the block */
+          {t}* s = sb + j * {BQ};
+          {kmask}
+          #pragma omp simd
+          for (int i = 0; i < nq; ++i) {{ const {t} x = s[i]; const {t} y = {score}; s[i] = y; mblk[i] = y > mblk[i] ? y : mblk[i]; badrow[i] |= (y != y) | (y == {inf}); }}
+        }}
+        #pragma omp simd
+        for (int i = 0; i < nq; ++i) {{ const {t} mn = mrow[i] > mblk[i] ? mrow[i] : mblk[i]; alpha[i] = mn == {ninf} ? ({t})1 : exp{e}(mrow[i] - mn); mrow[i] = mn; }}
+        for (int j = 0; j < nk; ++j) {{  /* p = exp(s - max), each query's sum */
+          {t}* s = sb + j * {BQ};
+          #pragma omp simd
+          for (int i = 0; i < nq; ++i) {{ const {t} p = mrow[i] == {ninf} ? ({t})0 : exp{e}(s[i] - mrow[i]); s[i] = p; lsum[i] += p; }}
+        }}
+        for (int i = 0; i < nq; ++i) {{
+          lrow[i] = lrow[i] * alpha[i] + lsum[i];
+          if (alpha[i] != ({t})1) {{ {t}* o = acc + i * DV; const {t} al = alpha[i]; for (long long c = 0; c < DV; ++c) o[c] *= al; }}
+        }}
+        for (int i = 0; i < nq; i += 4) {{  /* acc += p @ v: four queries x {W} columns in registers */
+          const int r = nq - i < 4 ? nq - i : 4;
+          long long cc = 0;
+          for (; cc + {W} <= DV; cc += {W}) {{
+            {t}* o0 = acc + i * DV + cc;
+            {load_o}
+            for (int j = 0; j < nk; ++j) {{
+              const {t}* vr = {vrow} + cc;
+              {load_v}
+              const {t}* pj = sb + j * {BQ} + i;
+              const {t} a0 = pj[0], a1 = pj[r > 1], a2 = pj[r > 2 ? 2 : 0], a3 = pj[r > 3 ? 3 : 0];
+              {mac_v}
+            }}
+            {store_o}
+          }}
+          for (int ii = 0; ii < r; ++ii) {{  /* the columns past the last whole group of {W} */
+            {t}* o = acc + (i + ii) * DV;
+            for (int j = 0; j < nk; ++j) {{ const {t} a = sb[j * {BQ} + i + ii]; const {t}* vr = {vrow}; for (long long c = cc; c < DV; ++c) o[c] += a * vr[c]; }}
+          }}
+        }}
+      }}
+      for (int i = 0; i < nq; ++i) {{
+        const {t}* o = acc + i * DV;
+        const long long dst = (bz * M + i0 + i) * DV;
+        if (badrow[i]) for (long long c = 0; c < DV; ++c) out[dst + c] = {store_value(node.dtype, nan)};
+        else if (mrow[i] == {ninf}) for (long long c = 0; c < DV; ++c) out[dst + c] = {store_value(node.dtype, "o[c]" if zero_rows else f"(N == 0 ? o[c] : {nan})")};
+        else for (long long c = 0; c < DV; ++c) out[dst + c] = {store_value(node.dtype, "o[c] / lrow[i]")};
+      }}
+    }}
+    free(qtb); free(sb); free(kb); free(acc); free(vb);
+  }}"""
+    m, dv, dd, n = node.shape[-2], node.shape[-1], q.shape[-1], kt.shape[-1]
+    head = f"""const long long M = {c_dim(m)}, N = {c_dim(n)}, D = {c_dim(dd)}, DV = {c_dim(dv)};
+  const long long n_qb = (M + {BQ - 1}) / {BQ}, n_tasks = {c_dim(sym.product(batch))} * n_qb;
+  if (n_tasks <= 0 || DV <= 0) return;
+  """
+    return head + f"""if (n_tasks > 1 && n_tasks * {BQ} * lum_max(N, 1) * lum_max(D + DV, 1) >= {PAR_MIN}) {{
+  #pragma omp parallel
+  {block}
+  }} else {block}"""
+
+
+def _mask_varies(node: Node) -> tuple[bool, bool]:
+    """(along the queries, along the keys): whether the mask's value may change there (a view
+    steps, or its padding mask bounds, along that axis)."""
+    varies = [False, False]
+    for x in node.src[3:]:
+        _, st = view_of(x)
+        for k, axis in enumerate((-2, -1)):
+            bounded = st.mask is not None and not (sym.equal(st.mask[axis][0], 0) and sym.equal(st.mask[axis][1], st.shape[axis]))
+            varies[k] |= not sym.equal(st.strides[axis], 0) or bounded
+    return varies[0], varies[1]
+
+
+def _cuda_part(node: Node) -> Part:
+    q, kt, v = node.src[:3]
+    d, dv = q.shape[-1], v.shape[-1]
+    if node.dtype is DType.F32 and sym.is_static(d) and sym.is_static(dv) and 1 <= int(d) <= CUDA_MAX_HEAD \
+            and 1 <= int(dv) <= CUDA_MAX_HEAD:  # (f64 registers are pairs: its tiles would spill)
+        return _cuda_tiled(node, int(d), int(dv))
+    return _cuda_rows(node)
+
+
+def _cuda_tiled(node: Node, d: int, dv: int) -> Part:
+    """A block per (batch element, CUDA_Q queries), a thread per query: its q row and its
+    accumulator in registers; tiles of CUDA_K keys of kᵀ and v staged in shared memory by the
+    whole block (every thread then reads the same key: a broadcast)."""
+    q, kt, v, mask, at = _operands(node)
+    scale, zero_rows = node.arg[:2]
+    batch = node.shape[:-2]
+    t = "double" if node.dtype is DType.F64 else "float"
+    e = LIBM[t]
+    ninf, inf, nan = (c_literal(float(x), node.dtype) for x in ("-inf", "inf", "nan"))
+    m, n = node.shape[-2], kt.shape[-1]
+    tiles = sym.ceildiv(m, CUDA_Q)
+    z, zlines = unravel("bz", batch, "z")
+    score = "x"
+    if scale is not None:
+        score = f"({t})(x * ({t}){c_literal(scale, node.dtype)})"
+    if mask is not None:
+        score = f"({t})({score} + ({t})({mask(z, 'i', '(j0 + j)')}))"
+    kq = CUDA_K
+    body = f"""const long long M = {c_dim(m)}, N = {c_dim(n)};
+  const long long bz = blockIdx.x / {c_dim(tiles)}, i = (blockIdx.x % {c_dim(tiles)}) * {CUDA_Q} + threadIdx.x;
+  {" ".join(zlines)}
+  const bool live = i < M;  // every thread stages tiles and meets the barriers; live ones compute
+  __shared__ {t} Ks[{kq}][{d}];
+  __shared__ {t} Vs[{kq}][{dv}];
+  {t} qr[{d}], acc[{dv}], s[{kq}];
+  #pragma unroll
+  for (int c = 0; c < {d}; ++c) qr[c] = live ? ({t})({at(q, *z, "i", "c")}) : ({t})0;
+  #pragma unroll
+  for (int c = 0; c < {dv}; ++c) acc[c] = 0;
+  {t} mrow = {ninf}, lrow = 0;
+  int bad = 0;
+  for (long long j0 = 0; j0 < N; j0 += {kq}) {{
+    const int nk = (int)(N - j0 < {kq} ? N - j0 : {kq});
+    for (int l = threadIdx.x; l < {kq * d}; l += {CUDA_Q}) {{ const int j = l / {d}, c = l % {d}; Ks[j][c] = j < nk ? ({t})({at(kt, *z, "c", "(j0 + j)")}) : ({t})0; }}
+    for (int l = threadIdx.x; l < {kq * dv}; l += {CUDA_Q}) {{ const int j = l / {dv}, c = l % {dv}; Vs[j][c] = j < nk ? ({t})({at(v, *z, "(j0 + j)", "c")}) : ({t})0; }}
+    __syncthreads();
+    {t} mx = {ninf};
+    #pragma unroll
+    for (int j = 0; j < {kq}; ++j) {{
+      {t} x = 0;
+      #pragma unroll
+      for (int c = 0; c < {d}; ++c) x += qr[c] * Ks[j][c];
+      const {t} y = live && j < nk ? {score} : {ninf};
+      bad |= (y != y) | (y == {inf});
+      mx = y > mx ? y : mx;
+      s[j] = y;
+    }}
+    const {t} mn = mrow > mx ? mrow : mx;
+    const {t} alpha = mn == {ninf} ? ({t})1 : exp{e}(mrow - mn);
+    {t} sum = 0;
+    #pragma unroll
+    for (int j = 0; j < {kq}; ++j) {{ const {t} p = mn == {ninf} || j >= nk ? ({t})0 : exp{e}(s[j] - mn); s[j] = p; sum += p; }}
+    lrow = lrow * alpha + sum;
+    mrow = mn;
+    #pragma unroll
+    for (int c = 0; c < {dv}; ++c) {{
+      {t} a = acc[c] * alpha;
+      #pragma unroll
+      for (int j = 0; j < {kq}; ++j) a += s[j] * Vs[j][c];
+      acc[c] = a;
+    }}
+    __syncthreads();
+  }}
+  if (!live) return;
+  {node.dtype.ctype}* o = out + (bz * M + i) * {dv};
+  #pragma unroll
+  for (int c = 0; c < {dv}; ++c)
+    o[c] = bad ? {nan} : mrow == {ninf} ? {"acc[c]" if zero_rows else f"(N == 0 ? acc[c] : {nan})"} : acc[c] / lrow;"""
+    return Part(body, sym.norm(sym.product(batch) * tiles), CUDA_Q)
+
+
+def _cuda_rows(node: Node) -> Part:
+    """A thread per query row: the online softmax over all keys, read from global memory, the
+    accumulator kept in the row's own output (f32 or f64, the accumulation type): for heads
+    larger than CUDA_MAX_HEAD or of symbolic size."""
+    q, kt, v, mask, at = _operands(node)
+    scale, zero_rows = node.arg[:2]
+    batch = node.shape[:-2]
+    t = "double" if node.dtype is DType.F64 else "float"
+    e = LIBM[t]
+    ninf, inf, nan = (c_literal(float(x), node.dtype) for x in ("-inf", "inf", "nan"))
+    m, dv, dd, n = node.shape[-2], node.shape[-1], q.shape[-1], kt.shape[-1]
+    rows = sym.product([*batch, m])
+    z, zlines = unravel("bz", batch, "z")
+    score = "x"
+    if scale is not None:
+        score = f"({t})(x * ({t}){c_literal(scale, node.dtype)})"
+    if mask is not None:
+        score = f"({t})({score} + ({t})({mask(z, 'i', 'j')}))"
+    body = f"""long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= {c_dim(rows)}) return;
+  const long long N = {c_dim(n)}, D = {c_dim(dd)}, DV = {c_dim(dv)};
+  const long long i = row % {c_dim(m)}, bz = row / {c_dim(m)};
+  {" ".join(zlines)}
+  {t}* o = out + row * DV;
+  for (long long c = 0; c < DV; ++c) o[c] = 0;
+  {t} mrow = {ninf}, lrow = 0;
+  int bad = 0;
+  for (long long j = 0; j < N; ++j) {{
+    {t} x = 0;
+    for (long long c = 0; c < D; ++c) x += ({t})({at(q, *z, "i", "c")}) * ({t})({at(kt, *z, "c", "j")});
+    const {t} y = {score};
+    bad |= (y != y) | (y == {inf});
+    const {t} mn = y > mrow ? y : mrow;
+    const {t} alpha = mn == {ninf} ? ({t})1 : exp{e}(mrow - mn);
+    const {t} p = mn == {ninf} ? ({t})0 : exp{e}(y - mn);
+    lrow = lrow * alpha + p;
+    mrow = mn;
+    for (long long c = 0; c < DV; ++c) o[c] = o[c] * alpha + p * ({t})({at(v, *z, "j", "c")});
+  }}
+  for (long long c = 0; c < DV; ++c)
+    o[c] = bad ? {nan} : mrow == {ninf} ? {"o[c]" if zero_rows else f"(N == 0 ? o[c] : {nan})"} : o[c] / lrow;"""
+    return Part(body, sym.ceildiv(rows, CUDA_Q), CUDA_Q)

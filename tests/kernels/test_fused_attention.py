@@ -1,0 +1,280 @@
+"""The fused Attention op (`luminal/egraph/attention.py`, `kernels/render/attention.py`): the
+pass recognizes torch's scaled_dot_product_attention lowering (no mask, causal, float and bool
+masks, GQA) and HF eager-style attention (a scale after the first MatMul, no safe softmax); the
+fused result equals the unfused graph and torch on numpy, cpu and the CUDA emulator, edge
+values included (NaN, ±inf, rows masked out entirely, one key, no keys, an empty batch)."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import luminal as lm
+from luminal.egraph import attention, reference
+from luminal.hlir.ops import Expr, Node, Op, toposort
+from luminal.hlir.shape import ShapeTracker
+from luminal.kernels.runtime import KernelRuntime
+
+DEVICES = ["numpy", "cpu", "cuda-emulator"]
+
+
+@pytest.fixture(autouse=True)
+def fuse_short(monkeypatch):
+    monkeypatch.setattr(attention, "MIN_KEYS", 0)  # the shapes here are short: fuse them anyway
+    monkeypatch.setattr(attention, "MIN_QUERIES", 0)
+
+
+class Sdpa(torch.nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.kw = kw
+
+    def forward(self, q, k, v, mask=None):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **self.kw)
+
+
+class Eager(torch.nn.Module):
+    """HF eager attention: matmul, scale, additive mask, softmax, matmul (no safe softmax)."""
+
+    def forward(self, q, k, v, mask):
+        s = torch.matmul(q, k.transpose(-1, -2)) * 0.125
+        return torch.matmul(torch.softmax(s + mask, dim=-1), v)
+
+
+class EagerVt(torch.nn.Module):
+    """v given transposed: the kernels read it through a column-major view."""
+
+    def forward(self, q, k, vt):
+        return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * 0.25, dim=-1), vt.transpose(-1, -2))
+
+
+def _inputs(b=2, h=3, hk=3, m=37, n=150, d=20, dv=24, mask=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = torch.randn(b, h, m, d, generator=g), torch.randn(b, hk, n, d, generator=g), torch.randn(b, hk, n, dv, generator=g)
+    if mask == "float":
+        return q, k, v, torch.randn(b, 1, m, n, generator=g)
+    if mask == "bool":
+        return q, k, v, torch.rand(b, 1, m, n, generator=g) > 0.3
+    return q, k, v
+
+
+CASES = {
+    "plain": (Sdpa(), dict()),
+    "causal": (Sdpa(is_causal=True), dict(n=37)),
+    "float_mask": (Sdpa(), dict(mask="float")),
+    "bool_mask": (Sdpa(), dict(mask="bool", m=133)),  # two query blocks of the C kernel, the last of 5
+    "gqa": (Sdpa(enable_gqa=True), dict(h=4, hk=2)),
+    "eager_scaled": (Eager(), dict(mask="float", n=64, dv=16)),
+    "v_transposed": (EagerVt(), dict(n=70, dv=40)),
+}
+
+
+def _compile(model, args, device, fused, monkeypatch):
+    monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
+    cm = lm.compile(model, args, device=device)
+    return cm, cm.compiled.report().ops_after.get(Op.ATTENTION.title, 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(CASES))
+def test_fused_attention_fires_and_matches(case, device, monkeypatch):
+    model, shape = CASES[case]
+    args = _inputs(**shape)
+    if isinstance(model, EagerVt):
+        args = (args[0], args[1], args[2].transpose(-1, -2).contiguous())
+    want = model(*args).numpy()
+    fused, count = _compile(model, args, device, True, monkeypatch)
+    assert count == 1
+    m, n = args[0].shape[-2], args[1].shape[-2]
+    scores_sized = [x for x in toposort(fused.compiled.outputs) if x.op not in (Op.INPUT, Op.VIEW) and
+                    len(x.shape) >= 2 and tuple(x.shape[-2:]) == (m, n)]
+    assert not scores_sized  # no scores, probabilities or (causal, padding) mask of their size
+    got = fused(*args).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
+    if device != "cuda-emulator":  # (the emulator's unfused run costs minutes; numpy and cpu cover it)
+        unfused, count = _compile(model, args, device, False, monkeypatch)
+        assert count == 0
+        np.testing.assert_allclose(got, unfused(*args).numpy(), rtol=1e-5, atol=2e-6)
+
+
+def test_cpu_at_precision_float64(monkeypatch):
+    """precision "float64": the C kernel's double loops (f32 values widened, v staged)."""
+    model, shape = CASES["float_mask"]
+    args = _inputs(**shape)
+    monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1")
+    fused = lm.compile(model, args, device="cpu", precision="float64")
+    assert fused.compiled.report().ops_after.get(Op.ATTENTION.title) == 1
+    want = lm.compile(model, args, device="numpy", precision="float64")(*args).numpy()
+    np.testing.assert_allclose(fused(*args).numpy(), want, rtol=1e-6, atol=1e-7)
+
+
+def test_short_keys_and_few_queries_are_not_fused(monkeypatch):
+    monkeypatch.setattr(attention, "MIN_KEYS", 64)
+    _, count = _compile(Sdpa(), _inputs(n=37), "numpy", True, monkeypatch)
+    assert count == 0
+    monkeypatch.setattr(attention, "MIN_KEYS", 0)
+    monkeypatch.setattr(attention, "MIN_QUERIES", 16)
+    _, count = _compile(Sdpa(), _inputs(m=1), "numpy", True, monkeypatch)
+    assert count == 0
+
+
+def _edge_inputs():
+    q, k, v, mask = _inputs(b=1, h=2, hk=2, m=6, n=70, d=8, dv=16, mask="float")
+    mask[0, 0, 1, :] = -torch.inf  # a row masked out entirely
+    mask[0, 0, 2, 5] = torch.inf  # +inf score: the row is NaN
+    mask[0, 0, 3, 7] = torch.nan
+    mask[0, 0, 4, :69] = -torch.inf  # one key left
+    q[0, 1, 0, 0] = torch.nan  # a NaN query row
+    v[0, 0, 69, 3] = torch.nan  # a NaN value: NaN in column 3 of every row of head 0 (0 * NaN too)
+    v[0, 1, 10, 2] = torch.inf
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("model", [Sdpa(), Eager()], ids=["sdpa_safe_softmax", "eager_softmax"])
+def test_edge_values_as_torch(model, device, monkeypatch):
+    args = _edge_inputs()
+    want = model(*args).numpy()
+    fused, count = _compile(model, args, device, True, monkeypatch)
+    assert count == 1
+    got = fused(*args).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6, equal_nan=True)
+    if isinstance(model, Sdpa):  # torch's safe softmax: the masked-out row is 0 (NaN where v is NaN)
+        assert np.isnan(got[0, 0, 1, 3]) and not np.isnan(got[0, 0, 1, :3]).any() and (got[0, 0, 1, :3] == 0).all()
+    else:
+        assert np.isnan(got[0, :, 1]).all()
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+def test_nan_query_without_mask_follows_the_math_path(device, monkeypatch):
+    """Without a mask torch's CPU flash kernel returns 0 for a NaN query row; its math path (the
+    decomposition luminal lowers, fused or not) returns NaN, and so does luminal."""
+    q, k, v = _inputs(m=20, n=30)
+    q[0, 1, 3, 0] = torch.nan
+    fused, count = _compile(Sdpa(), (q, k, v), device, True, monkeypatch)
+    assert count == 1
+    got = fused(q, k, v).numpy()
+    want = torch.ops.aten._scaled_dot_product_attention_math(q, k, v)[0].numpy()
+    assert np.isnan(got[0, 1, 3]).all() and not np.isnan(np.delete(got.reshape(-1, got.shape[-1]), 1 * 20 + 3, 0)).any()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6, equal_nan=True)
+
+
+def _direct(shapes, arg):
+    """A graph of one Attention node (and the same graph in its reference decomposition)."""
+    g = lm.Graph("attention")
+    names = ["q", "kt", "v", "mask"][:len(shapes)]
+    ts = [g.input(k, s, lm.f32) for k, s in zip(names, shapes)]
+    out_shape = (*ts[0].shape[:-1], ts[2].shape[-1])
+    node = Node(Op.ATTENTION, lm.f32, out_shape, tuple(t.node for t in ts), arg)
+    g.output(lm.Tensor(g, node))
+    ref = lm.Graph("decomposed")
+    rts = [ref.input(k, s, lm.f32) for k, s in zip(names, shapes)]
+    ref.output(reference.attention(rts, arg))
+    return g, ref
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda-emulator"])
+@pytest.mark.parametrize("b,m,n,d,dv", [(1, 1, 1, 4, 3), (0, 5, 7, 4, 3), (2, 3, 0, 4, 3), (2, 4, 5, 0, 3)],
+                         ids=["one_key", "empty_batch", "no_keys", "empty_head"])
+@pytest.mark.parametrize("arg", [(None, True), (0.5, False)], ids=["safe", "scaled"])
+def test_direct_op_matches_numpy_and_reference(b, m, n, d, dv, arg, device):
+    rng = np.random.default_rng(3)
+    shapes = [(b, m, d), (b, d, n), (b, n, dv), (b, m, n)]
+    feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in zip(["q", "kt", "v", "mask"], shapes)}
+    g, ref = _direct(shapes, arg)
+    want = ref.run(feeds)[0]
+    np.testing.assert_allclose(g.run(feeds)[0], want, rtol=1e-6, atol=1e-6, equal_nan=True)
+    got = KernelRuntime(g.output_nodes, lm.devices.get(device))(feeds)[0] if device == "cuda-emulator" else \
+        lm.compile_graph(g, device=device, optimize=False)(feeds)[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_cuda_kernels_compile_with_nvrtc():
+    """The tiled kernel (f32 heads of 64) and the one for larger heads and f64: no spills."""
+    nvrtc = pytest.importorskip("luminal.kernels.nvrtc")
+    if not nvrtc.nvrtc_available():
+        pytest.skip("NVRTC wheel not installed")
+    from luminal.kernels.plan import KernelPlan
+
+    outputs = []
+    for dtype, d, n in ((lm.f32, 64, 1600), (lm.f64, 32, 300), (lm.f32, 96, 300)):
+        q, kt, v, mask = (Node(Op.INPUT, dtype, s, (), f"{k}{len(outputs)}") for k, s in
+                          (("q", (8, 300, d)), ("kt", (8, d, n)), ("v", (8, n, d)), ("mask", (8, 300, n))))
+        outputs.append(Node(Op.ATTENTION, dtype, (8, 300, d), (q, kt, v, mask), (0.125, True)))
+    # a causal mask as an expression over two iotas (query and key positions), not a buffer
+    q, kt, v = (Node(Op.INPUT, lm.f32, sh, (), f"{k}c") for k, sh in (("q", (8, 300, 64)), ("kt", (8, 64, 300)),
+                                                                      ("v", (8, 300, 64))))
+    i, j = (Node(Op.VIEW, lm.int64, (8, 300, 300), (Node(Op.IOTA, lm.int64, (300,), (), 300),),
+                 ShapeTracker((8, 300, 300), strides)) for strides in ((0, 1, 0), (0, 0, 1)))
+    later = Expr(Op.LESS_THAN, lm.bool_, (Expr(Op.INPUT, lm.int64, (), 0), Expr(Op.INPUT, lm.int64, (), 1)))
+    causal = Expr(Op.SELECT, lm.f32, (later, Expr(Op.CONSTANT, lm.f32, (), float("-inf")), Expr(Op.CONSTANT, lm.f32, (), 0.0)))
+    outputs.append(Node(Op.ATTENTION, lm.f32, (8, 300, 64), (q, kt, v, i, j), (None, True, causal)))
+    source = KernelPlan.build(outputs).source
+    assert source.count("__shared__") == 4  # the tiled kernels stage kᵀ and v in shared memory
+    for arch in ("sm_80", "sm_90"):
+        binary = nvrtc.compile_cuda(source, arch)
+        assert sum(k.startswith(Op.ATTENTION.title.lower()) for k in binary.kernels) == 4  # (and the iota's)
+        assert not [k for k, r in binary.kernels.items() if r.spill_stores or r.spill_loads]
+
+
+def test_onnx_attention_is_fused(tmp_path, monkeypatch):
+    """An exported HF-eager-style attention (MatMul, Div by sqrt(d), Add, Softmax, MatMul)."""
+    pytest.importorskip("onnx")
+    import luminal.onnx
+
+    class Divided(torch.nn.Module):
+        def forward(self, q, k, v, mask):
+            return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / 8.0 + mask, dim=-1), v)
+
+    args = _inputs(b=1, h=2, hk=2, m=40, n=50, d=16, dv=16, mask="float")
+    path = tmp_path / "attention.onnx"
+    torch.onnx.export(Divided(), args, str(path), dynamo=False, opset_version=18)
+    monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1")
+    sess = luminal.onnx.compile(str(path), device="cpu")
+    assert sess.compiled.report().ops_after.get(Op.ATTENTION.title) == 1
+    got = sess(*[a.numpy() for a in args])
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    np.testing.assert_allclose(got, Divided()(*args).numpy(), rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda-emulator"])
+def test_symbolic_lengths(device):
+    """One compiled Attention serves every (M, N): a partial query block, several key blocks."""
+    g, ref = _direct([(2, "m", 8), (2, 8, "n"), (2, "n", 16), (2, "m", "n")], (0.5, True))
+    run = KernelRuntime(g.output_nodes, lm.devices.get(device)) if device == "cuda-emulator" else \
+        lm.compile_graph(g, device=device, optimize=False)
+    rng = np.random.default_rng(5)
+    for m, n in [(5, 7), (33, 150)]:
+        shapes = [(2, m, 8), (2, 8, n), (2, n, 16), (2, m, n)]
+        feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in zip(["q", "kt", "v", "mask"], shapes)}
+        np.testing.assert_allclose(run(feeds)[0], ref.run(feeds)[0], rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_hf_models_fuse_every_layer(family, monkeypatch):
+    """HF's sdpa attention: Llama's causal mask with GQA, BERT's padding mask (from
+    attention_mask, one row padded out): every layer fused, no float mask of the scores' size."""
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    common = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  max_position_embeddings=64, attn_implementation="sdpa")
+    ids = torch.randint(0, 128, (2, 20))
+    if family == "llama":
+        model, args = tf.LlamaForCausalLM(tf.LlamaConfig(num_key_value_heads=2, **common)).eval(), (ids,)
+        model.config.use_cache = False
+    else:
+        attention_mask = torch.ones(2, 20, dtype=torch.long)
+        attention_mask[1, 15:] = 0
+        model, args = tf.BertModel(tf.BertConfig(**common)).eval(), (ids, attention_mask)
+    with torch.no_grad():
+        want = model(*args)[0].numpy()
+        cm, count = _compile(model, args, "cpu", True, monkeypatch)
+        got = cm(*args)[0].numpy()
+    assert count == 2
+    # no float buffer of the scores' size (Llama's position ids come from a cumsum the builder
+    # spells as a triangular sum: an integer [2, 20, 20], attention's business it is not)
+    assert not [x for x in toposort(cm.compiled.outputs) if x.op not in (Op.INPUT, Op.VIEW) and x.dtype.is_float
+                and len(x.shape) >= 2 and tuple(x.shape[-2:]) == (20, 20)]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
