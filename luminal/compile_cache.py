@@ -478,11 +478,12 @@ MAX_ARTIFACT_BYTES = 1 << 28
 # untrusted data (parsed, checked against the digest and the sha256), and handed to the device's
 # runtime factory as `artifacts=`, which validates it again and generates its code when it does
 # not fit. Absent, corrupt or stale artifacts only cost the code generation.
-def build_runtime(device, optimized: list[Node], digest: str | None):
-    """`device.runtime(optimized)`, from the artifacts stored for entry `digest` when there are
-    some (and storing the ones the runtime offers when there were none)."""
+def build_runtime(device, optimized: list[Node], digest: str | None, **options):
+    """`device.runtime(optimized, **options)`, from the artifacts stored for entry `digest` when
+    there are some (and storing the ones the runtime offers when there were none)."""
     found = device_artifacts(digest, device.name) if digest else None
-    runtime = device.runtime(optimized, artifacts=found) if found is not None else device.runtime(optimized)
+    runtime = (device.runtime(optimized, artifacts=found, **options) if found is not None
+               else device.runtime(optimized, **options))
     if digest and not runtime.restored:
         offer_artifacts(runtime, digest, device.name)
     return runtime

@@ -42,6 +42,7 @@ class Report:
     background: dict[str, float] = field(default_factory=dict)  # phase -> seconds, run off the first call's path
     sections: list[str] = field(default_factory=list)  # lines about the running model (roofline, CUDA graphs)
     stored_key: object = field(default=None, repr=False, compare=False)  # compile_cache.Key of the entry stored
+    search: dict | None = None  # what `luminal.search` measured (or reused) and chose; None: no search
 
     def __str__(self) -> str:
         lines = [f"luminal compile report: {self.name}"]
@@ -62,6 +63,10 @@ class Report:
             lines.append("  rules fired:")
             lines += [f"    {k:<40} {v:>6}" for k, v in sorted(self.rules_fired.items(), key=lambda kv: -kv[1])]
         lines += [f"  note: {n}" for n in self.notes]
+        if self.search is not None:
+            from luminal.search import lines as search_lines
+
+            lines += search_lines(self.search)
         lines += self.sections
         return "\n".join(lines)
 
@@ -290,19 +295,22 @@ def optimize_enabled(optimize: bool | None) -> bool:
 def compile_outputs(
     inputs: list[Node], outputs: list[Node], output_names: list[str] | None = None, *,
     device: str | Device = "cpu", optimize: bool | None = None, name: str = "graph", report: Report | None = None,
-    assumptions: tuple = (), ragged: tuple = (),
+    assumptions: tuple = (), ragged: tuple = (), search: float | None = None,
 ) -> CompiledGraph:
     """Run the passes on `outputs` (HLIR nodes) and bind the result to a runtime. `assumptions`
-    and `ragged`: a frontend's checks of the inputs and cuts of the outputs (`CompiledGraph`)."""
+    and `ragged`: a frontend's checks of the inputs and cuts of the outputs (`CompiledGraph`).
+    `search`: seconds to measure the device's variants in (`luminal.search`); None: no search."""
+    from luminal import search as searching
     from luminal.hlir.ops import sorting_once
 
+    search = searching.budget(search)  # a bad budget fails before any work
     with sorting_once():  # the passes sort the same graphs again and again
         return _compile_outputs(inputs, outputs, output_names, device=device, optimize=optimize, name=name,
-                                report=report, assumptions=assumptions, ragged=ragged)
+                                report=report, assumptions=assumptions, ragged=ragged, search=search)
 
 
 def _compile_outputs(inputs, outputs, output_names, *, device, optimize, name, report, assumptions,
-                     ragged) -> CompiledGraph:
+                     ragged, search) -> CompiledGraph:
     from luminal.debug import Progress
 
     entry = devices.resolve(device)  # a configuration error, before any work; a Device from an entry point
@@ -323,22 +331,30 @@ def _compile_outputs(inputs, outputs, output_names, *, device, optimize, name, r
     unused = tuple(n.arg for n in inputs if id(n) not in used)
     names = output_names or [f"out{i}" for i in range(len(outputs))]
     return bind_runtime(entry, kept_inputs, optimized, names, report, digest, unused=unused, rng_seed=seed,
-                        store=store, progress=progress, assumptions=assumptions, ragged=ragged)
+                        store=store, progress=progress, search=search, assumptions=assumptions, ragged=ragged)
 
 
 def bind_runtime(entry, inputs: list[Node], optimized: list[Node], output_names: list[str], report: Report,
                  digest: str | None, *, unused: tuple[str, ...] = (), rng_seed: Node | None = None, store=None,
-                 progress=None, **attrs) -> CompiledGraph:
+                 progress=None, search: float | None = None, **attrs) -> CompiledGraph:
     """The tail of every compile, a compile cache hit of the Dynamo backend's included: build
     `entry`'s runtime for `optimized` (its artifacts beside the compile cache's entry `digest`),
     time it in `report`, bind it into a `CompiledGraph` (`attrs`: its other keyword arguments)
-    and log it. `store`: the compile cache's write, run once the first call is over."""
+    and log it. `store`: the compile cache's write, run once the first call is over. `search`:
+    seconds to choose among the device's variants in (`luminal.search`), None: the default's."""
     from luminal import compile_cache
     from luminal.debug import emit
 
+    options = {}
+    if search is not None:
+        from luminal.search import choose
+
+        chosen = choose(entry, optimized, report, search)
+        if chosen is not None:  # its library is built (and cached): no NumPy first call
+            options.update(choices=chosen, tiered=False)
     t0 = time.perf_counter()
     builds = _build_counts()
-    runtime = compile_cache.build_runtime(entry, optimized, digest)
+    runtime = compile_cache.build_runtime(entry, optimized, digest, **options)
     report.phases[entry.phase] = time.perf_counter() - t0
     note_build(report, entry.phase, runtime, builds)
     if progress is not None:
@@ -521,7 +537,7 @@ def _build_counts() -> tuple[int, int]:
 
 
 def compile_graph(graph, *, device: str | Device = "cpu", optimize: bool | None = None,
-                  precision: str | None = None) -> CompiledGraph:
+                  precision: str | None = None, search: float | None = None) -> CompiledGraph:
     """Compile a builder `Graph` for `device`; `precision` ("float64" or "float32"): its calls', fixed
     (None: `luminal.set_precision`'s at each call, else the device's default; `luminal.precision`)."""
     device = devices.resolve(device, precision)
@@ -529,4 +545,4 @@ def compile_graph(graph, *, device: str | Device = "cpu", optimize: bool | None 
         raise LuminalError("the graph has no outputs; call g.output(tensor) first")
     names = [n for n, _ in graph.outputs]
     return compile_outputs(list(graph.inputs.values()), graph.output_nodes, names, device=device,
-                           optimize=optimize, name=graph.name)
+                           optimize=optimize, name=graph.name, search=search)

@@ -37,6 +37,7 @@ class Device:
     arithmetic: Arithmetic = REFERENCE  # its default precision, a compile's own, its rounding
     launcher: Callable | None = None  # (source, *, schedule, binaries) -> launcher, for kernel-plan devices
     before_compile: Callable[[], None] | None = None  # starts what its build needs that needs no graph
+    variants: Callable[[], list] | None = None  # its programs' strategy choices on this machine (`luminal.search`)
 
     def prepare(self) -> None:
         """A compile is about to start: what this device's build needs and can build without the
@@ -90,10 +91,20 @@ def _numpy_runtime(device, outputs, **_options):
     return NumpyRuntime(outputs, arithmetic=device.arithmetic)
 
 
-def _cpu_runtime(device, outputs, artifacts=None, **_options):
+def _cpu_runtime(device, outputs, artifacts=None, choices=None, tiered=True, **_options):
+    from luminal.kernels.cpu.choices import DEFAULT
     from luminal.kernels.cpu.runtime import make
 
-    return make(outputs, artifacts=artifacts, arithmetic=device.arithmetic)
+    return make(outputs, artifacts=artifacts, arithmetic=device.arithmetic, choices=choices or DEFAULT, tiered=tiered)
+
+
+def _cpu_variants() -> list:
+    """The `cpu` device's candidate choices here, the default first (`kernels/cpu/choices.py`)."""
+    from luminal.kernels.cpu.choices import variants
+    from luminal.kernels.cpu.runtime import blas, threads
+
+    bound = blas()
+    return variants(threads(), bound.front_for("avx512") is not None, "avx512" if bound.front else "blas")
 
 
 def _cpu_prepare() -> None:
@@ -152,7 +163,7 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
                   "BLAS GEMMs, built by the system C compiler into one shared library per graph, run by one native "
                   "call; without a C compiler it warns once and runs the NumPy reference runtime.",
            "numpy", "the system C compiler (luminal.kernels.cpu.build: cc -O2 -fopenmp -shared)", "build",
-           _cpu_runtime, _always, C, before_compile=_cpu_prepare),
+           _cpu_runtime, _always, C, before_compile=_cpu_prepare, variants=_cpu_variants),
     Device("cuda", "Generated CUDA C compiled by NVRTC (`luminal.kernels.nvrtc`, cached), loaded and launched "
                    "with CuPy; torch CUDA tensors in and out by DLPack.",
            "dlpack", "NVRTC (luminal.kernels.nvrtc) -> cubin, loaded by cupy.RawModule", "codegen",

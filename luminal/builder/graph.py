@@ -147,11 +147,12 @@ class Graph:
         return self._runtime({k: v for k, v in feeds.items() if k not in self._unused_inputs})
 
     # --- inspection ------------------------------------------------------------------------
-    def compile(self, *, device: str = "cpu", optimize: bool | None = None, precision: str | None = None):
+    def compile(self, *, device: str = "cpu", optimize: bool | None = None, precision: str | None = None,
+                search: float | None = None):
         """Optimize (egglog) and bind to a runtime: see `luminal.compiler.compile_graph`."""
         from luminal.compiler import compile_graph
 
-        return compile_graph(self, device=device, optimize=optimize, precision=precision)
+        return compile_graph(self, device=device, optimize=optimize, precision=precision, search=search)
 
     def op_counts(self) -> dict[str, int]:
         """How many nodes of each op the outputs depend on (views included)."""

@@ -371,9 +371,9 @@ def _declared_infos(value_infos) -> list[IOInfo]:
     return [IOInfo(vi.name, _np_dtype(vi.type.tensor_type.elem_type), _declared_shape(vi)) for vi in value_infos]
 
 
-def _build(proto, specialize, device, optimize, shapes=None, notes=()):
+def _build(proto, specialize, device, optimize, shapes=None, notes=(), search=None):
     """Import and compile `proto` with the inputs in `specialize` compiled in by value; `notes`
-    go to its compile report."""
+    go to its compile report; `search`: `compile_outputs`'s."""
     name = proto.graph.name or "onnx"
     importer = Importer(proto, name, specialize, shapes)
     inputs, outputs = importer.import_graph()
@@ -389,7 +389,7 @@ def _build(proto, specialize, device, optimize, shapes=None, notes=()):
         hlir_inputs, [t.node for t in flat] + lengths, out_names + [f"{o}:length" for _, o in ragged],
         device=device, optimize=optimize, name=name, report=Report(name=name, notes=list(notes)),
         assumptions=importer.assumptions,
-        ragged=[(i, importer.ragged[o][0], len(flat) + k) for k, (i, o) in enumerate(ragged)],
+        ragged=[(i, importer.ragged[o][0], len(flat) + k) for k, (i, o) in enumerate(ragged)], search=search,
     )
     compiled.boundary_layout = layout  # None: every output a tensor
     return compiled, inputs, outputs, out_tensors  # out_tensors: None for a sequence or an empty optional
@@ -410,7 +410,8 @@ def _shape_only_inputs_compile_per_shape(hlir_inputs, outputs) -> None:
 
 
 def compile(model, *, device: str | devices.Device = "cpu", optimize: bool | None = None,  # noqa: A001
-            check: bool = True, recurrence: str = "auto", precision: str | None = None) -> OnnxModel:
+            check: bool = True, recurrence: str = "auto", precision: str | None = None,
+            options: dict | None = None) -> OnnxModel:
     """Compile an ONNX model (a path, bytes or `onnx.ModelProto`) for `device` (a `luminal.devices`
     entry: an unknown one, or one this machine cannot run, raises DeviceError before any work).
     `precision` ("float64" or "float32"): the model's, fixed (OptionError for another value); None:
@@ -424,7 +425,14 @@ def compile(model, *, device: str | devices.Device = "cpu", optimize: bool | Non
     distinct length compiles unrolled (up to COMPILED_KEPT kept; past MAX_STEPS it raises
     `TooManySteps`). "host": the cell is stepped on the host, compiled once for every length
     (each step a call of the compiled cell). Loop, Scan and If that run-time data decides always
-    run on the host (`staged.py`)."""
+    run on the host (`staged.py`).
+
+    `options`: {"search": seconds} measures the device's variants within that budget and keeps
+    the fastest that matches the reference (`luminal.search`; the graph compiled whole, not the
+    staged models of host control flow)."""
+    from luminal.search import options as search_options
+
+    search = search_options(options, "luminal.onnx.compile")
     device = devices.resolve(device, precision)  # the Device, at this precision, below here
     if recurrence not in RECURRENCES:
         raise OnnxError(f"recurrence={recurrence!r}: it is one of {', '.join(map(repr, RECURRENCES))}")
@@ -459,7 +467,7 @@ def compile(model, *, device: str | devices.Device = "cpu", optimize: bool | Non
                                        compile_fn=compile, inferred=inferred,
                                        options={"device": device, "optimize": optimize, "recurrence": recurrence})
         try:
-            compiled, inputs, outputs, out_tensors = _build(proto, {}, device, optimize, notes=notes)
+            compiled, inputs, outputs, out_tensors = _build(proto, {}, device, optimize, notes=notes, search=search)
         except NeedsValue as exc:
             host = staged.enclosing(proto, exc.node_key) if isinstance(exc, IfNotConvertible) else None
             if host is not None and host not in forced:

@@ -5,7 +5,8 @@ unknown one, or one this machine cannot run, raises `DeviceError`, never an eage
 `strict` (raise `UnsupportedError` naming every unsupported op; default: warn and run that graph
 eagerly), `optimize` (egglog on/off), `lowering` ("auto": per-call decomposition where exact,
 else aot_autograd; "aot_autograd"), `precision` ("float64" or "float32", fixed for these graphs;
-None, the default: `luminal.set_precision`'s at each call; another value raises `OptionError`).
+None, the default: `luminal.set_precision`'s at each call; another value raises `OptionError`),
+`search` (seconds to measure the device's variants in, `luminal.search`; None: no search).
 
 Dynamo's graph is lowered to core ATen — the op set `torch.export(...).run_decompositions()`
 produces, so one ATen table serves both entry points. For inference on static shapes without
@@ -38,8 +39,10 @@ from luminal.errors import DeviceError, LuminalError, OptionError, UnsupportedEr
 from luminal.frontends.torch import fx_cache
 from luminal.frontends.torch.decompose import Decomposed, decompose_calls
 from luminal.frontends.torch.fx_import import FxImporter
+from luminal.search import budget as search_budget
 
-OPTIONS = {"device": "cpu", "strict": False, "optimize": None, "lowering": "auto", "precision": None}
+OPTIONS = {"device": "cpu", "strict": False, "optimize": None, "lowering": "auto", "precision": None,
+           "search": None}  # search: seconds to measure the device's variants in (`luminal.search`)
 LOWERINGS = ("auto", "aot_autograd")
 _ids = itertools.count()
 
@@ -108,7 +111,8 @@ class LuminalFunction:
         imported = importer.build(constants)
         seconds, how = self.lowering
         self.imported = imported.compile(device=self.opts["device"], optimize=self.opts["optimize"], name=self.name,
-                                         phases={"lower": seconds}, notes=[f"lowered to core ATen by {how}"])
+                                         phases={"lower": seconds}, notes=[f"lowered to core ATen by {how}"],
+                                         search=self.opts["search"])
         if self.cache_entry is not None:
             fx_cache.store(self.cache_entry, self.imported, imported.weight_arrays)
 
@@ -178,6 +182,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
     # resolved once (DeviceError: unknown, or not runnable here; OptionError: a bad precision; never
     # an eager fallback): the graphs below get the Device, at this precision
     opts["device"] = devices.resolve(opts["device"], opts["precision"])
+    opts["search"] = search_budget(opts["search"])  # OptionError: not a positive number of seconds
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     weight_ids = {id(v) for n, v in zip(placeholders, example_inputs) if _is_weight(n, v)}
     training = torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in example_inputs)

@@ -220,11 +220,16 @@ class CompiledModel:
     """A model compiled through torch.export; call it like the model."""
 
     def __init__(self, model, example_args=(), example_kwargs=None, *, dynamic=None, device: str = "cpu",
-                 optimize: bool | None = None, name: str | None = None, precision: str | None = None):
+                 optimize: bool | None = None, name: str | None = None, precision: str | None = None,
+                 options: dict | None = None):
+        from luminal.search import options as search_options
+
+        search = search_options(options, "luminal.compile")  # OptionError before the export is paid for
         example_args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
         example_kwargs = dict(example_kwargs or {})
         device = devices.resolve(device, precision)  # a bad device or precision fails before the export is paid for
         self.device, self._optimize, self._trainer, self._training_graphs = device, optimize, None, []
+        self._search = search
         phases = {}
         start = time.perf_counter()
         self._labels = {}
@@ -242,7 +247,7 @@ class CompiledModel:
         self._owners = _state_owners(model, ep) if self._eager is not None else []
         self._rebound_warned, self._lowering = False, None
         self._read_signature(ep)
-        opts = {"device": device, "optimize": optimize}
+        opts = {"device": device, "optimize": optimize, "search": search}
         start = time.perf_counter()
         values = self._placeholder_values()
         entry = program_key(ep, values, self._constants, opts)
@@ -309,7 +314,7 @@ class CompiledModel:
         if lowered is not ep:  # run_decompositions made a new program: its signature is the one fed
             self._read_signature(lowered)
         imported = built.compile(device=self.device, optimize=self._optimize, name=self.name,
-                                 phases=phases, notes=[f"lowered to core ATen by {how}"])
+                                 phases=phases, notes=[f"lowered to core ATen by {how}"], search=self._search)
         if entry and _layout(lowered) == _layout(ep) and len(imported.placeholders) == len(self._placeholder_names):
             entry.placeholders = [n.name for n in imported.placeholders]
             fx_cache.store(entry, imported, built.weight_arrays)
@@ -475,10 +480,11 @@ class CompiledModel:
 
 
 def compile(model, example_args=(), example_kwargs=None, *, dynamic=None, device: str = "cpu",  # noqa: A001
-            optimize: bool | None = None, precision: str | None = None) -> CompiledModel:
+            optimize: bool | None = None, precision: str | None = None, options: dict | None = None) -> CompiledModel:
     """Compile `model` (an `nn.Module`, or a `torch.export.ExportedProgram` as is) through
     torch.export for `device` ("cpu", "cuda", "cuda-emulator"). `precision` ("float64" or
     "float32"): the model's, fixed; None: `luminal.set_precision`'s at each call, else the
-    device's default (`luminal.precision`)."""
+    device's default (`luminal.precision`). `options`: {"search": seconds} measures the device's
+    variants within that budget and keeps the fastest that matches the reference (`luminal.search`)."""
     return CompiledModel(model, example_args, example_kwargs, dynamic=dynamic, device=device, optimize=optimize,
-                         precision=precision)
+                         precision=precision, options=options)

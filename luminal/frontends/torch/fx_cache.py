@@ -256,7 +256,7 @@ def _restore(entry: Entry, args, name: str, opts: dict):
     if not report.ops_after:
         report.ops_after = op_counts(optimized)
     compiled = bind_runtime(opts["device"], inputs, optimized, out_names, report, entry.digest,
-                            unused=unused, rng_seed=by_name.get(RNG_SEED_INPUT))  # random ops: the seed drawn per call
+                            unused=unused, rng_seed=by_name.get(RNG_SEED_INPUT), search=opts.get("search"))  # random ops: the seed drawn per call
     imported = Imported.restored(compiled, [tuple(f) if f else None for f in feeds], [tuple(k) for k in kinds], spec)
     imported.placeholder_names = names
     return imported

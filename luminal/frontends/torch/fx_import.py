@@ -282,8 +282,9 @@ class Imported:
         return self
 
     def compile(self, *, device: str | Device = "cpu", optimize: bool | None = None, name: str = "graph",
-                phases: dict[str, float] | None = None, notes: list[str] | None = None):
-        """Compile the graph; `phases` and `notes` of the frontend's own steps lead the report."""
+                phases: dict[str, float] | None = None, notes: list[str] | None = None, search: float | None = None):
+        """Compile the graph; `phases` and `notes` of the frontend's own steps lead the report;
+        `search`: `compile_outputs`'s (seconds to measure the device's variants in)."""
         inputs = list(self.g.inputs.values())
         self.device = device
         report = Report(name=name, phases={**(phases or {}), "import": self.import_s}, notes=list(notes or []))
@@ -297,7 +298,7 @@ class Imported:
                                                             optimize=optimize, name=name, report=report)
             else:
                 self.compiled = compile_outputs(inputs, self.out_nodes, self.out_names, device=device,
-                                                optimize=optimize, name=name, report=report)
+                                                optimize=optimize, name=name, report=report, search=search)
         self.used = set(self.compiled.input_names)
         return self
 

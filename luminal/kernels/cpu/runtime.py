@@ -32,6 +32,7 @@ from luminal.hlir.ops import Op
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build, gemm_avx512, isa
+from luminal.kernels.cpu.choices import DEFAULT, Choices
 from luminal.kernels.cpu.steps import CProgram, CStep, launch_table
 from luminal.precision import Arithmetic, C
 from luminal.runtime.binding import bind_inputs, index_error
@@ -50,11 +51,13 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
-def make(outputs, artifacts: dict | None = None, arithmetic: Arithmetic = C, **_options):
+def make(outputs, artifacts: dict | None = None, arithmetic: Arithmetic = C, choices: Choices = DEFAULT,
+         tiered: bool = True, **_options):
     """The runtime of `device="cpu"`: compiled C, or the NumPy runtime (warned once) when the C
     cannot serve the graph. A library still to build builds in the background while the first
-    call runs on the NumPy runtime (`tiered.py`). (`CpuRuntime` itself raises.)"""
-    from luminal.kernels.cpu import tiered
+    call runs on the NumPy runtime (`tiered.py`; not with `tiered=False`: a search's candidates).
+    `choices`: the program's strategy (`choices.py`). (`CpuRuntime` itself raises.)"""
+    from luminal.kernels.cpu import tiered as tiered_builds
     from luminal.runtime import NumpyRuntime
 
     if build.compiler() is None:
@@ -63,28 +66,29 @@ def make(outputs, artifacts: dict | None = None, arithmetic: Arithmetic = C, **_
         _warn_once("compiler", f'device="cpu": {what}; running the NumPy reference runtime instead '
                                "(apt-get install gcc for the compiled backend)")
         return NumpyRuntime(outputs, arithmetic=arithmetic)
-    if artifacts is None and tiered.enabled():
+    if artifacts is None and tiered and tiered_builds.enabled():
         reference = NumpyRuntime(outputs, arithmetic=arithmetic)
         def background():
             from luminal.kernels.cpu import program
 
             with in_background():  # its compilers at a lower priority than the first call
                 program.prepare()  # the per-machine objects, beside the library
-                return _compiled(outputs, None, reference, arithmetic)
+                return _compiled(outputs, None, reference, arithmetic, choices)
 
-        return tiered.TieredRuntime(outputs, background, reference, _warn_once)
-    runtime, warning = _compiled(outputs, artifacts, None, arithmetic)
+        return tiered_builds.TieredRuntime(outputs, background, reference, _warn_once)
+    runtime, warning = _compiled(outputs, artifacts, None, arithmetic, choices)
     if warning is not None:
         _warn_once(*warning)
     return runtime
 
 
-def _compiled(outputs, artifacts: dict | None, reference, arithmetic: Arithmetic) -> tuple[object, tuple[str, str] | None]:
+def _compiled(outputs, artifacts: dict | None, reference, arithmetic: Arithmetic,
+              choices: Choices = DEFAULT) -> tuple[object, tuple[str, str] | None]:
     """`CpuRuntime(outputs)`, or the NumPy runtime (`reference` if made) and the warning to give once."""
     from luminal.runtime import NumpyRuntime
 
     try:
-        return CpuRuntime(outputs, artifacts=artifacts, arithmetic=arithmetic), None
+        return CpuRuntime(outputs, artifacts=artifacts, arithmetic=arithmetic, choices=choices), None
     except UnsupportedError as exc:
         warning = (f"unsupported:{exc}", f'device="cpu": {exc}; this graph runs on the NumPy reference runtime')
     except build.CpuBuildError as exc:  # a compiler that rejects our flags (no OpenMP, say): correct, slower
@@ -169,16 +173,27 @@ class _Blas:
         self.sgemm = self.dgemm = None
         return False
 
-    def bind(self, lib) -> None:
-        """Point the library `lib`'s GEMM entry points at this BLAS."""
+    def front_for(self, gemm: str | None) -> int | None:
+        """The SGEMM put in front of this BLAS for the choice `gemm` (`choices.GEMMS`; None: the
+        default's): luminal's AVX-512 one, or None (the BLAS's own serves)."""
+        if gemm is None or self.front is not None:
+            return None if gemm == "blas" else self.front
+        if gemm == "blas" or not gemm_avx512.cpu_has_avx512():
+            return None
+        fallback = blas_of("openblas").sgemm if self.kind == "mkl" else self.sgemm
+        return gemm_avx512.sgemm(fallback) if fallback else None
+
+    def bind(self, lib, gemm: str | None = None) -> None:
+        """Point the library `lib`'s GEMM entry points at this BLAS (`gemm`: `front_for`'s choice)."""
         if self.kind == "mkl":
             lib.lum_set_fortran_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.sgemv, self.dgemv,
                                                                     self.set_threads_ptr)))
         else:
             lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.set_threads_ptr,
                                                             self.sgemv, self.dgemv)))
-        if self.front is not None:
-            lib.lum_set_sgemm_front(ctypes.c_void_p(self.front))
+        front = self.front_for(gemm)
+        if front is not None:
+            lib.lum_set_sgemm_front(ctypes.c_void_p(front))
 
 
 _BLAS: dict[str, _Blas] = {}
@@ -239,6 +254,25 @@ def code_version() -> str:
     except OSError:
         st = None
     return f"{_code[0]} {cc} {st.st_size}:{st.st_mtime_ns}" if st else f"{_code[0]} none"
+
+
+def _copy_of(library: Path, tag: str) -> Path:
+    """A copy of `library` beside it (written atomically, once): dlopen shares one loaded object,
+    with its globals, per file (by its inode too, so not a hard link)."""
+    import shutil
+    import tempfile
+
+    copy = library.with_name(f"{library.stem}.{tag}{library.suffix}")
+    if not copy.exists():
+        fd, tmp = tempfile.mkstemp(prefix=copy.name, suffix=".tmp", dir=library.parent)
+        try:
+            with os.fdopen(fd, "wb") as f, open(library, "rb") as src:
+                shutil.copyfileobj(src, f)
+            os.replace(tmp, copy)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return copy
 
 
 class ArtifactMismatch(Exception):
@@ -327,9 +361,11 @@ class CpuRuntime(Runtime):
     """Runs a graph as compiled C; thread-safe (each thread has its own arena, each call its outputs
     and flag). `artifacts`: what `artifacts()` returned in an earlier process, used if it checks out."""
 
-    def __init__(self, outputs, profile: bool = False, artifacts: dict | None = None, arithmetic: Arithmetic = C):
+    def __init__(self, outputs, profile: bool = False, artifacts: dict | None = None, arithmetic: Arithmetic = C,
+                 choices: Choices = DEFAULT):
         outputs = list(outputs)
         self.arithmetic = arithmetic
+        self.choices = choices
         restored = _restore(outputs, artifacts) if artifacts is not None else None
         if restored is None:
             from luminal.kernels.cpu.program import render_program  # not imported by a restored runtime
@@ -366,9 +402,13 @@ class CpuRuntime(Runtime):
         self.intervals = [(first[id(n)], last.get(id(n), first[id(n)])) for n in self.intermediates]
         self.library_path = library
         self.restored = restored is not None  # built from stored artifacts (no C rendered)
-        lib = ctypes.CDLL(str(self.library_path))
+        # the GEMM pointers are the library's globals, shared by every runtime that loads its file:
+        # another GEMM binds a copy of its own
+        lib = ctypes.CDLL(str(self.library_path if choices.gemm is None else _copy_of(self.library_path, choices.gemm)))
         self.blas = blas()
-        self.blas.bind(lib)
+        self.blas.bind(lib, choices.gemm)
+        self.gemm = "luminal-avx512" if self.blas.front_for(choices.gemm) is not None else "blas"
+        self._threads = choices.threads  # None: `threads()` at each call
         self._run = lib.lum_run
         self._run.restype = None
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
@@ -482,7 +522,7 @@ class CpuRuntime(Runtime):
         for i, o in enumerate(outs):
             bufs[k + i] = _address(o)
         err = ctypes.c_int(0)
-        self._run(self._table_at, self._n_steps, bufs, dims_at, shared["arena_at"], offsets_at, ctypes.byref(err), threads(),
+        self._run(self._table_at, self._n_steps, bufs, dims_at, shared["arena_at"], offsets_at, ctypes.byref(err), self._threads or threads(),
                   None if self._seconds is None else self._seconds.ctypes.data, self.arithmetic.precision == "float64")
         if err.value:
             if err.value & 2 and not err.value & 1:
