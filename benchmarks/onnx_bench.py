@@ -310,7 +310,7 @@ def main(argv=None) -> int:
     markdown = (f"Measured {env['date']} on {env['platform']}, {env['threads']} threads, {how}BLAS {env['blas']}{pinned}, "
                 f"ISA {env['isa']}, onnxruntime {env['onnxruntime']}, load average {env['load_avg'][0]:.1f} at the end "
                 f"(`python -m benchmarks.onnx_bench{' --with-torch' if opts.with_torch else ''}`, {elapsed:.0f} s). "
-                f"Batch 1; medians in alternating rounds; ** marks a ratio above {TARGET:g}x. "
+                f"Batch 1 (the sklearn group: 256 rows); medians in alternating rounds; ** marks a ratio above {TARGET:g}x. "
                 f"{within} of {len(rows)} within {TARGET:g}x.\n\n" + table(rows))
     (RESULTS / f"{stem}.md").write_text(markdown + "\n")
     print(markdown)

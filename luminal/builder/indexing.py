@@ -14,6 +14,7 @@ def _check_index(index, what):
 
 
 BITONIC_MIN = 1024  # rows longer than this sort by a bitonic network (n log^2 n), shorter by rank (n^2)
+SELECT_MAX_K = 16  # a top-k of at most this many of a static row at least 4k long: k selection passes (k n)
 
 
 def _after(av, ai, bv, bi, n: int, largest: bool, is_float: bool):
@@ -35,6 +36,36 @@ def _after(av, ai, bv, bi, n: int, largest: bool, is_float: bool):
     real_a, real_b = ai.lt(n), bi.lt(n)
     by_value = real_a.logical_and(real_b).logical_and(gt.logical_or(tie.logical_and(earlier)))
     return by_value.logical_or(real_a.logical_not().logical_and(real_b.logical_or(earlier)))
+
+
+def _select(x, k: int, largest: bool):
+    """topk's order (value, NaN as the largest, ties by index) by k passes over the row, each
+    picking the first best element not yet picked: k·n per row where the rank form is n²
+    (k-NN's 5 nearest of 120 training points: 24 times less work)."""
+    n = int(x.shape[-1])
+    g = x.graph
+    pos = g.iota(n, DType.I64).reshape((1,) * (x.ndim - 1) + (n,)).expand(x.shape)
+    y = x if largest else x.order_flip()  # the best is then the largest y (NaN stays NaN)
+    lowest = {DType.BOOL: False}.get(x.dtype, float("-inf") if x.dtype.is_float else -(2 ** (8 * x.dtype.itemsize - 1)))
+    nan = y.isnan() if x.dtype.is_float else None
+    avail = pos.ge(0)  # all true
+    picks = []
+    for _ in range(k):
+        real = avail if nan is None or largest else avail.logical_and(nan.logical_not())  # NaN last: not yet
+        best = y.where_(real, lowest).max(-1, keepdim=True)  # NaN when largest and one is left (NaN first)
+        hit = real.logical_and(y.eq(best))
+        if nan is not None and largest:
+            hit = hit.logical_or(avail.logical_and(nan).logical_and(best.isnan()))
+        if nan is not None and not largest:  # no number left: the first NaN left
+            none = hit.cast(DType.I32).max(-1, keepdim=True).eq(0)
+            hit = hit.logical_or(none.logical_and(avail).logical_and(nan))
+        pick = pos.where_(hit, n).min(-1, keepdim=True)
+        picks.append(pick)
+        avail = avail.logical_and(pos.ne(pick))
+    from luminal.builder.functional import concat
+
+    index = concat(picks, -1) if k > 1 else picks[0] if k else pos.slice(-1, 0, 0)
+    return x.gather(-1, index), index
 
 
 def _bitonic(x, largest: bool):
@@ -224,6 +255,11 @@ class IndexingMixin:
         n = x.shape[-1]
         if sym.is_static(n) and isinstance(k, int) and not 0 <= k <= n:
             raise ShapeError(f"topk: k={k} is out of range for an axis of size {n}")
+        if sym.is_static(n) and isinstance(k, int) and k <= SELECT_MAX_K and 4 * k <= int(n) <= BITONIC_MIN:
+            values, index = _select(x, k, largest)
+            if self.ndim == 0:
+                return values.reshape(()), index.reshape(())
+            return values.transpose(a, -1), index.transpose(a, -1)
         if sym.is_static(n) and int(n) > BITONIC_MIN and isinstance(k, int):
             values, index = _bitonic(x, largest)
             values, index = values[..., :k], index[..., :k]

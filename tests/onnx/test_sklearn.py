@@ -20,7 +20,7 @@ from sklearn.ensemble import (
 )
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
-from sklearn.neighbors import KNeighborsClassifier
+from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import MinMaxScaler, Normalizer, OneHotEncoder, StandardScaler
 from sklearn.svm import SVC, SVR, LinearSVC
@@ -106,6 +106,9 @@ def _same(got, want):
             for gr, wr in zip(g, w):
                 assert list(gr) == list(wr) and all(type(k) is type(j) for k, j in zip(gr, wr))
                 np.testing.assert_allclose([gr[k] for k in wr], [wr[k] for k in wr], atol=1e-5, rtol=0)
+        elif w.dtype == object:  # string labels: str elements, exactly
+            assert g.dtype == object and g.shape == w.shape and g.tolist() == w.tolist()
+            assert all(type(v) is str for v in g.reshape(-1).tolist())
         elif w.dtype.kind in "iu":
             assert g.dtype == w.dtype and np.array_equal(g, w)  # labels exactly
         else:
@@ -243,12 +246,77 @@ def test_zipmap_string_labels_returns_dicts():
     _same(got, _ort(model, {"x": x}))
 
 
-def test_string_class_labels_are_named_errors():
-    node = oh.make_node("LinearClassifier", ["x"], ["label", "scores"], coefficients=[1.0, 2.0, 3.0],
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_knn_distance_scan_is_batched(p, device):
+    # skl2onnx computes k-NN's distances by a Scan over the training points (Sub, Abs, Pow,
+    # ReduceSum[SumSquare]); `scan_map` turns it into one broadcast block, NaN rows included
+    from luminal.frontends.onnx import scan_map
+
+    model = skl2onnx.to_onnx(KNeighborsRegressor(4, p=p).fit(CLEAN, YR), CLEAN[:1])
+    assert [n.op_type for n in model.graph.node].count("Scan") == 1
+    assert "Scan" not in [n.op_type for n in scan_map.rewrite(model).graph.node]
+    rows = np.concatenate([CLEAN[:N_RUN], RNG.standard_normal((5, 4)).astype(np.float32) * 3])
+    rows[3, 1] = np.nan
+    feeds = {model.graph.input[0].name: rows}
+    _same(lo.compile(model, device=device)(feeds), _ort(model, feeds))
+
+
+def test_scan_with_a_changing_state_is_not_batched():
+    from luminal.frontends.onnx import scan_map
+
+    body = oh.make_graph([oh.make_node("Add", ["s", "r"], ["s2"]), oh.make_node("ReduceSum", ["s2"], ["o"], keepdims=0)], "b",
+                         [_vi("s", TP.FLOAT, [2, 3]), _vi("r", TP.FLOAT, [3])], [_vi("s2", TP.FLOAT, [2, 3]), _vi("o", TP.FLOAT, [])])
+    node = oh.make_node("Scan", ["x", "m"], ["last", "outs"], body=body, num_scan_inputs=1)
+    model = _model([node], [_vi("x", TP.FLOAT, [2, 3]), _vi("m", TP.FLOAT, [4, 3])],
+                   [_vi("last", TP.FLOAT, [2, 3]), _vi("outs", TP.FLOAT, [4])])
+    assert scan_map.rewrite(model) is model  # a running sum: the importer unrolls it
+    feeds = {"x": RNG.standard_normal((2, 3)).astype(np.float32), "m": RNG.standard_normal((4, 3)).astype(np.float32)}
+    _check(model, feeds)
+
+
+Y_STR = np.array(["cat", "dog", "emu"])[Y]  # string class labels: classlabels_strings, ZipMap keyed by str
+Y2_STR = np.where(Y2 == 5, "yes", "no")
+STRING_MODELS = {
+    "logistic": (LogisticRegression(max_iter=500), Y_STR),
+    "logistic_binary": (LogisticRegression(), Y2_STR),
+    "linear_svc": (LinearSVC(), Y_STR),
+    "svc_probability_binary": (SVC(probability=True, random_state=0), Y2_STR),
+    "svc": (SVC(), Y_STR),
+    "decision_tree": (DecisionTreeClassifier(max_depth=6, random_state=0), Y_STR),
+    "random_forest_binary": (RandomForestClassifier(5, max_depth=4, random_state=0), Y2_STR),
+    "gradient_boosting": (GradientBoostingClassifier(n_estimators=8, random_state=0), Y_STR),
+    "gradient_boosting_binary": (GradientBoostingClassifier(n_estimators=8, random_state=0), Y2_STR),
+    "knn": (KNeighborsClassifier(5), Y_STR),
+    "scale_logistic_binary": (make_pipeline(StandardScaler(), LogisticRegression()), Y2_STR),
+}
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+@pytest.mark.parametrize("name", list(STRING_MODELS))
+def test_string_class_labels_equal_onnxruntime(name, device):
+    est, y = STRING_MODELS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = skl2onnx.to_onnx(est.fit(CLEAN, y), CLEAN[:1])
+    assert any(a.name == "classlabels_strings" for n in model.graph.node for a in n.attribute)
+    rows = np.concatenate([CLEAN[:N_RUN], RNG.standard_normal((5, 4)).astype(np.float32) * 3])
+    feeds = {model.graph.input[0].name: rows}
+    want = _ort(model, feeds)
+    got = lo.compile(model, device=device)(feeds)
+    assert want[0].dtype == object and set(want[0].tolist()) <= set(y.tolist())
+    _same(got, want)
+
+
+def test_string_class_labels_node_level():
+    # a tie between classes 0 and 2 picks the first, as the int64 labels do
+    x = np.array([[1.0], [0.0], [-1.0], [0.5]], np.float32)
+    node = oh.make_node("LinearClassifier", ["x"], ["label", "scores"], coefficients=[1.0, -1.0, 1.0], intercepts=[0.0, 0.0, 0.0],
                         classlabels_strings=["a", "b", "c"], domain=ML)
     model = _model([node], [_vi("x", TP.FLOAT, [None, 1])], [_vi("label", TP.STRING, [None]), _vi("scores", TP.FLOAT, [None, None])])
-    with pytest.raises(OnnxImportError, match="LinearClassifier.*classlabels_strings"):
-        lo.compile(model, device="numpy")
+    compiled = lo.compile(model, device="numpy")
+    assert compiled.output_names == ["label", "scores"]
+    _same(compiled({"x": x}), _ort(model, {"x": x}))
 
 
 @pytest.mark.parametrize("opset", [2, 4])

@@ -12,7 +12,7 @@ import onnx
 from luminal import devices
 from luminal.compiler import Report, compile_outputs
 from luminal.errors import InputError, LuminalError
-from luminal.frontends.onnx import boundary, loader, staged, zipmap
+from luminal.frontends.onnx import boundary, labels, loader, map_inputs, scan_map, staged, zipmap
 from luminal.frontends.onnx.errors import (
     IfNotConvertible,
     NeedsShape,
@@ -438,10 +438,17 @@ def compile(model, *, device: str | devices.Device = "cpu", optimize: bool | Non
         raise OnnxError(f"recurrence={recurrence!r}: it is one of {', '.join(map(repr, RECURRENCES))}")
     proto, _ = loader.load_model(model, check=check)
     proto, note = loader.upgrade(proto)
+    proto = labels.rewrite(proto)  # string class labels: the class index compiled, the strings picked on the host
+    proto = scan_map.rewrite(proto)  # a Scan mapping rows against a fixed matrix (k-NN's distances): one broadcast block
     proto, maps = zipmap.split(proto)
     if maps:  # sequences of maps are made on the host from the compiled probabilities
-        inner = compile(proto, device=device, optimize=optimize, check=False, recurrence=recurrence)
+        inner = compile(proto, device=device, optimize=optimize, check=False, recurrence=recurrence, options=options)
         return zipmap.MapModel(inner, maps)
+    tensors, steps = map_inputs.split(proto)
+    if steps:  # map inputs (dicts) run through their DictVectorizer / CastMap on the host
+        inner = compile(tensors, device=device, optimize=optimize, check=False, recurrence=recurrence,
+                        options=options)
+        return map_inputs.MapInputModel(inner, steps, proto)
     notes = [note] if note else []
     graph = proto.graph
     boundary.check_types(graph)

@@ -2,7 +2,8 @@
 Scaler, Normalizer, Imputer, OneHotEncoder, LabelEncoder, FeatureVectorizer, LinearRegressor,
 LinearClassifier, SVMRegressor, SVMClassifier, TreeEnsembleRegressor / TreeEnsembleClassifier
 (opsets 1 and 3). ZipMap, whose output is a sequence of maps, is a host post-step (`zipmap.py`).
-Class labels, keys and categories are numeric: string ones would need string tensors."""
+Class labels here are int64: string ones (classlabels_strings) are rewritten to class indices and a
+host CategoryMapper before import (`labels.py`); string keys and categories need string tensors."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def _probit(s):
 
 def _labels(c, ints, strings):
     if strings is not None:
-        c.fail("classlabels_strings: string class labels need string tensors; int64 labels only")
+        c.fail("classlabels_strings inside a subgraph luminal imports inline (an If or Loop body): string class "
+               "labels become class indices and a host CategoryMapper in the main graph only (labels.py)")
     if ints is None:
         c.fail("no int64 class labels")
     return np.asarray(ints, np.int64).reshape(-1)
@@ -190,23 +192,30 @@ def _forest(c, x, a: dict, prefix: str, n_out: int, agg: str = "SUM"):
         w[s, k] = min(w[s, k], v) if agg == "MIN" else max(w[s, k], v) if agg == "MAX" else w[s, k] + v
         has[s, k] = True
     ft, rows, n_trees = x.dtype, x.shape[0], len(roots)
-    tab = {"feat": _const(c, np.asarray(a["nodes_featureids"], np.int64), I64), "split": _const(c, values, ft),
+    feats = np.where(modes == LEAF, 0, np.asarray(a["nodes_featureids"], np.int64))  # a leaf reads feature 0, unused
+    tab = {"feat": _const(c, feats, I64), "split": _const(c, values, ft),
            "mode": _const(c, modes, I64), "miss": _const(c, miss, DType.BOOL), "t": _const(c, nxt_t, I64),
            "f": _const(c, nxt_f, I64)}
     state = _const(c, roots, I64).reshape((1, n_trees)).expand((rows, n_trees))
+    branch_modes = sorted(set(modes[modes != LEAF].tolist()))
+    compare = {0: "le", 1: "lt", 2: "ge", 3: "gt", 4: "eq", 5: "ne"}
 
     def at(name, s):
         return tab[name].index_select(0, s.reshape(-1)).reshape((rows, n_trees))
 
-    for _ in range(depth):
+    for _ in range(depth):  # a leaf steps to itself (nxt_t = nxt_f = itself), whatever it compares
         v = x.gather(1, at("feat", state))
-        sp, mode = at("split", state), at("mode", state)
-        go = v.ne(sp)
-        for m, cmp in ((0, v.le(sp)), (1, v.lt(sp)), (2, v.ge(sp)), (3, v.gt(sp)), (4, v.eq(sp))):
-            go = F.where(mode.eq(m), cmp, go)
-        go = go.logical_or(at("miss", state).logical_and(v.isnan()))
-        nxt = F.where(go, at("t", state), at("f", state))
-        state = F.where(mode.eq(LEAF), state, nxt)
+        sp = at("split", state)
+        if len(branch_modes) <= 1:  # one comparison for every node (scikit-learn's BRANCH_LEQ): no mode table
+            go = getattr(v, compare[branch_modes[0] if branch_modes else 0])(sp)
+        else:
+            mode = at("mode", state)
+            go = v.ne(sp)
+            for m, cmp in ((0, v.le(sp)), (1, v.lt(sp)), (2, v.ge(sp)), (3, v.gt(sp)), (4, v.eq(sp))):
+                go = F.where(mode.eq(m), cmp, go)
+        if miss.any():
+            go = go.logical_or(at("miss", state).logical_and(v.isnan()))
+        state = F.where(go, at("t", state), at("f", state))
     flat = state.reshape(-1)
     per_tree = _const(c, w, ft).index_select(0, flat).reshape((rows, n_trees, n_out))
     score = per_tree.min(1) if agg == "MIN" else per_tree.max(1) if agg == "MAX" else per_tree.sum(1)
@@ -503,21 +512,33 @@ def _coupled(c, s, prob_a, prob_b, pairs, k: int):
     off = _const(c, 1.0 - np.eye(k), ft).reshape((1, k, k))
     diag = big_r.square().sum(1)  # Q[t][t] = sum_j r[j][t]^2
     q = big_r.transpose(1, 2).mul(big_r).neg().mul(off).add(diag.unsqueeze(-1).mul(_const(c, np.eye(k), ft)))
-    p = F.full(c.g, (n, k), 1.0 / k, ft)
+    # per column (N, 1) tensors: every step is elementwise, sums over the k classes written out,
+    # so the 100 steps fuse instead of costing reductions and slices per step
+    qc = [[q.slice(1, t, t + 1).slice(2, j, j + 1).reshape((n, 1)) for j in range(k)] for t in range(k)]
+    p = [F.full(c.g, (n, 1), 1.0 / k, ft) for _ in range(k)]
     done = F.full(c.g, (n, 1), False, DType.BOOL)
     eps = 0.005 / k
+
+    def total(terms):
+        out = terms[0]
+        for t in terms[1:]:
+            out = out.add(t)
+        return out
+
     for _ in range(COUPLING_STEPS):
-        qp = q.matmul(p.unsqueeze(-1)).reshape((n, k))
-        pqp = p.mul(qp).sum(-1, keepdim=True)
-        done = done.logical_or(qp.sub(pqp).abs().max(-1, keepdim=True).lt(qp._scalar(eps)))
-        new = p
+        qp = [total([qc[t][j].mul(p[j]) for j in range(k)]) for t in range(k)]  # Q·p
+        pqp = total([p[t].mul(qp[t]) for t in range(k)])
+        err = qp[0].sub(pqp).abs()
+        for t in range(1, k):
+            err = err.maximum(qp[t].sub(pqp).abs())
+        done = done.logical_or(err.lt(err._scalar(eps)))
+        new = list(p)
         for t in range(k):
-            qt = q.slice(1, t, t + 1).reshape((n, k))  # row t of Q
-            diff = qp.slice(1, t, t + 1).neg().add(pqp).div(qt.slice(1, t, t + 1))
-            new = new.add(diff.mul(_const(c, np.eye(k)[t], ft)))
+            diff = qp[t].neg().add(pqp).div(qc[t][t])
+            new[t] = new[t].add(diff)
             grow = diff.add(1.0)
-            pqp = pqp.add(diff.mul(diff.mul(qt.slice(1, t, t + 1)).add(qp.slice(1, t, t + 1).mul(2.0)))).div(grow).div(grow)
-            qp = qp.add(diff.mul(qt)).div(grow)
-            new = new.div(grow)
-        p = F.where(done, p, new)
-    return p
+            pqp = pqp.add(diff.mul(diff.mul(qc[t][t]).add(qp[t].mul(2.0)))).div(grow).div(grow)
+            qp = [qp[j].add(diff.mul(qc[t][j])).div(grow) for j in range(k)]
+            new = [v.div(grow) for v in new]
+        p = [F.where(done, old, v) for old, v in zip(p, new)]
+    return F.concat(p, -1)

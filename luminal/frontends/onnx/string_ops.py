@@ -321,6 +321,21 @@ def category_mapper(node, x, *, cats_int64s=None, cats_strings=None, default_int
     return [_lookup(node, xs, ints, np.array(strs + [None], object)[:-1], default_string)]
 
 
+@host_op("ArrayFeatureExtractor", ML)
+def array_feature_extractor(node, x, indices):
+    """x[..., indices.ravel()] on strings (k-NN's training labels); a 1-D x gives one row, as
+    onnxruntime (and the numeric lowering, `ops_ml.py`)."""
+    xs = np.asarray(x)
+    xs = xs.reshape(1, -1) if xs.ndim == 1 else xs
+    idx = np.asarray(indices)
+    if idx.dtype.kind not in "iu":
+        raise OnnxError(f"{node.label}: input 1 is a {idx.dtype} tensor; it takes int64 indices")
+    idx = idx.reshape(-1).astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= xs.shape[-1]):
+        raise OnnxError(f"{node.label}: an index in {idx.tolist()} is outside [0, {xs.shape[-1]})")
+    return [xs[..., idx]]
+
+
 @host_op("TfIdfVectorizer")
 def tfidf_vectorizer(node, x, *, mode, min_gram_length, max_gram_length, max_skip_count, ngram_counts, ngram_indexes,
                      pool_int64s=None, pool_strings=None, weights=None):
