@@ -193,8 +193,11 @@ def main(argv=None) -> int:
     elapsed = time.perf_counter() - started
     result = {"environment": env, "latency": rows, "decode": decode, "compile_scaling": scaling, "elapsed_s": elapsed}
     stem = "cpu_" + "_".join(opts.models) if opts.models else "cpu"  # a partial run keeps the full results
+    if env["isa"] != "native":  # LUMINAL_ISA=avx2: results beside the native ones, the README table untouched
+        stem += f"_{env['isa']}"
     (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} threads, torch {env['torch']}, "
+    markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} threads, ISA {env['isa']} "
+                f"(torch's {env['torch_cpu_capability']}), torch {env['torch']}, "
                 f"numpy {env['numpy']}, egglog {env['egglog']} (`python -m benchmarks`, {elapsed:.0f} s). "
                 "Batch 1; medians.\n\n" + (table(rows) if rows else "")
                 + (("\n\nDecode: greedy `generate()` with the KV cache, eager against `luminal.compile_forward` "
@@ -207,9 +210,9 @@ def main(argv=None) -> int:
     if opts.models:
         markdown = markdown.split("\n\nCompile time over depth")[0]  # no scaling in a partial run
     (RESULTS / f"{stem}.md").write_text(markdown + "\n")
-    if not opts.models and plot(rows, RESULTS / "cpu.png"):
+    if not opts.models and env["isa"] == "native" and plot(rows, RESULTS / "cpu.png"):
         markdown += "\n\n![latency](benchmarks/results/cpu.png)"
-    if not opts.no_readme and not opts.quick and not opts.models:
+    if not opts.no_readme and not opts.quick and not opts.models and env["isa"] == "native":
         update_readme(markdown)
     print(markdown)
     print(f"wrote {RESULTS}/{stem}.json, {stem}.md{', cpu.png' if not opts.models else ''} in {elapsed:.0f} s")

@@ -285,10 +285,11 @@ def test_wrong_kinds_are_named_errors():
     assert m({"o": None})[0] == np.array(False) and m({"o": np.ones(2, np.float32)})[0] == np.array(True)
 
 
-def test_map_inputs_are_refused():
-    """A map-typed input (not a ZipMap output) is an OnnxImportError naming it at compile time."""
+def test_map_inputs_are_refused_but_into_dictvectorizer_or_castmap():
+    """A map-typed input read by anything but DictVectorizer or CastMap (`map_inputs.py`,
+    tests/onnx/test_sklearn_maps.py) is an OnnxImportError naming it and the node at compile time."""
     mp = h.make_map_type_proto(TP.INT64, h.make_tensor_type_proto(TP.FLOAT, []))
     proto = h.make_model(h.make_graph([h.make_node("Identity", ["m"], ["y"])], "g", [h.make_value_info("m", mp)],
                                       [h.make_value_info("y", mp)]), opset_imports=[h.make_opsetid("", 18)])
-    with pytest.raises(lo.OnnxImportError, match="graph input 'm' holds a map_type"):
+    with pytest.raises(lo.OnnxImportError, match="Identity node .* reads map input 'm'.* only into DictVectorizer or CastMap"):
         lo.compile(proto, device="numpy", check=False)
