@@ -302,6 +302,7 @@ def main(argv=None) -> int:
     stem = "onnx_" + "_".join(opts.models) if opts.models else "onnx" + (
         "_light" if opts.light else "_real" if opts.real else "_sklearn" if opts.sklearn else "")
     stem += "_torch" if opts.with_torch else ""
+    stem += "" if env["isa"] == "native" else f"_{env['isa']}"  # LUMINAL_ISA=avx2: beside the native results
     (RESULTS / f"{stem}.json").write_text(json.dumps({"environment": env, "rows": rows, "elapsed_s": elapsed}, indent=1))
     within = sum(1 for r in rows if r.get("ratio", float("inf")) <= TARGET)
     how = f"torch {torch_version} loaded, " if torch_version else "torch not loaded, "
