@@ -32,7 +32,7 @@ import onnx
 from onnx import helper
 
 from luminal.frontends.onnx.errors import OnnxImportError, OnnxInputError
-from luminal.frontends.onnx.values import IOInfo
+from luminal.frontends.onnx.values import IOInfo, gather_feeds
 
 COMPILED_KEPT = 32  # signatures (lengths, element dtypes and ranks, presence) a model keeps compiled
 
@@ -320,20 +320,8 @@ class StructuredModel:
     def __repr__(self) -> str:
         return f"<luminal.onnx model with sequence/optional inputs {sorted(self.structured)}>"
 
-    def _feeds(self, args, kwargs) -> dict:
-        if len(args) == 1 and isinstance(args[0], dict):
-            return dict(args[0], **kwargs)
-        if len(args) > len(self._names):
-            raise OnnxInputError(f"{len(args)} positional inputs given, the model takes {len(self._names)}: {self._names}")
-        feeds = dict(zip(self._names, args))
-        dup = [k for k in kwargs if k in feeds]
-        if dup:
-            raise OnnxInputError(f"input(s) {dup} given both positionally and by name")
-        feeds.update(kwargs)
-        return feeds
-
     def __call__(self, *args, **kwargs) -> list:
-        feeds = self._feeds(args, kwargs)
+        feeds = gather_feeds(self._names, args, kwargs)
         known = set(self._names) | {i.name for i in self.proto.graph.initializer}
         unknown = [n for n in feeds if n not in known]
         if unknown:

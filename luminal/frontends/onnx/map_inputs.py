@@ -19,7 +19,7 @@ from onnx import helper
 
 from luminal.frontends.onnx.errors import OnnxImportError, OnnxInputError
 from luminal.frontends.onnx.importer import attr_value
-from luminal.frontends.onnx.values import IOInfo
+from luminal.frontends.onnx.values import IOInfo, gather_feeds
 
 TP = onnx.TensorProto
 ML = "ai.onnx.ml"
@@ -220,21 +220,11 @@ class MapInputModel:
         by_name = {i.name: i for i in self.inner.inputs}
         return [IOInfo(n, np.dtype(object), ()) if n in self._maps else by_name[n] for n in self._names]
 
-    def _feeds(self, args, kwargs) -> dict:
-        if len(args) == 1 and isinstance(args[0], dict) and not (len(self._names) == 1 and self._names[0] in self._maps
-                                                               and self._names[0] not in args[0]):
-            return dict(args[0], **kwargs)
-        if len(args) > len(self._names):
-            raise OnnxInputError(f"{len(args)} positional inputs given, the model takes {len(self._names)}: {self._names}")
-        feeds = dict(zip(self._names, args))
-        dup = [k for k in kwargs if k in feeds]
-        if dup:
-            raise OnnxInputError(f"input(s) {dup} given both positionally and by name")
-        feeds.update(kwargs)
-        return feeds
-
     def __call__(self, *args, **kwargs) -> list:
-        feeds = self._feeds(args, kwargs)
+        # one dict is the feeds, unless the model's one input is a map and the dict is that map
+        lone_map = len(self._names) == 1 and self._names[0] in self._maps
+        one_dict = not (lone_map and len(args) == 1 and isinstance(args[0], dict) and self._names[0] not in args[0])
+        feeds = gather_feeds(self._names, args, kwargs, one_dict)
         missing = [n for n in self._maps if n not in feeds]
         if missing:
             raise OnnxInputError(f"missing input(s) {missing}; the model's inputs are {self._names}")

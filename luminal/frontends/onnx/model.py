@@ -23,7 +23,7 @@ from luminal.frontends.onnx.errors import (
 from luminal.frontends.onnx.importer import Importer, graph_input_deps, input_dim_name
 from luminal.frontends.onnx.inferred import Inferred
 from luminal.frontends.onnx.ops_rnn import TooManySteps
-from luminal.frontends.onnx.values import IOInfo
+from luminal.frontends.onnx.values import IOInfo, gather_feeds
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op, toposort
 
@@ -117,16 +117,7 @@ class OnnxModel:
         return f"<luminal.onnx model ({ins}) -> ({outs})>"
 
     def _feeds(self, args, kwargs) -> dict:
-        if len(args) == 1 and isinstance(args[0], dict):
-            feeds = dict(args[0], **kwargs)
-        else:
-            if len(args) > len(self.inputs):
-                raise OnnxInputError(f"{len(args)} positional inputs given, the model takes {len(self.inputs)}: {self.input_names}")
-            feeds = dict(zip(self.input_names, args))
-            dup = [k for k in kwargs if k in feeds]
-            if dup:
-                raise OnnxInputError(f"input(s) {dup} given both positionally and by name")
-            feeds.update(kwargs)
+        feeds = gather_feeds(self.input_names, args, kwargs)
         specs = self._specs
         if self.defaults or len(feeds) != len(specs) or any(spec[0] not in feeds for spec in specs):
             names, default_names = self.input_names, self._default_names  # (lists built per access)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from luminal.frontends.onnx.errors import OnnxImportError
+from luminal.frontends.onnx.errors import OnnxImportError, OnnxInputError
 from luminal.frontends.onnx.narrow import WIDENED
 from luminal.hlir.dtypes import DType
 
@@ -87,3 +87,18 @@ class IOInfo:
     def __str__(self) -> str:
         dims = ", ".join(str(d) for d in self.shape)
         return f"{self.name}: {self.dtype}[{dims}]"
+
+
+def gather_feeds(names: list[str], args: tuple, kwargs: dict, one_dict: bool = True) -> dict:
+    """A model call's inputs by name: one dict of them (when `one_dict`), or positional values in
+    the order of `names` plus keywords; OnnxInputError for too many or doubly given inputs."""
+    if one_dict and len(args) == 1 and isinstance(args[0], dict):
+        return dict(args[0], **kwargs)
+    if len(args) > len(names):
+        raise OnnxInputError(f"{len(args)} positional inputs given, the model takes {len(names)}: {names}")
+    feeds = dict(zip(names, args))
+    dup = [k for k in kwargs if k in feeds]
+    if dup:
+        raise OnnxInputError(f"input(s) {dup} given both positionally and by name")
+    feeds.update(kwargs)
+    return feeds
