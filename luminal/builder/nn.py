@@ -103,8 +103,7 @@ def _direct(cg, groups: int, kernel) -> bool:
     and a short K. One input channel and a long kernel (an STFT as a Conv1d: 512 taps) is a
     GEMM of K = the kernel (the direct form became a GEMM per output channel of one column).
     A grouped 1x1 conv (ShuffleNet's) is a GEMM per group over a free view of the input: its
-    direct form has no window to share and materialized the product before summing it (8x
-    onnxruntime on the light ShuffleNet; as GEMMs 0.8x)."""
+    direct form has no window to share and materialized the product before summing it."""
     if sym.equal(cg, 1) and groups > 1:
         return True
     if all(k == 1 for k in kernel) and not sym.equal(cg, 1):

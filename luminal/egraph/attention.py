@@ -38,12 +38,9 @@ from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import POINTWISE, Expr, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
 
-# Fuse from this many keys and queries on (static sizes; symbolic ones are fused). Measured on
-# the 2-core AMD EPYC (AVX-512) this project is developed on (f32, 8 heads of 64, M = N, the `cpu`
-# device, min of 20 calls), fused against unfused (BLAS GEMMs around the Softmax and the safe
-# softmax's row check): 0.10/0.08 ms at 32 keys, 0.17/0.16 at 64, 0.47/0.47 at 128, 1.6/1.7 at
-# 256, 6.1/6.5 at 512, 24/28 at 1,024; in CPU time 94/119 ms at 2,048. Fewer queries than the
-# C kernel's vector of 16 would waste its tiles (decode's M = 1 is a GEMV for the BLAS).
+# Fuse from this many keys and queries on (static sizes; symbolic ones are fused): below 128 keys
+# the unfused BLAS GEMMs are as fast (figures: README, "Attention, fused after extraction"), and
+# fewer queries than the C kernel's vector of 16 would waste its tiles (decode is a GEMV).
 MIN_KEYS = 128
 MIN_QUERIES = 16
 _OUTSIDE = object()  # the graph's outputs as a user

@@ -5,7 +5,6 @@ numpy and cpu, the ops node by node, and the errors for inputs of the wrong kind
 import warnings
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import skl2onnx
 from onnx import TensorProto as TP
@@ -14,18 +13,13 @@ from skl2onnx.common.data_types import DictionaryType, FloatTensorType, StringTe
 from sklearn.feature_extraction import DictVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
+from test_sklearn import _ort
 
 import luminal.onnx as lo
 from luminal.frontends.onnx.errors import OnnxImportError, OnnxInputError
 
 ML = "ai.onnx.ml"
 RNG = np.random.default_rng(3)
-
-
-def _ort(model, feeds):
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
 def _same(got, want):

@@ -316,20 +316,14 @@ def polar(cx, magnitude, angle):
     return Complex.of(magnitude.mul(angle.cos()), magnitude.mul(angle.sin()))
 
 
-@complex_op("sum.dim_IntList", "sum.default")
-def sum_(cx, x, dim=None, keepdim=False, *, dtype=None):
+@complex_op("sum.dim_IntList", "sum.default", "mean.dim", "mean.default")
+def sum_mean(cx, x, dim=None, keepdim=False, *, dtype=None):
+    """Each plane summed (or averaged) over the complex dims."""
     axes = aten_reduce._axes(x.re, dim) if x.ndim else ()
     if not axes:
         return x
-    return Complex(x.planes.sum(tuple(axes), keepdim))
-
-
-@complex_op("mean.dim", "mean.default")
-def mean(cx, x, dim=None, keepdim=False, *, dtype=None):
-    axes = aten_reduce._axes(x.re, dim) if x.ndim else ()
-    if not axes:
-        return x
-    return Complex(x.planes.mean(tuple(axes), keepdim))
+    reduce = x.planes.mean if cx.node.target.__name__.startswith("mean") else x.planes.sum
+    return Complex(reduce(tuple(axes), keepdim))
 
 
 # --- Fourier transforms --------------------------------------------------------------------

@@ -232,24 +232,31 @@ def _cuda_part(node: Node) -> Part:
     return _cuda_rows(node)
 
 
-def _cuda_tiled(node: Node, d: int, dv: int) -> Part:
-    """A block per (batch element, CUDA_Q queries), a thread per query: its q row and its
-    accumulator in registers; tiles of CUDA_K keys of kᵀ and v staged in shared memory by the
-    whole block (every thread then reads the same key: a broadcast)."""
+def _cuda_common(node: Node, key: str):
+    """What both CUDA kernels start from: the operands and their reader, zero_rows, the batch
+    dims, the compute type and its libm suffix, the -inf/inf/NaN literals, the batch index
+    unravelled (z, its lines), and the C of score x of query i and key `key` (scaled, masked)."""
     q, kt, v, mask, at = _operands(node)
     scale, zero_rows = node.arg[:2]
     batch = node.shape[:-2]
     t = "double" if node.dtype is DType.F64 else "float"
-    e = LIBM[t]
-    ninf, inf, nan = (c_literal(float(x), node.dtype) for x in ("-inf", "inf", "nan"))
-    m, n = node.shape[-2], kt.shape[-1]
-    tiles = sym.ceildiv(m, CUDA_Q)
+    literals = tuple(c_literal(float(x), node.dtype) for x in ("-inf", "inf", "nan"))
     z, zlines = unravel("bz", batch, "z")
     score = "x"
     if scale is not None:
         score = f"({t})(x * ({t}){c_literal(scale, node.dtype)})"
     if mask is not None:
-        score = f"({t})({score} + ({t})({mask(z, 'i', '(j0 + j)')}))"
+        score = f"({t})({score} + ({t})({mask(z, 'i', key)}))"
+    return q, kt, v, at, zero_rows, batch, t, LIBM[t], literals, z, zlines, score
+
+
+def _cuda_tiled(node: Node, d: int, dv: int) -> Part:
+    """A block per (batch element, CUDA_Q queries), a thread per query: its q row and its
+    accumulator in registers; tiles of CUDA_K keys of kᵀ and v staged in shared memory by the
+    whole block (every thread then reads the same key: a broadcast)."""
+    q, kt, v, at, zero_rows, batch, t, e, (ninf, inf, nan), z, zlines, score = _cuda_common(node, "(j0 + j)")
+    m, n = node.shape[-2], kt.shape[-1]
+    tiles = sym.ceildiv(m, CUDA_Q)
     kq = CUDA_K
     body = f"""const long long M = {c_dim(m)}, N = {c_dim(n)};
   const long long bz = blockIdx.x / {c_dim(tiles)}, i = (blockIdx.x % {c_dim(tiles)}) * {CUDA_Q} + threadIdx.x;
@@ -308,20 +315,9 @@ def _cuda_rows(node: Node) -> Part:
     """A thread per query row: the online softmax over all keys, read from global memory, the
     accumulator kept in the row's own output (f32 or f64, the accumulation type): for heads
     larger than CUDA_MAX_HEAD or of symbolic size."""
-    q, kt, v, mask, at = _operands(node)
-    scale, zero_rows = node.arg[:2]
-    batch = node.shape[:-2]
-    t = "double" if node.dtype is DType.F64 else "float"
-    e = LIBM[t]
-    ninf, inf, nan = (c_literal(float(x), node.dtype) for x in ("-inf", "inf", "nan"))
+    q, kt, v, at, zero_rows, batch, t, e, (ninf, inf, nan), z, zlines, score = _cuda_common(node, "j")
     m, dv, dd, n = node.shape[-2], node.shape[-1], q.shape[-1], kt.shape[-1]
     rows = sym.product([*batch, m])
-    z, zlines = unravel("bz", batch, "z")
-    score = "x"
-    if scale is not None:
-        score = f"({t})(x * ({t}){c_literal(scale, node.dtype)})"
-    if mask is not None:
-        score = f"({t})({score} + ({t})({mask(z, 'i', 'j')}))"
     body = f"""long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= {c_dim(rows)}) return;
   const long long N = {c_dim(n)}, D = {c_dim(dd)}, DV = {c_dim(dv)};
