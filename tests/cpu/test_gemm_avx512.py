@@ -62,6 +62,7 @@ SHAPES = [
     (25, 70, 800), (100, 64, 300), (100, 65, 300), (7, 9, 1000),  # A read in place (<= 64 columns) or packed
     (200, 40, 5), (193, 100, 17), (13, 4100, 5),  # more rows than a row block (192), more columns than 4096
     (90, 700, 400), (97, 700, 400), (90, 2100, 20),  # B in place up to 96 rows and 2048 columns, packed past them
+    (192, 333, 777), (128, 1536, 384),  # one row block, B packed a panel at a time: K blocks, a ragged last panel
 ]
 
 
@@ -126,6 +127,20 @@ def test_blocks_of_rows_or_columns_are_the_whole_calls_answer(ours, n):
 
 
 @needs_avx512
+@pytest.mark.parametrize("tb", [False, True])
+def test_one_row_block_rounds_as_several(ours, tb):
+    """Up to 192 rows B is packed a panel at a time, past them all of a K block at once: the same
+    chains of multiply-adds, so a call's rows are the same bits either way (special values too)."""
+    rng = np.random.default_rng(17)
+    a, b = rng.standard_normal((300, 700), dtype=np.float32), rng.standard_normal((700, 450), dtype=np.float32)
+    a[5, 3], a[140, 0], b[2, 449], b[600, 7] = np.nan, np.inf, -np.inf, -0.0
+    a[60, :] = -0.0
+    whole = _gemm(ours, a, b, tb=tb)
+    for rows in (slice(0, 192), slice(100, 228), slice(290, 300)):
+        np.testing.assert_array_equal(_gemm(ours, a[rows], b, tb=tb), whole[rows])
+
+
+@needs_avx512
 def test_compiled_graphs_use_it_and_match_the_numpy_runtime(monkeypatch):
     """LUMINAL_GEMM=avx512 puts it in front of OpenBLAS (auto does when OpenBLAS's kernels are
     narrower): a conv-shaped product, a product with few columns split into row blocks across
@@ -145,6 +160,33 @@ def test_compiled_graphs_use_it_and_match_the_numpy_runtime(monkeypatch):
         feeds["v"] = np.ascontiguousarray(feeds["x"].T)
         for (name, _), got, want in zip(g.outputs, cpu(feeds), ref(feeds)):
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-4, err_msg=f"{name} n={n}")
+
+
+@needs_avx512
+def test_a_linear_layer_over_a_prompt_matches_the_numpy_runtime(monkeypatch):
+    """tokens x 512 by a 700 x 512 weight, transposed: B packed a panel at a time in each thread's
+    block of columns; NaN, inf and -0.0 in both operands, no tokens at all, and a few."""
+    monkeypatch.setenv("LUMINAL_GEMM", "avx512")
+    monkeypatch.setattr(runtime, "_BLAS", {})
+    monkeypatch.setenv("LUMINAL_BLAS", "openblas")
+    g = lm.Graph("prompt")
+    t, w = g.input("t", ("n", 512)), g.input("w", (700, 512))
+    g.output(t @ w.T, "y")
+    cpu, ref = g.compile(device="cpu"), g.compile(device="numpy")
+    assert cpu.runtime.blas.gemm == "luminal-avx512"
+    rng = np.random.default_rng(2)
+    for n in (128, 150, 0, 7):
+        feeds = {"t": rng.standard_normal((n, 512), dtype=np.float32), "w": rng.standard_normal((700, 512), dtype=np.float32)}
+        if n:
+            feeds["t"][n // 2, 3], feeds["t"][n - 1, :] = np.nan, -0.0
+            feeds["w"][5, 100], feeds["w"][699, 0] = np.inf, -np.inf
+        (got,), (want,) = cpu(feeds), ref(feeds)
+        assert got.shape == want.shape == (n, 700)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+        np.testing.assert_array_equal(np.signbit(got[np.isinf(got)]), np.signbit(want[np.isinf(want)]))
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=2e-5, atol=2e-4, err_msg=f"n={n}")
 
 
 def test_in_front_of_mkl_only_where_mkl_runs_narrower(monkeypatch):

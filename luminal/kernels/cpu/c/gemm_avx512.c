@@ -10,6 +10,7 @@
 #define MC 192
 #define NC 4096
 #define LUM_A_IN_PLACE_COLS @A_IN_PLACE_COLS@  /* at most this many columns: A read in place, not packed */
+#define LUM_PACK_AHEAD 48  /* floats ahead on each row of a transposed B that its packing prefetches */
 #define LUM_B_IN_PLACE_ROWS 48  /* at most this many rows (96 up to 2048 columns): B read in place, not packed */
 
 typedef void (*lum_sgemm_fn)(int, int, int, long long, long long, long long, float, const float*, long long,
@@ -66,8 +67,12 @@ static void lum_pack_b(long long kc, long long nc, const float* B, long long rs,
       }
     } else if (rs == 1 && w == NR && cs < (1LL << 26)) {  /* op(B) = B^T: columns are B's rows; 16 x 16 blocks transposed in registers */
       long long k = 0;
-      for (; k + 16 <= kc; k += 16)
+      for (; k + 16 <= kc; k += 16) {
+        /* NR rows read side by side are more streams than the hardware prefetcher follows: a weight
+           coming from memory stalled every block. Never a fault: a prefetch past the end is dropped. */
+        for (int r = 0; r < NR; ++r) __builtin_prefetch(B + (j0 + r) * cs + k + LUM_PACK_AHEAD, 0, 3);
         for (int h = 0; h < 2; ++h) lum_transpose16(B + (j0 + 16 * h) * cs + k, cs, dst + k * NR + 16 * h, NR);
+      }
       for (; k < kc; ++k) for (long long j = 0; j < NR; ++j) dst[k * NR + j] = B[(j0 + j) * cs + k];
     } else {
       for (long long j = 0; j < NR; ++j) {
@@ -166,7 +171,8 @@ void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long lon
   const int a_in_place = transa != 112 && N <= LUM_A_IN_PLACE_COLS;
   const int b_in_place = !a_in_place && transb != 112
                          && (M <= LUM_B_IN_PLACE_ROWS || (M <= 2 * LUM_B_IN_PLACE_ROWS && N <= 2048));
-  float* Bp = b_in_place ? NULL : lum_alloc(kc_max * nc_max);
+  const int b_panels = !a_in_place && !b_in_place && M <= MC;  /* B packed a panel at a time (below) */
+  float* Bp = b_in_place ? NULL : lum_alloc(kc_max * (b_panels ? NR : nc_max));
   float* Ap = a_in_place ? NULL : lum_alloc(kc_max * mc_max);
   if ((!b_in_place && !Bp) || (!a_in_place && !Ap)) {  /* out of memory: the BLAS */
     free(Bp); free(Ap);
@@ -201,6 +207,22 @@ void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long lon
         for (long long ir = 0; ir < M; ir += MR)
           lum_kernel_b_rows(kc, Ap + ir * kc, 0, B + pc * ldb + jr, ldb, C + ir * ldc + jr, ldc, pc > 0,
                             lum_mini(MR, M - ir), lum_mini(NR, N - jr));
+    }
+    free(Bp); free(Ap);
+    return;
+  }
+  if (b_panels) {
+    /* one block of rows: A packed once per K block, then each panel of B packed just before the
+       kernels that use it, still in cache (a wide B's whole K block, packed first, is past L2) */
+    for (long long pc = 0; pc < K; pc += kc_max) {
+      const long long kc = lum_mini(kc_max, K - pc);
+      lum_pack_a(M, kc, A + pc * acs, ars, acs, Ap);
+      for (long long jr = 0; jr < N; jr += NR) {
+        lum_pack_b(kc, lum_mini(NR, N - jr), B + pc * brs + jr * bcs, brs, bcs, Bp);
+        for (long long ir = 0; ir < M; ir += MR)
+          lum_kernel_packed(kc, Ap + ir * kc, 0, Bp, NR, C + ir * ldc + jr, ldc, pc > 0, lum_mini(MR, M - ir),
+                            lum_mini(NR, N - jr));
+      }
     }
     free(Bp); free(Ap);
     return;
