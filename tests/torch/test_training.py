@@ -233,6 +233,36 @@ def test_weight_changed_between_forward_and_backward_raises(entry):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_saved_views_of_weights_are_torch_views(device):
+    """A view of an input that aot_autograd's forward returns for the backward (here the batch
+    flattened for the first linear layer; a transposed weight in HF models) is made in torch, as
+    eager's view of the same tensor (no memory), not a copy luminal computes and keeps until the
+    backward; the gradients stay eager's, and a weight changed in place between forward and
+    backward still raises."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 5))
+    eager = copy.deepcopy(model)
+    x = torch.randn(2, 4, 6)
+    graphs = []
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=lambda gm, ex: dynamo.backend(gm, ex, {"device": device, "strict": True},
+                                                                          graphs=graphs))
+    compiled(x).square().sum().backward()
+    eager(x).square().sum().backward()
+    assert_grads_equal(_grads(model), _grads(eager))
+    forward = next(g for g in graphs if not g.name.endswith("_backward"))
+    views = [(i, j, chain) for i, j, chain in forward.aliases if chain]
+    assert forward.pruned and views, forward.aliases
+    n_out = sum(1 for n in forward.graph.graph.nodes if n.op == "output")
+    assert n_out == 1 and len(forward.graph.graph.output_node().args[0]) < len(forward.gm.graph.output_node().args[0])
+    out = compiled(x).sum()
+    with torch.no_grad():
+        model[2].weight.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_luminal_compile_backward_is_compiled(device):
     """luminal.compile in grad mode: forward and backward both luminal's graphs, eager's gradients."""
     torch.manual_seed(0)

@@ -45,8 +45,9 @@ def _weight_grad(x, go, kernel, stride, padding, dilation, groups):
     cg, m = sym.exact_div(c, groups), sym.exact_div(cout, groups)
     positions = sym.product(out)
     taps = sym.product(kernel)
-    # (G, N*O, cg*K): the input's windows, one row per (batch, output position)
-    win = win.reshape((n, groups, cg, positions, taps)).permute(1, 0, 3, 2, 4)
+    # (G, N*O, cg*K): the input's windows, one row per (batch, output position). Permuted while
+    # still a view, so the reshape's copy is the only one (reshaping first copies it twice)
+    win = win.reshape((n, groups, cg, *win.shape[2:])).permute(1, 0, *range(3, 3 + nsp), 2, *range(3 + nsp, 3 + 2 * nsp))
     win = win.reshape((groups, sym.norm(n * positions), sym.norm(cg * taps)))
     # (G, m, N*O): the output's gradient
     g = go.reshape((n, groups, m, positions)).permute(1, 2, 0, 3).reshape((groups, m, sym.norm(n * positions)))

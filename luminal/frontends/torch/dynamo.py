@@ -92,7 +92,9 @@ class LuminalFunction:
         self.imported = None
         self.weights: dict[int, torch.Tensor] = {}
         self.eager = None
-        self.passthrough = _passthrough(gm)
+        # outputs that are an input or a view of one (a weight aot_autograd saves, or its transpose):
+        # made from the input in torch at each call, not computed by luminal
+        self.graph, self.aliases, self.pruned = _without_aliases(gm)
 
     def _build(self, args):
         if isinstance(self.gm, Decomposed):
@@ -107,7 +109,7 @@ class LuminalFunction:
             if self.imported is None:
                 raise LuminalError(f"the compile cache entry of graph {self.name} is gone or refused")
             return
-        importer = self.gm.importer(self.name) if isinstance(self.gm, Decomposed) else FxImporter(self.gm, self.name)
+        importer = self.gm.importer(self.name) if isinstance(self.gm, Decomposed) else FxImporter(self.graph, self.name)
         imported = importer.build(constants)
         seconds, how = self.lowering
         self.imported = imported.compile(device=self.opts["device"], optimize=self.opts["optimize"], name=self.name,
@@ -137,22 +139,68 @@ class LuminalFunction:
         values = list(args)
         args.clear()  # boxed calling convention: let aot_autograd free its inputs early
         out = self.imported(values)
-        for i, j in self.passthrough:  # the input itself, so a saved weight keeps its version counter
-            out[i] = values[j]
+        for i, j, chain in self.aliases:  # in output order: each lands at its own position
+            value = values[j]
+            for target, rest in chain:
+                value = target(value, *rest)
+            if self.pruned:
+                out.insert(i, value)
+            else:
+                out[i] = value
         return out
 
 
-def _passthrough(gm) -> list[tuple[int, int]]:
-    """(output position, input position) of each output of an FX graph that is one of its inputs:
-    a tensor aot_autograd saves for the backward (a weight), which must stay the very tensor the
-    caller gave (torch checks its version at the backward: a weight changed in place between
-    forward and backward raises, as in eager), not a copy luminal made."""
+# ATen views aot_autograd's forward graphs return of their inputs (a linear layer's `t` or
+# `permute` of its weight, saved for the backward); replayed in torch they alias the input as eager's do
+VIEW_OPS = {torch.ops.aten.t.default, torch.ops.aten.permute.default, torch.ops.aten.transpose.int,
+            torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.unsqueeze.default,
+            torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims, torch.ops.aten.expand.default,
+            torch.ops.aten.slice.Tensor, torch.ops.aten.select.int, torch.ops.aten.alias.default}
+
+
+def _alias_chain(node, position):
+    """(input position, [(view op, its other arguments)]) when FX `node` is an input or a chain of
+    `VIEW_OPS` from one with constant arguments, else None."""
+    chain = []
+    while node not in position:
+        if getattr(node, "op", None) != "call_function" or node.target not in VIEW_OPS or node.kwargs:
+            return None
+        rest = node.args[1:]
+        if any(isinstance(a, torch.fx.Node) for a in torch.utils._pytree.tree_leaves(rest)):
+            return None  # a symbolic size: computed in the graph
+        chain.append((node.target, rest))
+        node = node.args[0]
+    return position[node], chain[::-1]
+
+
+def _without_aliases(gm):
+    """(the graph luminal compiles, [(output position, input position, view chain)], whether they
+    were taken out of it): outputs of an
+    FX graph that are one of its inputs, or a view of one, come out of luminal's graph. The input
+    itself must stay the very tensor the caller gave (torch checks a saved weight's version at the
+    backward: a weight changed in place between forward and backward raises, as in eager), and a
+    view of it costs nothing in torch where luminal would copy it (a transposed weight per linear
+    layer, kept until the backward). A graph with no other output keeps them all (luminal's
+    copies), the inputs themselves replacing theirs."""
     if not isinstance(gm, torch.fx.GraphModule):
-        return []
+        return gm, [], False
     nodes = list(gm.graph.nodes)
+    if not nodes or nodes[-1].op != "output" or not isinstance(nodes[-1].args[0], (tuple, list)):
+        return gm, [], False
     position = {n: i for i, n in enumerate(n for n in nodes if n.op == "placeholder")}
-    outputs = torch.utils._pytree.tree_leaves(nodes[-1].args[0]) if nodes and nodes[-1].op == "output" else []
-    return [(i, position[a]) for i, a in enumerate(outputs) if a in position]
+    outputs = list(nodes[-1].args[0])
+    aliases = [(i, *found) for i, o in enumerate(outputs) if (found := _alias_chain(o, position)) is not None]
+    if len(aliases) == len(outputs):
+        return gm, [a for a in aliases if not a[2]], False
+    if not aliases:
+        return gm, [], False
+    graph = torch.fx.Graph()
+    mapping: dict = {}
+    graph.graph_copy(gm.graph, mapping)
+    gone = {i for i, _, _ in aliases}
+    graph.output(tuple(mapping[o] for i, o in enumerate(outputs) if i not in gone))
+    graph.eliminate_dead_code()
+    return torch.fx.GraphModule(gm, graph), aliases, True
 
 
 def _mutated_inputs(agm) -> frozenset[int]:
