@@ -1,8 +1,10 @@
 """The C dialect's convolution kernels.
 
-WindowReduce (direct convolutions, pooling) is the shared generator's element loop, vectorized
-along the output row; planes under 64 wide run here as one flat vector loop per plane
-(`_flat_plane`), not rows of 14 or 7.
+WindowReduce (direct convolutions, pooling): one vector loop per output row, the reads that stay
+put along it (a conv's weights) loaded once per row before it (`_row_body`); planes under 64
+wide as one flat vector loop per plane (`_flat_plane`), not rows of 14 or 7. A WindowReduce read
+only by the pointwise region after it (BatchNorm, ReLU6, hardswish) is computed in that region's
+kernel, each value going straight into it (`WindowEpilogue`, a `fusion_plan` as the im2col's).
 
 GEMM convolutions (`Im2colGemm`): a MatMul whose B operand is an im2col copy nothing else reads
 runs as one kernel that fills the copy tile by tile (T output columns, about 1 MiB) and
@@ -10,8 +12,9 @@ multiplies each tile into its columns of the output, so the full im2col matrix i
 and the tile is still in cache when BLAS reads it. A
 padded copy read only by the im2col is folded into the reads (the pad's mask gives the zeros;
 each run of a row splits into zeros, plain reads and zeros). `program.py` finds these and gives
-the absorbed copies steps that do nothing (the im2col's buffer is the tiles' scratch), so the
-launch table still has one step per node.
+the absorbed copies steps that do nothing, so the launch table still has one step per node; the
+im2col's buffer is the tiles' scratch, and the arena gives it only what the tiles use
+(`steps.im2col_scratch`), the padded copy nothing.
 """
 
 from __future__ import annotations
@@ -22,34 +25,64 @@ import numpy as np
 
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Node, Op
+from luminal.hlir.ops import UNARY, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
-from luminal.kernels.cpu import gemm_avx512
+from luminal.kernels.cpu.steps import K_TILE_ROWS_C, K_TILED_C, TILE_FLOATS, TILE_MIN, TILE_PAR
 from luminal.kernels.render.cexpr import c_dim, compute_type, dims_symbols
-from luminal.kernels.render.conv import element
+from luminal.kernels.render.conv import hoisted_element
 from luminal.kernels.render.cstyle import (
     buffer_sources,
     is_inline_scalar,
+    lanes,
     pointer_of,
+    pointwise_value,
     read,
+    signature,
     store_value,
     symbols_of,
     unravel,
     view_of,
 )
-from luminal.kernels.render.dialect import PAR_MIN, C
+from luminal.kernels.render.dialect import PAR_MIN, C, _c_rows
 
 FLAT_MAX = 4096  # elements of one flat plane (a stack buffer per row of the loop)
 
 
 def window_reduce(node: Node) -> tuple[list[Node], list[str], bool, str] | None:
-    """A WindowReduce over short rows as flat planes (`_flat_plane`): (inputs, symbols, err,
-    body), or None (the shared generator's element loop, vectorized along the output row)."""
-    flat = _flat_plane(node)
-    if flat is None:
+    """A WindowReduce as (inputs, symbols, err, body): short rows as flat planes (`_flat_plane`),
+    others a vector loop along each output row (`_row_body`); None for a scalar output (the
+    shared generator's element loop)."""
+    if not node.shape:
         return None
     inputs = buffer_sources(node)
-    return inputs, symbols_of(node), False, _flat_body(node, *flat, inputs)
+    flat = _flat_plane(node)
+    body = _row_body(node, inputs) if flat is None else _flat_body(node, *flat, inputs)
+    return inputs, symbols_of(node), False, body
+
+
+def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | None = None) -> str:
+    """Per output row, the reads that do not move along it (a conv's weights) into locals, then one
+    vector loop over the row. `epilogue(idx, value, moving)`: (setup, the value stored, of
+    `out_dtype`) given the window's, the window dims in `moving` changing inside the loop
+    (`WindowEpilogue`)."""
+    outer, nd = node.shape[:-1], len(node.shape)
+    rows, inner = [f"i{k}" for k in range(nd - 1)], f"i{nd - 1}"  # the row loop's names (`_c_rows`)
+    setup, stmts, value = hoisted_element(node, rows + [inner], inputs, inner)
+    out_dtype = out_dtype or node.dtype
+    if epilogue is not None:
+        more, value = epilogue(rows + [inner], value, {nd - 1})
+        setup = f"{setup} {more}"
+    per_row = node.shape[-1] * sym.product(node.src[0].shape[nd:])
+    body = f"""{setup}
+        {C.ctype(out_dtype)}* restrict dst = out + row * n_in;
+        #pragma omp simd
+        for (long long {inner} = 0; {inner} < n_in; ++{inner}) {{
+          {stmts}
+          dst[{inner}] = {store_value(out_dtype, value)};
+        }}"""
+    # the rows as the shared generator steps them (a thread's first row split into indices, then
+    # carries: no division per row, which short rows would feel)
+    return f"const long long n_in = {c_dim(node.shape[-1])};\n  " + _c_rows(outer, "i", f"n_rows * {c_dim(per_row)}", body, per_row)
 
 
 def _flat_plane(node: Node) -> tuple[Node, int] | None:
@@ -90,15 +123,20 @@ def _flat_plane(node: Node) -> tuple[Node, int] | None:
     return Node(Op.WINDOW_REDUCE, node.dtype, shape[:-2] + (n,), tuple(srcs), node.arg), wq
 
 
-def _flat_body(node: Node, flat: Node, wq: int, inputs: list[Node]) -> str:
-    """Per plane: the flat run into a stack buffer (one vector loop), then its rows W wide to out."""
+def _flat_body(node: Node, flat: Node, wq: int, inputs: list[Node], epilogue=None, out_dtype: DType | None = None) -> str:
+    """Per plane: the flat run into a stack buffer (one vector loop), then its rows W wide to out
+    (through `epilogue`, as in `_row_body`)."""
     h, w = int(node.shape[-2]), int(node.shape[-1])
     outer = node.shape[:-2]
     rows, lines = unravel("row", outer, "i")
-    stmts, value = element(flat, rows + ["q"], inputs)
+    out_dtype = out_dtype or node.dtype
+    more, result = "", f"plane[y * {wq}LL + x]"
+    if epilogue is not None:
+        more, result = epilogue(rows + ["y", "x"], result, {len(node.shape) - 2, len(node.shape) - 1})
+    setup, stmts, value = hoisted_element(flat, rows + ["q"], inputs, "q")
     t = compute_type(node.dtype)
     terms = c_dim(sym.product(node.src[0].shape[len(node.shape):]))
-    setup = "\n    ".join(lines)
+    setup = "\n    ".join(lines + [setup, more])
     return f"""const long long n_rows = {c_dim(sym.product(outer))}, n_q = {flat.shape[-1]}LL;
   #pragma omp parallel for if (n_rows > 1 && n_rows * {h * w}LL * {terms} >= {PAR_MIN})
   for (long long row = 0; row < n_rows; ++row) {{
@@ -110,22 +148,113 @@ def _flat_body(node: Node, flat: Node, wq: int, inputs: list[Node]) -> str:
       plane[q] = {value};
     }}
     for (long long y = 0; y < {h}LL; ++y)
-      for (long long x = 0; x < {w}LL; ++x) out[(row * {h}LL + y) * {w}LL + x] = {store_value(node.dtype, f"plane[y * {wq}LL + x]")};
+      #pragma omp simd
+      for (long long x = 0; x < {w}LL; ++x) out[(row * {h}LL + y) * {w}LL + x] = {store_value(out_dtype, result)};
   }}"""
 
 
+def fusion_plan(node: Node, users) -> Im2colGemm | WindowEpilogue | None:
+    """The fused kernel `node` heads, if any (`users`: readers by id, an output counting as one):
+    a convolution's tiled im2col GEMM, or a WindowReduce's pointwise epilogue."""
+    return im2col_gemm(node, users) if node.op is Op.MAT_MUL else window_epilogue(node, users)
+
+
+def fused_kernel(plan: Im2colGemm | WindowEpilogue, name: str, operand) -> tuple[str, list[Node], list[str]]:
+    """(code, inputs, symbols) of the kernel of a `fusion_plan`."""
+    kernel = window_epilogue_kernel if isinstance(plan, WindowEpilogue) else im2col_gemm_kernel
+    return kernel(plan, name, operand)
+
+
+@dataclass
+class WindowEpilogue:
+    """A WindowReduce read only by the pointwise region after it (a conv's BatchNorm and
+    activation), element for element: one kernel computes both, each window's value going
+    straight into the region, so the WindowReduce's buffer is neither written nor read."""
+
+    node: Node  # the region (a FusedElementwise, or one pointwise op): the kernel writes its buffer
+    window: Node  # the WindowReduce, absorbed
+
+    @property
+    def absorbed(self) -> list[Node]:
+        return [self.window]
+
+
+_FLOATS = (DType.F32, DType.F64)
+_EPILOGUES = frozenset({Op.FUSED_ELEMENTWISE, Op.CONTIGUOUS, Op.ADD, Op.MUL, Op.MAXIMUM, Op.EXP, Op.SIGMOID}) | UNARY
+
+
+def window_epilogue(node: Node, users) -> WindowEpilogue | None:
+    """The plan fusing a pointwise `node` into the WindowReduce it reads, when that is the
+    WindowReduce's only reader (`users`: readers by id, a graph output counting as one), every
+    read of it is element for element (same shape, contiguous) and the region is float (no
+    error flag); else None."""
+    if node.op not in _EPILOGUES or not node.shape or node.dtype not in _FLOATS:
+        return None
+    windows = [b for b in buffer_sources(node) if b.op is Op.WINDOW_REDUCE]
+    if len(windows) != 1 or (node.op is Op.FUSED_ELEMENTWISE and any(e.dtype not in _FLOATS for e in node.arg.toposort())):
+        return None
+    window = windows[0]
+    if users[id(window)] != 1 or window.dtype not in _FLOATS or _index_map(window.shape, node.shape) is None:
+        return None
+    strides = contiguous_strides(node.shape)
+    for s in node.src:
+        base, st = view_of(s)
+        if base is window and not (st.mask is None and sym.equal(st.offset, 0)
+                                   and all(sym.equal(a, b) or sym.equal(d, 1) for a, b, d in zip(st.strides, strides, node.shape))):
+            return None
+    return WindowEpilogue(node, window)
+
+
+def _index_map(shape, to) -> list[int | None] | None:
+    """For each dim of `to`, the dim of `shape` it is (None: a dim of 1), when the two shapes are
+    the same but for dims of 1 (a grouped conv's (N, G, 1, H, W) read as (N, C, H, W)); else None."""
+    ours = [i for i, d in enumerate(shape) if not sym.equal(d, 1)]
+    theirs = [j for j, d in enumerate(to) if not sym.equal(d, 1)]
+    if len(ours) != len(theirs) or not all(sym.equal(shape[i], to[j]) for i, j in zip(ours, theirs)):
+        return None
+    at = dict(zip(theirs, ours))
+    return [at.get(j) for j in range(len(to))]
+
+
+def window_epilogue_kernel(plan: WindowEpilogue, name: str, operand=None) -> tuple[str, list[Node], list[str]]:
+    """(code, inputs, symbols) of the fused kernel: the WindowReduce's loops (`window_reduce`), the
+    region evaluated on each value as it is stored. `operand` is unused (the im2col's signature)."""
+    node, window = plan.node, plan.window
+    inputs = buffer_sources(window)
+    inputs += [b for b in buffer_sources(node) if b is not window and all(b is not x for x in inputs)]
+    symbols = sorted(set(symbols_of(node)) | set(symbols_of(window)))
+    reads = [s for s in node.src if view_of(s)[0] is window]
+    dims = _index_map(window.shape, node.shape)
+
+    def epilogue(idx: list[str], value: str, moving: set[int]) -> tuple[str, str]:  # idx: the window's index
+        # the region's other float reads that stay put in the loop (a BatchNorm's per-channel
+        # scale and shift) as locals before it, as `hoisted_element` does for the weights
+        at = ["0LL" if d is None else idx[d] for d in dims]
+        fixed = [s for s in node.src if view_of(s)[0] is not window and view_of(s)[0].dtype in _FLOATS
+                 and not is_inline_scalar(view_of(s)[0]) and view_of(s)[1].mask is None
+                 and all(sym.equal(st, 0) for d, st in zip(dims, view_of(s)[1].strides) if d in moving)]
+        names = {id(s): f"e{k}" for k, s in enumerate(fixed)}
+        setup = " ".join(f"const {compute_type(s.dtype)} e{k} = {read(s, at, pointer_of(s, inputs))};" for k, s in enumerate(fixed))
+        with lanes(names | {id(s): store_value(window.dtype, value) for s in reads}):
+            return setup, pointwise_value(node, at, inputs)
+
+    flat = _flat_plane(window)
+    if flat is None:
+        body = _row_body(window, inputs, epilogue, node.dtype)
+    else:
+        body = _flat_body(window, *flat, inputs, epilogue, node.dtype)
+    return f"{signature(name, node, inputs, symbols, False)} {{\n  {body}\n}}\n", inputs, symbols
+
+
 # --- im2col + GEMM in tiles ------------------------------------------------------------------
-TILE_FLOATS = 262144  # a tile of the im2col matrix (K rows x T columns) holds about this many values (1 MiB of f32)
-TILE_MIN = 256  # columns per tile at least (the GEMM's N: BLAS wants it wide)
-TILE_PAR = gemm_avx512.A_IN_PLACE_COLS  # columns per tile at most when the team's threads take tiles of their own
 
 
 @dataclass
 class Im2colGemm:
     """A MatMul whose B operand is a copy nothing else reads (a convolution's im2col: the window
     view of the input, materialized as (batch, K, P)), run as one kernel: per tile of T output
-    columns, the tile of the copy is filled into the copy's own buffer (so the full copy is never
-    written: T columns stay in cache) and multiplied by BLAS into those columns of the output.
+    columns, the tile of the copy is filled into the copy's buffer (so the full copy is never
+    written: T columns stay in cache; the buffer is only the tiles' size, `steps.im2col_scratch`) and multiplied by BLAS into those columns of the output.
     When the copy reads a padded copy nothing else reads either (conv's `x.pad`), the reads go
     through to the unpadded input (the mask gives the zeros), and that copy goes too."""
 
@@ -282,12 +411,9 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
         carry = inner
     carry = carry or ";"
 
-    def tile_loop(fill_pragma: str) -> str:  # the tiles: fill one from the input, multiply it into its columns
-        return f"""for (long long ti = 0; ti < n_tiles; ++ti) {{
-        const long long p0 = ti * T, nt = lum_min(T, N - p0);
-        {fill_pragma}
-        for (long long kk = 0; kk < K; ++kk) {{  /* row kk of the tile: the copy's row bz * K + kk, columns p0.. */
-          const long long R = bz * K + kk;
+    def fill_rows(first: str, count: str) -> str:  # rows first.. of the copy (of batch bz), columns p0 .. p0 + nt, into tile
+        return f"""for (long long kk = 0; kk < {count}; ++kk) {{  /* row kk of the tile: the copy's row bz * K + {first} + kk */
+          const long long R = bz * K + {first} + kk;
           {" ".join(rlines)}
           {" ".join(clines)}
           {t}* dst = tile + kk * nt;
@@ -298,7 +424,13 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
             {last} += run;
             if ({last} == {dl}) {{ {last} = 0; {carry} }}
           }}
-        }}
+        }}"""
+
+    def tile_loop(fill_pragma: str) -> str:  # the tiles: fill one from the input, multiply it into its columns
+        return f"""for (long long ti = 0; ti < n_tiles; ++ti) {{
+        const long long p0 = ti * T, nt = lum_min(T, N - p0);
+        {fill_pragma}
+        {fill_rows("0", "K")}
         lum_gemm_{g}(a_tr, 0, M, nt, K, a_ptr, a_ld, tile, nt, out + bz * M * N + p0, N);
       }}"""
 
@@ -306,6 +438,40 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {{ for (long long q = 0; q < n_batch * M * N; ++q) out[q] = 0; return; }}
+  {t}* const scratch = in{inputs.index(copy)};  /* the copy's buffer: only the tiles' size (`steps.im2col_scratch`) */
+  {t}* a_buf = NULL;  /* a contiguous copy of the weight, when it is not a plain matrix */
+  if (!lum_f64 && {K_TILED_C}) {{
+    /* deep and narrow (a weight's gradient: K = batch x positions, N = channels x taps): tiles
+       of Tk rows of the copy, all N columns, each multiplied into a partial M x N product of
+       its own by a single-threaded GEMM, the partials then summed in tile order. Tk depends on
+       N alone, so the bits do not depend on the team. Not at precision "float64", where the
+       column tiles below keep one rounding per element. */
+    const long long Tk = {K_TILE_ROWS_C}, n_kt = (K + Tk - 1) / Tk, nt = N, p0 = 0;
+    {t}* const partial = scratch;  /* n_kt x M x N, then the threads' tiles of Tk x N */
+    for (long long bz = 0; bz < n_batch; ++bz) {{
+      {" ".join(blines)}
+      const {t}* a_ptr; int a_tr; long long a_ld;
+      {a_setup}
+      #pragma omp parallel num_threads(lum_min(lum_threads, n_kt))  /* a tile each: no more than the scratch holds */
+      {{
+      {t}* const tile = scratch + n_kt * M * N + omp_get_thread_num() * Tk * N;
+      #pragma omp for schedule(static)
+      for (long long kt = 0; kt < n_kt; ++kt) {{
+        const long long k0 = kt * Tk, nk = lum_min(Tk, K - k0);
+        {fill_rows("k0", "nk")}
+        lum_gemm_{g}(a_tr, 0, M, N, nk, a_ptr + (a_tr ? k0 * a_ld : k0), a_ld, tile, N, partial + kt * M * N, N);
+      }}
+      #pragma omp for schedule(static)
+      for (long long q = 0; q < M * N; ++q) {{
+        {t} s = partial[q];
+        for (long long kt = 1; kt < n_kt; ++kt) s += partial[kt * M * N + q];
+        out[bz * M * N + q] = s;
+      }}
+      }}
+    }}
+    free(a_buf);
+    return;
+  }}
   long long T = {TILE_FLOATS}LL / K;  /* columns per tile: the tile stays in cache */
   T = T < {TILE_MIN} ? {TILE_MIN} : T - T % 16;
   T = T < N ? T : N;
@@ -324,8 +490,6 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
     if (t2 < T) T = t2;
   }}
   const long long n_tiles = (N + T - 1) / T;
-  {t}* const scratch = in{inputs.index(copy)};  /* the copy's own buffer: at most threads x K x T of it is written */
-  {t}* a_buf = NULL;  /* a contiguous copy of the weight, when it is not a plain matrix */
   for (long long bz = 0; bz < n_batch; ++bz) {{
     {" ".join(blines)}
     const {t}* a_ptr; int a_tr; long long a_ld;

@@ -3,15 +3,17 @@
 The library holds each distinct kernel once (sorted by name), a wrapper per kernel taking its
 buffers and dims from arrays, and the driver `lum_run`, which interprets the launch table
 (`steps.launch_table`): the order of launches is data, so a 32-layer model builds the same library
-as a 2-layer one. One fusion happens here: a convolution's GEMM whose im2col copy nothing else
-reads is one tiled kernel (`conv.Im2colGemm`); the copies' steps do nothing.
+as a 2-layer one. Two fusions happen here (`conv.fusion_plan`): a convolution's GEMM whose
+im2col copy nothing else reads is one tiled kernel (`conv.Im2colGemm`), and a WindowReduce read
+only by the pointwise region after it is computed inside that region's kernel
+(`conv.WindowEpilogue`); the absorbed nodes' steps do nothing.
 """
 
 from __future__ import annotations
 
 import collections
 
-from luminal.hlir.ops import Node, Op
+from luminal.hlir.ops import Node
 from luminal.kernels.cpu import build, gemm_avx512
 from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.cpu.prelude import PRELUDE, SHARED
@@ -79,8 +81,8 @@ def _wrapper(step: CStep) -> str:
            f"{step.name}({', '.join(args)}); }}"
 
 
-def _fusions(schedule: Schedule) -> tuple[dict[int, cpu_conv.Im2colGemm], set[int]]:
-    """MatMuls run as tiled im2col + GEMM kernels (`conv.Im2colGemm`), by id, and the nodes
+def _fusions(schedule: Schedule) -> tuple[dict[int, cpu_conv.Im2colGemm | cpu_conv.WindowEpilogue], set[int]]:
+    """The fused kernels (`conv.fusion_plan`: tiled im2col GEMMs, WindowReduce epilogues) by id of their node, and the nodes
     they absorb (whose steps then do nothing)."""
     users: collections.Counter = collections.Counter()
     for n in schedule.nodes:
@@ -90,7 +92,7 @@ def _fusions(schedule: Schedule) -> tuple[dict[int, cpu_conv.Im2colGemm], set[in
         users[id(n)] += 1
     plans, absorbed = {}, set()
     for n in schedule.nodes:
-        plan = cpu_conv.im2col_gemm(n, users) if n.op is Op.MAT_MUL else None
+        plan = cpu_conv.fusion_plan(n, users)
         if plan is not None:
             plans[id(n)] = plan
             absorbed.update(id(x) for x in plan.absorbed)
@@ -101,7 +103,7 @@ def _fused_step(node: Node, plans, absorbed) -> KernelSpec | None:
     """The kernel of a node `_fusions` fused or absorbed (under a placeholder name), else None."""
     if id(node) in plans:
         with rendering(C):
-            code, inputs, symbols = cpu_conv.im2col_gemm_kernel(plans[id(node)], "@KERNEL@", _operand)
+            code, inputs, symbols = cpu_conv.fused_kernel(plans[id(node)], "@KERNEL@", _operand)
     elif id(node) in absorbed:
         code, inputs, symbols = cpu_conv.noop_kernel(node, "@KERNEL@"), [], []
     else:
@@ -109,10 +111,10 @@ def _fused_step(node: Node, plans, absorbed) -> KernelSpec | None:
     return KernelSpec("@KERNEL@", code, node, inputs, symbols, None, 0)
 
 
-def step_of(k: KernelSpec, node: Node) -> tuple[str, CStep]:
+def step_of(k: KernelSpec, node: Node, absorbed: bool = False) -> tuple[str, CStep]:
     """(code, step) of kernel `k` computing `node`, named by its op and a hash of its body (`plan.dedup`)."""
     k = dedup(k, node, {})
-    return k.source, CStep(k.name, node, k.inputs, k.symbols, k.uses_error_flag)
+    return k.source, CStep(k.name, node, k.inputs, k.symbols, k.uses_error_flag, absorbed)
 
 
 def render_program(outputs: list[Node]) -> CProgram:
@@ -123,7 +125,7 @@ def render_program(outputs: list[Node]) -> CProgram:
     steps: list[CStep] = []
     for node in schedule.nodes:  # one step per node (a scatter's copy and updates are one function)
         k = _fused_step(node, plans, absorbed) or render_node(node, "@KERNEL@", C, SPECIAL)[0]
-        code, step = step_of(k, node)
+        code, step = step_of(k, node, id(node) in absorbed)
         bodies.setdefault(step.name, (code, step))
         steps.append(step)
     symbols = sorted({s for st in steps for s in st.symbols})

@@ -33,7 +33,7 @@ from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build, gemm_avx512, isa
 from luminal.kernels.cpu.choices import DEFAULT, Choices
-from luminal.kernels.cpu.steps import CProgram, CStep, launch_table
+from luminal.kernels.cpu.steps import CProgram, CStep, im2col_scratch, launch_table
 from luminal.precision import Arithmetic, C
 from luminal.runtime.binding import bind_inputs, index_error
 from luminal.runtime.protocol import Runtime
@@ -321,7 +321,7 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
         k, n_in = table[i], table[i + 1]
         where = table[i + 2:i + 2 + n_in]
         i += 3 + n_in + table[i + 2 + n_in]
-        name = kernels[k]
+        name, absorbed = kernels[k], False
         # The operands are the graph's, not the table's (an edited table could hand a kernel a smaller
         # buffer than it reads, or another dim): the table only picks the kernel, and must agree.
         inputs, syms = buffer_sources(node), symbols_of(node, extra=[x.shape for x in node.src])
@@ -332,11 +332,11 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
             if step is None or step.name != name or len(stored) != len(step.inputs) or any(
                     a is not b for a, b in zip(stored, step.inputs)):
                 raise ArtifactMismatch(f"step {s} ({node.op.title}) reads other buffers than its node")
-            inputs, syms = step.inputs, step.symbols
+            inputs, syms, absorbed = step.inputs, step.symbols, step.absorbed
         if (arity[3 * k] != 1 + len(inputs) or arity[3 * k + 1] != len(syms) or not set(syms) <= set(symbols)
                 or not name.startswith(prefix.get(node.op) or prefix.setdefault(node.op, node.op.title.lower() + "_"))):
             raise ArtifactMismatch(f"step {s} does not fit its node ({node.op.title}) or its kernel ({name})")
-        steps.append(CStep(name, node, inputs, syms, bool(arity[3 * k + 2])))
+        steps.append(CStep(name, node, inputs, syms, bool(arity[3 * k + 2]), absorbed))
     if i != len(table):
         raise ArtifactMismatch("a table of another length")
     return CProgram(None, None, steps, sched, symbols, kernels), library
@@ -352,7 +352,7 @@ def _fused_steps(sched) -> dict[int, CStep]:
     for node in sched.nodes:
         found = _fused_step(node, plans, absorbed)
         if found is not None:
-            steps[id(node)] = step_of(found, node)[1]
+            steps[id(node)] = step_of(found, node, id(node) in absorbed)[1]
     return steps
 
 
@@ -400,6 +400,13 @@ class CpuRuntime(Runtime):
             for b in st.inputs:
                 last[id(b)] = i
         self.intervals = [(first[id(n)], last.get(id(n), first[id(n)])) for n in self.intermediates]
+        # per intermediate, None, or for an absorbed node the (K, N, M) of the fused GEMM whose tile
+        # scratch its buffer is (`steps.im2col_scratch`), or () when no kernel reads it (a padded copy)
+        reader = {id(b): st.output for st in program.steps for b in st.inputs}
+        absorbed = {id(st.output) for st in program.steps if st.absorbed}
+        self._tile_scratch = [None if id(n) not in absorbed else () if getattr(reader.get(id(n)), "op", None) is not Op.MAT_MUL else
+                         (reader[id(n)].src[0].shape[-1], reader[id(n)].shape[-1], reader[id(n)].shape[-2])
+                         for n in self.intermediates]
         self.library_path = library
         self.restored = restored is not None  # built from stored artifacts (no C rendered)
         # the GEMM pointers are the library's globals, shared by every runtime that loads its file:
@@ -463,10 +470,12 @@ class CpuRuntime(Runtime):
     def last_bindings(self) -> dict[str, int] | None:
         """The dims of its latest call (its layouts are LRU-ordered); None before a symbolic one."""
         with self._lock:
-            return dict(next(reversed(self._layouts))) if self._layouts else None
+            return dict(next(reversed(self._layouts))[:-2]) if self._layouts else None
 
-    def _layout(self, bindings: dict[str, int]):
-        key = tuple(sorted(bindings.items()))
+    def _layout(self, bindings: dict[str, int], team: int, f64: bool):
+        """The arena's layout for these dims and a call on at most `team` threads at precision
+        float64 or not (the fused im2col GEMMs' scratch depends on both)."""
+        key = (*sorted(bindings.items()), team, f64)
         with self._lock:
             hit = self._layouts.get(key)
             if hit is not None:
@@ -478,7 +487,13 @@ class CpuRuntime(Runtime):
         def shape(n):
             return tuple(int(sym.evaluate(d, bindings)) for d in n.shape)
 
-        sizes = [int(np.prod(shape(n), dtype=np.int64)) * n.dtype.itemsize for n in self.intermediates]
+        def nbytes(n, scratch):  # a tile scratch's need may exceed the copy's size (depth tiles' partials)
+            if scratch is None:
+                return int(np.prod(shape(n), dtype=np.int64)) * n.dtype.itemsize
+            k, m_cols, m_rows = (int(sym.evaluate(d, bindings)) for d in scratch) if scratch else (0, 0, 0)
+            return im2col_scratch(k, m_cols, m_rows, team, f64) * n.dtype.itemsize
+
+        sizes = [nbytes(n, s) for n, s in zip(self.intermediates, self._tile_scratch)]
         layout = plan_arena(sizes, self.intervals)
         offsets = np.array(layout.offsets or (0,), np.int64)
         dims = np.array([bindings[s] for s in self.program.symbols] or [0], np.int64)
@@ -496,12 +511,13 @@ class CpuRuntime(Runtime):
         return self.run([arrays[n.arg] for n in self.inputs], bindings)
 
     def run(self, ins: list, bindings: dict) -> list[np.ndarray]:
+        team, f64 = self._threads or threads(), self.arithmetic.precision == "float64"
         layout = self._static
-        if layout is None:
-            layout = self._layout(bindings)
+        if layout is None or layout[0] != (team, f64):
+            layout = ((team, f64), self._layout(bindings, team, f64))
             if self._fixed:
                 self._static = layout
-        total, _, _, out_shapes, offsets_at, dims_at = layout
+        total, _, _, out_shapes, offsets_at, dims_at = layout[1]
         ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
         outs = [np.empty(s, dt) for s, dt in zip(out_shapes, self._out_dtypes)]
         # this thread's arena and pointer table, kept between calls: a thread runs one call at a time
@@ -522,8 +538,8 @@ class CpuRuntime(Runtime):
         for i, o in enumerate(outs):
             bufs[k + i] = _address(o)
         err = ctypes.c_int(0)
-        self._run(self._table_at, self._n_steps, bufs, dims_at, shared["arena_at"], offsets_at, ctypes.byref(err), self._threads or threads(),
-                  None if self._seconds is None else self._seconds.ctypes.data, self.arithmetic.precision == "float64")
+        self._run(self._table_at, self._n_steps, bufs, dims_at, shared["arena_at"], offsets_at, ctypes.byref(err), team,
+                  None if self._seconds is None else self._seconds.ctypes.data, f64)
         if err.value:
             if err.value & 2 and not err.value & 1:
                 raise DivisionByZero("integer division or remainder by zero (flagged by the compiled C)")

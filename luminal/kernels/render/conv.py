@@ -9,6 +9,7 @@ type (float for f32/f16/bf16, as a GEMM does); max propagates NaN, as MaxReduce.
 from __future__ import annotations
 
 import itertools
+import re
 
 from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
@@ -29,26 +30,51 @@ def accumulator(node: Node) -> str:
 
 def element(node: Node, idx: list[str], inputs: list[Node]) -> tuple[str, str]:
     """(statements, value) computing one output element in the compute type, `idx` its index."""
+    _, stmts, value = hoisted_element(node, idx, inputs, None)
+    return stmts, value
+
+
+def hoisted_element(node: Node, idx: list[str], inputs: list[Node], inner: str | None) -> tuple[str, str, str]:
+    """(setup, statements, value): as `element`, with the reads that use neither `inner` (the
+    index of the vectorized loop around the element) nor a window loop's index declared in `setup`,
+    for the code before that loop: a conv's weights are the same along an output row, and a read
+    the compiler does not hoist itself (the kernel's pointers lose `restrict` in an OpenMP region,
+    so a store to `out` may change them) is a second load per term."""
     kind, r = node.arg
     t = accumulator(node)
     kernel = [int(d) for d in node.src[0].shape[-r:]]
+    names = [f"k{j}" for j in range(r)]
+    unrolled = sym.product(kernel) <= UNROLL
+    fixed = set() if unrolled else set(names)
+    if inner is not None:
+        fixed.add(inner)
+    hoisted: dict[str, str] = {}
+
+    def value_of(p: int, k: list[str]) -> str:
+        s = node.src[p]
+        v = f"(({t}){read(s, idx + k, pointer_of(s, inputs))})"
+        if inner is None or fixed & set(re.findall(r"[A-Za-z_]\w*", v)):
+            return v
+        return hoisted.setdefault(v, f"w{len(hoisted)}")
 
     def term(k: list[str]) -> str:
-        vals = [f"(({t}){read(s, idx + k, pointer_of(s, inputs))})" for s in node.src]
+        vals = [value_of(p, k) for p in range(len(node.src))]
         return vals[0] if len(vals) == 1 else wrapping(t, vals[0], "*", vals[1])
 
     def combine(acc: str, v: str) -> str:
         return wrapping(t, acc, "+", v) if kind == "sum" else f"lum_max_nan({acc}, {v})"
 
+    def setup() -> str:
+        return " ".join(f"const {t} {w} = {v};" for v, w in hoisted.items())
+
     init = f"(({t})0)" if kind == "sum" else lowest(t)
-    total = sym.product(kernel)
-    if total <= UNROLL:  # the terms in axis order, from the first (an empty window: the identity)
+    if unrolled:  # the terms in axis order, from the first (an empty window: the identity)
         terms = [term([f"{j}LL" for j in k]) for k in itertools.product(*(range(d) for d in kernel))]
         if len(terms) <= 1:
-            return "", terms[0] if terms else init
+            return setup(), "", terms[0] if terms else init
         # one statement per term, not nested calls: the C prelude's lum_max_nan names its first
         # argument twice, so nesting doubles the text per level (cc1 ran out of memory)
-        return f"{t} acc = {terms[0]};" + "".join(f" acc = {combine('acc', v)};" for v in terms[1:]), "acc"
-    names = [f"k{j}" for j in range(r)]
+        return setup(), f"{t} acc = {terms[0]};" + "".join(f" acc = {combine('acc', v)};" for v in terms[1:]), "acc"
     loops = "".join(f"for (long long {n} = 0; {n} < {d}LL; ++{n}) " for n, d in zip(names, kernel))
-    return f"{t} acc = {init};\n    {loops}acc = {combine('acc', term(names))};", "acc"
+    body = f"{t} acc = {init};\n    {loops}acc = {combine('acc', term(names))};"
+    return setup(), body, "acc"
