@@ -3,7 +3,8 @@ generator in the C dialect.
 
 - MatMul: the plan's "gemm" extern step, a BLAS call per batch element on the operand views when
   they are plain (maybe transposed) matrices, else on contiguous copies (f16/bf16 widened to f32);
-- WindowReduce over short rows: flat planes, one vector loop each (`conv.py`);
+- WindowReduce: one vector loop per output row with the weights loaded before it, or over short
+  rows one per flat plane (`conv.window_reduce`);
 - a padded copy (Contiguous or Select of a masked view): rows of fill, copy, fill (`conv.pad_copy`).
 """
 
