@@ -336,19 +336,22 @@ class ElementwiseMixin:
         return self._binary_prim(Op.LESS_THAN, other, reverse=True)
 
     def le(self, other):
+        known = _not_nan(other)
         other = self._operand(other, "LessEqual")
-        return self.gt(other).logical_not().logical_and(self.notnan()).logical_and(other.notnan())
+        return _and_notnan(self.gt(other).logical_not().logical_and(self.notnan()), other, known)
 
     def ge(self, other):
+        known = _not_nan(other)
         other = self._operand(other, "GreaterEqual")
-        return self.lt(other).logical_not().logical_and(self.notnan()).logical_and(other.notnan())
+        return _and_notnan(self.lt(other).logical_not().logical_and(self.notnan()), other, known)
 
     def eq(self, other):
+        known = _not_nan(other)
         other = self._operand(other, "Equal")
         if self.dtype is DType.BOOL:
             return self.logical_xor(other).logical_not()
         differ = self.lt(other).logical_or(self.gt(other))
-        return differ.logical_not().logical_and(self.notnan()).logical_and(other.notnan())
+        return _and_notnan(differ.logical_not().logical_and(self.notnan()), other, known)
 
     def ne(self, other):
         return self.eq(other).logical_not()
@@ -391,6 +394,17 @@ class ElementwiseMixin:
         return F.where(cond, self, other)
 
     where = where_
+
+
+def _not_nan(value) -> bool:
+    """A Python number (or dim expression) that is not NaN: its `notnan()` is true, known now."""
+    return (isinstance(value, numbers.Number) and value == value) or hasattr(value, "free_symbols")
+
+
+def _and_notnan(cond, other, known: bool):
+    """cond and other.notnan(), the latter left out where it is known to hold: a scalar's mask
+    is a bool buffer of its own the C kernels read (and then do not vectorize)."""
+    return cond if known else cond.logical_and(other.notnan())
 
 
 def _mantissa_limit(dtype: DType) -> float:

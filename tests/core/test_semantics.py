@@ -377,3 +377,25 @@ def test_long_rows_sort_by_a_bitonic_network_with_the_rank_orders_answer(device,
     g.output(x.topk(4, 0)[1], "i")
     want = torch.sort(torch.from_numpy(f[:2].T.copy()), dim=0, descending=True, stable=True).indices.numpy()[:4]
     _same(_run(g, {"x": f[:2].T.copy()}, device)[0], want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compare_with_a_number(device):
+    """x <= c, x >= c, x == c against a Python number: torch's answer on NaN, ±inf and -0.0, and
+    no mask for the number's own NaN test (a 0-d bool the C kernels would read, and then not
+    vectorize) where the number is not NaN."""
+    g = lm.Graph()
+    x = g.input("x", ROW.shape)
+    cases = [(x.le(0.0), torch.le, 0.0), (x.ge(-1.0), torch.ge, -1.0), (x.eq(-0.0), torch.eq, -0.0),
+             (x.le(INF), torch.le, INF), (x.ge(-INF), torch.ge, -INF), (x.le(NAN), torch.le, NAN), (x.eq(NAN), torch.eq, NAN)]
+    for out, _, _ in cases:
+        g.output(out)
+    got = _run(g, {"x": ROW}, device)
+    for value, (_, op, c) in zip(got, cases):
+        _same(value, op(torch.from_numpy(ROW), c).numpy())
+    from luminal.hlir.dtypes import DType
+    from luminal.hlir.ops import Op, toposort
+
+    numbers = [out for out, _, c in cases if c == c]
+    masks = [n for n in toposort([t.node for t in numbers]) if n.shape == () and n.dtype is DType.BOOL and n.op is not Op.CONSTANT]
+    assert not masks

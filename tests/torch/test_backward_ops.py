@@ -59,6 +59,12 @@ CASES = {
     "batched matmul": (lambda x: x @ x.transpose(-1, -2), X4),
     "einsum": (lambda x: torch.einsum("bchw,bcwk->bhk", x, x), X4),
     "atan2": (lambda x: torch.atan2(x[:1], x[1:]), X4),
+    # strided convolutions: the input's gradient is a transposed convolution by output phases
+    "conv 3x3 stride 2": (lambda x: F.conv2d(x, torch.linspace(-1, 1, 180).reshape(5, 4, 3, 3), stride=2, padding=1), X4),
+    "conv 3x3 stride 2, unpadded": (lambda x: F.conv2d(x, torch.linspace(-1, 1, 180).reshape(5, 4, 3, 3), stride=2), X4),
+    "conv 1x1 stride 2": (lambda x: F.conv2d(x, torch.linspace(-1, 1, 20).reshape(5, 4, 1, 1), stride=2), X4),
+    "conv 2x3 stride (3, 2), grouped": (lambda x: F.conv2d(x, torch.linspace(-1, 1, 48).reshape(4, 2, 2, 3), stride=(3, 2),
+                                                          padding=(1, 1), groups=2), X4),
 }
 
 # forward ops luminal does not lower yet: a named error in grad mode too, never an eager answer
@@ -121,19 +127,63 @@ def test_multihead_attention_module():
             assert err <= 1e-5 * scale + 1e-7, f"{type(module).__name__} {name}: differs by {err:.2e}"
 
 
-@pytest.mark.parametrize("fill", ["random", "-inf corner", "nan"])
+@pytest.mark.parametrize("kw", [dict(kernel_size=3, stride=2, padding=1),
+                                dict(kernel_size=2, stride=1, padding=1, dilation=2)], ids=["padded", "dilated padded"])
+def test_max_pool_indices_match_torch_on_cpu(kw):
+    """The same on the compiled C backend (the tap scan as vectorized kernels): a channel per edge
+    case, one graph."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 6, 9, 10, generator=g)
+    x[:, 0, :3, :3] = float("-inf")
+    x[:, 1] = float("-inf")
+    x[1, 1, 5:, 6:] = 1.0
+    x[0, 2, 4:6, 4:6] = float("nan")
+    x[1, 2, :, 3] = float("nan")
+    x[:, 2, 0, 0] = float("inf")
+    x[:, 3] = x[:, 3].round()
+    x[:, 4] = torch.where(x[:, 4] > 0, torch.zeros(()), -torch.zeros(()))
+
+    def f(t):
+        return F.max_pool2d(t, return_indices=True, **kw)
+
+    torch._dynamo.reset()
+    with torch.no_grad(), runs_on_luminal():
+        values, indices = torch.compile(f, backend="luminal", options={"device": "cpu", "strict": True})(x)
+    want_values, want_indices = f(x)
+    assert torch.equal(indices, want_indices)
+    torch.testing.assert_close(values, want_values, equal_nan=True)
+
+
+@pytest.mark.parametrize("path", ["unrolled", "reduced"])
+@pytest.mark.parametrize("fill", ["random", "-inf corner", "-inf", "nan", "nans", "ties", "signed zeros"])
 @pytest.mark.parametrize("kw", [dict(kernel_size=3, stride=2, padding=1),
                                 dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True),
+                                dict(kernel_size=2, stride=1, padding=1, dilation=2),
                                 dict(kernel_size=(2, 3), stride=(1, 2)), dict(kernel_size=2, ceil_mode=True)],
-                         ids=["padded", "dilated ceil", "rectangular", "ceil"])
-def test_max_pool_indices_match_torch(kw, fill):
-    """The indices max pooling saves for its backward: computed from the argmax tap and the output
-    position (no window of positions materialized), torch's own, windows of -inf and NaN included."""
+                         ids=["padded", "dilated ceil", "dilated padded", "rectangular", "ceil"])
+def test_max_pool_indices_match_torch(kw, fill, path, monkeypatch):
+    """The indices max pooling saves for its backward, torch's own: the first of equal maxima, the
+    last NaN of a window, and for a window of -inf only its first element inside the input (with
+    dilation, not always the clamped window start). Through both of luminal's spellings: the taps
+    scanned one by one, and a reduction over the window (larger kernels)."""
+    from luminal.frontends.torch import aten_nn
+
+    monkeypatch.setattr(aten_nn, "UNROLLED_TAPS", 64 if path == "unrolled" else 0)
     x = torch.randn(2, 3, 9, 10, generator=torch.Generator().manual_seed(0))
     if fill == "-inf corner":
         x[:, :, :3, :3] = float("-inf")
+    elif fill == "-inf":
+        x[:, 1:] = float("-inf")
+        x[1, 2, 5:, 6:] = 1.0
     elif fill == "nan":
         x[0, 0, 4, 4] = float("nan")
+    elif fill == "nans":
+        x[0, 0, 4:6, 4:6] = float("nan")
+        x[1, 1, :, 3] = float("nan")
+    elif fill == "ties":
+        x = x.round()
+    elif fill == "signed zeros":
+        x = torch.where(x > 0, torch.zeros(()), -torch.zeros(()))
 
     def f(t):
         return F.max_pool2d(t, return_indices=True, **kw)

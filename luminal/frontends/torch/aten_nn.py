@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from luminal.builder import functional as F
 from luminal.builder import nn
 from luminal.errors import UnsupportedError
 from luminal.frontends.torch.aten_ops import aten
@@ -124,29 +125,82 @@ def _max_pool(cx, x, kernel_size, stride, padding, dilation, ceil_mode, with_ind
     if not all(sym.is_static(d) for d in spatial):
         raise UnsupportedError("max_pool indices over symbolic spatial dims")
     kernel, stride, dilation, pads, _ = nn._pool_geometry(x, kernel_size, stride or None, padding, dilation, ceil_mode)
-    flat = nn._pool_windows(x, kernel, stride, dilation, pads, float("-inf"))
-    taps = sym.product(kernel)
-    flat = flat.reshape(flat.shape[: flat.ndim - nsp] + (taps,))
-    # (*lead, *out): the tap of each window's maximum, row-major over the kernel: the first tap
-    # equal to the pooled value (or NaN, which is the max), as argmax, without computing the max again
-    hit = flat.eq(values.reshape(values.shape + (1,))).logical_or(flat.isnan())
-    big = cx.g.scalar(taps, DType.I64)
-    best = cx.g.iota(taps, DType.I64).expand(flat.shape).where_(hit, big).min(-1)
-    # its flat input position, by arithmetic on the tap and the output position (no window of
-    # positions materialized): coordinate = out * stride - pad + tap * dilation along each dim,
-    # clamped into the input (a window of -inf only, all padding where it starts: torch's index is
-    # the first element inside the input)
-    lead = x.ndim - nsp
-    index = None
-    tap_ids = np.arange(taps, dtype=np.int64)
-    for i in range(nsp):
-        # the tap's coordinate along dim i, looked up in a table of the window's taps (an integer
-        # division per element would be a float64 division and two roundings in luminal's primitives)
-        table = cx.g.constant(tap_ids // int(np.prod(kernel[i + 1:])) % kernel[i])
-        tap = table.index_select(0, best.flatten()).reshape(best.shape)
-        out = best.shape[lead + i]
-        start = np.arange(int(out), dtype=np.int64) * stride[i] - pads[i][0]
-        start = cx.g.constant(start.reshape((1,) * (lead + i) + (int(out),) + (1,) * (nsp - 1 - i)))
-        coord = start.add(tap.mul(dilation[i])).clamp(0, int(spatial[i]) - 1)
-        index = coord if index is None else index.mul(int(spatial[i])).add(coord)
-    return values, index.reshape(cx.shape)
+    win = nn._pool_windows(x, kernel, stride, dilation, pads, float("-inf"))
+    spatial = [int(d) for d in spatial]
+    out = [int(d) for d in values.shape[x.ndim - nsp :]]
+    # torch's flat index of an input position: row-major over the spatial dims
+    place = [int(np.prod(spatial[i + 1 :])) for i in range(nsp)]
+    starts = [np.arange(o, dtype=np.int64) * s - lo for o, s, (lo, _) in zip(out, stride, pads)]
+    index = _first_max_unrolled if sym.product(kernel) <= UNROLLED_TAPS else _first_max_reduced
+    return values, index(cx, win, values, kernel, dilation, spatial, place, starts).reshape(cx.shape)
+
+
+# a window of at most this many taps is scanned tap by tap in two elementwise passes (each tap a
+# strided view of the padded input), whose expressions grow with the taps (elementwise regions
+# are bounded); a larger one reduces a materialized (window, taps) key instead
+UNROLLED_TAPS = 9
+
+
+def _grid(cx, parts):
+    """The (*out) int64 constant sum of per-dim vectors, each along its own dim."""
+    nsp = len(parts)
+    total = sum(p.reshape((1,) * i + (-1,) + (1,) * (nsp - 1 - i)) for i, p in enumerate(parts))
+    return cx.g.constant(np.ascontiguousarray(total, dtype=np.int64))
+
+
+def _first_max_unrolled(cx, win, values, kernel, dilation, spatial, place, starts):
+    """torch's index (its CPU kernel scans each window's taps inside the input in row-major
+    order, taking one greater than the maximum so far or NaN, from a maximum of -inf at the
+    first): the first tap equal to a finite or +inf pooled value; the last NaN where it is NaN;
+    the first tap inside the input where it is -inf (with dilation, not always the clamped
+    window start). Padding taps read -inf: below a finite maximum, and not NaN.
+
+    The tap's offset from the window's start, as maxima over the taps of selects among literals
+    (every tap read unconditionally, so the kernels vectorize: nested selects of the taps load
+    them conditionally), the three cases added under 0/1 masks of the pooled value."""
+    shape = values.shape
+    offsets = [int(sum(t * d * p for t, d, p in zip(tap, dilation, place))) for tap in np.ndindex(*kernel)]
+    taps = [win[(Ellipsis, *tap)] for tap in np.ndindex(*kernel)]
+    m = max(offsets) + 1
+    zero = cx.g.scalar(0, DType.I64).expand(shape)
+    low = cx.g.scalar(-m, DType.I64).expand(shape)
+    first = last_nan = None
+    for v, off in zip(taps, offsets):
+        hit = F.where(v.lt(values), low, -off)  # the largest: the first tap not below the maximum
+        nan = F.where(v.lt(float("inf")).logical_or(v.gt(float("-inf"))), low, off)  # the last NaN
+        first = hit if first is None else first.maximum(hit)
+        last_nan = nan if last_nan is None else last_nan.maximum(nan)
+    # where the pooled value is finite or +inf; -inf (its first tap inside the input); NaN
+    finite = F.where(values.gt(float("-inf")), cx.g.scalar(-1, DType.I64).expand(shape), 0)
+    neg_inf = F.where(values.gt(float("-inf")), zero, F.where(values.lt(float("inf")), cx.g.scalar(1, DType.I64).expand(shape), 0))
+    firsts = [s + -(-np.maximum(-s, 0) // d) * d for s, d in zip(starts, dilation)]
+    inside = _grid(cx, [(f - s) * p for f, s, p in zip(firsts, starts, place)]).expand(shape)
+    base = _grid(cx, [s * p for s, p in zip(starts, place)]).expand(shape)
+    # read twice, the NaN scan is a kernel of its own: with the rest, one would exceed the
+    # elementwise regions' size bound and be cut at an arbitrary node
+    nan_part = F.where(last_nan.lt(0), zero, last_nan)
+    offset = first.mul(finite).add(nan_part).add(inside.mul(neg_inf))
+    return offset.add(base)
+
+
+def _first_max_reduced(cx, win, values, kernel, dilation, spatial, place, starts):
+    """The same index as `_first_max_unrolled`, by a min-reduction over the kernel dims of the
+    flat positions of the taps inside the input equal to the pooled value (positions grow in
+    row-major tap order, so the least is the first); negated in a NaN window, where the least is
+    then the last NaN."""
+    nsp = len(kernel)
+    inside, position = np.ones((), bool), np.zeros((), np.int64)
+    for i in range(nsp):  # per (output position, tap), shaped (*out, *kernel)
+        coord = starts[i][:, None] + np.arange(kernel[i], dtype=np.int64)[None, :] * dilation[i]
+        shape = [1] * (2 * nsp)
+        shape[i], shape[nsp + i] = coord.shape
+        inside = inside & ((coord >= 0) & (coord < spatial[i])).reshape(shape)
+        position = position + (coord * place[i]).reshape(shape)
+    ones = (1,) * nsp
+    nan_window = values.isnan()
+    pooled = values.reshape(values.shape + ones)
+    hit = win.eq(pooled).logical_or(win.isnan()).logical_and(cx.g.constant(inside))
+    key = F.where(nan_window.reshape(nan_window.shape + ones), cx.g.constant(-position), cx.g.constant(position))
+    kdims = tuple(range(win.ndim - nsp, win.ndim))
+    best = F.where(hit, key, cx.g.scalar(int(np.prod(spatial)), DType.I64)).min(kdims)
+    return F.where(nan_window, best.neg(), best)

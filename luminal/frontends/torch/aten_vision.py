@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from luminal.builder import functional as F
 from luminal.builder import nn
 from luminal.errors import UnsupportedError
 from luminal.frontends.torch.aten_movement import _spread
@@ -224,6 +225,8 @@ def conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, g
     kernel = weight.shape[2:]
     if not all(sym.is_static(k) for k in kernel):
         raise UnsupportedError("transposed convolution with a symbolic kernel size")
+    if any(s > 1 for s in stride) and all(d == 1 for d in dilation) and all(sym.is_static(n) for n in x.shape[2:]):
+        return _conv_transpose_phases(x, weight, bias, stride, padding, output_padding, groups)
     for i in range(nsp):  # interleave stride - 1 zeros: n -> (n - 1) * stride + 1
         d = 2 + i
         n = x.shape[d]
@@ -239,6 +242,53 @@ def conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, g
     for i in range(nsp):
         w = w.slice(2 + i, None, None, -1)
     return nn.conv(x, w, bias, 1, 0, dilation, groups)
+
+
+def _conv_transpose_phases(x, weight, bias, stride, padding, output_padding, groups):
+    """A strided transposed convolution (dilation 1) as one stride-1 convolution per output phase,
+    interleaved: output position o takes, with t = o + padding, the kernel taps k = t mod stride
+    (+ multiples of the stride) against inputs (t - k) / stride, so phase r is the correlation of
+    the input with the kernel's taps r, r + stride, ... reversed. Each input element meets each
+    kernel tap once, where convolving the zero-interleaved input multiplies by stride^d - 1 zeros
+    out of stride^d. A phase with no taps (stride above the kernel) is zeros."""
+    nsp = x.ndim - 2
+    spatial = [int(n) for n in x.shape[2:]]
+    kernel = [int(k) for k in weight.shape[2:]]
+    cin, cog = weight.shape[0], weight.shape[1]
+    cout = sym.norm(cog * groups)
+    w = weight.reshape((groups, sym.exact_div(cin, groups), cog, *kernel)).transpose(1, 2)
+    w = w.reshape((cout, sym.exact_div(cin, groups), *kernel))
+    length = [(n - 1) * s - 2 * p + k + op for n, s, p, k, op in zip(spatial, stride, padding, kernel, output_padding)]
+    q = [-(-(p + n) // s) for p, n, s in zip(padding, length, stride)]  # per phase: positions (t // stride)
+    phases = {}
+    for r in np.ndindex(*stride):
+        taps = [len(range(ri, k, s)) for ri, k, s in zip(r, kernel, stride)]
+        if 0 in taps:
+            phases[r] = x.graph.full((x.shape[0], cout, *q), 0, x.dtype)
+            continue
+        wr = w
+        for i in range(nsp):  # taps r, r + stride, ..., reversed
+            wr = wr.slice(2 + i, r[i], None, stride[i]).slice(2 + i, None, None, -1)
+        # z[j] = sum_m x[j - m] w[r + m s]: the input padded by taps - 1 before, cut or padded to q after
+        xr = x.pad([(0, 0), (0, 0)] + [(t - 1, qi - n) for t, qi, n in zip(taps, q, spatial)])
+        phases[r] = nn.conv(xr, wr, None, 1, 0, 1, groups)
+
+    def interleave(i, r):
+        if i == nsp:
+            return phases[r]
+        parts = [interleave(i + 1, r + (ri,)) for ri in range(stride[i])]
+        if len(parts) == 1:
+            return parts[0]
+        axis = 2 + i
+        out = F.stack(parts, axis + 1)
+        return out.reshape(out.shape[:axis] + (sym.norm(out.shape[axis] * stride[i]),) + out.shape[axis + 2:])
+
+    out = interleave(0, ())
+    for i in range(nsp):
+        out = out.slice(2 + i, padding[i], padding[i] + length[i])
+    if bias is not None:
+        out = out.add(bias.reshape((bias.shape[0],) + (1,) * nsp))
+    return out
 
 
 @aten("conv_transpose1d.default", "conv_transpose2d.input", "conv_transpose3d.input")
