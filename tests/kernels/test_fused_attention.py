@@ -278,3 +278,40 @@ def test_hf_models_fuse_every_layer(family, monkeypatch):
     assert not [x for x in toposort(cm.compiled.outputs) if x.op not in (Op.INPUT, Op.VIEW) and x.dtype.is_float
                 and len(x.shape) >= 2 and tuple(x.shape[-2:]) == (20, 20)]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2"])
+def test_cpu_causal_at_each_isa(isa, monkeypatch):
+    """The C kernel's tiles are as wide as the ISA's vectors (64 bytes with AVX-512): a causal
+    mask (half the scores -inf, exp's slow inputs) over heads wider than a tile, two query blocks."""
+    monkeypatch.setenv("LUMINAL_ISA", isa)
+    model = Sdpa(is_causal=True)
+    args = _inputs(b=1, h=2, hk=2, m=150, n=150, d=64, dv=80)
+    got, count = _compile(model, args, "cpu", True, monkeypatch)
+    assert count == 1
+    np.testing.assert_allclose(got(*args).numpy(), model(*args).numpy(), rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("model", [Sdpa(), Eager()], ids=["sdpa_safe_softmax", "eager_softmax"])
+def test_cpu_tiny_probabilities_are_exact(model, monkeypatch):
+    """Scores 87 to 104 below the row's max give p = exp(s - max) below FLT_MIN, denormal but
+    not 0, which the kernel exps apart from the rest: inf * p is inf, where p = 0 would give NaN,
+    as on numpy (torch's own kernels flush such p to 0). Each batch element's two queries share
+    their mask row: a key masked out of a row would give 0 * inf = NaN there."""
+    q, k, v, mask = _inputs(b=4, h=1, hk=1, m=2, n=40, d=8, dv=8, mask="float")
+    q.zero_()  # every score is the mask's value
+    mask.fill_(-torch.inf)
+    mask[..., 0] = 0
+    mask[0, ..., 5], mask[1, ..., 6], mask[2, ..., 7] = -95.0, -88.0, -103.0  # p: ~5.5e-42, ~6e-39, ~1.4e-45
+    mask[3, ..., 1], mask[3, ..., 2], mask[3, ..., 3] = -90.0, -120.0, -86.5  # tiny, 0 and normal p in one row
+    v[0, 0, 5, 1] = v[1, 0, 6, 2] = v[2, 0, 7, 3] = v[3, 0, 1, 4] = torch.inf
+    v[3, 0, 3, 4] = 1e30
+    args = (q, k, v, mask)
+    want, count = _compile(model, args, "numpy", True, monkeypatch)
+    want = want(*args).numpy()
+    assert np.isinf(want[[0, 1, 2, 3], 0, :, [1, 2, 3, 4]]).all() and not np.isnan(want).any()
+    fused, count = _compile(model, args, "cpu", True, monkeypatch)
+    assert count == 1
+    got = fused(*args).numpy()
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-37, equal_nan=True)

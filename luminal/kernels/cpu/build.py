@@ -42,6 +42,9 @@ FLAGS = (
 )
 
 
+AVX512 = frozenset({"avx512f", "avx512bw", "avx512dq", "avx512vl"})  # /proc/cpuinfo names, and GCC's -m options
+
+
 class CpuBuildError(LuminalError):
     """The C compiler rejected generated code; the message carries its diagnostics."""
 
@@ -105,6 +108,9 @@ def _machine_flags(isa_name: str) -> tuple[str, ...]:
         return ()
     cpu = cpu_info()[0]
     flags = tuple(f"-m{x}" for x in ("avx2", "f16c") if x in cpu)
+    if AVX512 <= cpu:  # explicit 64-byte vector types (attention's tiles) get zmm registers; loops GCC
+        # vectorizes itself keep 8 float lanes, so their roundings (a sum's order) are as on an AVX2 machine
+        flags += (*(f"-m{x}" for x in sorted(AVX512)), "-mprefer-vector-width=256")
     if "avx2" in cpu and "fma" in cpu:  # a define only: kernels that may contract (attention's tiles) opt in
         flags += ("-DLUM_FMA",)
     libmvec = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")  # glibc's vector libm, libc6-dev

@@ -9,9 +9,12 @@ so out = 0 @ v (NaN where v is); no keys at all gives 0. p = 0 terms are still m
 into the accumulator (0 * NaN in v is NaN, as in the GEMM).
 
 - C: one task per (batch element, block of BQ queries), tasks spread over the OpenMP team; per
-  block of BK keys, the scores as 4 keys x 16 queries register tiles (GCC/Clang vector types;
-  FMAs where the CPU has them, `cpu/render.attention`), the softmax's steps as vector loops over
-  the queries, p @ v as 4 queries x 16 columns tiles (`_c_body`). A mask that varies along one
+  block of BK keys, the scores as 4 keys x lum_w queries register tiles (GCC/Clang vector types
+  as wide as the build's ISA: 64 bytes where `cpu/build` enables AVX-512, else 32; FMAs where the
+  CPU has them, `cpu/render.attention`), the softmax's steps as vector loops over the queries (exp
+  of exponents below LUM_LO, -inf ones of masked scores included, kept off glibc's vector exp,
+  which takes a scalar path per lane for them), p @ v as 4 queries x lum_w columns tiles
+  (`_c_body`). A mask that varies along one
   axis only (padding) is evaluated once per key or per query, not per score. Float
   accumulators; at precision "float64" (`lum_f64`) the same loops in double. Measured against
   the unfused path: `luminal/egraph/attention.py` (MIN_KEYS).
@@ -31,7 +34,7 @@ from luminal.kernels.render.cexpr import c_dim, c_literal
 from luminal.kernels.render.cstyle import LIBM, current, expression, pointer_of, read, store_value, unravel, view_of
 from luminal.kernels.render.dialect import PAR_MIN, Dialect, Part
 
-BQ, BK, W = 128, 128, 16  # C: queries per task, keys per staged block, keys (columns) per register tile
+BQ, BK = 128, 128  # C: queries per task, keys per staged block (a tile's width, lum_w, is two or four vectors)
 CUDA_Q, CUDA_K = 64, 32  # CUDA: queries per block (a thread each), keys per shared-memory tile
 CUDA_MAX_HEAD = 64  # CUDA: the tiled kernel for static f32 heads up to this size (q, acc, 32 scores in registers)
 
@@ -91,8 +94,8 @@ def _c_body(node: Node, t: str) -> str:
         score = f"({t})({score} + mk)"
     elif mask is not None:
         score = f"({t})({score} + ({t})({mask(z, '(i0 + i)', '(j0 + j)')}))"
-    lanes = 32 // (8 if t == "double" else 4)
-    nv = W // lanes
+    lo = "-708.0" if t == "double" else "-87.0f"
+    nv = 4 if t == "double" else 2  # vectors per tile row: 4 x nv accumulators, 8 or 16 of the registers
     tiles = [(r, k) for r in range(4) for k in range(nv)]
     vbase, vst = view_of(v)
     v_direct = vst.mask is None and sym.equal(vst.strides[-1], 1) and vbase.dtype.ctype == t
@@ -103,24 +106,34 @@ def _c_body(node: Node, t: str) -> str:
         vrow = "(vb + j * DV)"
         stage_v = f"for (int j = 0; j < nk; ++j) for (long long c = 0; c < DV; ++c) vb[j * DV + c] = ({t})({at(v, *z, '(j0 + j)', 'c')});"
     zero = f"lum_vt {', '.join(f'c{r}{k} = {{0}}' for r, k in tiles)};"
-    load_q = f"const lum_vt {', '.join(f'x{k} = *(const lum_vt*)(qt + {k * lanes})' for k in range(nv))};"
+    load_q = f"const lum_vt {', '.join(f'x{k} = *(const lum_vt*)(qt + {k} * lum_l)' for k in range(nv))};"
     keys = f"const {t} b0 = kr[c], b1 = kr[k1 + c], b2 = kr[k2 + c], b3 = kr[k3 + c];"
     mac_k = " ".join(f"c{r}{k} += b{r} * x{k};" for r, k in tiles)
-    store_s = " ".join(f"{'' if r == 0 else f'if (r > {r}) '}*(lum_vt*)(sb + (j + {r}) * {BQ} + ic + {k * lanes}) = c{r}{k};" for r, k in tiles)
+    store_s = " ".join(f"{'' if r == 0 else f'if (r > {r}) '}*(lum_vt*)(sb + (j + {r}) * {BQ} + ic + {k} * lum_l) = c{r}{k};" for r, k in tiles)
     at_row = lambda r: "" if r == 0 else f" + {r} * DV"  # noqa: E731
     load_o = zero + "\n            " + " ".join(
-        f"{'' if r == 0 else f'if (r > {r}) '}c{r}{k} = *(const lum_vt*)(o0{at_row(r)} + {k * lanes});" for r, k in tiles)
-    load_v = f"const lum_vt {', '.join(f'v{k} = *(const lum_vt*)(vr + {k * lanes})' for k in range(nv))};"
+        f"{'' if r == 0 else f'if (r > {r}) '}c{r}{k} = *(const lum_vt*)(o0{at_row(r)} + {k} * lum_l);" for r, k in tiles)
+    load_v = f"const lum_vt {', '.join(f'v{k} = *(const lum_vt*)(vr + {k} * lum_l)' for k in range(nv))};"
     mac_v = " ".join(f"c{r}{k} += a{r} * v{k};" for r, k in tiles)
-    store_o = " ".join(f"{'' if r == 0 else f'if (r > {r}) '}*(lum_vt*)(o0{at_row(r)} + {k * lanes}) = c{r}{k};" for r, k in tiles)
+    store_o = " ".join(f"{'' if r == 0 else f'if (r > {r}) '}*(lum_vt*)(o0{at_row(r)} + {k} * lum_l) = c{r}{k};" for r, k in tiles)
     block = f"""{{
-    typedef {t} lum_vt __attribute__((vector_size(32), aligned(sizeof({t}))));  /* GCC/Clang vectors: tiles stay in registers */
+#if defined(__AVX512F__)
+    enum {{ lum_vb = 64 }};  /* the vector width the library is built for (build.machine_flags) */
+#else
+    enum {{ lum_vb = 32 }};
+#endif
+    typedef {t} lum_vt __attribute__((vector_size(lum_vb), aligned(sizeof({t}))));  /* GCC/Clang vectors: tiles stay in registers */
+    enum {{ lum_l = lum_vb / sizeof({t}), lum_w = {nv} * lum_l }};  /* lanes, a tile's width: BQ is a multiple */
     {t}* qtb = ({t}*)malloc(sizeof({t}) * {BQ} * lum_max(D, 1));
     {t}* sb = ({t}*)malloc(sizeof({t}) * {BK} * {BQ});
     {t}* kb = ({t}*)malloc(sizeof({t}) * {BK} * lum_max(D, 1));  /* the block's keys as rows: kᵀ's columns are far apart */
     {t}* acc = ({t}*)malloc(sizeof({t}) * {BQ} * lum_max(DV, 1));
     {t}* vb = {"NULL" if v_direct else f"({t}*)malloc(sizeof({t}) * {BK} * lum_max(DV, 1))"};
     {t} mrow[{BQ}], lrow[{BQ}], mblk[{BQ}], alpha[{BQ}], lsum[{BQ}], qm[{BQ}];
+    {t} LUM_LO = {lo};  /* exp's vector form takes a slow path below this (-inf included); exp of it is normal */
+#if defined(__GNUC__) && defined(__x86_64__)
+    __asm__("" : "+x"(LUM_LO));  /* opaque: GCC would fold exp(LUM_LO) and, threading the clamp, pass the raw exponent */
+#endif
     int badrow[{BQ}];
     #pragma omp for schedule(dynamic, 1)
     for (long long task = 0; task < n_tasks; ++task) {{
@@ -136,7 +149,7 @@ def _c_body(node: Node, t: str) -> str:
         const int nk = (int)lum_min({BK}, N - j0);
         for (long long c = 0; c < D; ++c) for (int j = 0; j < nk; ++j) kb[j * D + c] = ({t})({at(kt, *z, "c", "(j0 + j)")});
         {stage_v}
-        for (int ic = 0; ic < nq; ic += {W}) {{  /* scores of four keys x {W} queries in vector registers */
+        for (int ic = 0; ic < nq; ic += lum_w) {{  /* scores of four keys x lum_w queries in vector registers */
           for (int j = 0; j < nk; j += 4) {{  /* (inner: this chunk's columns of qT stay in L1) */
             const int r = nk - j < 4 ? nk - j : 4;
             const {t}* kr = kb + j * D;
@@ -159,20 +172,36 @@ def _c_body(node: Node, t: str) -> str:
           for (int i = 0; i < nq; ++i) {{ const {t} x = s[i]; const {t} y = {score}; s[i] = y; mblk[i] = y > mblk[i] ? y : mblk[i]; badrow[i] |= (y != y) | (y == {inf}); }}
         }}
         #pragma omp simd
-        for (int i = 0; i < nq; ++i) {{ const {t} mn = mrow[i] > mblk[i] ? mrow[i] : mblk[i]; alpha[i] = mn == {ninf} ? ({t})1 : exp{e}(mrow[i] - mn); mrow[i] = mn; }}
+        for (int i = 0; i < nq; ++i) {{  /* alpha < 0 marks an exponent below LUM_LO: exp'd exactly below */
+          const {t} mn = mrow[i] > mblk[i] ? mrow[i] : mblk[i], d = mrow[i] - mn;
+          /* (a clamp GCC cannot fold into the use's condition, which would pass d itself) */
+          const {t} ea = exp{e}(d < LUM_LO || mn == {ninf} ? LUM_LO : d) * ({t})(d >= LUM_LO);
+          alpha[i] = mn == {ninf} ? ({t})1 : d >= LUM_LO || d == {ninf} ? ea : d; mrow[i] = mn;
+        }}
+        int tiny = 0;  /* a p in (0, exp(LUM_LO)): its lane holds s - max (< 0) until the exact pass */
         for (int j = 0; j < nk; ++j) {{  /* p = exp(s - max), each query's sum */
           {t}* s = sb + j * {BQ};
-          #pragma omp simd
-          for (int i = 0; i < nq; ++i) {{ const {t} p = mrow[i] == {ninf} ? ({t})0 : exp{e}(s[i] - mrow[i]); s[i] = p; lsum[i] += p; }}
+          #pragma omp simd reduction(|:tiny)
+          for (int i = 0; i < nq; ++i) {{
+            const {t} d = s[i] - mrow[i];
+            const int ok = d >= LUM_LO, low = d < LUM_LO && d > {ninf};
+            const {t} p = exp{e}(d < LUM_LO || mrow[i] == {ninf} ? LUM_LO : d) * ({t})ok;  /* (as alpha's) */
+            s[i] = low ? d : p; lsum[i] += p; tiny |= low;
+          }}
+        }}
+        if (tiny) for (int j = 0; j < nk; ++j) for (int i = 0; i < nq; ++i) {{
+          {t}* s = sb + j * {BQ} + i;
+          if (*s < 0) {{ *s = exp{e}(*s); lsum[i] += *s; }}
         }}
         for (int i = 0; i < nq; ++i) {{
+          if (alpha[i] < 0) alpha[i] = exp{e}(alpha[i]);
           lrow[i] = lrow[i] * alpha[i] + lsum[i];
           if (alpha[i] != ({t})1) {{ {t}* o = acc + i * DV; const {t} al = alpha[i]; for (long long c = 0; c < DV; ++c) o[c] *= al; }}
         }}
-        for (int i = 0; i < nq; i += 4) {{  /* acc += p @ v: four queries x {W} columns in registers */
+        for (int i = 0; i < nq; i += 4) {{  /* acc += p @ v: four queries x lum_w columns in registers */
           const int r = nq - i < 4 ? nq - i : 4;
           long long cc = 0;
-          for (; cc + {W} <= DV; cc += {W}) {{
+          for (; cc + lum_w <= DV; cc += lum_w) {{
             {t}* o0 = acc + i * DV + cc;
             {load_o}
             for (int j = 0; j < nk; ++j) {{
@@ -184,7 +213,7 @@ def _c_body(node: Node, t: str) -> str:
             }}
             {store_o}
           }}
-          for (int ii = 0; ii < r; ++ii) {{  /* the columns past the last whole group of {W} */
+          for (int ii = 0; ii < r; ++ii) {{  /* the columns past the last whole group of lum_w */
             {t}* o = acc + (i + ii) * DV;
             for (int j = 0; j < nk; ++j) {{ const {t} a = sb[j * {BQ} + i + ii]; const {t}* vr = {vrow}; for (long long c = cc; c < DV; ++c) o[c] += a * vr[c]; }}
           }}
