@@ -194,3 +194,40 @@ def test_max_pool_indices_match_torch(kw, fill, path, monkeypatch):
     want_values, want_indices = f(x)
     assert torch.equal(indices, want_indices)
     torch.testing.assert_close(values, want_values, equal_nan=True)
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+@pytest.mark.parametrize("fill", ["ties", "nans"])
+@pytest.mark.parametrize("kw", [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2),
+                                dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True),
+                                dict(kernel_size=2, stride=1, padding=1, dilation=2),
+                                dict(kernel_size=(2, 3), stride=(1, 2)), dict(kernel_size=2, ceil_mode=True),
+                                dict(kernel_size=3, stride=3, padding=1)],
+                         ids=["padded", "2x2", "dilated ceil", "dilated padded", "rectangular", "ceil", "stride 3"])
+def test_max_pool_backward_matches_torch(kw, fill, device):
+    """The input gradient of max pooling (each output's gradient added at its window's argmax,
+    gathered per input position): torch's sums where windows share an argmax (ties, a window of
+    -inf), NaN and -0.0 output gradients (a lone -0.0 gives +0.0, as torch's zeroed gradient)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 9, 10, generator=g)
+    if fill == "ties":
+        x = x.round()
+    elif fill == "nans":
+        x[0, 0, 4:6, 4:6] = float("nan")
+    elif fill == "-inf":
+        x[:, 1:] = float("-inf")
+    xl, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+
+    def f(t):
+        return F.max_pool2d(t, **kw)
+
+    torch._dynamo.reset()
+    with runs_on_luminal(2):
+        y = torch.compile(f, backend="luminal", options={"device": device, "strict": True})(xl)
+        w = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+        w[0, 0, 0, :] = -0.0
+        w[1, 2, -1, -1] = float("nan")
+        (y * w).sum().backward()
+    (f(xe) * w).sum().backward()
+    torch.testing.assert_close(xl.grad, xe.grad, equal_nan=True, rtol=1e-6, atol=1e-7)
+    assert torch.equal(torch.signbit(xl.grad), torch.signbit(xe.grad))
