@@ -15,6 +15,12 @@ each run of a row splits into zeros, plain reads and zeros). `program.py` finds 
 the absorbed copies steps that do nothing, so the launch table still has one step per node; the
 im2col's buffer is the tiles' scratch, and the arena gives it only what the tiles use
 (`steps.im2col_scratch`), the padded copy nothing.
+
+GEMM epilogues (`GemmEpilogue`): a MatMul (the tiled im2col GEMM, or a plain one: a 1x1 conv, a
+linear layer) read only by the pointwise region after it (BatchNorm, bias, activation, residual
+add), element for element in its layout, runs in that region's kernel: each tile (a plain GEMM:
+each batch element) is multiplied into the region's buffer and the region applied to it in
+place while it is in cache. The GEMM's buffer is absorbed (no bytes).
 """
 
 from __future__ import annotations
@@ -153,16 +159,24 @@ def _flat_body(node: Node, flat: Node, wq: int, inputs: list[Node], epilogue=Non
   }}"""
 
 
-def fusion_plan(node: Node, users) -> Im2colGemm | WindowEpilogue | None:
+def fusion_plan(node: Node, users) -> Im2colGemm | WindowEpilogue | GemmEpilogue | None:
     """The fused kernel `node` heads, if any (`users`: readers by id, an output counting as one):
-    a convolution's tiled im2col GEMM, or a WindowReduce's pointwise epilogue."""
-    return im2col_gemm(node, users) if node.op is Op.MAT_MUL else window_epilogue(node, users)
+    a convolution's tiled im2col GEMM, a WindowReduce's pointwise epilogue, or the pointwise
+    region after a GEMM (which then absorbs that GEMM's own plan, if any)."""
+    if node.op is Op.MAT_MUL:
+        return im2col_gemm(node, users)
+    return window_epilogue(node, users) or gemm_epilogue(node, users)
 
 
-def fused_kernel(plan: Im2colGemm | WindowEpilogue, name: str, operand) -> tuple[str, list[Node], list[str]]:
+def fused_kernel(plan: Im2colGemm | WindowEpilogue | GemmEpilogue, name: str, operand) -> tuple[str, list[Node], list[str]]:
     """(code, inputs, symbols) of the kernel of a `fusion_plan`."""
-    kernel = window_epilogue_kernel if isinstance(plan, WindowEpilogue) else im2col_gemm_kernel
-    return kernel(plan, name, operand)
+    if isinstance(plan, WindowEpilogue):
+        return window_epilogue_kernel(plan, name, operand)
+    if isinstance(plan, GemmEpilogue):
+        if plan.gemm is None:
+            return gemm_epilogue_kernel(plan, name, operand)
+        return im2col_gemm_kernel(plan.gemm, name, operand, plan)
+    return im2col_gemm_kernel(plan, name, operand)
 
 
 @dataclass
@@ -329,6 +343,138 @@ def im2col_gemm(node: Node, users) -> Im2colGemm | None:
     return Im2colGemm(node, copy, split, pad, terms)
 
 
+@dataclass
+class GemmEpilogue:
+    """A GEMM (tiled im2col, `Im2colGemm`, or plain) read only by the pointwise region after it
+    (a conv's BatchNorm, bias, activation, residual add), element for element in its layout: the
+    GEMM multiplies each tile (plain: each batch element) into the region's output, and the region
+    is applied to those columns right after, while they are in cache. The GEMM's result is stored (rounded to its dtype)
+    before the region reads it, as when the region reads its buffer, so the bits are the same."""
+
+    matmul: Node
+    gemm: Im2colGemm | None  # the MatMul's tiled im2col form, or None: a plain GEMM (a 1x1 conv's)
+    node: Node  # the region (a FusedElementwise, or one pointwise op): the kernel writes its buffer
+    rows: Node  # the region over (its dims before the GEMM's columns, the columns as one dim)
+
+    @property
+    def absorbed(self) -> list[Node]:
+        return [self.matmul, *(self.gemm.absorbed if self.gemm is not None else ())]
+
+
+def gemm_epilogue(node: Node, users) -> GemmEpilogue | None:
+    """The plan fusing a pointwise `node` into the GEMM it reads (tiled im2col or plain), when that is the
+    GEMM's only reader, of its dtype (float, no error flag), reading it contiguously as a reshape
+    of its (batch.., M, N) (the conv's (n, C, H, W)), its other operands readable with the dims
+    that make up the GEMM's columns as one (a BatchNorm's per-channel vectors, a residual); else None."""
+    # (not a bare copy: a conv's output copied out as a graph output keeps its GEMM's own step)
+    if node.op not in _EPILOGUES or node.op is Op.CONTIGUOUS or not node.shape or node.dtype not in _FLOATS:
+        return None
+    gemms = [b for b in buffer_sources(node) if b.op is Op.MAT_MUL]
+    if len(gemms) != 1 or (node.op is Op.FUSED_ELEMENTWISE and any(e.dtype not in _FLOATS for e in node.arg.toposort())):
+        return None
+    mm = gemms[0]
+    if users[id(mm)] != 1 or mm.dtype is not node.dtype or not sym.equal(sym.product(node.shape), sym.product(mm.shape)):
+        return None
+    gemm = im2col_gemm(mm, users)
+    shape, cols = node.shape, mm.shape[-1]
+    split, prod = len(shape), 1
+    while split > 0 and not sym.equal(prod, cols):
+        split -= 1
+        prod = sym.norm(prod * shape[split])
+    if not sym.equal(prod, cols) or split == len(shape):
+        return None
+    srcs = []
+    for s in node.src:
+        base, st = view_of(s)
+        if base is mm and not _contiguous_view(st):
+            return None
+        if is_inline_scalar(base):
+            srcs.append(s)
+            continue
+        inner = [(d, w) for d, w in zip(st.shape[split:], st.strides[split:]) if not sym.equal(d, 1)]
+        if st.mask is not None or not all(sym.equal(w, sym.norm(w2 * d2)) for (_, w), (d2, w2) in zip(inner, inner[1:])):
+            return None
+        merged = ShapeTracker((*st.shape[:split], cols), (*st.strides[:split], inner[-1][1] if inner else 0), st.offset)
+        srcs.append(Node(Op.VIEW, s.dtype, merged.shape, (base,), merged))
+    return GemmEpilogue(mm, gemm, node, Node(node.op, node.dtype, (*shape[:split], cols), tuple(srcs), node.arg))
+
+
+def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: str, pragma: str) -> str:
+    """C applying the region to columns p0 .. p0 + nt of every row of batch element bz of the
+    GEMM's output, in place in `out` (the region's buffer); its reads that stay put along a row
+    (a BatchNorm's per-channel scale and shift) into locals before the row's vector loop."""
+    region, mm = plan.rows, plan.matmul
+    names, lines = unravel("row", region.shape[:-1], "y")
+    idx = [*names, "pc"]
+    mine = [s for s in region.src if view_of(s)[0] is mm]
+    fixed = [s for s in region.src if view_of(s)[0] is not mm and not is_inline_scalar(view_of(s)[0])
+             and sym.equal(view_of(s)[1].strides[-1], 0)]
+    setup = " ".join(f"const {compute_type(s.dtype)} e{k} = {read(s, idx, pointer_of(s, inputs))};" for k, s in enumerate(fixed))
+    with lanes({id(s): f"e{k}" for k, s in enumerate(fixed)} | {id(s): "dst[pc]" for s in mine}):
+        value = pointwise_value(region, idx, inputs)
+    return f"""{pragma}
+        for (long long mr = 0; mr < M; ++mr) {{
+          const long long row = bz * M + mr;
+          {" ".join(lines)}
+          {setup}
+          {t}* restrict dst = out + row * N;
+          #pragma omp simd
+          for (long long pc = {p0}; pc < {p0} + {nt}; ++pc) dst[pc] = {store_value(region.dtype, value)};
+        }}"""
+
+
+def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, list[Node], list[str]]:
+    """(code, inputs, symbols) of a plain GEMM (`render.matmul`'s, the same calls, so the same
+    bits) whose batch elements each go through the region as soon as the GEMM has written them.
+    `operand`: the C dialect's GEMM operand setup (`render._operand`)."""
+    node, region = plan.matmul, plan.node
+    a, b = node.src
+    t = compute_type(node.dtype)
+    g = {"float": "f", "double": "d"}[t]
+    inputs = buffer_sources(node)
+    inputs += [x for x in buffer_sources(region) if x is not node and all(x is not y for y in inputs)]
+    symbols = sorted(set(symbols_of(node)) | set(symbols_of(region)) | set(symbols_of(plan.rows)))
+    batch = node.shape[:-2]
+    m, n, k = (c_dim(d) for d in (node.shape[-2], node.shape[-1], a.shape[-1]))
+    bnames, blines = unravel("bz", batch, "z")
+    a_setup, _ = operand(a, "a", bnames, a.shape[-2], a.shape[-1], inputs, t)
+    b_setup, _ = operand(b, "b", bnames, b.shape[-2], b.shape[-1], inputs, t)
+
+    def batch_loop(pragma: str, rows_pragma: str) -> str:  # as `render.matmul`'s, each element then through the region
+        return f"""{t}* a_buf = NULL;
+    {t}* b_buf = NULL;
+    {pragma}
+    for (long long bz = 0; bz < n_batch; ++bz) {{
+      {" ".join(blines)}
+      const {t}* a_ptr; const {t}* b_ptr; int a_tr, b_tr; long long a_ld, b_ld;
+      {a_setup}
+      {b_setup}
+      lum_gemm_{g}(a_tr, b_tr, M, N, K, a_ptr, a_ld, b_ptr, b_ld, out + bz * M * N, N);
+      {_epilogue_rows(plan, inputs, t, "0", "N", rows_pragma)}
+    }}
+    free(a_buf); free(b_buf);"""
+
+    code = f"""{signature(name, region, inputs, symbols, False)} {{
+  const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {{
+    for (long long q = 0; q < n_batch * M * N; ++q) out[q] = 0;
+    for (long long bz = 0; bz < n_batch; ++bz) {{ {_epilogue_rows(plan, inputs, t, "0", "N", "")} }}
+    return;
+  }}
+  if (lum_batch_parallel(n_batch, M, N, K)) {{
+    #pragma omp parallel
+    {{
+    {batch_loop("#pragma omp for schedule(static)", "")}
+    }}
+  }} else {{
+    {batch_loop("", f"#pragma omp parallel for if (M * N >= {PAR_MIN})")}
+  }}
+}}
+"""
+    return code, inputs, symbols
+
+
 def _index_through(plan: Im2colGemm, idx: list[str]) -> list[str]:
     """The padded copy's index (one C expression per dim) of the copy's element `idx`."""
     index = []
@@ -378,9 +524,10 @@ def _run(plan: Im2colGemm, head: list[str], cl: str, inputs: list[Node], t: str)
           for (long long u = u_hi; u < run; ++u) dst[q + u] = 0;"""
 
 
-def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[Node], list[str]]:
+def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilogue | None = None) -> tuple[str, list[Node], list[str]]:
     """(code, inputs, symbols) of the fused kernel: `name(out, in0.., dims..)`, the copy's
-    buffer (scratch) writable. `operand`: the C dialect's GEMM operand setup (`render._operand`)."""
+    buffer (scratch) writable. `operand`: the C dialect's GEMM operand setup (`render._operand`).
+    With `epilogue`, `out` is the region's buffer: each tile's columns go through the region."""
     node, copy = plan.node, plan.copy
     a = node.src[0]
     t = compute_type(node.dtype)
@@ -393,6 +540,12 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
         _, st = view_of(src)
         dims += [st.shape, st.strides, (st.offset,)] + ([tuple(x for lh in st.mask for x in lh)] if st.mask else [])
     symbols = dims_symbols(*dims)
+    if epilogue is not None:
+        inputs += [b for b in buffer_sources(epilogue.node) if b is not node and all(b is not x for x in inputs)]
+        symbols = sorted(set(symbols) | set(symbols_of(epilogue.node)) | set(symbols_of(epilogue.rows)))
+
+    def after(p0: str, nt: str, pragma: str) -> str:  # the region on those columns of batch element bz
+        return "" if epilogue is None else _epilogue_rows(epilogue, inputs, t, p0, nt, pragma)
     params = [f"{t}* restrict out"] + [
         (f"{t}* restrict in{k}" if x is copy else f"const {C.ctype(x.dtype)}* restrict in{k}") for k, x in enumerate(inputs)]
     params += [f"long long d_{s}" for s in symbols]
@@ -426,18 +579,23 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
           }}
         }}"""
 
-    def tile_loop(fill_pragma: str) -> str:  # the tiles: fill one from the input, multiply it into its columns
+    def tile_loop(fill_pragma: str, epilogue_pragma: str = "") -> str:  # the tiles: fill one from the input, multiply it into its columns
         return f"""for (long long ti = 0; ti < n_tiles; ++ti) {{
         const long long p0 = ti * T, nt = lum_min(T, N - p0);
         {fill_pragma}
         {fill_rows("0", "K")}
         lum_gemm_{g}(a_tr, 0, M, nt, K, a_ptr, a_ld, tile, nt, out + bz * M * N + p0, N);
+        {after("p0", "nt", epilogue_pragma)}
       }}"""
 
     code = f"""static void {name}({', '.join(params)}) {{
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
   if (M <= 0 || N <= 0) return;
-  if (K <= 0) {{ for (long long q = 0; q < n_batch * M * N; ++q) out[q] = 0; return; }}
+  if (K <= 0) {{
+    for (long long q = 0; q < n_batch * M * N; ++q) out[q] = 0;
+    for (long long bz = 0; bz < n_batch; ++bz) {{ {after("0", "N", "")} }}
+    return;
+  }}
   {t}* const scratch = in{inputs.index(copy)};  /* the copy's buffer: only the tiles' size (`steps.im2col_scratch`) */
   {t}* a_buf = NULL;  /* a contiguous copy of the weight, when it is not a plain matrix */
   if (!lum_f64 && {K_TILED_C}) {{
@@ -468,6 +626,7 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
         out[bz * M * N + q] = s;
       }}
       }}
+      {after("0", "N", f"#pragma omp parallel for if (M * N >= {PAR_MIN})")}
     }}
     free(a_buf);
     return;
@@ -503,7 +662,7 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand) -> tuple[str, list[
       }}
     }} else {{  /* outside any region (inside even an inactive one, MKL threads by nested teams) */
       {t}* const tile = scratch;
-      {tile_loop(f"#pragma omp parallel for if (K * nt >= {PAR_MIN})")}
+      {tile_loop(f"#pragma omp parallel for if (K * nt >= {PAR_MIN})", f"#pragma omp parallel for if (M * nt >= {PAR_MIN})")}
     }}
   }}
   free(a_buf);

@@ -3,10 +3,11 @@
 The library holds each distinct kernel once (sorted by name), a wrapper per kernel taking its
 buffers and dims from arrays, and the driver `lum_run`, which interprets the launch table
 (`steps.launch_table`): the order of launches is data, so a 32-layer model builds the same library
-as a 2-layer one. Two fusions happen here (`conv.fusion_plan`): a convolution's GEMM whose
-im2col copy nothing else reads is one tiled kernel (`conv.Im2colGemm`), and a WindowReduce read
+as a 2-layer one. The fusions happen here (`conv.fusion_plan`): a convolution's GEMM whose
+im2col copy nothing else reads is one tiled kernel (`conv.Im2colGemm`), a WindowReduce read
 only by the pointwise region after it is computed inside that region's kernel
-(`conv.WindowEpilogue`); the absorbed nodes' steps do nothing.
+(`conv.WindowEpilogue`), and so is a GEMM, tiled or plain, read only by such a region
+(`conv.GemmEpilogue`); the absorbed nodes' steps do nothing.
 """
 
 from __future__ import annotations
@@ -81,9 +82,9 @@ def _wrapper(step: CStep) -> str:
            f"{step.name}({', '.join(args)}); }}"
 
 
-def _fusions(schedule: Schedule) -> tuple[dict[int, cpu_conv.Im2colGemm | cpu_conv.WindowEpilogue], set[int]]:
-    """The fused kernels (`conv.fusion_plan`: tiled im2col GEMMs, WindowReduce epilogues) by id of their node, and the nodes
-    they absorb (whose steps then do nothing)."""
+def _fusions(schedule: Schedule) -> tuple[dict[int, cpu_conv.Im2colGemm | cpu_conv.WindowEpilogue | cpu_conv.GemmEpilogue], set[int]]:
+    """The fused kernels (`conv.fusion_plan`: tiled im2col GEMMs, WindowReduce epilogues, GEMM
+    epilogues) by id of their node, and the nodes they absorb (whose steps then do nothing)."""
     users: collections.Counter = collections.Counter()
     for n in schedule.nodes:
         for b in buffer_sources(n):
@@ -96,6 +97,8 @@ def _fusions(schedule: Schedule) -> tuple[dict[int, cpu_conv.Im2colGemm | cpu_co
         if plan is not None:
             plans[id(n)] = plan
             absorbed.update(id(x) for x in plan.absorbed)
+            for x in plan.absorbed:  # a GEMM whose region took it in: its own plan is the region's now
+                plans.pop(id(x), None)
     return plans, absorbed
 
 

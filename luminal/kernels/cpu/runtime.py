@@ -401,11 +401,13 @@ class CpuRuntime(Runtime):
                 last[id(b)] = i
         self.intervals = [(first[id(n)], last.get(id(n), first[id(n)])) for n in self.intermediates]
         # per intermediate, None, or for an absorbed node the (K, N, M) of the fused GEMM whose tile
-        # scratch its buffer is (`steps.im2col_scratch`), or () when no kernel reads it (a padded copy)
-        reader = {id(b): st.output for st in program.steps for b in st.inputs}
+        # scratch its buffer is (`steps.im2col_scratch`): the MatMul reading it as its B operand,
+        # whichever step runs that GEMM (its own, or its epilogue region's); or () when it is no
+        # GEMM's B (a padded copy, a GEMM absorbed by its epilogue)
+        gemm_of = {id(b.src[0] if b.op is Op.VIEW else b): n for n in sched.nodes if n.op is Op.MAT_MUL for b in n.src[1:2]}
         absorbed = {id(st.output) for st in program.steps if st.absorbed}
-        self._tile_scratch = [None if id(n) not in absorbed else () if getattr(reader.get(id(n)), "op", None) is not Op.MAT_MUL else
-                         (reader[id(n)].src[0].shape[-1], reader[id(n)].shape[-1], reader[id(n)].shape[-2])
+        self._tile_scratch = [None if id(n) not in absorbed else () if id(n) not in gemm_of else
+                         (gemm_of[id(n)].src[0].shape[-1], gemm_of[id(n)].shape[-1], gemm_of[id(n)].shape[-2])
                          for n in self.intermediates]
         self.library_path = library
         self.restored = restored is not None  # built from stored artifacts (no C rendered)

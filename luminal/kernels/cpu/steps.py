@@ -23,8 +23,9 @@ class CStep:
     inputs: list[Node]
     symbols: list[str]
     err: bool
-    # a node a fused kernel computes (a convolution's im2col copy or its padded input): its step
-    # does nothing; the copy's buffer is that kernel's tile scratch (`im2col_scratch`), the pad's unused
+    # a node a fused kernel computes (a convolution's im2col copy or its padded input, a GEMM its
+    # epilogue region runs): its step does nothing; the copy's buffer is that kernel's tile scratch
+    # (`im2col_scratch`), the pad's and the GEMM's unused
     absorbed: bool = False
 
 

@@ -1,0 +1,218 @@
+"""The pointwise region after a convolution's GEMM applied to each tile of its output as the GEMM
+writes it (`luminal/kernels/cpu/conv.py`, `GemmEpilogue`): a conv's BatchNorm, bias, ReLU or
+ReLU6 and residual add, for the tiled im2col GEMM and the plain GEMM of a 1x1 conv.
+
+The fused kernel stores the GEMM's result before the region reads it, so its bits are the
+unfused program's; checked with NaN, inf and -0.0 in the input, the BatchNorm vectors and the
+residual, on teams of 1 to 4 threads, at both precisions, against the NumPy runtime and torch,
+and from stored artifacts. A GEMM whose output anything else reads (a graph output, a second
+region) or that the region reads transposed is not fused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.builder import nn
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Op
+from luminal.kernels.cpu import conv as cpu_conv
+from luminal.kernels.cpu import runtime as cpu_runtime
+
+torch = pytest.importorskip("torch")
+
+
+def _special(rng, shape, scale=1.0, special=True):
+    a = (rng.standard_normal(shape) * scale).astype(np.float32)
+    flat = a.reshape(-1)
+    if special and flat.size >= 8:
+        flat[[1, 5, 7]] = np.nan, np.inf, -0.0
+    return a
+
+
+# Each case: (x shape, weight shape, stride, padding, groups, epilogue), the epilogue one of
+# "bn_relu" (per-channel scale and shift, then ReLU), "bias_relu6", "residual_relu".
+CASES = {
+    "conv3x3_bn_relu": ((2, 16, 20, 20), (32, 16, 3, 3), 1, 1, 1, "bn_relu"),
+    "conv3x3_s2_bias_relu6": ((2, 8, 21, 21), (24, 8, 3, 3), 2, 1, 1, "bias_relu6"),
+    "conv3x3_residual_relu": ((1, 16, 14, 14), (16, 16, 3, 3), 1, 1, 1, "residual_relu"),
+    "grouped_bn_relu": ((2, 32, 12, 12), (32, 16, 3, 3), 1, 1, 2, "bn_relu"),
+    "partial_tiles_bn_relu": ((1, 16, 50, 50), (16, 16, 3, 3), 1, 1, 1, "bn_relu"),  # 2500 columns: a last partial tile
+    "conv1x1_bn_relu": ((2, 32, 15, 15), (48, 32, 1, 1), 1, 0, 1, "bn_relu"),
+    "conv1x1_residual_relu": ((1, 24, 17, 17), (24, 24, 1, 1), 1, 0, 1, "residual_relu"),
+}
+
+
+def _case(name, rng):
+    xs, ws, stride, padding, groups, epi = CASES[name]
+    cout = ws[0]
+    ho = (xs[2] + 2 * padding - ws[2]) // stride + 1
+    wo = (xs[3] + 2 * padding - ws[3]) // stride + 1
+    g = lm.Graph(name)
+    x, w = g.input("x", xs), g.input("w", ws)
+    # (no NaN in the weights: torch's padded convs skip the padding's products, NaN * 0 included)
+    feeds = {"x": _special(rng, xs), "w": _special(rng, ws, 0.2, special=False)}
+    y = nn.conv(x, w, None, stride, padding, 1, groups)
+    if epi == "bn_relu":
+        s, b = g.input("s", (cout, 1, 1)), g.input("b", (cout, 1, 1))
+        feeds["s"], feeds["b"] = _special(rng, (cout, 1, 1)), _special(rng, (cout, 1, 1))
+        feeds["s"][2] = -0.0
+        out = (y * s + b).relu()
+    elif epi == "bias_relu6":
+        b = g.input("b", (cout,))
+        feeds["b"] = _special(rng, (cout,))
+        out = nn.conv(x, w, b, stride, padding, 1, groups).clamp(0, 6)
+    else:
+        r = g.input("r", (xs[0], cout, ho, wo))
+        feeds["r"] = _special(rng, (xs[0], cout, ho, wo))
+        out = (y + r).relu()
+    g.output(out, "y")
+
+    def reference():
+        t = {k: torch.from_numpy(v) for k, v in feeds.items()}
+        yt = torch.nn.functional.conv2d(t["x"], t["w"], None, stride, padding, 1, groups)
+        if epi == "bn_relu":
+            return torch.relu(yt * t["s"] + t["b"]).numpy()
+        if epi == "bias_relu6":
+            return torch.clamp(yt + t["b"].reshape(-1, 1, 1), 0, 6).numpy()
+        return torch.relu(yt + t["r"]).numpy()
+
+    return g, feeds, reference
+
+
+def _epilogue_steps(compiled):
+    """The steps of regions that run a GEMM absorbed into them."""
+    steps = compiled.runtime.program.steps
+    gemms = {id(s.output) for s in steps if s.absorbed and s.output.op is Op.MAT_MUL}
+    return [s for s in steps if not s.absorbed and any(id(v) in gemms for v in _gemm_reads(s.output))]
+
+
+def _gemm_reads(node):
+    return [(v.src[0] if v.op is Op.VIEW else v) for v in node.src]
+
+
+def _unfused(g, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(cpu_conv, "gemm_epilogue", lambda node, users: None)
+        compiled = g.compile(device="cpu")
+    assert not _epilogue_steps(compiled)
+    return compiled
+
+
+def _close(a, b, tol):
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fused_epilogue_matches_unfused_bits_numpy_and_torch(monkeypatch, name):
+    g, feeds, reference = _case(name, np.random.default_rng(3))
+    want = g.compile(device="numpy")(feeds)[0]
+    _close(want, reference(), 1e-4)
+    fused, plain = g.compile(device="cpu"), _unfused(g, monkeypatch)
+    assert len(_epilogue_steps(fused)) == 1, [(s.name, s.absorbed) for s in fused.runtime.program.steps]
+    for team in (1, 2, 3, 4):
+        monkeypatch.setattr(cpu_runtime, "threads", lambda team=team: team)
+        for precision in ("float32", "float64"):
+            previous = lm.set_precision(precision)
+            try:
+                got, ref = fused(feeds)[0], plain(feeds)[0]
+            finally:
+                lm.set_precision(previous)
+            np.testing.assert_array_equal(got, ref)  # the same bits, NaN and -0.0 included
+            assert np.array_equal(np.signbit(got), np.signbit(ref))
+            _close(got, want, 1e-4)
+    restored = cpu_runtime.CpuRuntime(fused.outputs, artifacts=fused.runtime.artifacts())
+    assert restored.restored and [s.absorbed for s in restored.program.steps] == [s.absorbed for s in fused.runtime.program.steps]
+    np.testing.assert_array_equal(restored(feeds)[0], fused(feeds)[0])
+
+
+def test_float64_graph_is_fused_too():
+    rng = np.random.default_rng(5)
+    g = lm.Graph("f64")
+    x, w, s = g.input("x", (2, 8, 9, 9), DType.F64), g.input("w", (16, 8, 3, 3), DType.F64), g.input("s", (16, 1, 1), DType.F64)
+    g.output((nn.conv(x, w, None, 1, 1) * s).relu(), "y")
+    feeds = {"x": rng.standard_normal((2, 8, 9, 9)), "w": rng.standard_normal((16, 8, 3, 3)), "s": rng.standard_normal((16, 1, 1))}
+    feeds["x"][0, 0, 0, :3] = np.nan, np.inf, -np.inf
+    compiled = g.compile(device="cpu")
+    assert len(_epilogue_steps(compiled)) == 1
+    want = torch.relu(torch.nn.functional.conv2d(torch.from_numpy(feeds["x"]), torch.from_numpy(feeds["w"]), padding=1)
+                      * torch.from_numpy(feeds["s"])).numpy()
+    _close(compiled(feeds)[0], want, 1e-10)
+
+
+def _not_fused(build):
+    rng = np.random.default_rng(9)
+    g = lm.Graph("nf")
+    x, w = g.input("x", (1, 8, 10, 10)), g.input("w", (16, 8, 3, 3))
+    s = g.input("s", (16, 1, 1))
+    feeds = {"x": _special(rng, (1, 8, 10, 10)), "w": _special(rng, (16, 8, 3, 3), special=False), "s": _special(rng, (16, 1, 1))}
+    build(g, nn.conv(x, w, None, 1, 1), s)
+    compiled = g.compile(device="cpu")
+    assert not _epilogue_steps(compiled)
+    for a, b in zip(compiled(feeds), g.compile(device="numpy")(feeds)):
+        _close(a, b, 1e-4)
+
+
+def test_conv_output_also_a_graph_output_is_not_fused():
+    def build(g, y, s):
+        g.output(y, "conv")
+        g.output((y * s).relu(), "y")
+    _not_fused(build)
+
+
+def test_conv_output_read_by_two_regions_is_not_fused():
+    def build(g, y, s):
+        g.output((y * s).relu(), "a")
+        g.output((y + s).exp(), "b")
+    _not_fused(build)
+
+
+def test_conv_output_read_transposed_is_not_fused():
+    def build(g, y, s):
+        g.output((y.permute((0, 1, 3, 2)) * s).relu(), "y")
+    _not_fused(build)
+
+
+def test_fused_copy_keeps_its_tile_scratch():
+    g, feeds, _ = _case("conv3x3_bn_relu", np.random.default_rng(1))
+    compiled = g.compile(device="cpu")
+    rt = compiled.runtime
+    scratch = {id(n): s for n, s in zip(rt.intermediates, rt._tile_scratch)}
+    steps = rt.program.steps
+    copies = [s.output for s in steps if s.absorbed and s.output.op is Op.CONTIGUOUS
+              and any(v.op is Op.MAT_MUL and _gemm_reads(v)[1] is s.output for v in (x.output for x in steps))]
+    assert copies and all(scratch[id(c)] for c in copies)  # the GEMM's (K, N, M): the tiles' size, not 0 bytes
+    gemm = next(s.output for s in steps if s.absorbed and s.output.op is Op.MAT_MUL)
+    assert scratch[id(gemm)] == ()  # the region's buffer takes the GEMM's output: none of its own
+    compiled(feeds)
+
+
+@pytest.mark.parametrize("kernel", [3, 1])
+def test_symbolic_batch(kernel):
+    rng = np.random.default_rng(11)
+    g = lm.Graph("dyn")
+    x, w = g.input("x", ("n", 8, 11, 11)), g.input("w", (16, 8, kernel, kernel))
+    s, r = g.input("s", (16, 1, 1)), g.input("r", ("n", 16, 11, 11))
+    g.output((nn.conv(x, w, None, 1, kernel // 2) * s + r).clamp(0, 6), "y")
+    compiled, reference = g.compile(device="cpu"), g.compile(device="numpy")
+    assert len(_epilogue_steps(compiled)) == 1
+    for n in (1, 3):
+        feeds = {"x": _special(rng, (n, 8, 11, 11)), "w": _special(rng, (16, 8, kernel, kernel), special=False),
+                 "s": _special(rng, (16, 1, 1)), "r": _special(rng, (n, 16, 11, 11))}
+        _close(compiled(feeds)[0], reference(feeds)[0], 1e-4)
+
+
+def test_linear_layer_bias_and_activation():
+    """A plain GEMM (a linear layer: a batched product with the weight read transposed) fuses too."""
+    rng = np.random.default_rng(12)
+    g = lm.Graph("linear")
+    x, w, b = g.input("x", (2, 5, 16)), g.input("w", (12, 16)), g.input("b", (12,))
+    g.output(x.matmul(w.permute((1, 0))).add(b).relu(), "y")
+    feeds = {"x": _special(rng, (2, 5, 16)), "w": _special(rng, (12, 16), special=False), "b": _special(rng, (12,))}
+    compiled = g.compile(device="cpu")
+    assert len(_epilogue_steps(compiled)) == 1
+    want = torch.relu(torch.from_numpy(feeds["x"]) @ torch.from_numpy(feeds["w"]).T + torch.from_numpy(feeds["b"])).numpy()
+    _close(compiled(feeds)[0], want, 1e-4)
+    _close(compiled(feeds)[0], g.compile(device="numpy")(feeds)[0], 1e-4)
