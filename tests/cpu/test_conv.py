@@ -255,7 +255,7 @@ def test_cpu_conv_gemm_fills_im2col_tiles_from_the_unpadded_input():
     compiled = g.compile(device="cpu")
     steps = compiled.runtime.program.steps
     # the grouped conv's GEMM runs in its ReLU's kernel and the shared copy's in its add's
-    # (`conv.GemmEpilogue`), their own steps idle
+    # (`conv_gemm.GemmEpilogue`), their own steps idle
     fused = [s for s in steps if s.output.op in (Op.MAT_MUL, Op.MAXIMUM) and any(i.op is Op.INPUT for i in s.inputs)]
     idle = [s for s in steps if not s.inputs]
     assert len(fused) == 2 and len(idle) == 6, [(s.name, [i.op for i in s.inputs]) for s in steps]

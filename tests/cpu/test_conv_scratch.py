@@ -1,4 +1,4 @@
-"""The fused im2col GEMM's scratch (`luminal/kernels/cpu/conv.py`, `steps.im2col_scratch`).
+"""The fused im2col GEMM's scratch (`luminal/kernels/cpu/conv_gemm.py`, `steps.im2col_scratch`).
 
 The arena gives an absorbed im2col copy only what the kernel's tiles use, and the padded copy
 it reads through nothing, so a convolution's memory is its output, not its im2col matrix. A

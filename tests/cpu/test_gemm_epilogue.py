@@ -1,5 +1,5 @@
 """The pointwise region after a convolution's GEMM applied to each tile of its output as the GEMM
-writes it (`luminal/kernels/cpu/conv.py`, `GemmEpilogue`): a conv's BatchNorm, bias, ReLU or
+writes it (`luminal/kernels/cpu/conv_gemm.py`, `GemmEpilogue`): a conv's BatchNorm, bias, ReLU or
 ReLU6 and residual add, for the tiled im2col GEMM and the plain GEMM of a 1x1 conv.
 
 The fused kernel stores the GEMM's result before the region reads it, so its bits are the
@@ -18,7 +18,7 @@ import luminal as lm
 from luminal.builder import nn
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Op
-from luminal.kernels.cpu import conv as cpu_conv
+from luminal.kernels.cpu import conv_gemm
 from luminal.kernels.cpu import runtime as cpu_runtime
 
 torch = pytest.importorskip("torch")
@@ -95,7 +95,7 @@ def _gemm_reads(node):
 
 def _unfused(g, monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(cpu_conv, "gemm_epilogue", lambda node, users: None)
+        m.setattr(conv_gemm, "gemm_epilogue", lambda node, users: None)
         compiled = g.compile(device="cpu")
     assert not _epilogue_steps(compiled)
     return compiled

@@ -21,7 +21,7 @@ from luminal.threadflags import in_background
 
 LOG = logging.getLogger("luminal")
 
-A_IN_PLACE_COLS = 320  # at most this many columns of C: A read in place, not packed (conv.py's tiles too)
+A_IN_PLACE_COLS = 320  # at most this many columns of C: A read in place, not packed (conv_gemm.py's tiles too)
 
 SOURCE = c_source("gemm_avx512.c").replace("@A_IN_PLACE_COLS@", str(A_IN_PLACE_COLS))  # c/gemm_avx512.c
 

@@ -3,11 +3,11 @@
 The library holds each distinct kernel once (sorted by name), a wrapper per kernel taking its
 buffers and dims from arrays, and the driver `lum_run`, which interprets the launch table
 (`steps.launch_table`): the order of launches is data, so a 32-layer model builds the same library
-as a 2-layer one. The fusions happen here (`conv.fusion_plan`): a convolution's GEMM whose
-im2col copy nothing else reads is one tiled kernel (`conv.Im2colGemm`), a WindowReduce read
+as a 2-layer one. The fusions happen here (`conv_gemm.fusion_plan`): a convolution's GEMM whose
+im2col copy nothing else reads is one tiled kernel (`conv_gemm.Im2colGemm`), a WindowReduce read
 only by the pointwise region after it is computed inside that region's kernel
 (`conv.WindowEpilogue`), and so is a GEMM, tiled or plain, read only by such a region
-(`conv.GemmEpilogue`); the absorbed nodes' steps do nothing.
+(`conv_gemm.GemmEpilogue`); the absorbed nodes' steps do nothing.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from __future__ import annotations
 import collections
 
 from luminal.hlir.ops import Node
-from luminal.kernels.cpu import build, gemm_avx512
-from luminal.kernels.cpu import conv as cpu_conv
+from luminal.kernels.cpu import build, conv_gemm, gemm_avx512
 from luminal.kernels.cpu.prelude import PRELUDE, SHARED
 from luminal.kernels.cpu.render import SPECIAL, _operand
 from luminal.kernels.cpu.steps import CProgram, CStep
@@ -82,8 +81,8 @@ def _wrapper(step: CStep) -> str:
            f"{step.name}({', '.join(args)}); }}"
 
 
-def _fusions(schedule: Schedule) -> tuple[dict[int, cpu_conv.Im2colGemm | cpu_conv.WindowEpilogue | cpu_conv.GemmEpilogue], set[int]]:
-    """The fused kernels (`conv.fusion_plan`: tiled im2col GEMMs, WindowReduce epilogues, GEMM
+def _fusions(schedule: Schedule) -> tuple[dict[int, conv_gemm.Im2colGemm | conv_gemm.WindowEpilogue | conv_gemm.GemmEpilogue], set[int]]:
+    """The fused kernels (`conv_gemm.fusion_plan`: tiled im2col GEMMs, WindowReduce epilogues, GEMM
     epilogues) by id of their node, and the nodes they absorb (whose steps then do nothing)."""
     users: collections.Counter = collections.Counter()
     for n in schedule.nodes:
@@ -93,7 +92,7 @@ def _fusions(schedule: Schedule) -> tuple[dict[int, cpu_conv.Im2colGemm | cpu_co
         users[id(n)] += 1
     plans, absorbed = {}, set()
     for n in schedule.nodes:
-        plan = cpu_conv.fusion_plan(n, users)
+        plan = conv_gemm.fusion_plan(n, users)
         if plan is not None:
             plans[id(n)] = plan
             absorbed.update(id(x) for x in plan.absorbed)
@@ -106,9 +105,9 @@ def _fused_step(node: Node, plans, absorbed) -> KernelSpec | None:
     """The kernel of a node `_fusions` fused or absorbed (under a placeholder name), else None."""
     if id(node) in plans:
         with rendering(C):
-            code, inputs, symbols = cpu_conv.fused_kernel(plans[id(node)], "@KERNEL@", _operand)
+            code, inputs, symbols = conv_gemm.fused_kernel(plans[id(node)], "@KERNEL@", _operand)
     elif id(node) in absorbed:
-        code, inputs, symbols = cpu_conv.noop_kernel(node, "@KERNEL@"), [], []
+        code, inputs, symbols = conv_gemm.noop_kernel(node, "@KERNEL@"), [], []
     else:
         return None
     return KernelSpec("@KERNEL@", code, node, inputs, symbols, None, 0)

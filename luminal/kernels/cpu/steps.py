@@ -42,7 +42,7 @@ class CProgram:
     kernels: list[str]  # the library's kernels, in the order of its `lum_kernels` table
 
 
-# The tiles of a convolution's fused im2col + GEMM (`conv.Im2colGemm`): here, not in the renderer,
+# The tiles of a convolution's fused im2col + GEMM (`conv_gemm.Im2colGemm`): here, not in the renderer,
 # because a runtime restored from artifacts sizes their scratch without rendering
 TILE_FLOATS = 262144  # a tile of the im2col matrix (K rows x T columns) holds about this many values (1 MiB of f32)
 TILE_MIN = 256  # columns per tile at least (the GEMM's N: BLAS wants it wide)
@@ -69,7 +69,7 @@ K_TILED_C = (f"(K >= 8 * N && K * lum_min(N, lum_max({TILE_MIN}LL, {TILE_FLOATS}
 
 
 def im2col_scratch(k: int, n: int, m: int, team: int, f64: bool) -> int:
-    """Elements of the fused im2col GEMM's scratch (`conv.im2col_gemm_kernel`) when it runs on
+    """Elements of the fused im2col GEMM's scratch (`conv_gemm.im2col_gemm_kernel`) when it runs on
     at most `team` threads (the driver's team shrinks on a busy machine, never grows), for a
     GEMM of m rows, depth k and n columns. Tiles of the depth (`k_tiled`, not at precision
     "float64"): the partial products and a tile per thread (no more threads than tiles). Else tiles of T columns: one, or one
