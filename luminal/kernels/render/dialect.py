@@ -334,7 +334,6 @@ def _vector_row_loop(p: Pass, n, threads: int, it: str, vt: str) -> str | None:
 
 # --- C --------------------------------------------------------------------------------------------
 PAR_MIN = 65536  # elements of work below which a loop stays on one core (a parallel region costs µs)
-SMALL_LAST = 4  # a last dim up to this many elements is unrolled in `CDialect.elements`
 
 _OMP_TYPES = {"float", "double", "int", "long long"}
 
@@ -376,8 +375,6 @@ class CDialect(Dialect):
         while k > 1 and sym.equal(shape[k - 1], 1):
             k -= 1
         outer, last = shape[:k - 1], shape[k - 1]
-        if k > 1 and isinstance(last, int) and 2 <= last <= SMALL_LAST and not sym.equal(shape[k - 2], 1):
-            return self._small_last(shape, k, statement, work)
         inner = f"i{len(outer)}"
         idx = [f"i{j}" for j in range(len(outer))] + [inner] + ["0LL"] * (len(shape) - k)
         body = statement(idx, f"row * n_in + {inner}")
@@ -388,26 +385,6 @@ class CDialect(Dialect):
         }}"""
         per_row = sym.product([last, work])
         return Part(f"const long long n_in = {c_dim(last)};\n  " + _c_rows(outer, "i", f"n_rows * {c_dim(per_row)}", row_body, per_row))
-
-    def _small_last(self, shape, k, statement, work) -> Part:
-        """`elements` with a last dim of a few elements (an interleave: a stack along a new last
-        axis): the vector loop runs over the dim before it, the last dim unrolled inside with
-        constant indices, so a select on the last index folds away and the stores interleave;
-        a vector loop over 2 elements per row does not vectorize."""
-        outer, mid, last = shape[:k - 2], shape[k - 2], shape[k - 1]
-        inner = f"i{len(outer)}"
-        copies = []
-        for c in range(last):
-            idx = [f"i{j}" for j in range(len(outer))] + [inner, f"{c}LL"] + ["0LL"] * (len(shape) - k)
-            copies.append("{ " + statement(idx, f"(row * n_in + {inner}) * {last}LL + {c}LL") + " }")
-        body = "\n          ".join(copies)
-        vector = "#pragma omp simd" if "err" not in body else ""
-        row_body = f"""{vector}
-        for (long long {inner} = 0; {inner} < n_in; ++{inner}) {{
-          {body}
-        }}"""
-        per_row = sym.product([mid, last, work])
-        return Part(f"const long long n_in = {c_dim(mid)};\n  " + _c_rows(outer, "i", f"n_rows * {c_dim(per_row)}", row_body, per_row))
 
     def rows(self, row_shape, n, passes, finish, work_per_row=None) -> Part:
         per_row = n if work_per_row is None else work_per_row
