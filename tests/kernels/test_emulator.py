@@ -349,3 +349,37 @@ def test_asan_build_refuses_to_load_without_the_runtime(tmp_path):
     source = 'extern "C" __global__ void noop(float* x) {}\n'
     with pytest.raises(Exception, match="LD_PRELOAD=libasan.so"):
         emulator.build(source, mode="asan", cache_path=tmp_path)
+
+
+def test_fiber_stacks_of_many_libraries_stay_under_the_map_limit():
+    """Each emulator library keeps its fiber stacks between launches (two maps per CUDA thread);
+    only the `FIBER_LIBRARIES` most recently launched keep them, and a dropped module's go with it,
+    so a process compiling hundreds of CUDA graphs (a test run) stays under vm.max_map_count."""
+    import gc
+
+    import luminal as lm
+    from luminal.kernels.emulator.module import EmulatedModule
+
+    def maps() -> int:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+
+    keep, before = [], maps()
+    for i in range(EmulatedModule.FIBER_LIBRARIES + 8):
+        g = lm.Graph(f"fibers_{i}")
+        x = g.input("x", (4, 8))
+        g.output(x.mul(float(i) + 0.5).sin(), "y")
+        compiled = g.compile(device="cuda-emulator")
+        np.testing.assert_allclose(compiled({"x": np.ones((4, 8), np.float32)})[0], np.sin(np.full((4, 8), i + 0.5)),
+                                   rtol=1e-6)
+        keep.append(compiled)
+    held = maps() - before
+    assert held < (EmulatedModule.FIBER_LIBRARIES + 4) * 2 * 256 + 2000, held  # 8 libraries' stacks unmapped
+    keep.clear()
+    gc.collect()
+    assert maps() - before < held / 4, (maps() - before, held)
+    # an evicted library maps its stacks again when it launches next
+    g = lm.Graph("fibers_again")
+    x = g.input("x", (4, 8))
+    g.output(x.cos(), "y")
+    np.testing.assert_allclose(g.compile(device="cuda-emulator")({"x": np.zeros((4, 8), np.float32)})[0], 1.0)

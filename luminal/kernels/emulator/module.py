@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import re
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +74,12 @@ class EmulatedModule:
     serialises Python threads; use processes, e.g. pytest-xdist, for parallelism)."""
 
     _locks: dict[str, threading.Lock] = {}
+    # libraries keeping their fiber stacks between launches (two maps per CUDA thread: 512 for a
+    # block of 256), most recently launched last: the rest are unmapped, so a process that loads
+    # hundreds of libraries (a test run) stays under vm.max_map_count (65,530 maps)
+    FIBER_LIBRARIES = 16
+    _holding: collections.OrderedDict[str, weakref.ref] = collections.OrderedDict()
+    _holding_lock = threading.Lock()
 
     def __init__(self, path: Path, kernels: list[str], mode: str = "release"):
         if mode == "asan" and not asan_runtime_loaded():
@@ -97,6 +105,8 @@ class EmulatedModule:
             params = tuple(p.strip() for p in m[1].split(",")) if m and m[1].strip() else ()
             self.kernels[name] = KernelInfo(name, params, static_smem())
             self._launchers[name] = launcher
+        # a dropped module's library stays loaded (ctypes never unloads one): its stacks go with it
+        weakref.finalize(self, _release, self._lib, self._lock)
 
     def release(self) -> None:
         """Unmap this library's fiber stacks (two maps per CUDA thread, kept between launches), lest
@@ -122,8 +132,23 @@ class EmulatedModule:
             self._lib.cuemu_set_schedule(-1 if schedule is None else int(schedule))
             rc = self._launchers[kernel](*g, *b, int(shared_mem_bytes), argv)
             message = self._lib.cuemu_last_error().decode(errors="replace") if rc else ""
+        self._hold()
         if rc:
             raise EmulatorError(kernel, f"{message} (grid {g}, block {b}, {shared_mem_bytes} B dynamic shared)")
+
+    def _hold(self) -> None:
+        """Mark this library's fibers most recently used; unmap those of the least recently used
+        beyond `FIBER_LIBRARIES` (after this launch's lock is released: one library lock at a time)."""
+        evicted = []
+        with self._holding_lock:
+            self._holding[str(self.path)] = weakref.ref(self)
+            self._holding.move_to_end(str(self.path))
+            while len(self._holding) > self.FIBER_LIBRARIES:
+                module = self._holding.popitem(last=False)[1]()
+                if module is not None:
+                    evicted.append(module)
+        for module in evicted:
+            module.release()
 
     @staticmethod
     def _marshal(kernel: str, index: int, param: str, arg):
@@ -165,3 +190,8 @@ def _dims(value, what: str) -> tuple[int, int, int]:
     if not 1 <= len(dims) <= 3 or min(dims) < 0:
         raise InputError(f"{what} must be 1 to 3 non-negative ints, got {value!r}")
     return dims + (1,) * (3 - len(dims))
+
+
+def _release(lib, lock) -> None:
+    with lock:
+        lib.cuemu_release_fibers()
