@@ -4,7 +4,8 @@ For each model: PyTorch eager, torch.compile (inductor), onnxruntime on the same
 to ONNX, and luminal through `luminal.compile`: `device="cpu"` (the compiled C backend; its
 "C build s" is the report's `build` phase: render, C compiler, load) and `device="numpy"` (the
 reference runtime) at its default precision and with `luminal.set_precision("float32")` (f32
-GEMMs and exps). Medians (eager and luminal measured in alternating rounds), ratios to eager.
+GEMMs and exps). Medians (eager, luminal and onnxruntime measured in alternating rounds, so
+that a change in the machine's load falls on all of them alike), ratios to eager.
 """
 
 from __future__ import annotations
@@ -66,8 +67,19 @@ def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool
                 luminal.set_precision(previous)
 
         row["numpy_f32_max_err"] = _err(_first(numpy_f32()), ref)
-        medians = interleaved_medians({"eager": lambda: model(*args), "cpu": lambda: compiled(*args),
-                                       "numpy": lambda: reference(*args), "numpy_f32": numpy_f32})
+        session = None
+        if onnx:  # built first so that it is timed in the same rounds as eager and luminal
+            try:
+                session, feed, ort_out = _onnxruntime_session(model, args)
+                row["onnxruntime_max_err"] = _err(ort_out, ref)
+            except Exception as exc:  # recorded, not hidden: the table says why the column is empty
+                row["onnxruntime_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                traceback.print_exc()
+        timed = {"eager": lambda: model(*args), "cpu": lambda: compiled(*args),
+                 "numpy": lambda: reference(*args), "numpy_f32": numpy_f32}
+        if session is not None:
+            timed["onnxruntime"] = lambda: session.run(None, feed)
+        medians = interleaved_medians(timed)
         row.update({f"{k}_ms": v * 1e3 for k, v in medians.items()})
         # peak memory of one call above the process's resident size before it (luminal's arena
         # and weights are allocated at compile time: what a call adds is its scratch)
@@ -82,12 +94,6 @@ def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool
             fast(*args)
             row["inductor_compile_s"] = time.perf_counter() - t0
             row["inductor_ms"] = median_latency(lambda: fast(*args)) * 1e3
-    if onnx:
-        try:
-            row.update(_onnxruntime(model, args, ref))
-        except Exception as exc:  # recorded, not hidden: the table says why the column is empty
-            row["onnxruntime_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-            traceback.print_exc()
     for k in ("cpu", "numpy", "numpy_f32", "inductor", "onnxruntime"):
         if f"{k}_ms" in row:
             row[f"{k}_vs_eager"] = row[f"{k}_ms"] / row["eager_ms"]
@@ -119,7 +125,9 @@ def bench_decode(name: str, model, prompt: torch.Tensor, new_tokens: int = 48, r
     return row
 
 
-def _onnxruntime(model, args, ref) -> dict:
+def _onnxruntime_session(model, args):
+    """(an onnxruntime session of the model exported to ONNX, with the benchmark's thread count;
+    its feed; its output on it)."""
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,10 +137,8 @@ def _onnxruntime(model, args, ref) -> dict:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = torch.get_num_threads()
         sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        feed = {sess.get_inputs()[0].name: args[0].numpy()}
-        out = sess.run(None, feed)[0]
-        return {"onnxruntime_ms": median_latency(lambda: sess.run(None, feed)) * 1e3,
-                "onnxruntime_max_err": _err(out, ref)}
+    feed = {sess.get_inputs()[0].name: args[0].numpy()}
+    return sess, feed, sess.run(None, feed)[0]
 
 
 def compile_scaling(layer_counts=(1, 2, 4, 8, 16, 32), tokens: int = 16) -> list[dict]:

@@ -56,6 +56,13 @@ def _check(model, feeds, device, ort_optimized=False, threads=0):
 
 
 def _ints(rng, shape, dtype):
+    """Random integers of `dtype`; int8 ones in [-64, 63], as `quantize_dynamic(reduce_range=True)`
+    writes weights: onnxruntime's u8 x s8 kernels on x86 without VNNI (AVX2, AVX-512 before VNNI)
+    add pairs of products in int16 with saturation (vpmaddubsw), so full-range int8 operands make
+    its answer depend on the CPU. luminal's exact products over the full range are checked
+    against integer arithmetic (`test_full_range_int8_products_are_exact`)."""
+    if dtype is np.int8:
+        return rng.integers(-64, 64, shape).astype(dtype)
     info = np.iinfo(dtype)
     return rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
 
@@ -116,6 +123,25 @@ def test_matmul_integer_to_float(a_type, b_type, per_column, device):
     node = oh.make_node("MatMulIntegerToFloat", ["A", "B", "a_scale", "b_scale", "a_zp", "b_zp", "bias"], ["Y"], domain=MS)
     model = _model([node], [_vi("A", _onnx_type(a_type), [2, 4, k])], [_vi("Y", TP.FLOAT, [2, 4, n])], inits)
     _check(model, {"A": _ints(rng, (2, 4, k), a_type)}, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_full_range_int8_products_are_exact(device):
+    """u8 x s8 at the extremes (255 x -128, 255 x 127, every pair's sum past int16), against
+    integer arithmetic in int64, not against onnxruntime (whose AVX2 kernels saturate here)."""
+    rng = np.random.default_rng(5)
+    k, n = 16, 5
+    b = rng.choice(np.array([-128, -127, 127, 126, 0, -1], np.int8), (k, n))
+    a = rng.choice(np.array([255, 254, 0, 1], np.uint8), (3, k))
+    a_zp, b_zp, a_scale, b_scale = np.uint8(3), np.int8(-2), np.float32(0.037), np.float32(0.011)
+    node = oh.make_node("MatMulIntegerToFloat", ["A", "B", "a_scale", "b_scale", "a_zp", "b_zp"], ["Y"], domain=MS)
+    model = _model([node], [_vi("A", TP.UINT8, [3, k])], [_vi("Y", TP.FLOAT, [3, n])],
+                   [("B", b), ("a_scale", a_scale), ("b_scale", b_scale), ("a_zp", a_zp), ("b_zp", b_zp)])
+    exact = (a.astype(np.int64) - int(a_zp)) @ (b.astype(np.int64) - int(b_zp))
+    assert np.abs(exact).max() > 2 * 32767  # past what an int16 pair sum holds
+    want = (exact.astype(np.float64) * (float(a_scale) * float(b_scale))).astype(np.float32)
+    got = lo.compile(model, device=device)({"A": a})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
 
 
 # --- QGemm ------------------------------------------------------------------------------------
@@ -220,7 +246,7 @@ def _quantized(tmp_path, model, **kwargs):
 
     src, dst = tmp_path / "float.onnx", tmp_path / "quant.onnx"
     onnx.save(model, src)
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, **kwargs)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, reduce_range=True, **kwargs)  # see `_ints`
     return onnx.load(dst)
 
 

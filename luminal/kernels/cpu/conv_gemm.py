@@ -23,12 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
+from luminal.kernels.cpu import conv_direct
 from luminal.kernels.cpu.conv import (
     _EPILOGUES,
     _FLOATS,
@@ -36,7 +35,16 @@ from luminal.kernels.cpu.conv import (
     window_epilogue,
     window_epilogue_kernel,
 )
-from luminal.kernels.cpu.steps import K_TILE_ROWS_C, K_TILED_C, TILE_FLOATS, TILE_MIN, TILE_PAR
+from luminal.kernels.cpu.steps import (
+    K_TILE_ROWS_C,
+    K_TILED_C,
+    TILE_FLOATS,
+    TILE_MIN,
+    TILE_PAR,
+    column_split,
+    direct_conv,
+    through,
+)
 from luminal.kernels.render.cexpr import c_dim, compute_type, dims_symbols
 from luminal.kernels.render.cstyle import (
     buffer_sources,
@@ -82,31 +90,6 @@ def _contiguous_view(st: ShapeTracker) -> bool:
         sym.equal(d, 1) or sym.equal(s, w) for d, s, w in zip(st.shape, st.strides, contiguous_strides(st.shape)))
 
 
-def _through(window: ShapeTracker, shape) -> list | None:
-    """Per dim of a contiguous buffer of the static `shape`, ([(dim of window, coefficient)],
-    offset) such that window's element [i] is that buffer's element [sum(coef * i) + offset per
-    dim], every index in range; None when `window` (no mask) does not read it that way."""
-    if window.mask is not None or not all(sym.is_static(d) for d in (*shape, *window.shape, *window.strides,
-                                                                      window.offset)):
-        return None
-    strides = contiguous_strides(shape)
-    off = int(window.offset)
-    if off < 0 or (shape and off >= int(np.prod(shape))):
-        return None
-    terms = [([], (off // w) % d if j else off // w) for j, (w, d) in enumerate(zip(strides, shape))]
-    for i, (d, s) in enumerate(zip(window.shape, window.strides)):
-        if d == 1 or s == 0:
-            continue
-        j = next((j for j, w in enumerate(strides) if 0 < w <= s), None)
-        if s < 0 or j is None or s % strides[j]:
-            return None
-        terms[j][0].append((i, s // strides[j]))
-    for (coefs, base), d in zip(terms, shape):
-        if base + sum(c * (window.shape[i] - 1) for i, c in coefs) > d - 1:
-            return None
-    return terms
-
-
 def im2col_gemm(node: Node, users) -> Im2colGemm | None:
     """The fused form of MatMul `node` when its B operand is a single-use im2col copy (see
     `Im2colGemm`), else None. `users[id(n)]`: the nodes (and graph outputs) reading buffer n."""
@@ -118,19 +101,15 @@ def im2col_gemm(node: Node, users) -> Im2colGemm | None:
         return None
     if not _contiguous_view(st) or not sym.equal(sym.product(st.shape), sym.product(copy.shape)):
         return None  # B[bz.., k, p] is the copy's element (bz * K + k) * P + p
-    cols = b.shape[-1]
-    split, prod = len(copy.shape), 1
-    while split > 0 and not sym.equal(prod, cols):
-        split -= 1
-        prod = sym.norm(prod * copy.shape[split])
-    if not sym.equal(prod, cols) or split == len(copy.shape):
+    split = column_split(copy.shape, b.shape[-1])
+    if split is None:
         return None
     source = copy.src[0]
     pad, terms = None, []
     if source.op is Op.VIEW and source.src[0].op is Op.CONTIGUOUS:
         padded = source.src[0]
         if users.get(id(padded)) == 1 and padded.dtype is copy.dtype:
-            found = _through(source.arg, padded.shape)
+            found = through(source.arg, padded.shape)
             if found is not None:
                 pad, terms = padded, found
     return Im2colGemm(node, copy, split, pad, terms)
@@ -170,11 +149,8 @@ def gemm_epilogue(node: Node, users) -> GemmEpilogue | None:
         return None
     gemm = im2col_gemm(mm, users)
     shape, cols = node.shape, mm.shape[-1]
-    split, prod = len(shape), 1
-    while split > 0 and not sym.equal(prod, cols):
-        split -= 1
-        prod = sym.norm(prod * shape[split])
-    if not sym.equal(prod, cols) or split == len(shape):
+    split = column_split(shape, cols)
+    if split is None:
         return None
     srcs = []
     for s in node.src:
@@ -381,7 +357,10 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
         {after("p0", "nt", epilogue_pragma)}
       }}"""
 
-    code = f"""static void {name}({', '.join(params)}) {{
+    geometry = direct_conv(copy, node.shape[-1], node.shape[-2]) if t == "float" and conv_direct.wanted() else None
+    direct = "" if geometry is None else conv_direct.direct_path(
+        geometry, copy, plan.pad.src[0] if plan.pad is not None else copy.src[0].src[0], inputs, a_setup, blines, after)
+    code = f"""{conv_direct.MICRO_KERNEL if geometry is not None else ""}static void {name}({', '.join(params)}) {{
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {{
@@ -390,6 +369,7 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
     return;
   }}
   {t}* const scratch = in{inputs.index(copy)};  /* the copy's buffer: only the tiles' size (`steps.im2col_scratch`) */
+  {direct}
   {t}* a_buf = NULL;  /* a contiguous copy of the weight, when it is not a plain matrix */
   if (!lum_f64 && {K_TILED_C}) {{
     /* deep and narrow (a weight's gradient: K = batch x positions, N = channels x taps): tiles

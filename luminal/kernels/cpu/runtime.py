@@ -33,7 +33,7 @@ from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build, gemm_avx512, isa
 from luminal.kernels.cpu.choices import DEFAULT, Choices
-from luminal.kernels.cpu.steps import CProgram, CStep, im2col_scratch, launch_table
+from luminal.kernels.cpu.steps import CProgram, CStep, direct_conv, im2col_scratch, launch_table
 from luminal.precision import Arithmetic, C
 from luminal.runtime.binding import bind_inputs, index_error
 from luminal.runtime.protocol import Runtime
@@ -493,7 +493,9 @@ class CpuRuntime(Runtime):
             if scratch is None:
                 return int(np.prod(shape(n), dtype=np.int64)) * n.dtype.itemsize
             k, m_cols, m_rows = (int(sym.evaluate(d, bindings)) for d in scratch) if scratch else (0, 0, 0)
-            return im2col_scratch(k, m_cols, m_rows, team, f64) * n.dtype.itemsize
+            floats = im2col_scratch(k, m_cols, m_rows, team, f64)
+            direct = direct_conv(n, m_cols, m_rows) if scratch and not f64 else None  # the kernel's direct path, if it has one
+            return max(floats, direct.scratch(m_rows, team) if direct is not None else 0) * n.dtype.itemsize
 
         sizes = [nbytes(n, s) for n, s in zip(self.intermediates, self._tile_scratch)]
         layout = plan_arena(sizes, self.intervals)

@@ -7,7 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from luminal.hlir.ops import Node
+import numpy as np
+
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Node, Op
+from luminal.hlir.shape import ShapeTracker, contiguous_strides
 from luminal.kernels.cpu.gemm_avx512 import A_IN_PLACE_COLS
 
 if TYPE_CHECKING:
@@ -83,6 +88,156 @@ def im2col_scratch(k: int, n: int, m: int, team: int, f64: bool) -> int:
         return tiles * m * n + min(team, tiles) * rows * n
     cols = min(n, max(TILE_MIN, TILE_FLOATS // k))  # the kernel's T, before it rounds it down
     return k * max(cols, min(team * min(cols, TILE_PAR), n))
+
+
+def through(window: ShapeTracker, shape) -> list | None:
+    """Per dim of a contiguous buffer of the static `shape`, ([(dim of window, coefficient)],
+    offset) such that window's element [i] is that buffer's element [sum(coef * i) + offset per
+    dim], every index in range; None when `window` (no mask) does not read it that way."""
+    if window.mask is not None or not all(sym.is_static(d) for d in (*shape, *window.shape, *window.strides,
+                                                                      window.offset)):
+        return None
+    strides = contiguous_strides(shape)
+    off = int(window.offset)
+    if off < 0 or (shape and off >= int(np.prod(shape))):
+        return None
+    terms = [([], (off // w) % d if j else off // w) for j, (w, d) in enumerate(zip(strides, shape))]
+    for i, (d, s) in enumerate(zip(window.shape, window.strides)):
+        if d == 1 or s == 0:
+            continue
+        j = next((j for j, w in enumerate(strides) if 0 < w <= s), None)
+        if s < 0 or j is None or s % strides[j]:
+            return None
+        terms[j][0].append((i, s // strides[j]))
+    for (coefs, base), d in zip(terms, shape):
+        if base + sum(c * (window.shape[i] - 1) for i, c in coefs) > d - 1:
+            return None
+    return terms
+
+
+def column_split(shape, cols) -> int | None:
+    """The first of `shape`'s trailing dims whose product is `cols` (a GEMM's columns as dims of
+    its B operand's copy), or None."""
+    split, prod = len(shape), 1
+    while split > 0 and not sym.equal(prod, cols):
+        split -= 1
+        prod = sym.norm(prod * shape[split])
+    return split if sym.equal(prod, cols) and split < len(shape) else None
+
+
+# --- direct convolution (`conv_direct.py`) ----------------------------------------------------
+DC_KERNELS = {16: 6, 24: 4}  # output positions per micro-tile (vectors of 8 floats) -> output channels
+DC_SLACK = 32  # floats past the planes: the last micro-tile's lanes past the output read there
+DC_TILE_CHUNKS = 8  # micro-tiles of positions per tile (a thread's unit of work) at most
+
+
+@dataclass(frozen=True)
+class DirectConv:
+    """A convolution's im2col copy (rows: batch and the depth (c, kh, kw); columns: output
+    positions (oh, ow)) read as what it is: element (row, oh, ow) of the copy is element
+    (.., y0 + sh * oh, x0 + sw * ow) of its source X (the padded input), with (.., y0, x0)
+    depending on the row alone. X is rewritten once per call as "phase planes": per index of its
+    other dims (batch, channel), sh x sw planes of hq x wq, plane (y % sh, x % sw) holding
+    X[.., y, x] at (y // sh, x // sw). Then the copy's row r at position e = oh * wq + ow of the
+    "extended" grid (rows wq wide, the columns past ow computed and dropped) is
+    planes[offset(r) + e]: every row of B is a contiguous run of the planes, read in place by the
+    micro-kernel, and the im2col matrix is never written."""
+
+    space: tuple  # X's shape
+    terms: tuple  # `through`'s: per dim of X, ((copy dim, coefficient)..., offset)
+    split: int  # copy dims before it are rows, from it columns
+    h: int | None  # X's dim that the output rows move (None: one output row)
+    w: int  # X's dim that the output columns move
+    sh: int
+    sw: int
+    oh: int
+    ow: int
+    nr: int  # output positions per micro-tile (`DC_KERNELS`)
+
+    @property
+    def mr(self) -> int:
+        return DC_KERNELS[self.nr]
+
+    @property
+    def hq(self) -> int:
+        return 1 if self.h is None else -(-self.space[self.h] // self.sh)
+
+    @property
+    def wq(self) -> int:
+        return -(-self.space[self.w] // self.sw)
+
+    @property
+    def others(self) -> list[int]:
+        return [j for j in range(len(self.space)) if j not in (self.h, self.w)]
+
+    @property
+    def plane(self) -> int:
+        return self.hq * self.wq
+
+    @property
+    def planes_floats(self) -> int:
+        return int(np.prod([self.space[j] for j in self.others], dtype=np.int64)) * self.sh * self.sw * self.plane
+
+    @property
+    def ext(self) -> int:
+        """Positions of the extended grid the kernel computes."""
+        return (self.oh - 1) * self.wq + self.ow
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.ext // self.nr)
+
+    @property
+    def tile_chunks(self) -> int:
+        """Micro-tiles of positions per tile (a thread's unit of work): at least 16 tiles where
+        there are positions for them; the team's size never changes it (the scratch's bound)."""
+        return min(DC_TILE_CHUNKS, max(1, -(-self.chunks // 16)))
+
+    def scratch(self, m: int, team: int) -> int:
+        """Floats: the planes, their slack, and a tile of m x tile positions per thread."""
+        tiles = -(-self.chunks // self.tile_chunks)
+        return self.planes_floats + DC_SLACK + min(team, tiles) * m * self.tile_chunks * self.nr
+
+
+def direct_conv(copy: Node, cols, m) -> DirectConv | None:
+    """The direct form of the f32 im2col copy `copy` whose trailing dims make up `cols` columns,
+    multiplied by `m` rows of weights, when it reads its source as `DirectConv` describes (static
+    shapes), else None."""
+    if copy.op is not Op.CONTIGUOUS or copy.dtype is not DType.F32 or copy.src[0].op is not Op.VIEW:
+        return None
+    src = copy.src[0].src[0]
+    split = column_split(copy.shape, cols)
+    terms = None if split is None else through(copy.src[0].arg, src.shape)
+    if terms is None or not all(sym.is_static(d) for d in (*copy.shape, *src.shape)):
+        return None
+    moving = [i for i in range(split, len(copy.shape)) if int(copy.shape[i]) != 1]
+    if not moving or len(moving) > 2:
+        return None
+    found = {}  # column dim -> (X dim, coefficient)
+    for j, (coefs, _) in enumerate(terms):
+        mine = [(i, c) for i, c in coefs if i >= split and int(copy.shape[i]) != 1]
+        if len(mine) > 1 or (mine and (mine[0][0] in found or mine[0][1] < 1)):
+            return None
+        if mine:
+            found[mine[0][0]] = (j, mine[0][1])
+    if set(found) != set(moving):
+        return None
+    w, sw = found[moving[-1]]
+    h, sh = found[moving[0]] if len(moving) == 2 else (None, 1)
+    oh = int(copy.shape[moving[0]]) if len(moving) == 2 else 1
+    if not sym.is_static(m) or int(m) < 1:
+        return None
+    ow = int(copy.shape[moving[-1]])
+    wq = -(-int(src.shape[w]) // sw)
+    ext = (oh - 1) * wq + ow
+
+    def work(nr: int) -> int:  # multiply-adds per k with the wasted rows and positions
+        mr = DC_KERNELS[nr]
+        return -(-int(m) // mr) * mr * -(-ext // nr) * nr
+
+    nr = min(sorted(DC_KERNELS, reverse=True), key=work)  # the wider kernel on a tie
+    return DirectConv(tuple(int(d) for d in src.shape), tuple((tuple(c), o) for c, o in terms), split, h, w, sh, sw,
+                      oh, ow, nr)
 
 
 def launch_table(program: CProgram, slot_of) -> list[int]:

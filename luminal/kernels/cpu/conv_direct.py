@@ -1,0 +1,173 @@
+"""A convolution without its im2col matrix (`steps.DirectConv`): the C of the fused im2col GEMM's
+direct path (`conv_gemm.im2col_gemm_kernel` puts it first).
+
+Per call the input is rewritten once as phase planes (its padding included: the pad's mask gives
+the zeros), then tiles of output positions, one per thread, each multiply the weight by B read
+in place from the planes (`c/direct_conv.h`), and copy the positions that exist out of the
+extended grid into the output, where the GEMM's epilogue region (BatchNorm, ReLU, a residual) is
+applied while they are in cache. The im2col path fills every tile of B first and then hands it
+to a BLAS that packs it again: for a 32-channel 3x3 convolution that is two passes over nine
+times the input per product of K = 288 multiply-adds a column. On a CPU without AVX-512 (where
+the BLAS runs 8-float kernels, as this one) the direct path takes the convolutions to the rate
+of a large GEMM (README: "The compiled CPU backend"). Not at precision "float64", which keeps
+the im2col path's widened GEMM.
+
+`LUMINAL_CONV`: "auto" (default: direct on x86 with AVX2 and FMA, no AVX-512, where it was
+measured; the AVX-512 SGEMM's im2col tiles elsewhere), "direct" (wherever the shape allows, for
+tests on any machine) or "im2col".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from luminal.hlir.ops import Node, Op
+from luminal.hlir.shape import ShapeTracker
+from luminal.kernels.cpu import build
+from luminal.kernels.cpu.prelude import c_source
+from luminal.kernels.cpu.steps import DC_SLACK, DirectConv
+from luminal.kernels.render.cstyle import pointer_of, read, unravel, view_of
+from luminal.kernels.render.dialect import PAR_MIN
+
+LOG = logging.getLogger("luminal.cpu")
+
+MICRO_KERNEL = c_source("direct_conv.h")
+MODES = ("auto", "direct", "im2col")
+
+
+def mode() -> str:
+    value = os.environ.get("LUMINAL_CONV", "auto").strip().lower() or "auto"
+    if value not in MODES:
+        LOG.warning("LUMINAL_CONV=%r is not one of %s; using 'auto'", value, ", ".join(map(repr, MODES)))
+        return "auto"
+    return value
+
+
+def wanted() -> bool:
+    """Whether fused im2col GEMMs of a direct shape take the direct path (see the module's doc)."""
+    m = mode()
+    if m != "auto":
+        return m == "direct"
+    flags = build.machine_flags()
+    return "-mavx2" in flags and "-DLUM_FMA" in flags and "-mavx512f" not in flags
+
+
+def _x_index(g: DirectConv, names: list[str]) -> str:
+    """The planes' index (C) of X's element at `names` (one C expression per dim of X)."""
+    other, stride = [], 1
+    for j in reversed(g.others):
+        other.append(f"({names[j]}) * {stride}LL" if stride != 1 else f"({names[j]})")
+        stride *= g.space[j]
+    flat = " + ".join(reversed(other)) or "0"
+    y = names[g.h] if g.h is not None else "0"
+    x = names[g.w]
+    phase = f"(({y}) % {g.sh} * {g.sw} + ({x}) % {g.sw})" if g.sh * g.sw > 1 else "0"
+    return (f"({flat}) * {g.sh * g.sw * g.plane}LL + {phase} * {g.plane}LL + ({y}) / {g.sh} * {g.wq}LL"
+            f" + ({x}) / {g.sw}")
+
+
+def _fill_row(g: DirectConv, x_src: Node, names: list[str], inputs: list[Node]) -> str:
+    """C writing one row of X (its other dims at `names`, the moved one "xw") into its planes:
+    per phase pw, the plane's row is X's elements xw = xq * sw + pw, contiguous writes. A padded
+    input's mask splits each into zeros, plain reads (vectorized, no test per element) and
+    zeros; its other dims' mask is tested once per row (a row of the padding: all zeros)."""
+    base, st = view_of(x_src)
+    ptr = pointer_of(x_src, inputs)
+    width = g.space[g.w]
+    lo, hi, conds = 0, width, []
+    if st.mask is not None:
+        lo, hi = (int(v) for v in st.mask[g.w])
+        for j, ((a, b), d) in enumerate(zip(st.mask, st.shape)):
+            if j != g.w:
+                conds += ([f"{names[j]} >= {int(a)}"] if int(a) != 0 else []) + ([f"{names[j]} < {int(b)}"] if int(b) != int(d) else [])
+    plain = Node(Op.VIEW, x_src.dtype, st.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset))
+    value = read(plain, names, ptr)
+    row = _x_index(g, [("pw" if j == g.w else n) for j, n in enumerate(names)])
+    return f"""const int in_rows = {' && '.join(conds) or '1'};
+      for (long long pw = 0; pw < {g.sw}; ++pw) {{
+        float* const dst = planes + {row};
+        const long long q_lo = in_rows ? lum_min(lum_max({lo} - pw + {g.sw - 1}, 0) / {g.sw}, {g.wq}LL) : {g.wq}LL;
+        const long long q_hi = in_rows ? lum_max(q_lo, lum_min(lum_max({hi} - pw + {g.sw - 1}, 0) / {g.sw}, {g.wq}LL)) : {g.wq}LL;
+        for (long long xq = 0; xq < q_lo; ++xq) dst[xq] = 0.0f;
+        #pragma omp simd
+        for (long long xq = q_lo; xq < q_hi; ++xq) {{ const long long xw = xq * {g.sw} + pw; dst[xq] = {value}; }}
+        for (long long xq = q_hi; xq < {g.wq}; ++xq) dst[xq] = 0.0f;
+      }}"""
+
+
+def direct_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str], after) -> str:
+    """C run first in the fused kernel (`out`, `scratch`, n_batch, M, N, K in scope): the direct
+    convolution of every batch element, then `return`. `x_src`: what X's element [i] is read as
+    (the pad's masked view of the input, or X's own buffer); `after(p0, nt, pragma)`: the
+    epilogue's C on columns p0 .. p0 + nt of batch element bz."""
+    rows = copy.shape[:g.split]
+    rnames, rlines = unravel("R", rows, "r")
+    row_x = [" + ".join([f"{rnames[i]} * {c}LL" for i, c in coefs if i < g.split] + [f"{off}LL"])
+             for coefs, off in g.terms]
+    xnames, xlines = unravel("xi", [g.space[j] for j in range(len(g.space)) if j != g.w], "xd")
+    names = list(xnames)
+    names.insert(g.w, "xw")
+    fill = _fill_row(g, x_src, names, inputs)
+    n_rows = 1
+    for d in rows:
+        n_rows *= int(d)
+    outer = 1  # X's elements over its last-moved dim's
+    for j in range(len(g.space)):
+        if j != g.w:
+            outer *= g.space[j]
+    te = g.tile_chunks * g.nr
+    return f"""long long* const offs = lum_f64 ? NULL : (long long*)malloc(sizeof(long long) * {max(1, n_rows)});  /* per row of B: its run */
+  if (offs) {{  /* the direct path (conv_direct.py): the im2col matrix is never written */
+    int failed = 0;  /* out of memory for a transposed weight's copy: the im2col path below, from the start */
+    float* a_buf = NULL;
+    float* const planes = scratch;
+    float* const tiles = scratch + {g.planes_floats}LL + {DC_SLACK};  /* a tile of M x {te} per thread */
+    #pragma omp parallel for if ({outer * g.space[g.w]}LL >= {PAR_MIN})
+    for (long long xi = 0; xi < {outer}LL; ++xi) {{  /* X (the padded input) into its phase planes */
+      {" ".join(xlines)}
+      {fill}
+    }}
+    for (long long q = 0; q < {DC_SLACK}; ++q) planes[{g.planes_floats}LL + q] = 0.0f;
+    for (long long R = 0; R < {n_rows}LL; ++R) {{
+      {" ".join(rlines)}
+      offs[R] = {_x_index(g, row_x)};
+    }}
+    const long long chunks = {g.chunks}, per = {g.tile_chunks}, n_tiles = (chunks + per - 1) / per;
+    for (long long bz = 0; bz < n_batch && !failed; ++bz) {{
+      {" ".join(blines)}
+      const float* a_ptr; int a_tr; long long a_ld;
+      {a_setup}
+      if (a_tr) {{  /* the weight transposed: rows of k for the micro-kernel */
+        float* rows_copy = (float*)malloc(sizeof(float) * lum_max(1, M * K));
+        if (!rows_copy) {{ failed = 1; break; }}
+        for (long long i = 0; i < M; ++i) for (long long k = 0; k < K; ++k) rows_copy[i * K + k] = a_ptr[k * a_ld + i];
+        free(a_buf); a_buf = rows_copy; a_ptr = rows_copy; a_tr = 0; a_ld = K;
+      }}
+      const long long* const off = offs + bz * K;
+      #pragma omp parallel num_threads(lum_min(lum_threads, n_tiles))
+      {{
+      float* const tile = tiles + omp_get_thread_num() * M * {te}LL;
+      #pragma omp for schedule(dynamic, 1)  /* any order: each output is one chain whoever computes it */
+      for (long long ti = 0; ti < n_tiles; ++ti) {{
+        const long long e0 = ti * per * {g.nr}, ne = lum_min(per, chunks - ti * per) * {g.nr};
+        lum_dconv_{g.mr}x{g.nr}(M, K, a_ptr, a_ld, planes + e0, off, tile, {te}, ne);
+        /* the positions that exist (oh, ow < {g.ow}) out of the extended grid (rows {g.wq} wide) */
+        const long long e1 = lum_min(e0 + ne, {g.ext}LL), r0 = e0 / {g.wq}, r1 = (e1 - 1) / {g.wq};
+        for (long long i = 0; i < M; ++i)
+          for (long long r = r0; r <= r1; ++r) {{
+            const long long c0 = lum_max(e0 - r * {g.wq}, 0), c1 = lum_min(e1 - r * {g.wq}, {g.ow}LL);
+            if (c0 < c1) memcpy(out + (bz * M + i) * N + r * {g.ow} + c0, tile + i * {te} + r * {g.wq} + c0 - e0,
+                                sizeof(float) * (c1 - c0));
+          }}
+        const long long p_lo = r0 * {g.ow} + lum_min(e0 - r0 * {g.wq}, {g.ow}LL);
+        const long long p_hi = r1 * {g.ow} + lum_min(e1 - r1 * {g.wq}, {g.ow}LL);
+        if (p_hi > p_lo) {{
+          {after("p_lo", "(p_hi - p_lo)", "")}
+        }}
+      }}
+      }}
+    }}
+    free(offs); free(a_buf);
+    if (!failed) return;
+  }}"""

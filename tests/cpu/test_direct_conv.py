@@ -1,0 +1,175 @@
+"""The direct convolution (`luminal/kernels/cpu/conv_direct.py`, `steps.DirectConv`).
+
+A convolution's fused im2col GEMM may skip its im2col matrix: the input is rewritten as phase
+planes and the micro-kernel reads B's rows in place from them. Forced on (`LUMINAL_CONV=direct`)
+so it runs on any machine, it is checked against torch and against the im2col path over strides,
+dilations, asymmetric and absent padding, 1-D convolutions, batches, channel counts that fill no
+micro-tile, every team size (the bits must not depend on it), NaN and inf in the input, its
+epilogue regions, and precision "float64" (which keeps the im2col path's widened GEMM).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.builder import nn
+from luminal.hlir.ops import Node, Op
+from luminal.hlir.shape import ShapeTracker
+from luminal.kernels.cpu import conv_direct
+from luminal.kernels.cpu import runtime as cpu_runtime
+from luminal.kernels.cpu import steps as cpu_steps
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not lm.devices.get("cpu").available, reason="no C compiler")
+
+# (x shape, weight shape, stride, padding, dilation)
+CASES = [
+    ((1, 32, 28, 28), (32, 32, 3, 3), 1, 1, 1),  # a ResNet stage: 4 x 24 micro-tiles
+    ((1, 3, 64, 64), (8, 3, 7, 7), 2, 3, 1),  # a stem: stride 2, phase planes
+    ((2, 5, 13, 11), (7, 5, 3, 3), 1, 1, 1),  # a batch of 2; 7 channels out fill no micro-tile
+    ((1, 8, 15, 17), (9, 8, 3, 5), 2, (1, 2), 1),  # a rectangular kernel, different paddings
+    ((1, 4, 20, 20), (6, 4, 3, 3), 1, 2, 2),  # dilation 2
+    ((1, 6, 9, 9), (13, 6, 3, 3), 1, 0, 1),  # no padding: X is the input itself
+    ((1, 16, 7, 7), (40, 16, 3, 3), 1, 1, 1),  # a small image: 6 x 16 micro-tiles
+    ((1, 6, 11, 12), (5, 6, 2, 3), 3, ((1, 0), (2, 1)), 1),  # stride 3, ONNX-style asymmetric pads
+    ((1, 4, 30), (5, 4, 3), 1, 1, 1),  # 1-D: one output row
+    ((2, 3, 40), (4, 3, 5), 2, 2, 1),
+]
+
+
+def _graph(xs, ws, stride, padding, dilation, epilogue: bool):
+    g = lm.Graph("direct")
+    x, w = g.input("x", xs), g.input("w", ws)
+    b = g.input("b", (ws[0],)) if epilogue else None
+    y = nn.conv(x, w, b, stride, padding, dilation)
+    g.output(y.relu() if epilogue else y, "y")
+    return g
+
+
+def _feeds(xs, ws, special: bool, seed: int = 0, epilogue: bool = True):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(xs).astype(np.float32)
+    if special:
+        flat = x.reshape(-1)
+        flat[[3, flat.size // 2, flat.size - 1]] = [np.nan, np.inf, -np.inf]
+    feeds = {"x": x, "w": (rng.standard_normal(ws) * 0.3).astype(np.float32),
+             "b": rng.standard_normal(ws[0]).astype(np.float32)}
+    if not epilogue:
+        del feeds["b"]
+    return feeds
+
+
+def _torch(feeds, stride, padding, dilation, epilogue: bool):
+    x, w = (torch.from_numpy(feeds[k]) for k in ("x", "w"))
+    b = torch.from_numpy(feeds["b"]) if epilogue else None
+    conv = {3: torch.nn.functional.conv1d, 4: torch.nn.functional.conv2d}[x.dim()]
+    if isinstance(padding, tuple) and isinstance(padding[0], tuple):  # (before, after) per dim: pad first
+        x = torch.nn.functional.pad(x, [v for pair in reversed(padding) for v in pair])
+        padding = 0
+    y = conv(x, w, b, stride, padding, dilation)
+    return (y.relu() if epilogue else y).numpy()
+
+
+def _compile(monkeypatch, g, mode: str):
+    monkeypatch.setenv("LUMINAL_CONV", mode)
+    compiled = g.compile(device="cpu")
+    source = "\n".join(compiled.runtime.program.sources)
+    assert ("lum_dconv_" in source) == (mode == "direct"), mode
+    return compiled
+
+
+@pytest.mark.parametrize("special", [False, True], ids=["finite", "nan-inf"])
+@pytest.mark.parametrize("epilogue", [False, True], ids=["bare", "bias-relu"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}s{c[2]}p{c[3]}d{c[4]}".replace(" ", ""))
+def test_direct_path_matches_torch_and_the_im2col_path_on_any_team(monkeypatch, case, epilogue, special):
+    xs, ws, stride, padding, dilation = case
+    g = _graph(xs, ws, stride, padding, dilation, epilogue)
+    feeds = _feeds(xs, ws, special, epilogue=epilogue)
+    want = _torch(feeds, stride, padding, dilation, epilogue)
+    direct = _compile(monkeypatch, g, "direct")
+    im2col = _compile(monkeypatch, g, "im2col")
+    results = []
+    for team in (1, 2, 3):
+        monkeypatch.setattr(cpu_runtime, "threads", lambda team=team: team)
+        got = direct(feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+        np.testing.assert_allclose(got, im2col(feeds)[0], rtol=1e-4, atol=1e-4, equal_nan=True)
+        results.append(got)
+    for other in results[1:]:  # one chain of multiply-adds per output, whoever computes it
+        np.testing.assert_array_equal(other, results[0])
+    if special:  # the positions past each output row (computed, then dropped) never leak a NaN
+        assert np.isfinite(want).sum() == np.isfinite(results[0]).sum() > 0
+
+
+def test_float64_precision_keeps_the_widened_gemm(monkeypatch):
+    xs, ws = (1, 16, 20, 20), (24, 16, 3, 3)
+    g = _graph(xs, ws, 1, 1, 1, False)
+    feeds = _feeds(xs, ws, False, seed=3, epilogue=False)
+    direct, im2col = _compile(monkeypatch, g, "direct"), _compile(monkeypatch, g, "im2col")
+    previous = lm.set_precision("float64")
+    try:
+        a, b = direct(feeds)[0], im2col(feeds)[0]
+    finally:
+        lm.set_precision(previous)
+    np.testing.assert_array_equal(a, b)  # the same path: float64 products rounded once
+    x, w = (torch.from_numpy(feeds[k]).double() for k in ("x", "w"))
+    exact = torch.nn.functional.conv2d(x, w, None, 1, 1).float().numpy()
+    np.testing.assert_array_equal(a, exact)
+
+
+def test_a_resnet_block_through_torch_matches_eager(monkeypatch):
+    monkeypatch.setenv("LUMINAL_CONV", "direct")
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, 2, 1, bias=False), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
+                                torch.nn.Conv2d(32, 32, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(32)).eval()
+    for m in block.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 16, 33, 30)
+    compiled = lm.compile(block, (x,), device="cpu")
+    source = "\n".join(compiled.compiled.runtime.program.sources)
+    assert source.count("lum_dconv_") >= 2 + 2  # the micro-kernels' definitions, and two calls
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled(x).numpy(), block(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_the_micro_tile_is_the_one_wasting_least():
+    def geometry(m, oh, ow):  # a 3x3 stride-1 convolution with padding 1 on (C, oh, ow)
+        x = Node(Op.INPUT, lm.DType.F32, (1, 8, oh + 2, ow + 2), (), "x")
+        window = ShapeTracker((1, 8, 3, 3, oh, ow), ((oh + 2) * (ow + 2) * 8, (oh + 2) * (ow + 2), ow + 2, 1, ow + 2, 1), 0)
+        copy = Node(Op.CONTIGUOUS, lm.DType.F32, window.shape, (Node(Op.VIEW, lm.DType.F32, window.shape, (x,), window),))
+        return cpu_steps.direct_conv(copy, oh * ow, m)
+
+    assert geometry(32, 56, 56).nr == 24  # 32 rows: 8 tiles of 4, none wasted
+    assert geometry(256, 7, 7).nr == 16  # 61 positions: 64 in micro-tiles of 16, 72 of 24
+    g = geometry(64, 28, 28)
+    assert (g.wq, g.ext, g.planes_floats) == (30, 27 * 30 + 28, 8 * 30 * 30)
+    # the scratch never depends on more threads than there are tiles
+    assert g.scratch(64, 1000) == g.scratch(64, -(-g.chunks // g.tile_chunks)) > g.scratch(64, 1)
+
+
+def test_shapes_it_does_not_describe_stay_on_the_im2col_path():
+    x = Node(Op.INPUT, lm.DType.F32, (1, 4, 10, 10), (), "x")
+    st = ShapeTracker((1, 4, 3, 3, 8, 8), (400, 100, 10, 1, 10, 1), 0)
+    copy = Node(Op.CONTIGUOUS, lm.DType.F32, st.shape, (Node(Op.VIEW, lm.DType.F32, st.shape, (x,), st),))
+    assert cpu_steps.direct_conv(copy, 64, 5) is not None
+    f64 = Node(Op.CONTIGUOUS, lm.DType.F64, st.shape, (Node(Op.VIEW, lm.DType.F64, st.shape, (x,), st),))
+    assert cpu_steps.direct_conv(f64, 64, 5) is None  # f32 only
+    assert cpu_steps.direct_conv(copy, 9 * 64, 5) is None  # columns (kh, kw, oh, ow): two dims move one of X's
+    both = ShapeTracker((1, 4, 3, 3, 8, 8), (400, 100, 10, 1, 11, 1), 0)  # oh moves rows and columns of X
+    mixed = Node(Op.CONTIGUOUS, lm.DType.F32, both.shape, (Node(Op.VIEW, lm.DType.F32, both.shape, (x,), both),))
+    assert cpu_steps.direct_conv(mixed, 64, 5) is None
+
+
+def test_an_unknown_mode_warns_and_means_auto(monkeypatch, caplog):
+    monkeypatch.setenv("LUMINAL_CONV", "winograd")
+    with caplog.at_level(logging.WARNING, logger="luminal.cpu"):
+        assert conv_direct.mode() == "auto"
+    assert "LUMINAL_CONV='winograd'" in caplog.text
+    monkeypatch.setenv("LUMINAL_CONV", "im2col")
+    assert not conv_direct.wanted()
