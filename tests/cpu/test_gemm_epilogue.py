@@ -42,6 +42,9 @@ CASES = {
     "partial_tiles_bn_relu": ((1, 16, 50, 50), (16, 16, 3, 3), 1, 1, 1, "bn_relu"),  # 2500 columns: a last partial tile
     "conv1x1_bn_relu": ((2, 32, 15, 15), (48, 32, 1, 1), 1, 0, 1, "bn_relu"),
     "conv1x1_residual_relu": ((1, 24, 17, 17), (24, 24, 1, 1), 1, 0, 1, "residual_relu"),
+    # outputs past EPILOGUE_TILED_MIN: the plain GEMM in column tiles, the last one partial
+    "conv1x1_tiled_bn_relu": ((1, 16, 71, 75), (64, 16, 1, 1), 1, 0, 1, "bn_relu"),
+    "conv1x1_tiled_residual_relu": ((2, 64, 60, 61), (40, 64, 1, 1), 1, 0, 1, "residual_relu"),
 }
 
 
@@ -103,6 +106,14 @@ def _unfused(g, monkeypatch):
 
 def _close(a, b, tol):
     np.testing.assert_allclose(a, b, rtol=tol, atol=tol, equal_nan=True)
+
+
+def test_the_tiled_cases_are_past_the_threshold():
+    for name in ("conv1x1_tiled_bn_relu", "conv1x1_tiled_residual_relu"):
+        xs, ws = CASES[name][:2]
+        m, n, k = ws[0], xs[2] * xs[3], ws[1]
+        tile = max(64, conv_gemm.EPILOGUE_TILE_FLOATS // (m + k) // 16 * 16)
+        assert m * n >= conv_gemm.EPILOGUE_TILED_MIN and n % tile, name  # tiles, the last one partial
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

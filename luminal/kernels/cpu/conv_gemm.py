@@ -61,6 +61,9 @@ from luminal.kernels.render.cstyle import (
 )
 from luminal.kernels.render.dialect import PAR_MIN, C
 
+EPILOGUE_TILE_FLOATS = 65536  # a plain GEMM's epilogue tile: M x T outputs and K x T operands (256 KiB)
+EPILOGUE_TILED_MIN = 131072  # outputs (512 KiB) from which a plain GEMM with an epilogue runs in tiles
+
 # --- im2col + GEMM in tiles ------------------------------------------------------------------
 
 
@@ -209,7 +212,20 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     a_setup, _ = operand(a, "a", bnames, a.shape[-2], a.shape[-1], inputs, t)
     b_setup, _ = operand(b, "b", bnames, b.shape[-2], b.shape[-1], inputs, t)
 
-    def batch_loop(pragma: str, rows_pragma: str) -> str:  # as `render.matmul`'s, each element then through the region
+    def batch_loop(pragma: str, rows_pragma: str, tiles: bool) -> str:  # as `render.matmul`'s, each element then through the region
+        whole = f"""lum_gemm_{g}(a_tr, b_tr, M, N, K, a_ptr, a_ld, b_ptr, b_ld, out + bz * M * N, N);
+      {_epilogue_rows(plan, inputs, t, "0", "N", rows_pragma)}"""
+        if tiles:  # a large output: columns in tiles, each multiplied and through the region while in cache
+            whole = f"""if (n_tiles > 1) {{
+        #pragma omp parallel for num_threads(lum_threads) schedule(dynamic, 1)
+        for (long long ti = 0; ti < n_tiles; ++ti) {{
+          const long long p0 = ti * T, nt = lum_min(T, N - p0);
+          lum_gemm_{g}(a_tr, b_tr, M, nt, K, a_ptr, a_ld, b_ptr + (b_tr ? p0 * b_ld : p0), b_ld, out + bz * M * N + p0, N);
+          {_epilogue_rows(plan, inputs, t, "p0", "nt", "")}
+        }}
+      }} else {{
+        {whole}
+      }}"""
         return f"""{t}* a_buf = NULL;
     {t}* b_buf = NULL;
     {pragma}
@@ -218,8 +234,7 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
       const {t}* a_ptr; const {t}* b_ptr; int a_tr, b_tr; long long a_ld, b_ld;
       {a_setup}
       {b_setup}
-      lum_gemm_{g}(a_tr, b_tr, M, N, K, a_ptr, a_ld, b_ptr, b_ld, out + bz * M * N, N);
-      {_epilogue_rows(plan, inputs, t, "0", "N", rows_pragma)}
+      {whole}
     }}
     free(a_buf); free(b_buf);"""
 
@@ -234,10 +249,15 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
   if (lum_batch_parallel(n_batch, M, N, K)) {{
     #pragma omp parallel
     {{
-    {batch_loop("#pragma omp for schedule(static)", "")}
+    {batch_loop("#pragma omp for schedule(static)", "", False)}
     }}
   }} else {{
-    {batch_loop("", f"#pragma omp parallel for if (M * N >= {PAR_MIN})")}
+    /* an output past what L2 holds (a 1x1 conv at 112 x 112: 64 x 12544): tiles of T columns
+       whose output and operand columns stay in cache (about {EPILOGUE_TILE_FLOATS} floats), one
+       per thread; the sizes alone choose them, never the team, and never at precision "float64" */
+    const long long T = lum_max(64, {EPILOGUE_TILE_FLOATS}LL / (M + K) / 16 * 16);
+    const long long n_tiles = !lum_f64 && M * N >= {EPILOGUE_TILED_MIN}LL ? (N + T - 1) / T : 1;
+    {batch_loop("", f"#pragma omp parallel for if (M * N >= {PAR_MIN})", True)}
   }}
 }}
 """
