@@ -17,6 +17,7 @@ import pytest
 
 import luminal as lm
 from luminal.builder import nn
+from luminal.frontends.torch.aten_backward import _weight_grad
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import ShapeTracker
 from luminal.kernels.cpu import conv_direct
@@ -160,10 +161,70 @@ def test_shapes_it_does_not_describe_stay_on_the_im2col_path():
     assert cpu_steps.direct_conv(copy, 64, 5) is not None
     f64 = Node(Op.CONTIGUOUS, lm.DType.F64, st.shape, (Node(Op.VIEW, lm.DType.F64, st.shape, (x,), st),))
     assert cpu_steps.direct_conv(f64, 64, 5) is None  # f32 only
-    assert cpu_steps.direct_conv(copy, 9 * 64, 5) is None  # columns (kh, kw, oh, ow): two dims move one of X's
+    # columns (kh, kw, oh, ow): two dims move one of X's; the rows' channel dim alone moves one (as a
+    # weight gradient's positions would): X's channels become the planes' contiguous dim
+    assert cpu_steps.direct_conv(copy, 9 * 64, 5).columns is False
     both = ShapeTracker((1, 4, 3, 3, 8, 8), (400, 100, 10, 1, 11, 1), 0)  # oh moves rows and columns of X
     mixed = Node(Op.CONTIGUOUS, lm.DType.F32, both.shape, (Node(Op.VIEW, lm.DType.F32, both.shape, (x,), both),))
     assert cpu_steps.direct_conv(mixed, 64, 5) is None
+
+
+# weight gradients: (x shape, weight shape, stride, padding, dilation)
+WGRAD_CASES = [
+    ((4, 3, 40, 40), (8, 3, 7, 7), 2, 3, 1),  # a stem: 20 positions a row
+    ((2, 16, 19, 19), (32, 16, 3, 3), 1, 1, 1),  # 19: two vectors and a masked one
+    ((3, 8, 12, 12), (24, 8, 3, 3), 2, 1, 1),  # 6 positions a row: one masked vector
+    ((2, 4, 17, 15), (5, 4, 3, 3), 1, 2, 2),  # dilation 2; 5 rows: a partial 4 x 3 tile
+    ((2, 6, 33), (7, 6, 5), 1, 2, 1),  # 1-D
+]
+
+
+def _wgrad_graph(xs, ws, stride, padding, dilation):
+    g = lm.Graph("wgrad")
+    nsp = len(xs) - 2
+    outs = [(n + 2 * padding - dilation * (k - 1) - 1) // stride + 1 for n, k in zip(xs[2:], ws[2:])]
+    x, go = g.input("x", xs), g.input("go", (xs[0], ws[0], *outs))
+    g.output(_weight_grad(x, go, ws[2:], [stride] * nsp, [padding] * nsp, [dilation] * nsp, 1), "gw")
+    return g, (xs[0], ws[0], *outs)
+
+
+@pytest.mark.parametrize("special", [False, True], ids=["finite", "nan-inf"])
+@pytest.mark.parametrize("case", WGRAD_CASES, ids=lambda c: f"{c[0]}x{c[1]}s{c[2]}p{c[3]}d{c[4]}".replace(" ", ""))
+def test_weight_gradient_matches_torch_and_the_im2col_path_on_any_team(monkeypatch, case, special):
+    xs, ws, stride, padding, dilation = case
+    g, gos = _wgrad_graph(xs, ws, stride, padding, dilation)
+    rng = np.random.default_rng(11)
+    feeds = {"x": rng.standard_normal(xs).astype(np.float32), "go": rng.standard_normal(gos).astype(np.float32)}
+    if special:  # an inf in the padding's neighbourhood and a NaN in the gradient: torch's NaNs, no others
+        feeds["x"].reshape(-1)[[0, feeds["x"].size // 3]] = [np.inf, -np.inf]
+        feeds["go"].reshape(-1)[7] = np.nan
+    x, go = (torch.from_numpy(feeds[k]).double() for k in ("x", "go"))
+    weight = {3: torch.nn.grad.conv1d_weight, 4: torch.nn.grad.conv2d_weight}[len(xs)]
+    want = weight(x, ws, go, stride, padding, dilation).float().numpy()
+    monkeypatch.setenv("LUMINAL_CONV", "direct")
+    direct = g.compile(device="cpu")
+    source = "\n".join(direct.runtime.program.sources)
+    # (1-D: the copy's columns (c, kw) move one dim of X each, so the convolution's form serves)
+    assert "lum_dwgrad_4x3(M" in source if len(xs) == 4 else "lum_dconv_" in source
+    monkeypatch.setenv("LUMINAL_CONV", "im2col")
+    im2col = g.compile(device="cpu")
+    results = []
+    for team in (1, 2, 3):
+        monkeypatch.setattr(cpu_runtime, "threads", lambda team=team: team)
+        got = direct(feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4, equal_nan=True)
+        np.testing.assert_allclose(got, im2col(feeds)[0], rtol=2e-4, atol=2e-4, equal_nan=True)
+        results.append(got)
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+
+
+def test_a_weight_gradient_of_many_channels_stays_on_the_im2col_path():
+    g, _ = _wgrad_graph((2, 8, 10, 10), (cpu_steps.DC_WGRAD_MAX_ROWS + 1, 8, 3, 3), 1, 1, 1)
+    steps = g.compile(device="cpu").runtime.program.steps
+    copy = next(s.output for s in steps if s.absorbed and s.output.op is Op.CONTIGUOUS and len(s.output.shape) == 7)
+    assert cpu_steps.direct_conv(copy, 72, cpu_steps.DC_WGRAD_MAX_ROWS + 1) is None
+    assert cpu_steps.direct_conv(copy, 72, cpu_steps.DC_WGRAD_MAX_ROWS).columns is False
 
 
 def test_an_unknown_mode_warns_and_means_auto(monkeypatch, caplog):

@@ -96,6 +96,24 @@ def _fill_row(g: DirectConv, x_src: Node, names: list[str], inputs: list[Node]) 
       }}"""
 
 
+def _planes(g: DirectConv, x_src: Node, inputs: list[Node]) -> str:
+    """C filling `planes` (= scratch) with X's phase planes, and zeroing their slack."""
+    xnames, xlines = unravel("xi", [g.space[j] for j in range(len(g.space)) if j != g.w], "xd")
+    names = list(xnames)
+    names.insert(g.w, "xw")
+    outer = 1  # X's elements over its last-moved dim's
+    for j in range(len(g.space)):
+        if j != g.w:
+            outer *= g.space[j]
+    return f"""float* const planes = scratch;
+    #pragma omp parallel for if ({outer * g.space[g.w]}LL >= {PAR_MIN})
+    for (long long xi = 0; xi < {outer}LL; ++xi) {{  /* X (the padded input) into its phase planes */
+      {" ".join(xlines)}
+      {_fill_row(g, x_src, names, inputs)}
+    }}
+    for (long long q = 0; q < {DC_SLACK}; ++q) planes[{g.planes_floats}LL + q] = 0.0f;"""
+
+
 def direct_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str], after) -> str:
     """C run first in the fused kernel (`out`, `scratch`, n_batch, M, N, K in scope): the direct
     convolution of every batch element, then `return`. `x_src`: what X's element [i] is read as
@@ -105,30 +123,16 @@ def direct_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_se
     rnames, rlines = unravel("R", rows, "r")
     row_x = [" + ".join([f"{rnames[i]} * {c}LL" for i, c in coefs if i < g.split] + [f"{off}LL"])
              for coefs, off in g.terms]
-    xnames, xlines = unravel("xi", [g.space[j] for j in range(len(g.space)) if j != g.w], "xd")
-    names = list(xnames)
-    names.insert(g.w, "xw")
-    fill = _fill_row(g, x_src, names, inputs)
     n_rows = 1
     for d in rows:
         n_rows *= int(d)
-    outer = 1  # X's elements over its last-moved dim's
-    for j in range(len(g.space)):
-        if j != g.w:
-            outer *= g.space[j]
     te = g.tile_chunks * g.nr
     return f"""long long* const offs = lum_f64 ? NULL : (long long*)malloc(sizeof(long long) * {max(1, n_rows)});  /* per row of B: its run */
   if (offs) {{  /* the direct path (conv_direct.py): the im2col matrix is never written */
     int failed = 0;  /* out of memory for a transposed weight's copy: the im2col path below, from the start */
     float* a_buf = NULL;
-    float* const planes = scratch;
     float* const tiles = scratch + {g.planes_floats}LL + {DC_SLACK};  /* a tile of M x {te} per thread */
-    #pragma omp parallel for if ({outer * g.space[g.w]}LL >= {PAR_MIN})
-    for (long long xi = 0; xi < {outer}LL; ++xi) {{  /* X (the padded input) into its phase planes */
-      {" ".join(xlines)}
-      {fill}
-    }}
-    for (long long q = 0; q < {DC_SLACK}; ++q) planes[{g.planes_floats}LL + q] = 0.0f;
+    {_planes(g, x_src, inputs)}
     for (long long R = 0; R < {n_rows}LL; ++R) {{
       {" ".join(rlines)}
       offs[R] = {_x_index(g, row_x)};
@@ -169,5 +173,69 @@ def direct_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_se
       }}
     }}
     free(offs); free(a_buf);
+    if (!failed) return;
+  }}"""
+
+
+WGRAD_BLOCK_FLOATS = 49152  # A's block (M x positions) of a weight gradient's GEMM: about 192 KiB, L2
+
+
+def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str], after) -> str:
+    """C run first in the fused kernel of a weight gradient's GEMM (`g.columns` False; `out`,
+    `scratch`, n_batch = 1, M, N, K in scope): dW = A B with B read from the phase planes
+    (`lum_dwgrad_4x3`), blocks of rows of positions in order, the columns split across the team,
+    then the epilogue, then `return`."""
+    split = g.split
+    rows, cols = copy.shape[:split - 1], copy.shape[split:]
+    rnames, rlines = unravel("r", rows, "pr")
+    cnames, clines = unravel("j", cols, "pc")
+
+    def x_at(row_names, col_names):  # X's planes index of the copy's element (row.., ow = 0, col..)
+        idx = [*row_names, "0", *col_names]
+        exprs = [" + ".join([f"{idx[i]} * {c}LL" for i, c in coefs] + [f"{off}LL"]) for coefs, off in g.terms]
+        return _x_index(g, exprs)
+
+    n_prow = 1
+    for d in rows:
+        n_prow *= int(d)
+    zero_r, zero_c = ["0"] * len(rows), ["0"] * len(cols)
+    return f"""long long* const rowoff = lum_f64 ? NULL : (long long*)malloc(sizeof(long long) * ({n_prow} + N));
+  if (rowoff) {{  /* the direct path (conv_direct.py): the im2col matrix is never written */
+    long long* const coloff = rowoff + {n_prow};
+    int failed = 0;  /* out of memory for a transposed operand's copy: the im2col path below, from the start */
+    float* a_buf = NULL;
+    {_planes(g, x_src, inputs)}
+    const long long base = {x_at(zero_r, zero_c)};
+    for (long long r = 0; r < {n_prow}LL; ++r) {{  /* a row of positions (its ow = 0): where it starts */
+      {" ".join(rlines)}
+      rowoff[r] = {x_at(rnames, zero_c)} - base;
+    }}
+    for (long long j = 0; j < N; ++j) {{  /* a column of B (c, kh, kw): its offset */
+      {" ".join(clines)}
+      coloff[j] = {x_at(zero_r, cnames)};
+    }}
+    const long long OW = {g.ow}, per = lum_max(1, {WGRAD_BLOCK_FLOATS}LL / M / OW);  /* rows of positions per block */
+    for (long long bz = 0; bz < n_batch && !failed; ++bz) {{
+      {" ".join(blines)}
+      const float* a_ptr; int a_tr; long long a_ld;
+      {a_setup}
+      if (a_tr) {{  /* A transposed: rows of k for the micro-kernel */
+        float* rows_copy = (float*)malloc(sizeof(float) * lum_max(1, M * K));
+        if (!rows_copy) {{ failed = 1; break; }}
+        for (long long i = 0; i < M; ++i) for (long long k = 0; k < K; ++k) rows_copy[i * K + k] = a_ptr[k * a_ld + i];
+        free(a_buf); a_buf = rows_copy; a_ptr = rows_copy; a_tr = 0; a_ld = K;
+      }}
+      const long long n_jt = (N + 2) / 3;
+      #pragma omp parallel num_threads(lum_min(lum_threads, n_jt))
+      {{
+      const long long t = omp_get_thread_num(), team = omp_get_num_threads();
+      const long long j_lo = lum_min(N, n_jt * t / team * 3), j_hi = lum_min(N, n_jt * (t + 1) / team * 3);
+      for (long long r0 = 0; r0 < {n_prow}LL; r0 += per)
+        lum_dwgrad_4x3(M, a_ptr, a_ld, planes, rowoff, coloff, OW, {n_prow}LL, r0, lum_min(r0 + per, {n_prow}LL), j_lo, j_hi,
+                       out + bz * M * N, N, r0 > 0);
+      }}
+      {after("0", "N", f"#pragma omp parallel for if (M * N >= {PAR_MIN})")}
+    }}
+    free(rowoff); free(a_buf);
     if (!failed) return;
   }}"""

@@ -377,8 +377,9 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
         {after("p0", "nt", epilogue_pragma)}
       }}"""
 
-    geometry = direct_conv(copy, node.shape[-1], node.shape[-2]) if t == "float" and conv_direct.wanted() else None
-    direct = "" if geometry is None else conv_direct.direct_path(
+    geometry = (direct_conv(copy, node.shape[-1], node.shape[-2], sym.product(batch))
+                if t == "float" and conv_direct.wanted() else None)
+    direct = "" if geometry is None else (conv_direct.direct_path if geometry.columns else conv_direct.wgrad_path)(
         geometry, copy, plan.pad.src[0] if plan.pad is not None else copy.src[0].src[0], inputs, a_setup, blines, after)
     code = f"""{conv_direct.MICRO_KERNEL if geometry is not None else ""}static void {name}({', '.join(params)}) {{
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};

@@ -400,14 +400,15 @@ class CpuRuntime(Runtime):
             for b in st.inputs:
                 last[id(b)] = i
         self.intervals = [(first[id(n)], last.get(id(n), first[id(n)])) for n in self.intermediates]
-        # per intermediate, None, or for an absorbed node the (K, N, M) of the fused GEMM whose tile
+        # per intermediate, None, or for an absorbed node the (K, N, M, batch) of the fused GEMM whose tile
         # scratch its buffer is (`steps.im2col_scratch`): the MatMul reading it as its B operand,
         # whichever step runs that GEMM (its own, or its epilogue region's); or () when it is no
         # GEMM's B (a padded copy, a GEMM absorbed by its epilogue)
         gemm_of = {id(b.src[0] if b.op is Op.VIEW else b): n for n in sched.nodes if n.op is Op.MAT_MUL for b in n.src[1:2]}
         absorbed = {id(st.output) for st in program.steps if st.absorbed}
         self._tile_scratch = [None if id(n) not in absorbed else () if id(n) not in gemm_of else
-                         (gemm_of[id(n)].src[0].shape[-1], gemm_of[id(n)].shape[-1], gemm_of[id(n)].shape[-2])
+                         (gemm_of[id(n)].src[0].shape[-1], gemm_of[id(n)].shape[-1], gemm_of[id(n)].shape[-2],
+                          sym.product(gemm_of[id(n)].shape[:-2]))
                          for n in self.intermediates]
         self.library_path = library
         self.restored = restored is not None  # built from stored artifacts (no C rendered)
@@ -492,9 +493,9 @@ class CpuRuntime(Runtime):
         def nbytes(n, scratch):  # a tile scratch's need may exceed the copy's size (depth tiles' partials)
             if scratch is None:
                 return int(np.prod(shape(n), dtype=np.int64)) * n.dtype.itemsize
-            k, m_cols, m_rows = (int(sym.evaluate(d, bindings)) for d in scratch) if scratch else (0, 0, 0)
+            k, m_cols, m_rows, batch = (int(sym.evaluate(d, bindings)) for d in scratch) if scratch else (0, 0, 0, 0)
             floats = im2col_scratch(k, m_cols, m_rows, team, f64)
-            direct = direct_conv(n, m_cols, m_rows) if scratch and not f64 else None  # the kernel's direct path, if it has one
+            direct = direct_conv(n, m_cols, m_rows, batch) if scratch and not f64 else None  # the kernel's direct path, if any
             return max(floats, direct.scratch(m_rows, team) if direct is not None else 0) * n.dtype.itemsize
 
         sizes = [nbytes(n, s) for n, s in zip(self.intermediates, self._tile_scratch)]
