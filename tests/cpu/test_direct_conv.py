@@ -83,6 +83,21 @@ def _compile(monkeypatch, g, mode: str):
     return compiled
 
 
+def _same_on_any_team(monkeypatch, direct, im2col, feeds, want, tol):
+    """The direct program's output on teams of 1 to 3 threads: torch's and the im2col path's within
+    `tol`, and the same bits on every team (one chain per output, whoever computes it)."""
+    results = []
+    for team in (1, 2, 3):
+        monkeypatch.setattr(cpu_runtime, "threads", lambda team=team: team)
+        got = direct(feeds)[0]
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, equal_nan=True)
+        np.testing.assert_allclose(got, im2col(feeds)[0], rtol=tol, atol=tol, equal_nan=True)
+        results.append(got)
+    for other in results[1:]:
+        np.testing.assert_array_equal(other, results[0])
+    return results[0]
+
+
 @pytest.mark.parametrize("special", [False, True], ids=["finite", "nan-inf"])
 @pytest.mark.parametrize("epilogue", [False, True], ids=["bare", "bias-relu"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}s{c[2]}p{c[3]}d{c[4]}".replace(" ", ""))
@@ -93,17 +108,9 @@ def test_direct_path_matches_torch_and_the_im2col_path_on_any_team(monkeypatch, 
     want = _torch(feeds, stride, padding, dilation, epilogue)
     direct = _compile(monkeypatch, g, "direct")
     im2col = _compile(monkeypatch, g, "im2col")
-    results = []
-    for team in (1, 2, 3):
-        monkeypatch.setattr(cpu_runtime, "threads", lambda team=team: team)
-        got = direct(feeds)[0]
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
-        np.testing.assert_allclose(got, im2col(feeds)[0], rtol=1e-4, atol=1e-4, equal_nan=True)
-        results.append(got)
-    for other in results[1:]:  # one chain of multiply-adds per output, whoever computes it
-        np.testing.assert_array_equal(other, results[0])
+    got = _same_on_any_team(monkeypatch, direct, im2col, feeds, want, 1e-4)
     if special:  # the positions past each output row (computed, then dropped) never leak a NaN
-        assert np.isfinite(want).sum() == np.isfinite(results[0]).sum() > 0
+        assert np.isfinite(want).sum() == np.isfinite(got).sum() > 0
 
 
 def test_float64_precision_keeps_the_widened_gemm(monkeypatch):
@@ -208,15 +215,7 @@ def test_weight_gradient_matches_torch_and_the_im2col_path_on_any_team(monkeypat
     assert "lum_dwgrad_4x3(M" in source if len(xs) == 4 else "lum_dconv_" in source
     monkeypatch.setenv("LUMINAL_CONV", "im2col")
     im2col = g.compile(device="cpu")
-    results = []
-    for team in (1, 2, 3):
-        monkeypatch.setattr(cpu_runtime, "threads", lambda team=team: team)
-        got = direct(feeds)[0]
-        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4, equal_nan=True)
-        np.testing.assert_allclose(got, im2col(feeds)[0], rtol=2e-4, atol=2e-4, equal_nan=True)
-        results.append(got)
-    for other in results[1:]:
-        np.testing.assert_array_equal(other, results[0])
+    _same_on_any_team(monkeypatch, direct, im2col, feeds, want, 2e-4)
 
 
 def test_a_weight_gradient_of_many_channels_stays_on_the_im2col_path():
