@@ -9,11 +9,11 @@ so out = 0 @ v (NaN where v is); no keys at all gives 0. p = 0 terms are still m
 into the accumulator (0 * NaN in v is NaN, as in the GEMM).
 
 - C: one task per (batch element, block of BQ queries), tasks spread over the OpenMP team; per
-  block of BK keys, the scores as 4 keys x lum_w queries register tiles (GCC/Clang vector types
-  as wide as the build's ISA: 64 bytes where `cpu/build` enables AVX-512, else 32; FMAs where the
-  CPU has them, `cpu/render.attention`), the softmax's steps as vector loops over the queries (exp
+  block of BK keys, the scores as R keys x lum_w queries register tiles (R = 6 in f32, 4 in f64;
+  GCC/Clang vector types as wide as the build's ISA: 64 bytes where `cpu/build` enables AVX-512,
+  else 32; FMAs where the CPU has them, `cpu/render.attention`), the softmax's steps as vector loops over the queries (exp
   of exponents below LUM_LO, -inf ones of masked scores included, kept off glibc's vector exp,
-  which takes a scalar path per lane for them), p @ v as 4 queries x lum_w columns tiles
+  which takes a scalar path per lane for them), p @ v as R queries x lum_w columns tiles
   (`_c_body`). A mask that varies along one
   axis only (padding) is evaluated once per key or per query, not per score. Float
   accumulators; at precision "float64" (`lum_f64`) the same loops in double. Measured against
