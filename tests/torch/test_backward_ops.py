@@ -127,6 +127,20 @@ def test_multihead_attention_module():
             assert err <= 1e-5 * scale + 1e-7, f"{type(module).__name__} {name}: differs by {err:.2e}"
 
 
+def _assert_pool_indices_match(x, kw, device):
+    """max_pool2d(return_indices=True) of `x` through torch.compile on luminal's `device`: torch's
+    indices exactly, its values with NaNs where torch has them."""
+    def f(t):
+        return F.max_pool2d(t, return_indices=True, **kw)
+
+    torch._dynamo.reset()
+    with torch.no_grad(), runs_on_luminal():
+        values, indices = torch.compile(f, backend="luminal", options={"device": device, "strict": True})(x)
+    want_values, want_indices = f(x)
+    assert torch.equal(indices, want_indices)
+    torch.testing.assert_close(values, want_values, equal_nan=True)
+
+
 @pytest.mark.parametrize("kw", [dict(kernel_size=3, stride=2, padding=1),
                                 dict(kernel_size=2, stride=1, padding=1, dilation=2)], ids=["padded", "dilated padded"])
 def test_max_pool_indices_match_torch_on_cpu(kw):
@@ -143,15 +157,7 @@ def test_max_pool_indices_match_torch_on_cpu(kw):
     x[:, 3] = x[:, 3].round()
     x[:, 4] = torch.where(x[:, 4] > 0, torch.zeros(()), -torch.zeros(()))
 
-    def f(t):
-        return F.max_pool2d(t, return_indices=True, **kw)
-
-    torch._dynamo.reset()
-    with torch.no_grad(), runs_on_luminal():
-        values, indices = torch.compile(f, backend="luminal", options={"device": "cpu", "strict": True})(x)
-    want_values, want_indices = f(x)
-    assert torch.equal(indices, want_indices)
-    torch.testing.assert_close(values, want_values, equal_nan=True)
+    _assert_pool_indices_match(x, kw, "cpu")
 
 
 @pytest.mark.parametrize("path", ["unrolled", "reduced"])
@@ -185,15 +191,7 @@ def test_max_pool_indices_match_torch(kw, fill, path, monkeypatch):
     elif fill == "signed zeros":
         x = torch.where(x > 0, torch.zeros(()), -torch.zeros(()))
 
-    def f(t):
-        return F.max_pool2d(t, return_indices=True, **kw)
-
-    torch._dynamo.reset()
-    with torch.no_grad(), runs_on_luminal():
-        values, indices = torch.compile(f, backend="luminal", options={"device": "numpy", "strict": True})(x)
-    want_values, want_indices = f(x)
-    assert torch.equal(indices, want_indices)
-    torch.testing.assert_close(values, want_values, equal_nan=True)
+    _assert_pool_indices_match(x, kw, "numpy")
 
 
 @pytest.mark.parametrize("device", ["numpy", "cpu"])

@@ -178,8 +178,7 @@ def direct_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_se
 
 
 # A's block (M x positions) of a weight gradient's GEMM, 768 KiB: each block ends in a horizontal
-# sum per 4 x 3 tile, so fewer and longer blocks (measured, Zen 3, batch 8: 64 channels on 28x28
-# 6.1 ms with 192 KiB blocks, 5.2 with 768, 5.9 with 3 MiB)
+# sum per 4 x 3 tile, so few long blocks, though past L2 (measured: README, "Direct convolutions")
 WGRAD_BLOCK_FLOATS = 196608
 
 

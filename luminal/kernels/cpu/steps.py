@@ -129,10 +129,8 @@ def column_split(shape, cols) -> int | None:
 DC_KERNELS = {16: 6, 24: 4}  # output positions per micro-tile (vectors of 8 floats) -> output channels
 DC_SLACK = 32  # floats past the planes: the last micro-tile's lanes past the output read there
 DC_TILE_CHUNKS = 8  # micro-tiles of positions per tile (a thread's unit of work) at most
-# a weight gradient's direct GEMM for at most this many output channels: measured on a Zen 3 (AVX2),
-# batch 8, against the K-tiled im2col GEMM on MKL: 32 channels 3x3 on 56x56 21.6 -> 4.7 ms, 64 on
-# 28x28 18.8 -> 5.8, but 128 on 14x14 7.5 -> 8.8 and 256 on 7x7 11.7 -> 14.0 (rows of 7-14
-# positions: a masked vector each, and a horizontal sum per 4 x 3 tile every few rows)
+# a weight gradient's direct GEMM for at most this many output channels: past it (small maps, rows
+# of 7-14 positions) the K-tiled im2col GEMM measured faster (README, "Direct convolutions")
 DC_WGRAD_MAX_ROWS = 64
 
 
@@ -162,7 +160,6 @@ class DirectConv:
     ow: int
     nr: int  # output positions per micro-tile (`DC_KERNELS`)
     columns: bool = True  # the positions are the GEMM's columns (a convolution), else its depth (a weight gradient)
-    ow_dim: int = -1  # the copy's dim of the output columns
 
     @property
     def mr(self) -> int:
@@ -259,7 +256,7 @@ def direct_conv(copy: Node, cols, m, batch=1) -> DirectConv | None:
 
     nr = min(sorted(DC_KERNELS, reverse=True), key=work)  # the wider kernel on a tie
     return DirectConv(tuple(int(d) for d in src.shape), tuple((tuple(c), o) for c, o in terms), split, h, w, sh, sw,
-                      oh, ow, nr, columns, moving[-1])
+                      oh, ow, nr, columns)
 
 
 def launch_table(program: CProgram, slot_of) -> list[int]:

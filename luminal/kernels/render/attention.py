@@ -96,9 +96,8 @@ def _c_body(node: Node, t: str) -> str:
         score = f"({t})({score} + ({t})({mask(z, '(i0 + i)', '(j0 + j)')}))"
     lo = "-708.0" if t == "double" else "-87.0f"
     # vectors per tile row and rows (keys, or queries for p @ v) per tile: 16 or 12 accumulators,
-    # within AVX2's 16 registers with the loads (f32: 6 rows, 8 FMAs per 2 vector loads + 6 broadcasts;
-    # bert-long's attention a layer on a Zen 3, min of 20 calls: 23.2 -> 20.5 ms with 6 rows, not 4;
-    # each output is still one chain over c, so the bits are unchanged)
+    # within AVX2's 16 registers with the loads (f32: 12 FMAs per 2 vector loads and 6 broadcasts);
+    # each output is one chain over c whatever the tile (README: "Fused attention")
     nv, R = (4, 4) if t == "double" else (2, 6)
     tiles = [(r, k) for r in range(R) for k in range(nv)]
     vbase, vst = view_of(v)
