@@ -3,7 +3,7 @@ that implements cuBLAS's contract, so the argument conventions are tested withou
 
     desc = GemmDesc.of(node, inputs)     # symbolic: row-major A/B views, M/N/K, batch, dtypes
     calls = desc.bind(bindings)          # `CublasGemm`s (column-major arguments), or None
-    cupy_gemm(call, buffers, stream)     # cublasGemmStridedBatchedEx through CuPy, on the stream
+    cupy_gemm(call, buffers, stream)     # cublasGemmStridedBatchedEx on CuPy's buffers and stream (ctypes)
     standin_gemm(call, buffers)          # the same arguments, run by NumPy over the buffers
 
 README's "GEMMs on cuBLAS" has the conventions. `bind` gives None (the generated kernel runs) for
@@ -14,8 +14,11 @@ double accumulator, so f64 copies go through a DGEMM and are rounded once.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import threading
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -169,6 +172,7 @@ def _matrix(op: _Operand, rows: int, cols: int, batch: list[int], ev):
     sr, sc, off = ev(op.row_stride), ev(op.col_stride), ev(op.offset)
     if min(sr, sc, off) < 0 or any(ev(s) < 0 for s in op.batch_strides):
         return None
+    sr, sc = (1 if rows == 1 else sr), (1 if cols == 1 else sc)  # a unit dim's stride is never used (a K = 1 view's may be 0)
     if sc == 1 and (sr >= max(1, cols) or rows <= 1):  # row-major: column-major it is its transpose, op N
         tr, ld = OP_N, (sr if rows > 1 else max(1, cols))
     elif sr == 1 and (sc >= max(1, rows) or cols <= 1):  # a transposed view: column-major as stored, op T
@@ -276,15 +280,68 @@ def _strided_gemm(c: CublasGemm, flat: dict, xp) -> None:
 # --- the real call ------------------------------------------------------------------------------
 _workspaces: dict = {}  # cuBLAS handle -> its workspace (kept alive with the handle's thread)
 _ws_lock = threading.Lock()
+# The cuBLAS entry points cupy_gemm calls, named as CuPy's bindings name them -> (C symbol,
+# argument types). They are called through ctypes on the libcublas CuPy loaded, not through
+# `cupy_backends.cuda.libs.cublas`: its setStream (which every one of its calls makes) refuses a
+# stream under capture ("calling cuBLAS API during stream capture is currently unsupported"), and
+# CuPy 14.2 binds no setWorkspace; both failed the first H200 run. cuBLAS itself captures a GEMM
+# whose workspace is set and whose alpha and beta are host scalars (read when it is enqueued).
+_P, _I, _L, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_size_t
+_C_ENTRY = {
+    "setStream": ("cublasSetStream_v2", (_P, _P)),
+    "setWorkspace": ("cublasSetWorkspace_v2", (_P, _P, _Z)),
+    "getMathMode": ("cublasGetMathMode", (_P, ctypes.POINTER(_I))),
+    "setMathMode": ("cublasSetMathMode", (_P, _I)),
+    "gemmStridedBatchedEx": ("cublasGemmStridedBatchedEx",
+                             (_P, _I, _I, _I, _I, _I, _P, _P, _I, _I, _L, _P, _I, _I, _L, _P, _P, _I, _I, _L, _I, _I, _I)),
+}
+
+
+def _libcublas():
+    """The libcublas already in the process (CuPy's: a handle is only valid in its own copy of
+    the library), else one found by its soname."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "/libcublas.so" in line}
+    except OSError:
+        paths = set()
+    for name in sorted(paths) + ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise DeviceError("cuBLAS: no libcublas is loaded in this process or can be found by name")
+
+
+@functools.cache
+def _c_bindings():
+    """A namespace of the `_C_ENTRY` functions with CuPy's names and calling conventions
+    (getMathMode returns the mode); a failing status is a DeviceError naming the function."""
+    lib = _libcublas()
+
+    def bind(name: str):
+        symbol, argtypes = _C_ENTRY[name]
+        c_fn = getattr(lib, symbol)
+        c_fn.argtypes, c_fn.restype = argtypes, ctypes.c_int
+
+        def call(*args):
+            mode = ctypes.c_int()
+            status = c_fn(args[0], ctypes.byref(mode)) if name == "getMathMode" else c_fn(*args)
+            if status:
+                raise DeviceError(f"cuBLAS: {symbol} returned status {status}")
+            return mode.value if name == "getMathMode" else None
+        return call
+
+    return types.SimpleNamespace(**{name: bind(name) for name in _C_ENTRY})
 
 
 def cupy_gemm(call: CublasGemm, buffers: dict, stream, cublas=None) -> None:
-    """`call` through CuPy's cuBLAS bindings on `stream` (inside a CUDA graph capture too).
-    `buffers`: slot -> CuPy array. `cublas` replaces `cupy_backends.cuda.libs.cublas` (tests)."""
+    """`call` through cuBLAS on `stream` (inside a CUDA graph capture too). `buffers`: slot ->
+    CuPy array. `cublas` replaces the ctypes bindings of `_c_bindings` (tests)."""
     import cupy
 
     if cublas is None:
-        from cupy_backends.cuda.libs import cublas
+        cublas = _c_bindings()
     check_contract(call, {s: int(b.size) for s, b in buffers.items()})
     c = call
     if c.widened:  # no cuBLAS type takes it: CuPy's f64 copies and DGEMM, on the stream
@@ -294,9 +351,12 @@ def cupy_gemm(call: CublasGemm, buffers: dict, stream, cublas=None) -> None:
     handle = cupy.cuda.device.get_cublas_handle()
     with _ws_lock:
         if handle not in _workspaces:  # an explicit workspace: no allocation inside a capture
-            ws = cupy.empty((WORKSPACE_BYTES,), np.uint8)
-            cublas.setWorkspace(handle, ws.data.ptr, WORKSPACE_BYTES)
-            _workspaces[handle] = ws
+            _workspaces[handle] = cupy.empty((WORKSPACE_BYTES,), np.uint8)
+        ws = _workspaces[handle]
+    # as PyTorch does before each call: the stream, then the workspace (setting a stream resets
+    # the handle's workspace to cuBLAS's default pool, which may allocate during a capture)
+    cublas.setStream(handle, getattr(stream, "ptr", 0))
+    cublas.setWorkspace(handle, ws.data.ptr, WORKSPACE_BYTES)
     scalar = np.float64 if c.compute == COMPUTE_64F else np.float32
     one, zero = np.ones(1, scalar), np.zeros(1, scalar)  # host pointer mode: read at the call
 
@@ -309,10 +369,10 @@ def cupy_gemm(call: CublasGemm, buffers: dict, stream, cublas=None) -> None:
     mode = cublas.getMathMode(handle) if pedantic else None
     if pedantic and mode != DEFAULT_MATH:
         cublas.setMathMode(handle, DEFAULT_MATH)
-    with stream:  # CuPy's bindings issue on the current stream
-        cublas.gemmStridedBatchedEx(
-            handle, c.transa, c.transb, c.m, c.n, c.k, one.ctypes.data,
-            ptr(c.a), t, c.lda, c.stride_a, ptr(c.b), t, c.ldb, c.stride_b, zero.ctypes.data,
-            ptr(c.c), t, c.ldc, c.stride_c, c.batch, c.compute, GEMM_DEFAULT)
+    cublas.gemmStridedBatchedEx(
+        handle, c.transa, c.transb, c.m, c.n, c.k, one.ctypes.data,
+        ptr(c.a), t, c.lda, c.stride_a, ptr(c.b), t, c.ldb, c.stride_b, zero.ctypes.data,
+        ptr(c.c), t, c.ldc, c.stride_c, c.batch, c.compute, GEMM_DEFAULT)
     if pedantic and mode != DEFAULT_MATH:
         cublas.setMathMode(handle, mode)
+

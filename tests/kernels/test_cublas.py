@@ -15,6 +15,7 @@ from onnx import TensorProto, helper
 
 import luminal as lm
 from luminal.archive import read_archive
+from luminal.errors import DeviceError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op, toposort
@@ -315,6 +316,7 @@ def test_cupy_gemm_passes_cublas_its_arguments_in_order(monkeypatch):
 
     math_mode = [3]  # the handle allows TF32 (as CUPY_TF32=1 sets it): restored after the call
     fake_blas = types.SimpleNamespace(gemmStridedBatchedEx=gemm_strided_batched_ex,
+                                      setStream=lambda handle, ptr: seen.append(("stream", ptr)),
                                       setWorkspace=lambda handle, ptr, size: seen.append(("ws", size)),
                                       getMathMode=lambda handle: math_mode[0],
                                       setMathMode=lambda handle, mode: (math_mode.__setitem__(0, mode),
@@ -325,6 +327,8 @@ def test_cupy_gemm_passes_cublas_its_arguments_in_order(monkeypatch):
     monkeypatch.setattr(cublas, "_workspaces", {})
 
     class Stream:
+        ptr = 77
+
         def __enter__(self):
             return self
 
@@ -333,7 +337,8 @@ def test_cupy_gemm_passes_cublas_its_arguments_in_order(monkeypatch):
 
     (call,) = GemmDesc.of(node, buffer_sources(node)).bind({}, gemv=False)
     cublas.cupy_gemm(call, {s: _FakeArray(b) for s, b in bufs.items()}, Stream(), cublas=fake_blas)
-    assert seen == [("ws", cublas.WORKSPACE_BYTES), ("math", 0), 1234, ("math", 3)]
+    # the stream, then the workspace (a new stream resets it), on every call; TF32 off and back
+    assert seen == [("stream", 77), ("ws", cublas.WORKSPACE_BYTES), ("math", 0), 1234, ("math", 3)]
     want = np.matmul(bufs[0].astype(np.float64), bufs[1].astype(np.float64))
     np.testing.assert_allclose(bufs[-1], want, rtol=1e-5, atol=1e-5)
 
@@ -364,3 +369,36 @@ def test_a_widened_call_never_reaches_cublas_and_rounds_once(monkeypatch, name):
     a, b = (np.lib.stride_tricks.as_strided(bufs[i], st.shape, [s * 4 for s in st.strides]) for i, st in
             ((0, a_st), (1, b_st)))
     np.testing.assert_array_equal(bufs[-1], np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.float32))
+
+
+def test_cublas_is_called_through_ctypes_with_statuses_checked(monkeypatch):
+    """cupy_gemm calls libcublas through ctypes, not CuPy's bindings: their setStream refuses a
+    capturing stream and CuPy 14.2 has no setWorkspace (the first H200 run failed on both). Each
+    entry point keeps CuPy's name and convention; a failing status is a named DeviceError."""
+    calls = []
+
+    def c_function(status=0, out=None):
+        def fn(*args):
+            calls.append(args)
+            if out is not None:
+                args[1]._obj.value = out  # the int* of cublasGetMathMode
+            return status
+        return fn
+
+    lib = types.SimpleNamespace(cublasSetWorkspace_v2=c_function(), cublasSetStream_v2=c_function(),
+                                cublasGemmStridedBatchedEx=c_function(), cublasGetMathMode=c_function(out=3),
+                                cublasSetMathMode=c_function(7))
+    monkeypatch.setattr(cublas, "_libcublas", lambda: lib)
+    cublas._c_bindings.cache_clear()
+    try:
+        blas = cublas._c_bindings()
+        blas.setStream(5, 99)
+        blas.setWorkspace(5, 1000, cublas.WORKSPACE_BYTES)
+        blas.gemmStridedBatchedEx(5, *range(22))
+        assert calls == [(5, 99), (5, 1000, cublas.WORKSPACE_BYTES), (5, *range(22))]
+        assert blas.getMathMode(5) == 3
+        with pytest.raises(DeviceError, match="cublasSetMathMode returned status 7"):
+            blas.setMathMode(5, 0)
+        assert all(getattr(lib, sym).restype is ctypes.c_int for sym, _ in cublas._C_ENTRY.values())
+    finally:
+        cublas._c_bindings.cache_clear()
