@@ -11,13 +11,23 @@ from the output back:
     s = Add(t, mask)?          any operand of s's shape and dtype (causal, padding, ALiBi, ...);
                                computed by pointwise ops from narrow operands, it becomes an
                                expression the kernels evaluate per score (`_mask_expression`)
-    t = Mul(u, scalar c)?      a scale applied to the scores (HF eager attention)
+      or Select(cond, t, c)    where(cond, t, c) with a scalar c, either way round (a causal
+                               `where(mask, s, -inf)`): cond is the mask, kept as a condition
+    t = View?(Mul(u, scalar c))?  a scale applied to the scores (HF eager attention)
     u = View?(MatMul(q, kt))   again a reshape of the batch
+
+In f16/bf16 the softmax runs in f32 between casts, x = Cast_h(Softmax(Cast_f32(s))) (the
+safe-softmax Select inside or outside the cast), and torch's scale is Cast_h(Mul_f32(Cast_f32(u),
+c)); the op then records the half dtype and each step of s rounds to it as the unfused ops do.
+Grouped-query attention written without copies (`_folded_group`: the G query heads of a KV
+head are the rows of one MatMul (..., G*M, N), the scores reshaped to (..., G, M, N) for the
+mask and softmax) fuses with kᵀ and v broadcast over the group.
 
 The Select is torch's safe softmax (scaled_dot_product_attention gives 0 for a row masked
 out entirely); its condition is accepted only when it provably is "every element of the row is
 -inf" (`_all_neg_inf_rows`). Every value in between (scores, probabilities) must have no other
-user, and the dtype be f32 or f64 (f16/bf16 attention rounds between the steps, see the README).
+user. The kernels keep p in f32 where a half graph rounds it before p @ v (README: "Attention,
+fused after extraction").
 Torch's lowering of scaled_dot_product_attention scales q and k by sqrt(scale) each before the
 first MatMul: those Muls stay outside (they are O(L·D), the scores O(L²)).
 
@@ -109,67 +119,140 @@ def _same(a, b) -> bool:
     return len(a) == len(b) and all(sym.equal(x, y) for x, y in zip(a, b))
 
 
+def _folded_group(mm: Node, s: Node, p_in: Node):
+    """G when the MatMul folds a group of G query heads into its rows (grouped-query attention
+    without copies of k and v, as benchmarks/gpu_models builds it): mm (..., G*M, N), the scores
+    reshaped to (..., G, M, N) for the mask and softmax, the probabilities back to (..., G*M, N)."""
+    if len(s.shape) != len(mm.shape) + 1 or len(mm.shape) < 2:
+        return None
+    g, m, n = s.shape[-3:]
+    if not (_same(s.shape[:-3], mm.shape[:-2]) and _same(mm.shape[-2:], (sym.norm(g * m), n))
+            and _same(p_in.shape, mm.shape)):
+        return None
+    return g
+
+
+def _broadcast_group(x: Node, group) -> Node | None:
+    """`x` (..., R, C), shared by a group: a view (..., G, R, C) with stride 0 along G."""
+    base, st = (x.src[0], x.arg) if x.op is Op.VIEW else (x, ShapeTracker.contiguous(x.shape))
+    one = st.reshape((*x.shape[:-2], 1, *x.shape[-2:]))
+    if one is None:
+        return None
+    wide = one.expand((*x.shape[:-2], group, *x.shape[-2:]))
+    return Node(Op.VIEW, x.dtype, wide.shape, (base,), wide)
+
+
+def _safe_select(x: Node, s_candidates) -> tuple[Node, list[Node]] | None:
+    """(the probabilities under it, the condition's nodes) when `x` is torch's safe-softmax
+    Select(every score of the row is -inf, 0, p); None when it is not one."""
+    cond, zero, p = x.src
+    value = _scalar(zero)
+    if type(value) is not float or value != 0.0 or np.signbit(value):
+        return None
+    for s in s_candidates:
+        cond_nodes = _all_neg_inf_rows(cond, s)
+        if cond_nodes is not None:
+            return p, cond_nodes
+    return None
+
+
 def _match(out: Node, users) -> Node | None:
+    """The Attention op for the MatMul `out` (see the docstring), or None. In f16/bf16 the
+    softmax runs in f32 between casts (the builder's and torch's decompositions):
+    MatMul_h(Cast_h(Softmax_f32(Cast_f32(s_h))), v), the safe softmax's Select inside or
+    outside the cast to h; the scores' steps round to h as the unfused ops do."""
     p_in, v = out.src
     dtype = out.dtype
-    if dtype not in (DType.F32, DType.F64):
+    half = dtype if dtype in (DType.F16, DType.BF16) else None
+    if dtype not in (DType.F32, DType.F64) and half is None:
         return None
     x = _through_reshape(p_in)
     inner = [p_in, x]
-    zero_empty_rows = False
+    selects = []  # a safe-softmax Select: (node, its condition's nodes)
     if x.op is Op.SELECT:
-        cond, zero, sm = x.src
-        value = _scalar(zero)
-        if sm.op is not Op.SOFTMAX or type(value) is not float or value != 0.0 or np.signbit(value):
+        selects.append(x)
+        x = x.src[2]
+        inner.append(x)
+    if half is not None:
+        if x.op is not Op.CAST or x.src[0].dtype is not DType.F32:
             return None
-        cond_nodes = _all_neg_inf_rows(cond, sm.src[0])
-        if cond_nodes is None:
-            return None
-        inner += [sm, *cond_nodes]
-        zero_empty_rows = True
-    elif x.op is Op.SOFTMAX:
-        sm = x
-    else:
+        x = x.src[0]
+        inner.append(x)
+        if x.op is Op.SELECT and not selects:
+            selects.append(x)
+            x = x.src[2]
+            inner.append(x)
+    sm = x
+    if sm.op is not Op.SOFTMAX:
         return None
     s = sm.src[0]
-    if sm.arg != len(s.shape) - 1 or len(s.shape) < 2 or s.dtype is not dtype:
+    if sm.arg != len(s.shape) - 1 or len(s.shape) < 2 or s.dtype is not (DType.F32 if half else dtype):
         return None
+    inner.append(s)
+    if half is not None:  # the scores, cast to f32 for the softmax
+        if s.op is not Op.CAST or s.src[0].dtype is not half:
+            return None
+        s = s.src[0]
+        inner.append(s)
+    zero_empty_rows = False
+    if selects:
+        found = _safe_select(selects[0], [sm.src[0], s])
+        if found is None:
+            return None
+        inner += found[1]
+        zero_empty_rows = True
     n_keys, n_queries = s.shape[-1], s.shape[-2]
     if sym.is_static(n_keys) and n_keys < MIN_KEYS or sym.is_static(n_queries) and n_queries < MIN_QUERIES:
         return None
-    inner.append(s)
-    mask, t = None, s
+    mask, t, select = None, s, None
     if s.op is Op.ADD:
         for a, b in (s.src, s.src[::-1]):
-            if _scaled(a) is not None:
+            if _scaled(_through_reshape(a)) is not None:
                 t, mask = a, b
                 break
         else:
             return None
-    found = _scaled(t)
+    elif s.op is Op.SELECT:  # where(cond, scores, fill): a fill constant (-inf for a causal mask)
+        cond, a, b = s.src
+        for keep, kept, fill in ((True, a, b), (False, b, a)):
+            value = _scalar(fill)
+            if type(value) is float and _scaled(_through_reshape(kept)) is not None:
+                t, mask, select = kept, cond, (float(np.asarray(value, s.dtype.numpy)), keep)
+                break
+        else:
+            return None
+    t0 = _through_reshape(t)  # (a Mul reshaped after it)
+    found = _scaled(t0)
     if found is None:
         return None
-    mm, scale = found
-    if not _same(mm.shape[-2:], s.shape[-2:]) or not _same(p_in.shape[-2:], s.shape[-2:]):
+    mm, scale, between = found
+    group = _folded_group(mm, s, p_in)
+    if group is None and not (_same(mm.shape[-2:], s.shape[-2:]) and _same(p_in.shape[-2:], s.shape[-2:])):
         return None
-    inner += [t, mm] + ([x for x in t.src if _scalar(x) is None] if scale is not None else [])
+    inner += [t, t0, mm, *between]
     keep = {id(n) for n in inner} | {id(out)}
     if any(u is _OUTSIDE or id(u) not in keep for n in inner for u in users[id(n)]):
         return None  # the scores or probabilities are needed elsewhere: nothing to save
     batch = s.shape[:-2]
     q, kt = mm.src
     m, d, dv = mm.shape[-2], q.shape[-1], v.shape[-1]
-    operands = [_reshaped(q, (*batch, m, d)), _reshaped(kt, (*batch, d, n_keys)), _reshaped(v, (*batch, n_keys, dv))]
-    arg = (scale, zero_empty_rows)
+    if group is None:
+        operands = [_reshaped(q, (*batch, m, d)), _reshaped(kt, (*batch, d, n_keys)), _reshaped(v, (*batch, n_keys, dv))]
+    else:  # q's rows are the group's heads one after another; kᵀ and v are shared by the group
+        m = s.shape[-2]
+        operands = [_reshaped(q, (*batch, m, d)), _broadcast_group(kt, group), _broadcast_group(v, group)]
+    expr = None
     if mask is not None:
         found = _mask_expression(mask)
         if found is not None:
             operands += found[0]
-            arg += (found[1],)
+            expr = found[1]
         else:
             operands.append(_narrowed(mask))
     if any(o is None for o in operands):
         return None
+    arg = (scale, zero_empty_rows) if expr is None and select is None and half is None else \
+        (scale, zero_empty_rows, expr) if select is None and half is None else (scale, zero_empty_rows, expr, select, half)
     node = Node(Op.ATTENTION, dtype, (*batch, m, dv), tuple(operands), arg)
     return _reshaped(node, out.shape)
 
@@ -240,17 +323,25 @@ def _narrowed(mask: Node) -> Node:
     return Node(Op.VIEW, mask.dtype, mask.shape, (narrow,), wide)
 
 
-def _scaled(t: Node) -> tuple[Node, float | None] | None:
-    """(MatMul, scale) when `t` is the MatMul's result read in row-major order, maybe times a
-    scalar constant; else None."""
+def _scaled(t: Node) -> tuple[Node, float | None, list[Node]] | None:
+    """(MatMul, scale, the nodes between) when `t` is the MatMul's result read in row-major
+    order, maybe times a scalar constant; else None. The scale is the value the Mul multiplies
+    by in its own dtype; in f16/bf16 also torch's form Cast_h(Mul_f32(Cast_f32(MatMul_h), c))."""
+    if t.op is Op.CAST and t.dtype in (DType.F16, DType.BF16) and t.src[0].op is Op.MUL and t.src[0].dtype is DType.F32:
+        mul = t.src[0]
+        for a, b in (mul.src, mul.src[::-1]):
+            c = _scalar(b)
+            if type(c) is float and a.op is Op.CAST and a.src[0].dtype is t.dtype and (mm := _scores(a.src[0])) is not None:
+                return mm, float(np.float32(c)), [mul, a, a.src[0]]
+        return None
     if t.op is Op.MUL:
         for a, b in (t.src, t.src[::-1]):
             c = _scalar(b)
             if type(c) is float and (mm := _scores(a)) is not None:
-                return mm, c
+                return mm, float(np.asarray(c, t.dtype.numpy)), [a]
         return None
     mm = _scores(t)
-    return None if mm is None else (mm, None)
+    return None if mm is None else (mm, None, [])
 
 
 def _scores(t: Node) -> Node | None:

@@ -13,7 +13,8 @@ from luminal.builder.graph import Graph
 from luminal.builder.linalg import grouped_rows
 from luminal.builder.tensor import Tensor
 from luminal.hlir import constants as C
-from luminal.hlir.ops import FUSED, Expr, Node, Op, toposort
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import FUSED, Expr, Node, Op, attention_arg, toposort
 
 
 def softmax(x: Tensor, axis: int) -> Tensor:
@@ -43,19 +44,26 @@ def window_reduce(src: list[Tensor], arg) -> Tensor:
 
 
 def attention(src: list[Tensor], arg) -> Tensor:
-    """softmax(q @ kt (* scale) (+ mask)) @ v, rows of scores all -inf giving 0 where asked."""
-    (scale, zero_empty_rows, *expr), (q, kt, v, *mask) = arg, src
+    """softmax(q @ kt (* scale) (+ mask, or where(mask, s, fill))) @ v, rows of scores all -inf
+    giving 0 where asked; in f16/bf16 the softmax in f32 between casts."""
+    (scale, zero_empty_rows, expr, select, half), (q, kt, v, *mask) = attention_arg(arg), src
     s = q.matmul(kt)
-    if scale is not None:
-        s = s.mul(scale)
-    if expr:  # the mask as the expression over its inputs
-        s = s.add(fused_elementwise(expr[0], mask))
-    elif mask:
-        s = s.add(mask[0])
+    if scale is not None:  # in f16/bf16 the product in f32, rounded (the scale may be an f32 constant)
+        s = s.mul(scale) if half is None else s.cast(DType.F32).mul(scale).cast(half)
+    m = fused_elementwise(expr, mask) if expr is not None else mask[0] if mask else None
+    if m is not None and select is None:
+        s = s.add(m)
+    elif m is not None:
+        fill = s.graph.scalar(select[0], s.dtype).expand(s.shape)
+        s = F.where(m, s, fill) if select[1] else F.where(m, fill, s)
+    if half is not None:
+        s = s.cast(DType.F32)
     p = softmax(s, s.ndim - 1)
     if zero_empty_rows:
         empty = s.ne(float("-inf")).max(-1, keepdim=True).logical_not().expand(s.shape)
         p = F.where(empty, s.graph.scalar(0.0, s.dtype).expand(s.shape), p)
+    if half is not None:
+        p = p.cast(half)
     return p.matmul(v)
 
 

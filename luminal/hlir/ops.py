@@ -67,6 +67,12 @@ exact arithmetic, a primitive decomposition (`luminal/egraph/reference.py`), and
   scaled_dot_product_attention); out = p @ v, shape (..., M, Dv). Each step in the dtype of the
   operands (f32 or f64), as the primitives it replaces; kernels never materialize s or p
   (`luminal/egraph/attention.py` recognizes it, `kernels/render/attention.py` renders it).
+  The long form arg = (scale, zero_empty_rows, e or None, select, half) adds: select = (fill,
+  keep) for a mask that is a condition, s = where(mask == keep, s, fill) (`where(causal, s,
+  -inf)`), instead of s + mask; half = F16/BF16 for q, kt, v and the output in that dtype, each
+  step of s (MatMul, Mul, Add) rounded to it (the Mul's product formed in f32 with the f32 scale),
+  the softmax in f32 and p rounded to it before p @ v
+  (the kernels keep p in f32: the one rounding they skip). `attention_arg` reads either form.
 - GROUPED_MAT_MUL (src = x[S, K], weight[E, K, N], offs[E] of an integer dtype): the grouped
   GEMM of Mixture-of-Experts layers. Row s belongs to group g(s) = #{i : offs[i] <= s} (for
   nondecreasing offsets, the cumulative token counts routing makes, rows offs[e-1]..offs[e] form
@@ -371,3 +377,9 @@ def _toposort(roots) -> list[Node]:
                 stack.pop()
                 emit(node)
     return order
+
+
+def attention_arg(arg: tuple) -> tuple:
+    """An ATTENTION node's arg in its long form: (scale, zero_empty_rows, expression or None,
+    select (fill, keep) or None, half dtype or None)."""
+    return (*arg, *(None,) * (5 - len(arg)))

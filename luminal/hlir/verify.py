@@ -16,7 +16,7 @@ import itertools
 from luminal.errors import DTypeError, ShapeError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import BINARY, FUSED, LEAF, REDUCE, UNARY, ConstantArray, Expr, Node, Op
+from luminal.hlir.ops import BINARY, FUSED, LEAF, REDUCE, UNARY, ConstantArray, Expr, Node, Op, attention_arg
 from luminal.hlir.shape import ShapeTracker
 
 N_SRC = {**dict.fromkeys(LEAF, 0), **dict.fromkeys(UNARY | REDUCE, 1), **dict.fromkeys(BINARY, 2),
@@ -150,15 +150,20 @@ def check_node(n: Node) -> None:
 
 def _check_attention(n: Node) -> None:
     arg, src = n.arg, n.src
-    expr = arg[2] if isinstance(arg, tuple) and len(arg) == 3 else None
+    ok = isinstance(arg, tuple) and len(arg) in (2, 3, 5)
+    scale, zero_rows, expr, select, half = attention_arg(arg) if ok else (None,) * 5
     slots = {e.arg for e in expr.toposort() if e.op is Op.INPUT} if isinstance(expr, Expr) else set()
-    if not (isinstance(arg, tuple) and len(arg) in (2, 3) and (arg[0] is None or type(arg[0]) is float)
-            and type(arg[1]) is bool and (len(src) in (3, 4) if expr is None else
-                                          isinstance(expr, Expr) and slots == set(range(len(src) - 3)))):
+    if not (ok and (scale is None or type(scale) is float) and type(zero_rows) is bool
+            and (select is None or (isinstance(select, tuple) and len(select) == 2 and type(select[0]) is float
+                                    and type(select[1]) is bool))
+            and (half is None or half in (DType.F16, DType.BF16))
+            and (len(src) in (3, 4) if expr is None else isinstance(expr, Expr) and slots == set(range(len(src) - 3)))):
         raise ShapeError(f"Attention needs q, kt, v (and a mask, or its expression's inputs) and "
-                         f"(scale, zero_empty_rows[, expression]), got {arg!r}")
-    if n.dtype not in (DType.F32, DType.F64) or not all(s.dtype is n.dtype for s in src[:3]) or (
-            expr is None and len(src) == 4 and src[3].dtype is not n.dtype) or (expr is not None and expr.dtype is not n.dtype):
+                         f"(scale, zero_empty_rows[, expression[, select, half]]), got {arg!r}")
+    want = DType.BOOL if select is not None else n.dtype  # the mask's dtype: a condition, or added
+    if n.dtype not in (DType.F32, DType.F64, DType.F16, DType.BF16) or (n.dtype in (DType.F16, DType.BF16)) != (
+            half is n.dtype) or not all(s.dtype is n.dtype for s in src[:3]) or (
+            expr is None and len(src) == 4 and src[3].dtype is not want) or (expr is not None and expr.dtype is not want):
         raise DTypeError(f"Attention on {n.dtype.short} of {', '.join(s.dtype.short for s in src)}")
     q, kt, v = src[:3]
     batch, (m, d), (n_keys, dv) = q.shape[:-2], q.shape[-2:], v.shape[-2:]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from luminal.hlir.ops import Expr, Op
+from luminal.hlir.ops import Expr, Op, attention_arg
 from luminal.runtime.numpy_runtime import (
     BINARY_FNS,
     TERNARY_FNS,
@@ -116,24 +116,32 @@ def _matmul(node, b, x, y):
 @impl(Op.ATTENTION)
 def _attention(node, b, q, kt, v, *mask):
     """The unfused steps, each rounded as its own op rounds (MatMul, the scalar Mul, the mask's
-    Add, Softmax, the Select of safe softmax, MatMul), one batch element at a time so that at
-    most one scores matrix is alive."""
-    scale, zero_empty_rows, *expr = node.arg
+    Add or Select, in f16/bf16 the casts around an f32 Softmax, the Select of safe softmax,
+    MatMul), one batch element at a time so that at most one scores matrix is alive."""
+    scale, zero_empty_rows, expr, select, half = attention_arg(node.arg)
     dt = node.dtype.numpy
+    soft = np.dtype(np.float32) if half is not None else dt  # the softmax's dtype
     out = np.empty(_shape(node, b), dt)
     work = _gemm_work()
     for i in np.ndindex(out.shape[:-2]):
         s = np.matmul(_lift(q[i], work), _lift(kt[i], work)).astype(dt, copy=False)
-        if scale is not None:
-            s = np.multiply(s, dt.type(scale))
-        if expr and expr[0] is not None:  # the mask's expression over its inputs, as a FusedElementwise
-            s = np.add(s, np.broadcast_to(_eval(expr[0], [x[i] for x in mask], {}, _work()), s.shape).astype(dt))
+        if scale is not None:  # (in f16/bf16 the product in f32, rounded: the scale may be an f32 constant)
+            s = np.multiply(s, dt.type(scale)) if half is None else (s.astype(soft) * soft.type(scale)).astype(dt)
+        m = None
+        if expr is not None:  # the mask's expression over its inputs, as a FusedElementwise
+            m = np.broadcast_to(_eval(expr, [x[i] for x in mask], {}, _work()), s.shape)
         elif mask:
-            s = np.add(s, mask[0][i])
-        p = _softmax_of(s, -1, dt)
+            m = mask[0][i]
+        if m is not None and select is None:
+            s = np.add(s, m.astype(dt, copy=False))
+        elif m is not None:
+            fill, keep = select
+            s = np.where(m.astype(bool) == keep, s, dt.type(fill))
+        s = s.astype(soft, copy=False)
+        p = _softmax_of(s, -1, soft)
         if zero_empty_rows:
-            p = np.where(np.all(s == -np.inf, axis=-1, keepdims=True), dt.type(0), p)
-        out[i] = np.matmul(_lift(p, work), _lift(v[i], work)).astype(dt, copy=False)
+            p = np.where(np.all(s == -np.inf, axis=-1, keepdims=True), soft.type(0), p)
+        out[i] = np.matmul(_lift(p.astype(dt, copy=False), work), _lift(v[i], work)).astype(dt, copy=False)
     return out
 
 

@@ -20,8 +20,12 @@ into the accumulator (0 * NaN in v is NaN, as in the GEMM).
   the unfused path: `luminal/egraph/attention.py` (MIN_KEYS).
 - CUDA: a block per (batch element, 64 queries), a thread per query, its q row, accumulator
   and a tile's scores in registers; tiles of 32 keys of kᵀ and v staged in shared memory by the
-  block (f32 heads of static size up to `CUDA_MAX_HEAD`; others, and f64: a thread per query
-  reading keys from global memory). No split-K decode kernel yet (M = 1 keeps one thread of 64 busy).
+  block (f32, f16 and bf16 heads of static size up to `CUDA_MAX_HEAD`; others, and f64: a thread
+  per query reading keys from global memory). No split-K decode kernel yet (M = 1 keeps one
+  thread of 64 busy).
+- f16/bf16 (the softmax in f32 between casts): q, kᵀ, v read into float, each step of the
+  scores rounded to the half type as its unfused op rounds (`_score`), the output rounded once;
+  p stays f32 where the unfused graph rounds it before p @ v.
 """
 
 from __future__ import annotations
@@ -29,9 +33,19 @@ from __future__ import annotations
 from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Node
+from luminal.hlir.ops import Node, attention_arg
 from luminal.kernels.render.cexpr import c_dim, c_literal
-from luminal.kernels.render.cstyle import LIBM, current, expression, pointer_of, read, store_value, unravel, view_of
+from luminal.kernels.render.cstyle import (
+    LIBM,
+    cast_value,
+    current,
+    expression,
+    pointer_of,
+    read,
+    store_value,
+    unravel,
+    view_of,
+)
 from luminal.kernels.render.dialect import PAR_MIN, Dialect, Part
 
 BQ, BK = 128, 128  # C: queries per task, keys per staged block (a tile's width, lum_w, is two or four vectors)
@@ -40,13 +54,13 @@ CUDA_MAX_HEAD = 64  # CUDA: the tiled kernel for static f32 heads up to this siz
 
 
 def attention(node: Node, d: Dialect):
-    if node.dtype not in (DType.F32, DType.F64):
+    if node.dtype not in (DType.F32, DType.F64, DType.F16, DType.BF16):
         raise UnsupportedError(f"Attention on {node.dtype}")
     if d.name == "c":
         if node.dtype is DType.F32:  # float loops, or double ones at precision "float64"
             body = f"if (lum_f64) {{\n  {_c_body(node, 'double')}\n  }} else {{\n  {_c_body(node, 'float')}\n  }}"
-        else:
-            body = _c_body(node, "double")
+        else:  # f16/bf16 in float (the unfused softmax's f32), f64 in double
+            body = _c_body(node, "double" if node.dtype is DType.F64 else "float")
         return [Part(body)], None
     return [_cuda_part(node)], None
 
@@ -57,7 +71,7 @@ def _operands(node: Node):
     q, kt, v, *srcs = node.src
     inputs = current()[1]
     at = lambda x, *idx: read(x, list(idx), pointer_of(x, inputs))  # noqa: E731
-    expr = node.arg[2] if len(node.arg) == 3 else None
+    expr = attention_arg(node.arg)[2]
     if not srcs:
         mask = None
     elif expr is None:
@@ -65,6 +79,25 @@ def _operands(node: Node):
     else:
         mask = lambda z, i, j: expression(expr, lambda k: at(srcs[k], *z, i, j))  # noqa: E731
     return q, kt, v, mask, at
+
+
+def _score(node: Node, t: str, mask_code: str | None) -> str:
+    """The C of score `x` (q . k accumulated in t) after the scale and the mask, each step
+    rounded as the unfused op rounds: to the f16/bf16 of a half node (MatMul, Mul and Add
+    round there), in t otherwise. `mask_code`: the mask's value at this score (None: no mask);
+    a select mask keeps the score where it is (non)zero and gives the fill elsewhere."""
+    scale, _, _, select, half = attention_arg(node.arg)
+    lit = DType.F32 if half is not None else node.dtype  # the scale and fill are exact in it
+    rnd = (lambda e: cast_value(DType.F32, half, e)) if half is not None else (lambda e: e)  # noqa: E731
+    score = rnd("x")
+    if scale is not None:
+        score = rnd(f"({t})({score} * ({t}){c_literal(scale, lit)})")
+    if mask_code is not None and select is None:
+        score = rnd(f"({t})({score} + ({t})({mask_code}))")
+    elif mask_code is not None:
+        fill, keep = select
+        score = f"(({mask_code}) {'!=' if keep else '=='} 0 ? {score} : ({t}){c_literal(fill, lit)})"
+    return score
 
 
 def _c_body(node: Node, t: str) -> str:
@@ -75,25 +108,24 @@ def _c_body(node: Node, t: str) -> str:
     in one L1 set), v's rows read in place when its view is plain rows of this element type,
     else staged."""
     q, kt, v, mask, at = _operands(node)
-    scale, zero_rows = node.arg[:2]
+    zero_rows = node.arg[1]
     batch = node.shape[:-2]
     z, zlines = unravel("bz", batch, "z")
     e = LIBM[t]
     wide = DType.F64 if t == "double" else DType.F32
     ninf, inf, nan = (c_literal(float(x), wide) for x in ("-inf", "inf", "nan"))
-    score = "x"
-    if scale is not None:
-        score = f"({t})(x * ({t}){c_literal(scale, node.dtype)})"
     per_query, per_key = _mask_varies(node)
     qmask = kmask = ""
+    mask_code = None
     if mask is not None and not per_key:  # a value per query (or one for all): once per task
         qmask = f"for (int i = 0; i < nq; ++i) qm[i] = ({t})({mask(z, '(i0 + i)', '0')});"
-        score = f"({t})({score} + qm[i])"
+        mask_code = "qm[i]"
     elif mask is not None and not per_query:  # a value per key (padding): once per key, not per score
         kmask = f"const {t} mk = ({t})({mask(z, 'i0', '(j0 + j)')});"
-        score = f"({t})({score} + mk)"
+        mask_code = "mk"
     elif mask is not None:
-        score = f"({t})({score} + ({t})({mask(z, '(i0 + i)', '(j0 + j)')}))"
+        mask_code = f"({t})({mask(z, '(i0 + i)', '(j0 + j)')})"
+    score = _score(node, t, mask_code)
     lo = "-708.0" if t == "double" else "-87.0f"
     # vectors per tile row and rows (keys, or queries for p @ v) per tile: 16 or 12 accumulators,
     # within AVX2's 16 registers with the loads (f32: 12 FMAs per 2 vector loads and 6 broadcasts);
@@ -134,7 +166,8 @@ def _c_body(node: Node, t: str) -> str:
     {t}* kb = ({t}*)malloc(sizeof({t}) * {BK} * lum_max(D, 1));  /* the block's keys as rows: kᵀ's columns are far apart */
     {t}* acc = ({t}*)malloc(sizeof({t}) * {BQ} * lum_max(DV, 1));
     {t}* vb = {"NULL" if v_direct else f"({t}*)malloc(sizeof({t}) * {BK} * lum_max(DV, 1))"};
-    {t} mrow[{BQ}], lrow[{BQ}], mblk[{BQ}], alpha[{BQ}], lsum[{BQ}], qm[{BQ}];
+    {t} mrow[{BQ}], mblk[{BQ}], alpha[{BQ}], qm[{BQ}];
+    double lrow[{BQ}], lsum[{BQ}];  /* the softmax's sums in double, as the unfused Softmax kernel sums */
     {t} LUM_LO = {lo};  /* exp's vector form takes a slow path below this (-inf included); exp of it is normal */
 #if defined(__GNUC__) && defined(__x86_64__)
     __asm__("" : "+x"(LUM_LO));  /* opaque: GCC would fold exp(LUM_LO) and, threading the clamp, pass the raw exponent */
@@ -260,7 +293,7 @@ def _mask_varies(node: Node) -> tuple[bool, bool]:
 def _cuda_part(node: Node) -> Part:
     q, kt, v = node.src[:3]
     d, dv = q.shape[-1], v.shape[-1]
-    if node.dtype is DType.F32 and sym.is_static(d) and sym.is_static(dv) and 1 <= int(d) <= CUDA_MAX_HEAD \
+    if node.dtype is not DType.F64 and sym.is_static(d) and sym.is_static(dv) and 1 <= int(d) <= CUDA_MAX_HEAD \
             and 1 <= int(dv) <= CUDA_MAX_HEAD:  # (f64 registers are pairs: its tiles would spill)
         return _cuda_tiled(node, int(d), int(dv))
     return _cuda_rows(node)
@@ -271,16 +304,12 @@ def _cuda_common(node: Node, key: str):
     dims, the compute type and its libm suffix, the -inf/inf/NaN literals, the batch index
     unravelled (z, its lines), and the C of score x of query i and key `key` (scaled, masked)."""
     q, kt, v, mask, at = _operands(node)
-    scale, zero_rows = node.arg[:2]
+    zero_rows = node.arg[1]
     batch = node.shape[:-2]
     t = "double" if node.dtype is DType.F64 else "float"
-    literals = tuple(c_literal(float(x), node.dtype) for x in ("-inf", "inf", "nan"))
+    literals = tuple(c_literal(float(x), DType.F64 if t == "double" else DType.F32) for x in ("-inf", "inf", "nan"))
     z, zlines = unravel("bz", batch, "z")
-    score = "x"
-    if scale is not None:
-        score = f"({t})(x * ({t}){c_literal(scale, node.dtype)})"
-    if mask is not None:
-        score = f"({t})({score} + ({t})({mask(z, 'i', key)}))"
+    score = _score(node, t, None if mask is None else mask(z, "i", key))
     return q, kt, v, at, zero_rows, batch, t, LIBM[t], literals, z, zlines, score
 
 
@@ -338,27 +367,33 @@ def _cuda_tiled(node: Node, d: int, dv: int) -> Part:
     __syncthreads();
   }}
   if (!live) return;
-  {node.dtype.ctype}* o = out + (bz * M + i) * {dv};
+  const long long o = (bz * M + i) * {dv};
   #pragma unroll
   for (int c = 0; c < {dv}; ++c)
-    o[c] = bad ? {nan} : mrow == {ninf} ? {"acc[c]" if zero_rows else f"(N == 0 ? acc[c] : {nan})"} : acc[c] / lrow;"""
+    out[o + c] = {store_value(node.dtype, f"bad ? {nan} : mrow == {ninf} ? {'acc[c]' if zero_rows else f'(N == 0 ? acc[c] : {nan})'} : acc[c] / lrow")};"""
     return Part(body, sym.norm(sym.product(batch) * tiles), CUDA_Q)
 
 
 def _cuda_rows(node: Node) -> Part:
-    """A thread per query row: the online softmax over all keys, read from global memory, the
-    accumulator kept in the row's own output (f32 or f64, the accumulation type): for heads
-    larger than CUDA_MAX_HEAD or of symbolic size."""
+    """A thread per query row: the online softmax over all keys, read from global memory, for
+    heads larger than CUDA_MAX_HEAD or of symbolic size. f32/f64 accumulate in the row's own
+    output (the accumulation type); f16/bf16 in registers, CUDA_MAX_HEAD columns of v per pass
+    over the keys (the scores recomputed per pass), each pass's columns rounded once."""
     q, kt, v, at, zero_rows, batch, t, e, (ninf, inf, nan), z, zlines, score = _cuda_common(node, "j")
     m, dv, dd, n = node.shape[-2], node.shape[-1], q.shape[-1], kt.shape[-1]
     rows = sym.product([*batch, m])
+    half = node.dtype in (DType.F16, DType.BF16)
+    chunk = CUDA_MAX_HEAD if half else None
+    acc = "a[c - c0]" if half else "o[c]"
+    finish = f"bad ? {nan} : mrow == {ninf} ? {acc if zero_rows else f'(N == 0 ? {acc} : {nan})'} : {acc} / lrow"
+    cols = f"c0; c < (DV < c0 + {chunk} ? DV : c0 + {chunk})" if half else "0; c < DV"
     body = f"""long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= {c_dim(rows)}) return;
   const long long N = {c_dim(n)}, D = {c_dim(dd)}, DV = {c_dim(dv)};
   const long long i = row % {c_dim(m)}, bz = row / {c_dim(m)};
   {" ".join(zlines)}
-  {t}* o = out + row * DV;
-  for (long long c = 0; c < DV; ++c) o[c] = 0;
+  {f"for (long long c0 = 0; c0 < DV; c0 += {chunk}) {{ {t} a[{chunk}];" if half else f"{t}* o = out + row * DV; {{"}
+  for (long long c = {cols}; ++c) {acc} = 0;
   {t} mrow = {ninf}, lrow = 0;
   int bad = 0;
   for (long long j = 0; j < N; ++j) {{
@@ -371,8 +406,9 @@ def _cuda_rows(node: Node) -> Part:
     const {t} p = mn == {ninf} ? ({t})0 : exp{e}(y - mn);
     lrow = lrow * alpha + p;
     mrow = mn;
-    for (long long c = 0; c < DV; ++c) o[c] = o[c] * alpha + p * ({t})({at(v, *z, "j", "c")});
+    for (long long c = {cols}; ++c) {acc} = {acc} * alpha + p * ({t})({at(v, *z, "j", "c")});
   }}
-  for (long long c = 0; c < DV; ++c)
-    o[c] = bad ? {nan} : mrow == {ninf} ? {"o[c]" if zero_rows else f"(N == 0 ? o[c] : {nan})"} : o[c] / lrow;"""
+  for (long long c = {cols}; ++c)
+    {f"out[row * DV + c] = {store_value(node.dtype, finish)}" if half else f"o[c] = {finish}"};
+  }}"""
     return Part(body, sym.ceildiv(rows, CUDA_Q), CUDA_Q)
