@@ -228,3 +228,26 @@ def test_grouped_query_heads_folded_into_rows(dtype, device, monkeypatch):
     e = np.exp(s - s.max(-1, keepdims=True))
     truth = ((e / e.sum(-1, keepdims=True)) @ v).reshape(got.shape)
     assert np.abs(got - truth).max() < (0.1 if dtype == "bf16" else 1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda-emulator"])
+@pytest.mark.parametrize("b,m,n,d,dv", [(1, 1, 1, 4, 3), (0, 5, 7, 4, 3), (2, 3, 0, 4, 3), (2, 4, 5, 0, 3)],
+                         ids=["one_key", "empty_batch", "no_keys", "empty_head"])
+def test_direct_bf16_select_op_at_the_edges(b, m, n, d, dv, device):
+    """The long-form op itself (bf16, a bool mask kept where true, safe softmax): one key, an
+    empty batch, no keys (0, not NaN, under the safe softmax), an empty head, as NumPy gives."""
+    from luminal.kernels.runtime import KernelRuntime
+
+    g = lm.Graph("attention")
+    shapes = [(b, m, d), (b, d, n), (b, n, dv), (b, m, n)]
+    ts = [g.input(k, s, lm.bf16) for k, s in zip(["q", "kt", "v"], shapes[:3])] + [g.input("mask", shapes[3], lm.bool_)]
+    g.output(lm.Tensor(g, Node(Op.ATTENTION, lm.bf16, (b, m, dv), tuple(t.node for t in ts),
+                               (0.5, True, None, (float("-inf"), True), lm.bf16))))
+    rng = np.random.default_rng(0)
+    feeds = {k: rng.standard_normal(s).astype(ml_dtypes.bfloat16) for k, s in zip(["q", "kt", "v"], shapes[:3])}
+    feeds["mask"] = rng.random(shapes[3]) > 0.5
+    want = g.run(feeds)[0].astype(np.float64)
+    got = (KernelRuntime(g.output_nodes, lm.devices.get(device))(feeds)[0] if device == "cuda-emulator" else
+           lm.compile_graph(g, device=device, optimize=False)(feeds)[0]).astype(np.float64)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=0, atol=4 * 2.0**-8 * (np.abs(want).max(initial=0) + 1), equal_nan=True)
