@@ -298,8 +298,18 @@ _C_ENTRY = {
 
 
 def _libcublas():
-    """The libcublas already in the process (CuPy's: a handle is only valid in its own copy of
-    the library), else one found by its soname."""
+    """CuPy's libcublas: a handle is only valid in the copy of the library that made it, and a
+    process with torch may map two (torch's wheel and CuPy's). First the library CuPy's cuBLAS
+    module links (dlsym through the module's handle searches its dependencies), else one
+    already loaded, else one found by its soname."""
+    try:
+        from cupy_backends.cuda.libs import cublas as cupy_cublas
+
+        own = ctypes.CDLL(cupy_cublas.__file__)
+        own.cublasGemmStridedBatchedEx  # noqa: B018 - resolved through the module's own dependencies
+        return own
+    except (ImportError, OSError, AttributeError):
+        pass
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split()[-1] for line in maps if "/libcublas.so" in line}
