@@ -27,6 +27,7 @@ import torch
 
 from benchmarks.cpu import bench_decode, bench_model, compile_scaling
 from benchmarks.models import example_inputs, make
+from benchmarks.timing import cpu_environment, describe_blas
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent.parent / "README.md"
@@ -50,7 +51,7 @@ def environment() -> dict:
         egglog_version = None
     return {"python": platform.python_version(), "machine": platform.machine(), "cpu_count": torch.get_num_threads(),
             "platform": platform.platform(), "torch": torch.__version__, "numpy": numpy.__version__,
-            "luminal": luminal.__version__, "egglog": egglog_version,
+            "luminal": luminal.__version__, "egglog": egglog_version, **cpu_environment(),
             "isa": isa.name(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
@@ -196,8 +197,9 @@ def main(argv=None) -> int:
     if env["isa"] != "native":  # LUMINAL_ISA=avx2: results beside the native ones, the README table untouched
         stem += f"_{env['isa']}"
     (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} threads, ISA {env['isa']} "
-                f"(torch's {env['torch_cpu_capability']}), torch {env['torch']}, "
+    markdown = (f"Measured {env['date']} on {env['platform']} ({env['cpu_model']}), {env['cpu_count']} threads "
+                f"(onnxruntime's intra-op threads too), ISA {env['isa']} (torch's {env['torch_cpu_capability']}), "
+                f"{describe_blas(env)}, torch {env['torch']}, onnxruntime {env['onnxruntime']}, "
                 f"numpy {env['numpy']}, egglog {env['egglog']} (`python -m benchmarks`, {elapsed:.0f} s). "
                 "Batch 1; medians.\n\n" + (table(rows) if rows else "")
                 + (("\n\nDecode: greedy `generate()` with the KV cache, eager against `luminal.compile_forward` "

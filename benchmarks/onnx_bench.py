@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.timing import interleaved_medians, wait_for_builds
+from benchmarks.timing import cpu_environment, describe_blas, interleaved_medians, wait_for_builds
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
@@ -283,19 +283,12 @@ def main(argv=None) -> int:
             rows.append({"model": name, "group": group, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"})
         print("  " + ", ".join(f"{k}={v:.3g}" for k, v in rows[-1].items() if isinstance(v, float)), flush=True)
     elapsed = time.perf_counter() - started
-    from luminal.kernels.cpu import runtime
-
     torch_version = sys.modules["torch"].__version__ if "torch" in sys.modules else None
-    from luminal.kernels.cpu import isa
-
-    env = {"python": platform.python_version(), "platform": platform.platform(), "threads": threads(), "isa": isa.name(),
-           "torch_loaded": torch_version, "blas": runtime.blas().kind,
-           # the environment may pin OpenBLAS's kernels (OPENBLAS_CORETYPE=Haswell: AVX2 GEMMs on an
-           # AVX-512 CPU, where onnxruntime's own GEMMs use AVX-512): luminal leaves the user's setting
-           # be, and its own AVX-512 SGEMM then stands in front of OpenBLAS (`sgemm`: who serves it)
-           "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"), "openblas_core": runtime.blas().core,
-           "sgemm": runtime.blas().gemm,
-           "numpy": np.__version__, "onnxruntime": importlib.metadata.version("onnxruntime"),
+    # the environment may pin OpenBLAS's kernels (OPENBLAS_CORETYPE=Haswell: AVX2 GEMMs on an
+    # AVX-512 CPU, where onnxruntime's own GEMMs use AVX-512): luminal leaves the user's setting
+    # be, and its own AVX-512 SGEMM then stands in front of OpenBLAS (`sgemm`: who serves it)
+    env = {"python": platform.python_version(), "platform": platform.platform(), "threads": threads(),
+           "torch_loaded": torch_version, **cpu_environment(), "numpy": np.__version__,
            "luminal": importlib.metadata.version("luminal"), "load_avg": os.getloadavg(),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     RESULTS.mkdir(exist_ok=True)
@@ -306,9 +299,8 @@ def main(argv=None) -> int:
     (RESULTS / f"{stem}.json").write_text(json.dumps({"environment": env, "rows": rows, "elapsed_s": elapsed}, indent=1))
     within = sum(1 for r in rows if r.get("ratio", float("inf")) <= TARGET)
     how = f"torch {torch_version} loaded, " if torch_version else "torch not loaded, "
-    pinned = f" (OPENBLAS_CORETYPE={env['openblas_coretype']})" if env["openblas_coretype"] and env["blas"] == "openblas" else ""
-    pinned += ", SGEMM luminal's AVX-512 kernel" if env["sgemm"] == "luminal-avx512" else ""
-    markdown = (f"Measured {env['date']} on {env['platform']}, {env['threads']} threads, {how}BLAS {env['blas']}{pinned}, "
+    markdown = (f"Measured {env['date']} on {env['platform']} ({env['cpu_model']}), {env['threads']} threads, {how}"
+                f"{describe_blas(env)}, "
                 f"ISA {env['isa']}, onnxruntime {env['onnxruntime']}, load average {env['load_avg'][0]:.1f} at the end "
                 f"(`python -m benchmarks.onnx_bench{' --with-torch' if opts.with_torch else ''}`, {elapsed:.0f} s). "
                 f"Batch 1 (the sklearn group: 256 rows); medians in alternating rounds; ** marks a ratio above {TARGET:g}x. "

@@ -70,3 +70,37 @@ def wait_for_builds() -> float:
         if callable(wait):
             wait()
     return time.perf_counter() - t0
+
+
+def cpu_environment() -> dict:
+    """What decides the CPU rows besides the code: the CPU's model, the BLAS behind luminal's
+    GEMMs and who serves its SGEMM, an OpenBLAS kernel pinned by OPENBLAS_CORETYPE, the ISA
+    luminal builds for, onnxruntime's version."""
+    import importlib.metadata
+    import os
+
+    from luminal.kernels.cpu import isa, runtime
+
+    model = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        pass
+    try:
+        ort = importlib.metadata.version("onnxruntime")
+    except importlib.metadata.PackageNotFoundError:
+        ort = None
+    blas = runtime.blas()
+    return {"cpu_model": model, "isa": isa.name(), "blas": blas.kind, "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+            "openblas_core": blas.core, "sgemm": blas.gemm, "onnxruntime": ort}
+
+
+def describe_blas(env: dict) -> str:
+    """'BLAS mkl', or OpenBLAS with its kernel and what pins it, and luminal's SGEMM in front: for
+    a results header."""
+    text = f"BLAS {env['blas']}"
+    if env["blas"] == "openblas":
+        text += f" (kernel {env.get('openblas_core')}" + (f", OPENBLAS_CORETYPE={env['openblas_coretype']}"
+                                                          if env.get("openblas_coretype") else "") + ")"
+    return text + (", SGEMM luminal's AVX-512 kernel" if env.get("sgemm") == "luminal-avx512" else "")
