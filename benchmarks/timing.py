@@ -4,6 +4,8 @@ machine's load during a run falls on all the measured functions alike."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import statistics
 import time
 
@@ -76,9 +78,6 @@ def cpu_environment() -> dict:
     """What decides the CPU rows besides the code: the CPU's model, the BLAS behind luminal's
     GEMMs and who serves its SGEMM, an OpenBLAS kernel pinned by OPENBLAS_CORETYPE, the ISA
     luminal builds for, onnxruntime's version."""
-    import importlib.metadata
-    import os
-
     from luminal.kernels.cpu import isa, runtime
 
     model = None

@@ -142,18 +142,14 @@ def _broadcast_group(x: Node, group) -> Node | None:
     return Node(Op.VIEW, x.dtype, wide.shape, (base,), wide)
 
 
-def _safe_select(x: Node, s_candidates) -> tuple[Node, list[Node]] | None:
-    """(the probabilities under it, the condition's nodes) when `x` is torch's safe-softmax
-    Select(every score of the row is -inf, 0, p); None when it is not one."""
-    cond, zero, p = x.src
+def _safe_select(x: Node, s_candidates) -> list[Node] | None:
+    """The condition's nodes when `x` is torch's safe-softmax Select(every score of the row (of
+    one of `s_candidates`) is -inf, 0, p); None when it is not one."""
+    cond, zero, _ = x.src
     value = _scalar(zero)
     if type(value) is not float or value != 0.0 or np.signbit(value):
         return None
-    for s in s_candidates:
-        cond_nodes = _all_neg_inf_rows(cond, s)
-        if cond_nodes is not None:
-            return p, cond_nodes
-    return None
+    return next((found for s in s_candidates if (found := _all_neg_inf_rows(cond, s)) is not None), None)
 
 
 def _match(out: Node, users) -> Node | None:
@@ -168,19 +164,17 @@ def _match(out: Node, users) -> Node | None:
         return None
     x = _through_reshape(p_in)
     inner = [p_in, x]
-    selects = []  # a safe-softmax Select: (node, its condition's nodes)
+    safe = None  # torch's safe-softmax Select, when there is one
     if x.op is Op.SELECT:
-        selects.append(x)
-        x = x.src[2]
+        safe, x = x, x.src[2]
         inner.append(x)
     if half is not None:
         if x.op is not Op.CAST or x.src[0].dtype is not DType.F32:
             return None
         x = x.src[0]
         inner.append(x)
-        if x.op is Op.SELECT and not selects:
-            selects.append(x)
-            x = x.src[2]
+        if x.op is Op.SELECT and safe is None:
+            safe, x = x, x.src[2]
             inner.append(x)
     sm = x
     if sm.op is not Op.SOFTMAX:
@@ -194,38 +188,30 @@ def _match(out: Node, users) -> Node | None:
             return None
         s = s.src[0]
         inner.append(s)
-    zero_empty_rows = False
-    if selects:
-        found = _safe_select(selects[0], [sm.src[0], s])
-        if found is None:
+    zero_empty_rows = safe is not None
+    if safe is not None:
+        cond_nodes = _safe_select(safe, [sm.src[0], s])
+        if cond_nodes is None:
             return None
-        inner += found[1]
-        zero_empty_rows = True
+        inner += cond_nodes
     n_keys, n_queries = s.shape[-1], s.shape[-2]
     if sym.is_static(n_keys) and n_keys < MIN_KEYS or sym.is_static(n_queries) and n_queries < MIN_QUERIES:
         return None
-    mask, t, select = None, s, None
+    # (scores, mask, select) candidates: s itself, or either side of the mask's Add, or the kept
+    # side of where(cond, scores, fill) with a scalar fill (-inf for a causal mask), either way round
     if s.op is Op.ADD:
-        for a, b in (s.src, s.src[::-1]):
-            if _scaled(_through_reshape(a)) is not None:
-                t, mask = a, b
-                break
-        else:
-            return None
-    elif s.op is Op.SELECT:  # where(cond, scores, fill): a fill constant (-inf for a causal mask)
+        sides = [(a, b, None) for a, b in (s.src, s.src[::-1])]
+    elif s.op is Op.SELECT:
         cond, a, b = s.src
-        for keep, kept, fill in ((True, a, b), (False, b, a)):
-            value = _scalar(fill)
-            if type(value) is float and _scaled(_through_reshape(kept)) is not None:
-                t, mask, select = kept, cond, (float(np.asarray(value, s.dtype.numpy)), keep)
-                break
-        else:
-            return None
-    t0 = _through_reshape(t)  # (a Mul reshaped after it)
-    found = _scaled(t0)
+        sides = [(kept, cond, (float(np.asarray(fill, s.dtype.numpy)), keep))
+                 for keep, kept, fill in ((True, a, _scalar(b)), (False, b, _scalar(a))) if type(fill) is float]
+    else:
+        sides = [(s, None, None)]
+    found = next(((t, mask, select, f) for t, mask, select in sides if (f := _scaled(_through_reshape(t))) is not None), None)
     if found is None:
         return None
-    mm, scale, between = found
+    t, mask, select, (mm, scale, between) = found
+    t0 = _through_reshape(t)  # (a Mul reshaped after it)
     group = _folded_group(mm, s, p_in)
     if group is None and not (_same(mm.shape[-2:], s.shape[-2:]) and _same(p_in.shape[-2:], s.shape[-2:])):
         return None
@@ -251,8 +237,8 @@ def _match(out: Node, users) -> Node | None:
             operands.append(_narrowed(mask))
     if any(o is None for o in operands):
         return None
-    arg = (scale, zero_empty_rows) if expr is None and select is None and half is None else \
-        (scale, zero_empty_rows, expr) if select is None and half is None else (scale, zero_empty_rows, expr, select, half)
+    arg = (scale, zero_empty_rows, expr, select, half)
+    arg = arg[:2] if arg[2:] == (None,) * 3 else arg[:3] if arg[3:] == (None,) * 2 else arg  # the short forms where they do
     node = Node(Op.ATTENTION, dtype, (*batch, m, dv), tuple(operands), arg)
     return _reshaped(node, out.shape)
 

@@ -284,8 +284,8 @@ _ws_lock = threading.Lock()
 # argument types). They are called through ctypes on the libcublas CuPy loaded, not through
 # `cupy_backends.cuda.libs.cublas`: its setStream (which every one of its calls makes) refuses a
 # stream under capture ("calling cuBLAS API during stream capture is currently unsupported"), and
-# CuPy 14.2 binds no setWorkspace; both failed the first H200 run. cuBLAS itself captures a GEMM
-# whose workspace is set and whose alpha and beta are host scalars (read when it is enqueued).
+# CuPy 14.2 binds no setWorkspace. cuBLAS itself captures a GEMM whose workspace is set and whose
+# alpha and beta are host scalars (read when it is enqueued).
 _P, _I, _L, _Z = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_size_t
 _C_ENTRY = {
     "setStream": ("cublasSetStream_v2", (_P, _P)),

@@ -373,8 +373,8 @@ def test_a_widened_call_never_reaches_cublas_and_rounds_once(monkeypatch, name):
 
 def test_cublas_is_called_through_ctypes_with_statuses_checked(monkeypatch):
     """cupy_gemm calls libcublas through ctypes, not CuPy's bindings: their setStream refuses a
-    capturing stream and CuPy 14.2 has no setWorkspace (the first H200 run failed on both). Each
-    entry point keeps CuPy's name and convention; a failing status is a named DeviceError."""
+    capturing stream and CuPy 14.2 has no setWorkspace. Each entry point keeps CuPy's name and
+    convention; a failing status is a named DeviceError."""
     calls = []
 
     def c_function(status=0, out=None):

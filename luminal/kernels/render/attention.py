@@ -50,7 +50,7 @@ from luminal.kernels.render.dialect import PAR_MIN, Dialect, Part
 
 BQ, BK = 128, 128  # C: queries per task, keys per staged block (a tile's width, lum_w, is two or four vectors)
 CUDA_Q, CUDA_K = 64, 32  # CUDA: queries per block (a thread each), keys per shared-memory tile
-CUDA_MAX_HEAD = 64  # CUDA: the tiled kernel for static f32 heads up to this size (q, acc, 32 scores in registers)
+CUDA_MAX_HEAD = 64  # CUDA: the tiled kernel for static f32/f16/bf16 heads up to this size (q, acc, 32 scores in registers)
 
 
 def attention(node: Node, d: Dialect):
