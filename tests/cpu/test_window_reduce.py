@@ -115,6 +115,52 @@ def test_conv_weights_are_read_before_the_vector_loop(xs, stride):
     head, loop = body.split("#pragma omp simd", 1)
     assert len(re.findall(r"const float w\d+ = ", head)) == 9, head
     assert len(set(re.findall(r"\bin\d+\[", loop))) == 1, loop  # the input's reads only
+    if stride == 2:  # the row's loop reads the phase rows filled before it (`_phases`), no buffer
+        assert not re.findall(r"\bin\d+\[", body.rsplit("#pragma omp simd", 1)[1])
+
+
+# (name, input shape, weight shape, stride, padding, dilation) of convs whose rows take phase rows
+STRIDED = [
+    ("s2_k3", (1, 3, 9, 141), (3, 1, 3, 3), 2, 1, 1),
+    ("s2_k5_odd", (1, 2, 11, 133), (2, 1, 5, 5), 2, 2, 1),
+    ("s3_k2", (1, 2, 6, 200), (2, 1, 2, 2), 3, 0, 1),  # fewer taps than the stride: 2 of 3 phases
+    ("s4_dil2", (1, 2, 9, 150), (2, 1, 3, 3), 4, 2, 2),  # the dilation's stride is the window axis's
+    ("s2_mult2", (2, 2, 7, 66), (4, 1, 3, 3), 2, 1, 1),  # two outputs per channel, a batch of 2
+]
+
+
+def _strided_graph(rng):
+    g, feeds = lm.Graph("strided"), {}
+    for name, xs, ws, stride, padding, dilation in STRIDED:
+        feeds[f"{name}_x"] = _values(rng, xs)
+        w = g.constant(rng.standard_normal(ws).astype(np.float32))
+        g.output(nn.conv(g.input(f"{name}_x", xs), w, None, stride, padding, dilation, xs[1]), name)
+    for name, fn in [("max_s2", lambda x: nn.max_pool(x, (3, 3), 2, 1)), ("avg_s2", lambda x: nn.avg_pool(x, (3, 3), 2, 1))]:
+        feeds[f"{name}_x"] = _values(rng, (1, 3, 7, 131))
+        g.output(fn(g.input(f"{name}_x", (1, 3, 7, 131))), name)
+    x = g.input("epi_x", (1, 6, 15, 130))  # with a BatchNorm + ReLU6 epilogue in the kernel
+    feeds["epi_x"] = _values(rng, (1, 6, 15, 130))
+    g.output(_bn_relu6(nn.conv(x, g.constant(rng.standard_normal((6, 1, 3, 3)).astype(np.float32)), None, 2, 1, 1, 6), 6), "epi")
+    return g, feeds
+
+
+def test_strided_rows_through_phase_rows_keep_the_bits(fused, monkeypatch):
+    """A stride-s window along the row reads phase rows (`_phases`: each input row split into s
+    contiguous rows before the row's loop) with the terms in the same order, so the bits equal the
+    strided reads': compared with the kernels built without them, NaN, infinities and -0.0 in the
+    inputs, and with the NumPy runtime."""
+    g, feeds = _strided_graph(np.random.default_rng(11))
+    spec = g.run(feeds)
+    compiled = g.compile(device="cpu")
+    # (some of these lower to compensated sums, not WindowReduce: the rest take phase rows)
+    assert compiled.runtime.source.count(" ph0_0[") >= 5, compiled.runtime.source
+    got = compiled(feeds)
+    monkeypatch.setattr(cpu_conv, "_phases", lambda *a: None)
+    plain = g.compile(device="cpu")
+    assert "ph0_1[" not in plain.runtime.source
+    for name, a, b, s in zip(compiled.output_names, got, plain(feeds), spec):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+        _close(a, s, f"{name} on cpu vs the NumPy runtime")
 
 
 # --- a WindowReduce's pointwise epilogue in its kernel (`conv.WindowEpilogue`) --------------------

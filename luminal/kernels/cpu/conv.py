@@ -12,6 +12,7 @@ The convolutions that are GEMMs (im2col tiles, GEMM epilogues) and the fused ker
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from luminal.hlir import symbolic as sym
@@ -19,7 +20,7 @@ from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import UNARY, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
 from luminal.kernels.render.cexpr import c_dim, compute_type
-from luminal.kernels.render.conv import hoisted_element
+from luminal.kernels.render.conv import UNROLL, hoisted_element
 from luminal.kernels.render.cstyle import (
     buffer_sources,
     is_inline_scalar,
@@ -57,7 +58,10 @@ def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | 
     (`WindowEpilogue`)."""
     outer, nd = node.shape[:-1], len(node.shape)
     rows, inner = [f"i{k}" for k in range(nd - 1)], f"i{nd - 1}"  # the row loop's names (`_c_rows`)
-    setup, stmts, value = hoisted_element(node, rows + [inner], inputs, inner)
+    phases = _phases(node, inputs, rows, inner)
+    setup, stmts, value = hoisted_element(node, rows + [inner], inputs, inner, phases and phases[1])
+    if phases:
+        setup = f"{setup}\n        {phases[0]}"
     out_dtype = out_dtype or node.dtype
     if epilogue is not None:
         more, value = epilogue(rows + [inner], value, {nd - 1})
@@ -73,6 +77,63 @@ def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | 
     # the rows as the shared generator steps them (a thread's first row split into indices, then
     # carries: no division per row, which short rows would feel)
     return f"const long long n_in = {c_dim(node.shape[-1])};\n  " + _c_rows(outer, "i", f"n_rows * {c_dim(per_row)}", body, per_row)
+
+
+PHASE_MAX = 8192  # elements of one output row's phase buffers (on the stack)
+
+
+def _phases(node: Node, inputs: list[Node], rows: list[str], inner: str) -> tuple[str, object] | None:
+    """A strided window along the output row (a stride-2 depthwise conv or max pool): the operand
+    that moves along the row reads element s*u*i + u*k of its row at output i and window position
+    k (u the window axis's stride), a strided load per term that does not vectorize well. Split
+    per output row into s phase rows, phase p holding the elements u*(s*j + p): position k is
+    then phase k % s at j = i + k // s, a contiguous vector load. (the C filling the phase rows,
+    one per phase and value of the other window axes, before the row's loop; the `term_read` of
+    `hoisted_element` reading them), or None. The terms and their order are unchanged, so are
+    the bits."""
+    kind, r = node.arg
+    nd = len(node.shape)
+    kernel = node.src[0].shape[nd:]
+    if not all(sym.is_static(d) for d in (*kernel, node.shape[-1])) or sym.product(kernel) > UNROLL:
+        return None
+    kernel, width = [int(d) for d in kernel], int(node.shape[-1])
+    moving = [p for p, s in enumerate(node.src) if not sym.equal(view_of(s)[1].strides[nd - 1], 0)]
+    if len(moving) != 1:
+        return None
+    src = node.src[moving[0]]
+    base, st = view_of(src)
+    strides = st.strides[nd - 1:]
+    if st.mask is not None or is_inline_scalar(base) or not all(sym.is_static(w) for w in strides):
+        return None
+    step, window = int(strides[0]), [int(w) for w in strides[1:]]
+    axis = next((a for a, u in enumerate(window) if u > 0 and step % u == 0 and step // u >= 2 and kernel[a] > 1), None)
+    if axis is None:
+        return None
+    s, t = step // window[axis], compute_type(node.dtype)
+    others = [a for a in range(r) if a != axis]
+    groups = list(itertools.product(*(range(kernel[a]) for a in others)))
+    length = {p: width + max(k // s for k in range(p, kernel[axis], s)) for p in range(min(s, kernel[axis]))}
+    if len(groups) * sum(length.values()) > PHASE_MAX:
+        return None
+    common = min(length.values())
+    fills = [f"{t} ph{g}_{p}[{n}];" for g in range(len(groups)) for p, n in length.items()]
+
+    def fill(g: int, p: int) -> str:
+        k = dict(zip(others, groups[g])) | {axis: p}
+        return f"ph{g}_{p}[j] = (({t}){read(src, rows + ['j'] + [f'{k[a]}LL' for a in range(r)], pointer_of(src, inputs))});"
+
+    for g in range(len(groups)):
+        # the phases side by side (an interleaved load the compiler vectorizes), then their tails
+        fills.append(f"#pragma omp simd\n        for (long long j = 0; j < {common}LL; ++j) {{ {' '.join(fill(g, p) for p in length)} }}")
+        fills += [f"for (long long j = {common}LL; j < {n}LL; ++j) {fill(g, p)}" for p, n in length.items() if n > common]
+
+    def term_read(p: int, k: list[int]) -> str | None:
+        if p != moving[0]:
+            return None
+        g = groups.index(tuple(k[a] for a in others))
+        return f"ph{g}_{k[axis] % s}[{inner} + {k[axis] // s}LL]"
+
+    return "\n        ".join(fills), term_read
 
 
 def _flat_plane(node: Node) -> tuple[Node, int] | None:

@@ -34,12 +34,15 @@ def element(node: Node, idx: list[str], inputs: list[Node]) -> tuple[str, str]:
     return stmts, value
 
 
-def hoisted_element(node: Node, idx: list[str], inputs: list[Node], inner: str | None) -> tuple[str, str, str]:
+def hoisted_element(node: Node, idx: list[str], inputs: list[Node], inner: str | None,
+                    term_read=None) -> tuple[str, str, str]:
     """(setup, statements, value): as `element`, with the reads that use neither `inner` (the
     index of the vectorized loop around the element) nor a window loop's index declared in `setup`,
     for the code before that loop: a conv's weights are the same along an output row, and a read
     the compiler does not hoist itself (the kernel's pointers lose `restrict` in an OpenMP region,
-    so a store to `out` may change them) is a second load per term."""
+    so a store to `out` may change them) is a second load per term. `term_read(p, k)`, for an
+    unrolled window: operand p's value at window position k (ints) as a C expression of the
+    compute type, or None for the plain read (the C dialect's strided rows, `cpu.conv._phases`)."""
     kind, r = node.arg
     t = accumulator(node)
     kernel = [int(d) for d in node.src[0].shape[-r:]]
@@ -51,6 +54,10 @@ def hoisted_element(node: Node, idx: list[str], inputs: list[Node], inner: str |
     hoisted: dict[str, str] = {}
 
     def value_of(p: int, k: list[str]) -> str:
+        if term_read is not None and unrolled:
+            v = term_read(p, [int(j[:-2]) for j in k])
+            if v is not None:
+                return v
         s = node.src[p]
         v = f"(({t}){read(s, idx + k, pointer_of(s, inputs))})"
         if inner is None or fixed & set(re.findall(r"[A-Za-z_]\w*", v)):
