@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import operator
 import os
 import re
 import time
@@ -118,6 +119,10 @@ def _export(model, args, kwargs, spec):
             f"value){_last_frame(str(exc))}, which torch.export cannot trace: {first}\nUse torch.compile(model, backend=\"luminal\") "
             "instead: it graph-breaks around the branch and runs the rest on luminal (or write the branch "
             "as torch.where / torch.cond).") from exc
+
+
+def _call(f, x):
+    return f(x)
 
 
 def _state_owners(model, ep) -> list[tuple]:
@@ -245,6 +250,10 @@ class CompiledModel:
             phases["export"] = time.perf_counter() - start
             self._eager = model
         self._owners = _state_owners(model, ep) if self._eager is not None else []
+        # the same, column by column, for the per-call check (`_rebound`: C-level maps, no Python loop)
+        columns = list(zip(*self._owners)) or [()] * 5
+        self._owner_gets = [table.get for table in columns[1]]
+        self._owner_keys, self._owner_tensors, self._owner_ptrs = columns[2], columns[3], list(columns[4])
         self._rebound_warned, self._lowering = False, None
         self._read_signature(ep)
         opts = {"device": device, "optimize": optimize, "search": search}
@@ -269,6 +278,9 @@ class CompiledModel:
         self._mutates = any(s.kind is not OutputKind.USER_OUTPUT for s in self._outputs)
         self._in_spec, self._out_spec = ep.call_spec.in_spec, ep.call_spec.out_spec
         self._kw_order = self._in_spec.child(1).context if self._in_spec.num_children == 2 else None
+        # the common call, positional tensors only: its flat inputs are the arguments (no pytree walk)
+        n = self._in_spec.child(0).num_children if self._in_spec.num_children == 2 else -1
+        self._positional = n if n >= 0 and pytree.tree_flatten((tuple(range(n)), {}))[1] == self._in_spec else -1
         self.compiled = self._imported.compiled
 
     def _read_signature(self, ep):
@@ -358,13 +370,15 @@ class CompiledModel:
             if missing:
                 raise InputError(f"unexpected keyword argument(s) {missing}; compiled with {list(self._kw_order)}")
             kwargs = {k: kwargs[k] for k in self._kw_order if k in kwargs}
-        flat, spec = pytree.tree_flatten((tuple(args), kwargs))
-        if spec != self._in_spec:
-            raise InputError(f"inputs do not match the example the model was compiled with:\n{spec}\nvs\n{self._in_spec}")
+        if not kwargs and len(args) == self._positional and all(isinstance(a, torch.Tensor) for a in args):
+            flat = args
+        else:
+            flat, spec = pytree.tree_flatten((tuple(args), kwargs))
+            if spec != self._in_spec:
+                raise InputError(f"inputs do not match the example the model was compiled with:\n{spec}\nvs\n{self._in_spec}")
         by_name = dict(zip(self._user_inputs, flat))
         self._check(by_name)
-        params = [t for _, _, _, t, _ in self._owners]
-        if not needs_grad(flat, params):
+        if not torch.is_grad_enabled() or not needs_grad(flat, self._owner_tensors):
             return pytree.tree_unflatten(self._run(by_name), self._out_spec)
         self._check_tensors(by_name)
         if self._trainer is None:  # grad mode: the joint graph, forward and backward compiled (backward.py)
@@ -402,7 +416,7 @@ class CompiledModel:
                        "starts at 2: compile with an example of that size for it)" if size < 2 <= lo else "")
                 raise InputError(f"input {name!r} dim {axis} ({label}) is {size}; the model was compiled for "
                                  f"{label} in [{lo}, {hi if hi < 2**62 else 'inf'}]{why}")
-        if not self._rebound_warned:
+        if not self._rebound_warned and self._rebound():
             rebound = [n for n, table, key, t, ptr in self._owners if table.get(key) is not t or t.data_ptr() != ptr]
             if rebound:
                 self._rebound_warned = True
@@ -410,6 +424,12 @@ class CompiledModel:
                               "luminal.compile; the compiled model keeps the tensors it was compiled with "
                               "(torch.export's semantics; in-place updates are seen): compile again to use the new ones",
                               UserWarning, stacklevel=3)
+
+    def _rebound(self) -> bool:
+        """Whether a weight or buffer was replaced in its module, or its data swapped (`.to()`,
+        `.data = `), since the compile."""
+        return (list(map(torch.Tensor.data_ptr, self._owner_tensors)) != self._owner_ptrs
+                or any(map(operator.is_not, map(_call, self._owner_gets, self._owner_keys), self._owner_tensors)))
 
     def _run(self, by_name) -> list:
         """The flat user outputs for the user inputs `by_name`; mutated buffers and inputs written back."""
