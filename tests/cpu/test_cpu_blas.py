@@ -78,9 +78,9 @@ def test_without_torch_the_default_is_numpys_openblas():
 
 
 def test_a_large_gemm_split_across_the_team(blas_kind):
-    """M*N*K past 2**21: on OpenBLAS (single-threaded) the columns of C are split across the
-    OpenMP team in blocks of 16 (uneven here: 150 columns), B plain or transposed; on MKL, one
-    call on the team. Small integers: every sum is exact, so results equal NumPy's."""
+    """M*N*K past 2**18 per thread: the columns of C are split across the OpenMP team in blocks
+    of 16 (uneven here: 150 columns), B plain or transposed, one single-threaded BLAS call per
+    block. Small integers: every sum is exact, so results equal NumPy's."""
     g = lm.Graph("big")
     a, b, bt = g.input("a", ("m", 256)), g.input("b", (256, 150)), g.input("bt", (150, 256))
     g.output(a @ b)
@@ -93,6 +93,30 @@ def test_a_large_gemm_split_across_the_team(blas_kind):
         want = feeds["a"].astype(np.float64) @ feeds["b"]
         for out in cpu(feeds):
             np.testing.assert_array_equal(out, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("m,k,n", [(128, 64, 128), (128, 512, 1408), (64, 16, 5325), (3, 256, 4096)])
+def test_mkl_split_across_the_team_keeps_the_bits_of_one_thread(m, k, n, monkeypatch):
+    """On MKL a GEMM of 2^18 multiply-adds per thread or more runs as one single-threaded MKL
+    call per block of columns (or rows), whose bits do not depend on the blocks: random values,
+    B plain and transposed, two threads give one thread's bits."""
+    from luminal.kernels.cpu import runtime
+
+    monkeypatch.setenv("LUMINAL_BLAS", "mkl")
+    g = lm.Graph("split-bits")
+    a, b = g.input("a", (m, k)), g.input("b", (k, n))
+    g.output(a @ b)
+    g.output(a @ b.T.contiguous().T)
+    cpu = g.compile(device="cpu")
+    assert cpu.runtime.blas.kind == "mkl"
+    rng = np.random.default_rng(13)
+    feeds = {"a": rng.standard_normal((m, k)).astype(np.float32), "b": rng.standard_normal((k, n)).astype(np.float32)}
+    monkeypatch.setattr(runtime, "threads", lambda: 1)
+    one = cpu(feeds)
+    monkeypatch.setattr(runtime, "threads", lambda: 2)
+    for got, want in zip(cpu(feeds), one):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(one[0], feeds["a"].astype(np.float64) @ feeds["b"], rtol=1e-4, atol=1e-3)
 
 
 def test_two_threads_share_a_model_with_split_gemms(blas_kind):

@@ -166,9 +166,6 @@ static inline lum_sgemm_fn lum_pick_sgemm(int tb, long long M) {
   return tb && M < 32 && lum_sgemm_blas ? lum_sgemm_blas : lum_sgemm;
 }
 #define lum_pick_dgemm(tb, M) lum_dgemm
-/* the picked GEMM is luminal's AVX-512 SGEMM, which runs on its calling thread: a large call is
-   split across the team even beside MKL, whose own GEMMs thread themselves */
-#define LUM_OURS(g) (lum_sgemm_blas != NULL && (const void*)(g) == (const void*)lum_sgemm)
 /* A matrix-vector product of at least 2^17 matrix elements (a 128 x 1536 layer: 10 us on one
    thread, its weight past one core's L2 beside the next layer's) split across the team by blocks
    of outputs, multiples of 16 (OpenBLAS called single-threaded; MKL threads its own): the block
@@ -213,11 +210,15 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
       lum_skinny_gemm_##N(M, NN, K, A, lda, bt, K, C, ldc); \
       free(bt); } \
   } \
-  else if (GEMM && (!lum_blas_in_team || LUM_OURS(GEMM)) && lum_threads > 1 && M * NN * K >= (1LL << 21) \
+  else if (GEMM && lum_threads > 1 && M * NN * K >= lum_min(1LL << 21, (1LL << 18) * lum_threads) \
            && (NN >= 32 || M >= 64) \
            && !omp_in_parallel()) { \
-    /* OpenBLAS (or luminal's AVX-512 SGEMM), single-threaded, on blocks of C (multiples of 16), \
-       one per thread of the loops' team; a loop over the blocks, so every block is computed \
+    /* The BLAS (or luminal's AVX-512 SGEMM) single-threaded on blocks of C (multiples of 16), one \
+       per thread of the loops' team, from 2^18 multiply-adds per thread (2^21 at most: a 64 -> 128 \
+       linear layer over 128 tokens took 25 us whole, 16 on two threads). MKL too, inside the \
+       team's region it runs on its calling thread: its own two threads ran 128 x 512 x 1408 at \
+       165 GFLOP/s, one call per thread at 182 (a Zen 3), llama-small 0.88x the time; its bits do \
+       not depend on the blocks (checked down to 64 columns). A loop over the blocks, so every block is computed \
        whatever team OpenMP gives. Blocks of columns, or of rows when there are more rows than \
        columns (each thread packs its block of one operand and all of the other: rows copy A \
        once in all; ResNet50's 7x7 stage, 512 x 49 x 4608, read all of A per thread) */ \
