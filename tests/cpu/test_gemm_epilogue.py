@@ -45,6 +45,8 @@ CASES = {
     # outputs past EPILOGUE_TILED_MIN: the plain GEMM in column tiles, the last one partial
     "conv1x1_tiled_bn_relu": ((1, 16, 71, 75), (64, 16, 1, 1), 1, 0, 1, "bn_relu"),
     "conv1x1_tiled_residual_relu": ((2, 64, 60, 61), (40, 64, 1, 1), 1, 0, 1, "residual_relu"),
+    # past it too, but A (300 x 256) past the tile's budget: one GEMM on the team, the region after
+    "conv1x1_wide_a_whole_bn_relu": ((1, 256, 24, 24), (300, 256, 1, 1), 1, 0, 1, "bn_relu"),
 }
 
 
@@ -114,6 +116,9 @@ def test_the_tiled_cases_are_past_the_threshold():
         m, n, k = ws[0], xs[2] * xs[3], ws[1]
         tile = max(64, conv_gemm.EPILOGUE_TILE_FLOATS // (m + k) // 16 * 16)
         assert m * n >= conv_gemm.EPILOGUE_TILED_MIN and n % tile, name  # tiles, the last one partial
+        assert m * k <= conv_gemm.EPILOGUE_TILE_FLOATS, name  # A small enough to pack per tile
+    xs, ws = CASES["conv1x1_wide_a_whole_bn_relu"][:2]
+    assert ws[0] * xs[2] * xs[3] >= conv_gemm.EPILOGUE_TILED_MIN and ws[0] * ws[1] > conv_gemm.EPILOGUE_TILE_FLOATS
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
