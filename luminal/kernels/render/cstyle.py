@@ -45,8 +45,18 @@ code_for_op = {
     Op.MAXIMUM: lambda t, a, b: f"lum_max_nan(({t})({a}), ({t})({b}))",  # NaN if either is NaN, as MaxReduce
     Op.EXP: lambda t, x: f"exp{LIBM[t]}({x})",
     Op.SIGMOID: lambda t, x: f"(({t})1 / (({t})1 + exp{LIBM[t]}(-({x}))))",
-    Op.SELECT: lambda t, c, a, b: f"({c} ? {a} : {b})",  # t is the condition's (bool): the value moves
+    Op.SELECT: lambda t, c, a, b: select(c, a, b, True),  # t is the condition's (bool): the value moves
 }
+
+
+def select(c: str, a: str, b: str, speculate: bool) -> str:
+    """`c ? a : b`; where the dialect speculates and `speculate` (no branch divides integers: a
+    remainder by 0 sets the error flag, a division traps, under the `where` guarding them), both
+    values computed first:
+    GCC vectorizes a loop calling expf unconditionally (glibc's vector expf), not under a branch."""
+    if not (speculate and active().speculate_select):
+        return f"({c} ? {a} : {b})"
+    return f"({{ __auto_type lum_s1 = {a}; __auto_type lum_s2 = {b}; ({c}) ? lum_s1 : lum_s2; }})"
 
 
 def fmod_by_power_of_two(t: str, a: str, divisor) -> str | None:
@@ -92,6 +102,8 @@ def expression(e: Expr, leaf) -> str:
             return fast
     if e.op not in code_for_op:
         raise UnsupportedError(f"FusedElementwise: no C for {e.op.title}")
+    if e.op is Op.SELECT:
+        return select(*args, not any(x.op in (Op.MOD, Op.RECIP) and not x.dtype.is_float for b in e.src[1:] for x in b.toposort()))
     return code_for_op[e.op](compute_type(e.src[0].dtype), *args)
 
 
@@ -194,7 +206,8 @@ def read(node: Node, index: list[str], pointer: str | None) -> str:
         value = c_literal(base.arg, base.dtype)
     else:
         terms = [c_dim(st.offset)] + [f"{i} * {c_dim(s)}" for i, s in zip(index, st.strides) if s != 0]
-        value = load_value(base.dtype, f"{pointer}[{' + '.join(terms)}]")
+        at = " + ".join(terms)
+        value = active().bool_load(pointer, at) if base.dtype is DType.BOOL else load_value(base.dtype, f"{pointer}[{at}]")
     if st.mask is None:
         return value
     conds = []

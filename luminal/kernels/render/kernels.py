@@ -90,6 +90,12 @@ def reduce(node: Node, d: Dialect):
                  state=((acc, "s", "0", None), (acc, "c", "0", None)), value=value, contiguous=(src, full),
                  merge=f"{{ {acc} u = s + s_o; c += c_o + (u - u == ({acc})0 ? {two_sum('s', 's_o')} : ({acc})0); s = u; }}")
         return [d.rows(node.shape, k, [p], f"out[row] = {_store(node, 's + c')};")], None
+    if not is_max and acc == "double" and node.shape and axis < len(node.shape):
+        st = view_of(src)[1]
+        if sym.equal(st.strides[-1], 1) and not sym.equal(st.strides[axis], 1):
+            part = d.column_sums(node.shape, k, value, lambda v: _store(node, v))
+            if part is not None:
+                return [part], None
     if is_max:
         init = "0" if node.dtype is DType.BOOL else lowest(acc)  # an empty `any` is false
         step, merge, op = "acc = lum_max_nan(acc, v);", "acc = lum_max_nan(acc, acc_o);", None
