@@ -2,7 +2,7 @@
 keep: a Select computing both of its values (`cstyle.select`) and bools read through their byte
 (`CDialect.bool_load`), sums over an axis that is not the input's innermost run column-wise
 (`CDialect.column_sums`), outputs that are reshapes of a kernel's result written in place
-(`runtime.written_in_place`), and a plain transpose feeding a GEMM kept out of the im2col path.
+(`steps.written_in_place`), and a plain transpose feeding a GEMM kept out of the im2col path.
 Against the NumPy runtime (the spec) with NaN, infinities, -0.0, empty axes and odd widths."""
 
 from __future__ import annotations

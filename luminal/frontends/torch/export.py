@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import operator
 import os
 import re
 import time
@@ -119,10 +118,6 @@ def _export(model, args, kwargs, spec):
             f"value){_last_frame(str(exc))}, which torch.export cannot trace: {first}\nUse torch.compile(model, backend=\"luminal\") "
             "instead: it graph-breaks around the branch and runs the rest on luminal (or write the branch "
             "as torch.where / torch.cond).") from exc
-
-
-def _call(f, x):
-    return f(x)
 
 
 def _state_owners(model, ep) -> list[tuple]:
@@ -250,10 +245,8 @@ class CompiledModel:
             phases["export"] = time.perf_counter() - start
             self._eager = model
         self._owners = _state_owners(model, ep) if self._eager is not None else []
-        # the same, column by column, for the per-call check (`_rebound`: C-level maps, no Python loop)
-        columns = list(zip(*self._owners)) or [()] * 5
-        self._owner_gets = [table.get for table in columns[1]]
-        self._owner_keys, self._owner_tensors, self._owner_ptrs = columns[2], columns[3], list(columns[4])
+        self._owner_tensors = tuple(t for _, _, _, t, _ in self._owners)
+        self._owner_ptrs = [ptr for *_, ptr in self._owners]
         self._rebound_warned, self._lowering = False, None
         self._read_signature(ep)
         opts = {"device": device, "optimize": optimize, "search": search}
@@ -378,7 +371,7 @@ class CompiledModel:
                 raise InputError(f"inputs do not match the example the model was compiled with:\n{spec}\nvs\n{self._in_spec}")
         by_name = dict(zip(self._user_inputs, flat))
         self._check(by_name)
-        if not torch.is_grad_enabled() or not needs_grad(flat, self._owner_tensors):
+        if not needs_grad(flat, self._owner_tensors):
             return pytree.tree_unflatten(self._run(by_name), self._out_spec)
         self._check_tensors(by_name)
         if self._trainer is None:  # grad mode: the joint graph, forward and backward compiled (backward.py)
@@ -418,18 +411,17 @@ class CompiledModel:
                                  f"{label} in [{lo}, {hi if hi < 2**62 else 'inf'}]{why}")
         if not self._rebound_warned and self._rebound():
             rebound = [n for n, table, key, t, ptr in self._owners if table.get(key) is not t or t.data_ptr() != ptr]
-            if rebound:
-                self._rebound_warned = True
-                warnings.warn(f"luminal: {self.name}: {', '.join(rebound[:5])} replaced or converted after "
-                              "luminal.compile; the compiled model keeps the tensors it was compiled with "
-                              "(torch.export's semantics; in-place updates are seen): compile again to use the new ones",
-                              UserWarning, stacklevel=3)
+            self._rebound_warned = True
+            warnings.warn(f"luminal: {self.name}: {', '.join(rebound[:5])} replaced or converted after "
+                          "luminal.compile; the compiled model keeps the tensors it was compiled with "
+                          "(torch.export's semantics; in-place updates are seen): compile again to use the new ones",
+                          UserWarning, stacklevel=3)
 
     def _rebound(self) -> bool:
         """Whether a weight or buffer was replaced in its module, or its data swapped (`.to()`,
         `.data = `), since the compile."""
         return (list(map(torch.Tensor.data_ptr, self._owner_tensors)) != self._owner_ptrs
-                or any(map(operator.is_not, map(_call, self._owner_gets, self._owner_keys), self._owner_tensors)))
+                or any(table.get(key) is not t for _, table, key, t, _ in self._owners))
 
     def _run(self, by_name) -> list:
         """The flat user outputs for the user inputs `by_name`; mutated buffers and inputs written back."""

@@ -112,8 +112,8 @@ def im2col_gemm(node: Node, users) -> Im2colGemm | None:
     if view.mask is None and sym.is_static(sym.product(base.shape)) and sym.is_static(sym.product(copy.shape)) \
             and int(sym.product(copy.shape)) == int(sym.product(base.shape)):
         # every element of its source once, no padding: a transpose (training's k^T for q @ k^T)
-        # or a patchify conv's exact tiling, not a window's copy; as one (per batch element, 16
-        # columns a tile) q @ k^T ran at 50 GFLOP/s against 140 for the copy and a batched GEMM
+        # or a patchify conv's exact tiling, not a window's copy: a plain copy and batched GEMM
+        # beat the im2col's per-batch tiles
         return None
     pad, terms = None, []
     if source.op is Op.VIEW and source.src[0].op is Op.CONTIGUOUS:
@@ -262,9 +262,9 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     /* an output past what L2 holds (a 1x1 conv at 112 x 112: 64 x 12544): tiles of T columns
        whose output and operand columns stay in cache (about {EPILOGUE_TILE_FLOATS} floats), one
        per thread; the sizes alone choose them, never the team, and never at precision "float64".
-       Only when A is as small (a conv's weights): the BLAS packs all of A for every tile, and a
-       linear layer over 1024 tokens (A 1024 x 512) ran at 120 GFLOP/s in tiles of 64 columns
-       against 175 whole (split across the team by the prelude, the region applied after). */
+       Only when A is as small (a conv's weights): the BLAS packs all of A for every tile, so a
+       linear layer over many tokens runs whole (split across the team by the prelude), the
+       region after. */
     const long long T = lum_max(64, {EPILOGUE_TILE_FLOATS}LL / (M + K) / 16 * 16);
     const long long n_tiles = !lum_f64 && M * N >= {EPILOGUE_TILED_MIN}LL && M * K <= {EPILOGUE_TILE_FLOATS}LL
                               ? (N + T - 1) / T : 1;

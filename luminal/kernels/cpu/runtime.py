@@ -33,7 +33,7 @@ from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build, gemm_avx512, isa
 from luminal.kernels.cpu.choices import DEFAULT, Choices
-from luminal.kernels.cpu.steps import CProgram, CStep, direct_conv, im2col_scratch, launch_table
+from luminal.kernels.cpu.steps import CProgram, CStep, direct_conv, im2col_scratch, launch_table, written_in_place
 from luminal.precision import Arithmetic, C
 from luminal.runtime.binding import bind_inputs, index_error
 from luminal.runtime.protocol import Runtime
@@ -277,43 +277,6 @@ def _copy_of(library: Path, tag: str) -> Path:
 
 class ArtifactMismatch(Exception):
     pass
-
-
-def written_in_place(outputs: list) -> list:
-    """The outputs the program computes: an output that is a copy of a reshape of a node a kernel
-    computes (training's saved activations: a (8, 128, 512) region's result returned as
-    (1024, 512)) is that node, written straight into the returned array (the same elements in
-    the same order: its shape is the declared one), not computed into the arena and copied (1 to
-    12% of a training forward's time). Not a node that is an input, a weight or another output."""
-    taken = {id(o) for o in outputs}
-    result = []
-    for o in outputs:
-        p = _reshaped_producer(o)
-        if p is not None and id(p) not in taken:
-            taken.add(id(p))
-            o = p
-        result.append(o)
-    return result
-
-
-def _reshaped_producer(o):
-    # an explicit copy (an FX graph's clone) only: an output that is a bare view keeps the
-    # schedule's own order (for one whose view was taken in place, the schedule ran a weight
-    # gradient's operand copy first, and the arena of test_conv_scratch's pair grew 2.9 -> 4.0 MB)
-    if o.op is not Op.CONTIGUOUS or o.src[0].op is not Op.VIEW:
-        return None
-    view, p = o.src[0].arg, o.src[0].src[0]
-    if p.op in (Op.INPUT, Op.CONSTANT, Op.VIEW) or p.dtype is not o.dtype or view.mask is not None:
-        return None
-    dense = [(d, st) for d, st in zip(view.shape, view.strides) if not sym.equal(d, 1)]
-    if not sym.equal(view.offset, 0) or not sym.equal(sym.product(view.shape), sym.product(p.shape)):
-        return None
-    size = 1
-    for d, st in reversed(dense):  # row-major strides over the dims past 1: the buffer read in order
-        if not sym.equal(st, size):
-            return None
-        size = sym.norm(size * d)
-    return p
 
 
 def _restore(outputs: list, data) -> tuple[CProgram, Path] | None:

@@ -259,6 +259,42 @@ def direct_conv(copy: Node, cols, m, batch=1) -> DirectConv | None:
                       oh, ow, nr, columns)
 
 
+def written_in_place(outputs: list) -> list:
+    """The outputs the program computes: an output that is a copy of a reshape of a node a kernel
+    computes (training's saved activations: a (8, 128, 512) region's result returned as
+    (1024, 512)) is that node, written straight into the returned array (the same elements in
+    the same order: its shape is the declared one), not computed into the arena and copied. Not
+    a node that is an input, a weight or another output."""
+    taken = {id(o) for o in outputs}
+    result = []
+    for o in outputs:
+        p = _reshaped_producer(o)
+        if p is not None and id(p) not in taken:
+            taken.add(id(p))
+            o = p
+        result.append(o)
+    return result
+
+
+def _reshaped_producer(o):
+    # an explicit copy (an FX graph's clone) only: an output that is a bare view keeps the
+    # schedule's own order, which taking it in place can change into a larger arena
+    if o.op is not Op.CONTIGUOUS or o.src[0].op is not Op.VIEW:
+        return None
+    view, p = o.src[0].arg, o.src[0].src[0]
+    if p.op in (Op.INPUT, Op.CONSTANT, Op.VIEW) or p.dtype is not o.dtype or view.mask is not None:
+        return None
+    dense = [(d, st) for d, st in zip(view.shape, view.strides) if not sym.equal(d, 1)]
+    if not sym.equal(view.offset, 0) or not sym.equal(sym.product(view.shape), sym.product(p.shape)):
+        return None
+    size = 1
+    for d, st in reversed(dense):  # row-major strides over the dims past 1: the buffer read in order
+        if not sym.equal(st, size):
+            return None
+        size = sym.norm(size * d)
+    return p
+
+
 def launch_table(program: CProgram, slot_of) -> list[int]:
     """The launch table `lum_run` interprets: per step its kernel (index into `program.kernels`),
     pointer codes and dim codes. `slot_of(node)` is ("buf", i) for weights, inputs and outputs

@@ -53,9 +53,9 @@ def hoisted_element(node: Node, idx: list[str], inputs: list[Node], inner: str |
         fixed.add(inner)
     hoisted: dict[str, str] = {}
 
-    def value_of(p: int, k: list[str]) -> str:
-        if term_read is not None and unrolled:
-            v = term_read(p, [int(j[:-2]) for j in k])
+    def value_of(p: int, k: list[str], at: tuple[int, ...] | None) -> str:
+        if term_read is not None and at is not None:
+            v = term_read(p, at)
             if v is not None:
                 return v
         s = node.src[p]
@@ -64,8 +64,8 @@ def hoisted_element(node: Node, idx: list[str], inputs: list[Node], inner: str |
             return v
         return hoisted.setdefault(v, f"w{len(hoisted)}")
 
-    def term(k: list[str]) -> str:
-        vals = [value_of(p, k) for p in range(len(node.src))]
+    def term(k: list[str], at: tuple[int, ...] | None = None) -> str:  # at: an unrolled term's position
+        vals = [value_of(p, k, at) for p in range(len(node.src))]
         return vals[0] if len(vals) == 1 else wrapping(t, vals[0], "*", vals[1])
 
     def combine(acc: str, v: str) -> str:
@@ -76,7 +76,7 @@ def hoisted_element(node: Node, idx: list[str], inputs: list[Node], inner: str |
 
     init = f"(({t})0)" if kind == "sum" else lowest(t)
     if unrolled:  # the terms in axis order, from the first (an empty window: the identity)
-        terms = [term([f"{j}LL" for j in k]) for k in itertools.product(*(range(d) for d in kernel))]
+        terms = [term([f"{j}LL" for j in k], k) for k in itertools.product(*(range(d) for d in kernel))]
         if len(terms) <= 1:
             return setup(), "", terms[0] if terms else init
         # one statement per term, not nested calls: the C prelude's lum_max_nan names its first

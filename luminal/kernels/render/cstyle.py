@@ -50,10 +50,9 @@ code_for_op = {
 
 
 def select(c: str, a: str, b: str, speculate: bool) -> str:
-    """`c ? a : b`; where the dialect speculates and `speculate` (no branch divides integers: a
-    remainder by 0 sets the error flag, a division traps, under the `where` guarding them), both
-    values computed first:
-    GCC vectorizes a loop calling expf unconditionally (glibc's vector expf), not under a branch."""
+    """`c ? a : b`; where the dialect speculates and `speculate` (no value divides integers: a
+    remainder by 0 sets the error flag, a division traps), both values computed first: GCC
+    vectorizes a loop calling expf unconditionally (glibc's vector expf), not under a branch."""
     if not (speculate and active().speculate_select):
         return f"({c} ? {a} : {b})"
     return f"({{ __auto_type lum_s1 = {a}; __auto_type lum_s2 = {b}; ({c}) ? lum_s1 : lum_s2; }})"

@@ -214,11 +214,9 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
            && (NN >= 32 || M >= 64) \
            && !omp_in_parallel()) { \
     /* The BLAS (or luminal's AVX-512 SGEMM) single-threaded on blocks of C (multiples of 16), one \
-       per thread of the loops' team, from 2^18 multiply-adds per thread (2^21 at most: a 64 -> 128 \
-       linear layer over 128 tokens took 25 us whole, 16 on two threads). MKL too, inside the \
-       team's region it runs on its calling thread: its own two threads ran 128 x 512 x 1408 at \
-       165 GFLOP/s, one call per thread at 182 (a Zen 3), llama-small 0.88x the time; its bits do \
-       not depend on the blocks (checked down to 64 columns). A loop over the blocks, so every block is computed \
+       per thread of the loops' team, from 2^18 multiply-adds per thread (2^21 at most). MKL too: \
+       in the team's region it runs on its calling thread, faster than its own threads (README), \
+       and its bits do not depend on the blocks. A loop over the blocks, so every block is computed \
        whatever team OpenMP gives. Blocks of columns, or of rows when there are more rows than \
        columns (each thread packs its block of one operand and all of the other: rows copy A \
        once in all; ResNet50's 7x7 stage, 512 x 49 x 4608, read all of A per thread) */ \
