@@ -50,9 +50,13 @@ def launch_order(final: list[Node]) -> list[Node]:
     """Every node computing `final`, each after its operands, ordered so that buffers live briefly:
     - depth first, operands deepest first: a short chain is made just before it is used, not held
       across a long one beside it;
-    - an output (or what becomes one through views) as soon as its operands are there: its buffer
-      lives the whole call anyway, and what it read can be freed (a backward pass walked from its
-      first output held every layer's gradients to the end)."""
+    - an output, with everything only it reads (its private nodes), is launched as soon as the
+      last of the nodes it reads from outside that set is there: its buffer lives the whole call
+      anyway, what it reads can be freed, and its private chain lives briefly. (A backward pass
+      walked from its first output held every layer's gradients to the end; launching an output's
+      operands as soon as they could be, rather than with the output, held a weight gradient's
+      copied activation from the first launch to the last.)
+    - a view as soon as its operand is there: it costs nothing."""
     walk = toposort(final)
     depth: dict[int, int] = {}
     for n in walk:
@@ -82,15 +86,33 @@ def launch_order(final: list[Node]) -> list[Node]:
     for n in order:
         for s in dict.fromkeys(n.src):
             users.setdefault(id(s), []).append(n)
+    # owner: the output a node is private to (the output itself, or a node all of whose readers
+    # are private to the same output); a group is an output with its private nodes, in walk order
     outputs = {id(n) for n in final}
-    at_output: set[int] = set()  # outputs, and what becomes one through views only
+    owner: dict[int, int] = {}
     for n in reversed(order):
-        if id(n) in outputs or (n.src and id(n) in users and all(
-                id(u) in outputs or (u.op is Op.VIEW and id(u) in at_output) for u in users[id(n)])):
-            at_output.add(id(n))
-    # the walk's order, but an output (or what becomes one through views, or a view: it costs
-    # nothing) is launched as soon as its last operand is, breadth first from that operand
-    waiting = {id(n): len(dict.fromkeys(n.src)) for n in order if n.src and (id(n) in at_output or n.op is Op.VIEW)}
+        if id(n) in outputs:
+            owner[id(n)] = id(n)
+        elif n.src and id(n) in users:
+            owners = {owner.get(id(u)) for u in users[id(n)]}
+            if len(owners) == 1 and None not in owners:
+                owner[id(n)] = owners.pop()
+    groups: dict[int, list[Node]] = {}
+    for n in order:
+        if id(n) in owner:
+            groups.setdefault(owner[id(n)], []).append(n)
+    waiting: dict[int, int] = {}  # group (by its output) or view -> operands from outside not yet launched
+    readers: dict[int, list[int]] = {}  # node -> the groups and views waiting on it
+    for key, members in groups.items():
+        inside = {id(m) for m in members}
+        outside = {id(s) for m in members for s in m.src if id(s) not in inside}
+        waiting[key] = len(outside)
+        for s in outside:
+            readers.setdefault(s, []).append(key)
+    views = {id(n): n for n in order if n.op is Op.VIEW and id(n) not in owner}
+    for key, v in views.items():
+        waiting[key] = 1
+        readers.setdefault(id(v.src[0]), []).append(key)
     launched: list[Node] = []
     done: set[int] = set()
 
@@ -98,20 +120,30 @@ def launch_order(final: list[Node]) -> list[Node]:
         ready = collections.deque([n])
         while ready:
             m = ready.popleft()
+            if id(m) in done:
+                continue
             launched.append(m)
             done.add(id(m))
-            for u in users.get(id(m), ()):
-                if id(u) in waiting:
-                    waiting[id(u)] -= 1
-                    if not waiting[id(u)]:
-                        ready.append(u)
+            for key in readers.get(id(m), ()):
+                waiting[key] -= 1
+                if not waiting[key]:
+                    ready.extend(groups[key] if key in groups else (views[key],))
 
     for n in order:
         if n.op in (Op.INPUT, Op.CONSTANT):  # there from the start
             launch(n)
+    for key, members in groups.items():
+        if not waiting[key]:  # a group that reads nothing (an iota's output)
+            for m in members:
+                launch(m)
     for n in order:
-        if id(n) not in done and id(n) not in waiting:
+        if id(n) not in done and id(n) not in owner and id(n) not in views:
             launch(n)
+    # every node once, after its operands: each group's outside operands precede its output in
+    # the walk, so a node outside the groups never waits on one (checked: the plan depends on it)
+    position = {id(n): i for i, n in enumerate(launched)}
+    if len(position) != len(order) or any(position[id(s)] >= position[id(n)] for n in launched for s in n.src):
+        raise AssertionError("launch_order: a node launched before its operands, or not at all")
     return launched
 
 
