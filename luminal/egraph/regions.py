@@ -7,11 +7,15 @@ the usual one (tinygrad, XLA): an elementwise op joins its consumer's region whe
 consumer is elementwise too and is its only user; scalar constants are inlined into the
 expression. A region is kept when it holds at least two ops (one kernel instead of several).
 
-One exception: a cheap op (`SHARED_OK`: add, multiply, compare, maximum) that reads only the
-region's inputs and whose users all sit in one region joins it too, recomputed per use (an
-expression is a tree): a conv's bias add read three times by the LeakyRelu after it (compare,
-scale, select) costs three adds per element inside the kernel, not a pass of its own over the
-tensor (19 of them in openWakeWord's embedding model).
+One exception: an op read more than once, but only from inside one region, joins that region
+too, with whatever only it reads: its value is one shared level of the region's expression (a
+DAG, not a tree), computed once per element by the NumPy runtime (which evaluates each level
+once) and by C and CUDA (the compilers eliminate the repeated pure subexpression). A conv's bias
+add read three times by the LeakyRelu after it (compare, scale, select) is no pass of its own
+over the tensor (19 of them in openWakeWord's embedding model), nor are the three steps of
+erf's polynomial that GELU reads twice each (`x / sqrt 2`, its magnitude, `1 / (1 + p|x|)`:
+three tensors of the FFN's width per layer, forward and backward). The rendered C repeats a
+shared level's text at each use, so the region's size counted with repeats is bounded too.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from luminal.egraph.encode import is_bcast
 from luminal.egraph.patterns import compose
 from luminal.hlir.ops import POINTWISE, Expr, Node, Op, titled, toposort
 
-MAX_REGION_OPS = 64  # bounds the expression (and the kernel) size
-SHARED_OK = frozenset({Op.ADD, Op.MUL, Op.LESS_THAN, Op.MAXIMUM})  # recomputed per use when shared within a region
+MAX_REGION_OPS = 64  # bounds the expression (and the kernel) size: distinct ops
+MAX_EXPANDED_OPS = 4 * MAX_REGION_OPS  # the same, each shared level counted at every use (the C text's size)
 
 
 def _scalar_const(n: Node):
@@ -78,27 +82,42 @@ def fuse_regions(outputs: list[Node]) -> tuple[list[Node], int]:
                 and id(child) not in kept)
 
     def shared_joins(child: Node, reads: collections.Counter) -> bool:
-        """A cheap op of region inputs only, every use of it inside this region (`reads`)."""
-        return (child.op in SHARED_OK and users[id(child)] > 1 and reads[id(child)] == users[id(child)]
-                and id(child) not in kept
-                and _scalar_const(child) is None and not any(s.op in POINTWISE and users[id(s)] == 1 for s in child.src))
+        """An op read more than once, every read from inside this region (`reads`)."""
+        return (child.op in POINTWISE and users[id(child)] > 1 and reads[id(child)] == users[id(child)]
+                and id(child) not in kept and _scalar_const(child) is None)
+
+    def expanded(root: Node, extra: set[int]) -> int:
+        """The region's size with each shared level counted at every use."""
+        size: dict[int, int] = {}
+
+        def of(m: Node) -> int:
+            if id(m) not in size:
+                size[id(m)] = 1 + sum(of(s) for s in m.src if id(s) in absorbed or id(s) in extra)
+            return size[id(m)]
+
+        return of(root)
 
     for n in reversed(order):  # consumers first: a region grows from its root downwards
         if n.op in POINTWISE and id(n) not in absorbed:
-            stack, count, members = [n], 1, [n]
-            while stack:
+            stack, members, shared = [n], [n], False
+            while stack:  # its private chains; then the ops shared inside it, each with its own chains
                 for s in stack.pop().src:
-                    if joins(s) and count < MAX_REGION_OPS:
+                    if joins(s) and len(members) < MAX_REGION_OPS and (
+                            not shared or expanded(n, {id(s)}) <= MAX_EXPANDED_OPS):
                         absorbed.add(id(s))
                         stack.append(s)
                         members.append(s)
-                        count += 1
-            reads = collections.Counter(id(s) for m in members for s in m.src)
-            for m in list(members):
-                for s in m.src:
-                    if id(s) not in absorbed and count + reads[id(s)] <= MAX_REGION_OPS and shared_joins(s, reads):
+                if stack:
+                    continue
+                reads = collections.Counter(id(s) for m in members for s in m.src)
+                for s in dict.fromkeys(s for m in members for s in m.src):
+                    if (id(s) not in absorbed and len(members) < MAX_REGION_OPS and shared_joins(s, reads)
+                            and expanded(n, {id(s)}) <= MAX_EXPANDED_OPS):
                         absorbed.add(id(s))
-                        count += reads[id(s)]
+                        stack.append(s)
+                        members.append(s)
+                        shared = True
+                        break  # its chains first, then the reads counted again
     # a divisor whose value lives only inside its reciprocal's region (rsqrt's sqrt, absorbed into
     # the recip) has no buffer to divide by: that product keeps the reciprocal, as torch's rsqrt
     divisors = {k: d for k, (d, c) in found.items() if id(c) not in absorbed}
@@ -152,23 +171,22 @@ def _expression(root: Node, absorbed: set[int], inputs: list[Node], divisors: di
                 slot[id(n)] = len(inputs)
                 inputs.append(n)
             return Expr(Op.INPUT, n.dtype, (), slot[id(n)])
-        return Expr(n.op, n.dtype, tuple(operand(n, s) for s in n.src))
+        if id(n) not in levels:  # a shared level is one object: the NumPy runtime evaluates it once
+            levels[id(n)] = Expr(n.op, n.dtype, tuple(operand(n, s) for s in n.src))
+        return levels[id(n)]
 
+    levels: dict[int, Expr] = {}
     return walk(root, True)
 
 
 def region_op_counts(outputs: list[Node]) -> dict[str, int]:
-    """How many of each op the FusedElementwise regions hold (they hide from op counts): each
-    distinct expression (by value: 32 layers repeat the same few) walked once."""
+    """How many of each op the FusedElementwise regions hold (they hide from op counts), as in
+    the unfused graph: a level shared inside a region once, each distinct expression (by value:
+    32 layers repeat the same few) walked once and counted per region that has it."""
     regions = collections.Counter(n.arg for n in toposort(outputs) if n.op is Op.FUSED_ELEMENTWISE)
     counts: collections.Counter = collections.Counter()
-
-    def walk(e: Expr, times: int) -> None:  # every use counts, as in the unfused graph
-        if e.op in POINTWISE:
-            counts[e.op] += times
-            for s in e.src:
-                walk(s, times)
-
     for expr, times in regions.items():
-        walk(expr, times)
+        for e in expr.toposort():
+            if e.op in POINTWISE:
+                counts[e.op] += times
     return titled(counts)

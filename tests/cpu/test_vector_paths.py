@@ -50,20 +50,31 @@ def test_a_masked_exp_computes_both_values_and_keeps_the_masked_ones_out():
     assert not np.signbit(got[np.broadcast_to(feeds["mask"], got.shape)]).any()
 
 
-def test_an_integer_remainder_under_a_where_raises_as_the_spec_does():
+@pytest.mark.parametrize("form", ["floor", "fmod"])
+def test_an_integer_remainder_under_a_where_raises_as_the_spec_does(form):
     """where(b != 0, a % b, -1): torch computes a % b everywhere and raises on a divisor of 0,
-    so do the NumPy runtime and the C (whose Select never speculates an integer remainder:
-    its flag is set only where the spec computes it); without zeros, the values."""
+    so do the NumPy runtime, the C and CUDA (on the emulator; and NVRTC compiles it): the
+    remainder sits inside the Select's region (Python's floor mod reads it three times, fmod
+    once), and a Select whose value holds one computes both values in every dialect; without
+    zeros, the values."""
     g = lm.Graph("guarded-mod")
     a, b = g.input("a", (300,), lm.int32), g.input("b", (300,), lm.int32)
-    g.output(where(b.ne(0), a % b, -1), "r")
-    cpu = g.compile(device="cpu")
+    g.output(where(b.ne(0), a % b if form == "floor" else a.fmod(b), -1), "r")
+    compiled = {d: g.compile(device=d) for d in ("cpu", "cuda-emulator")}
+    regions = [n for n in compiled["cpu"].outputs if n.op.name == "FUSED_ELEMENTWISE"]
+    assert regions and "Mod" in repr(regions[0].arg), "the remainder is inside the Select's region"
     feeds = {"a": np.arange(-150, 150, dtype=np.int32), "b": np.tile(np.array([0, 3, -7], np.int32), 100)}
-    for run in (g.run, cpu):
+    for run in (g.run, *compiled.values()):
         with pytest.raises(DivisionByZero):
             run(feeds)
     feeds["b"][feeds["b"] == 0] = 5
-    np.testing.assert_array_equal(cpu(feeds)[0], g.run(feeds)[0])
+    for run in compiled.values():
+        np.testing.assert_array_equal(run(feeds)[0], g.run(feeds)[0])
+    nvrtc = pytest.importorskip("luminal.kernels.nvrtc")
+    if nvrtc.nvrtc_available():
+        from luminal.kernels.plan import KernelPlan
+
+        nvrtc.compile_cuda(KernelPlan.build(compiled["cpu"].outputs).source, "sm_90")
 
 
 @pytest.mark.parametrize("dtype", [lm.f32, lm.f16, lm.bf16, lm.f64])

@@ -136,6 +136,92 @@ def test_fused_elementwise_regions():
         check(fused, feeds) if fused.op is Op.FUSED_ELEMENTWISE else None
 
 
+def _erf_gelu(x):
+    """GELU through erf's polynomial (Abramowitz-Stegun 7.1.26) as the decomposition writes it:
+    `x / sqrt 2`, its magnitude and `1 / (1 + p|x|)` are each read more than once."""
+    t = x * 0.7071067811865476
+    a = t.maximum(t * -1.0) + 0.0
+    r = (a * 0.3275911 + 1.0).reciprocal()
+    poly = ((((r * 1.061405429 - 1.453152027) * r + 1.421413741) * r - 0.284496736) * r + 0.254829592) * r
+    erf_abs = 1.0 - poly * (a * a * -1.0).exp()
+    erf = lm.where(t < 0.0, erf_abs * -1.0, erf_abs)
+    return x * 0.5 * (erf + 1.0)
+
+
+def test_levels_read_twice_inside_one_region_join_it_once():
+    """Every op of erf's GELU is one region reading x only; a level read twice is one shared
+    Expr (evaluated once), and the region computes what the unfused graph does, on NumPy, C and
+    the CUDA emulator."""
+    g = lm.Graph()
+    x = g.input("x", (4, 33))
+    y = _erf_gelu(x)
+    g.output(y)
+    (fused,) = g.compile(device="numpy").outputs  # maximum and where as the egraph writes them
+    tensors = [s for s in fused.src if not (s.op is Op.VIEW and s.src[0].shape == ())]  # not a scalar's broadcast
+    assert fused.op is Op.FUSED_ELEMENTWISE and [s.op for s in tensors] == [Op.INPUT], fused
+    seen: set[int] = set()
+
+    def walk(e):  # the ops by object: a level read twice is the same object
+        if e.src and id(e) not in seen:
+            seen.add(id(e))
+            for s in e.src:
+                walk(s)
+
+    walk(fused.arg)
+    assert len(seen) == sum(1 for e in fused.arg.toposort() if e.src)  # no level repeated as a copy of itself
+    rng = np.random.default_rng(0)
+    v = values(rng, (4, 33))
+    v.flat[3:8] = [np.inf, -np.inf, np.nan, -0.0, 1e-30]
+    feeds = {"x": v}
+    want = run(y.node, feeds)
+    np.testing.assert_allclose(run(fused, feeds), want, rtol=1e-6, atol=1e-7)
+    for device in ("cpu", "cuda-emulator"):
+        np.testing.assert_allclose(g.compile(device=device)(feeds)[0], want, rtol=1e-6, atol=1e-7)
+
+
+def test_a_region_with_shared_levels_stays_bounded():
+    """x <- x * x + x twelve times: each level is read twice, so as a tree the region would hold
+    2**12 ops; the region stops where its C (which repeats a shared level's text at each use)
+    would pass `MAX_EXPANDED_OPS`, and what it holds is right."""
+    from luminal.egraph.regions import MAX_EXPANDED_OPS
+
+    g = lm.Graph()
+    x = g.input("x", (8,))
+    t = x
+    for _ in range(12):
+        t = t * t + t
+    g.output(t)
+    (fused,), regions = fuse_regions([t.node])
+    assert regions >= 2
+
+    def expanded(e):
+        return 1 + sum(expanded(s) for s in e.src) if e.op not in (Op.INPUT, Op.CONSTANT) else 0
+
+    def each_region(n, seen):
+        if id(n) not in seen:
+            seen.add(id(n))
+            if n.op is Op.FUSED_ELEMENTWISE:
+                yield n
+            for s in n.src:
+                yield from each_region(s, seen)
+
+    sizes = [expanded(r.arg) for r in each_region(fused, set())]
+    assert sizes and max(sizes) <= MAX_EXPANDED_OPS, sizes
+    feeds = {"x": np.linspace(-1.0, 0.2, 8, dtype=np.float32) * 0.05}
+    want = run(t.node, feeds)
+    np.testing.assert_allclose(g.compile(device="cpu")(feeds)[0], want, rtol=1e-5, atol=1e-7)
+
+
+def test_a_level_read_by_two_regions_stays_a_buffer():
+    g = lm.Graph()
+    x = g.input("x", (16,))
+    e = x.exp() * 3.0
+    a, b = (e + 1.0).sin(), (e * 2.0).cos()
+    (fa, fb), _ = fuse_regions([a.node, b.node])
+    shared = [s for s in fa.src if any(s is t for t in fb.src)]
+    assert len(shared) == 1 and shared[0].op in (Op.FUSED_ELEMENTWISE, Op.MUL)
+
+
 def test_fused_elementwise_bool_and_int_ops():
     g = lm.Graph()
     x = g.input("x", (5,), lm.int32)

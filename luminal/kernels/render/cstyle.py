@@ -49,11 +49,15 @@ code_for_op = {
 }
 
 
-def select(c: str, a: str, b: str, speculate: bool) -> str:
+def select(c: str, a: str, b: str, speculate: bool, both: str | None = None) -> str:
     """`c ? a : b`; where the dialect speculates and `speculate` (no value divides integers: a
-    remainder by 0 sets the error flag, a division traps), both values computed first: GCC
-    vectorizes a loop calling expf unconditionally (glibc's vector expf), not under a branch."""
-    if not (speculate and active().speculate_select):
+    division traps), both values computed first: GCC vectorizes a loop calling expf
+    unconditionally (glibc's vector expf), not under a branch. `both` (the values' compute type):
+    a value holds an integer remainder, which the unfused graph computes everywhere (a remainder
+    by 0 raises, as torch's), so every dialect computes both values (CUDA: as arguments)."""
+    if both is not None and not active().speculate_select:
+        return f"lum_pick<{both}>({c}, {a}, {b})"
+    if both is None and not (speculate and active().speculate_select):
         return f"({c} ? {a} : {b})"
     return f"({{ __auto_type lum_s1 = {a}; __auto_type lum_s2 = {b}; ({c}) ? lum_s1 : lum_s2; }})"
 
@@ -102,7 +106,9 @@ def expression(e: Expr, leaf) -> str:
     if e.op not in code_for_op:
         raise UnsupportedError(f"FusedElementwise: no C for {e.op.title}")
     if e.op is Op.SELECT:
-        return select(*args, not any(x.op in (Op.MOD, Op.RECIP) and not x.dtype.is_float for b in e.src[1:] for x in b.toposort()))
+        divides = {x.op for b in e.src[1:] for x in b.toposort() if x.op in (Op.MOD, Op.RECIP) and not x.dtype.is_float}
+        both = compute_type(e.dtype) if divides == {Op.MOD} else None  # (with a division too: it traps, so not)
+        return select(*args, not divides, both)
     return code_for_op[e.op](compute_type(e.src[0].dtype), *args)
 
 

@@ -152,6 +152,9 @@ template <typename T> static __device__ __forceinline__ T lum_imod(T a, T b, int
   if (b == 0) { lum_flag(err, 2); return (T)0; }
   return b == (T)-1 ? (T)0 : (T)(a % b);  // lowest % -1 overflows (a trap on x86)
 }
+// a Select whose value holds an integer remainder: both values computed (arguments are), so the
+// remainder's error flag is raised wherever the unfused graph computes it (`cstyle.select`)
+template <typename T> static __device__ __forceinline__ T lum_pick(bool c, T a, T b) { return c ? a : b; }
 template <typename T> static __device__ __forceinline__ T lum_max_nan(T a, T b) { return (b > a || b != b) ? b : a; }
 static __device__ __forceinline__ bool lum_aligned16(const void* p) { return ((unsigned long long)p & 15ull) == 0; }
 """
