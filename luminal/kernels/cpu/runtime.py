@@ -5,6 +5,7 @@ call, `lum_run` over the launch table (`steps.launch_table`) with the GIL releas
   the calling thread's, shared by every graph it runs (`_ARENA`): an arena holds nothing once its
   call returns, so a training step's forward and backward share one buffer; threads never share one.
 - The error flag (1: an index out of range, 2: an integer Mod by zero) is the call's own.
+- Large outputs are carved from blocks reused once their arrays are gone (`output_pool.py`).
 - OpenMP and the BLAS (`_Blas`) get `threads()`; the precision is read per call (README: "The
   compiled CPU backend").
 - `artifacts()` (the library's key and the launch table, plain JSON) lets a later process load the
@@ -33,6 +34,7 @@ from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build, gemm_avx512, isa
 from luminal.kernels.cpu.choices import DEFAULT, Choices
+from luminal.kernels.cpu.output_pool import POOL
 from luminal.kernels.cpu.steps import CProgram, CStep, direct_conv, im2col_scratch, launch_table, written_in_place
 from luminal.precision import Arithmetic, C
 from luminal.runtime.binding import bind_inputs, index_error
@@ -525,7 +527,7 @@ class CpuRuntime(Runtime):
                 self._static = layout
         total, _, _, out_shapes, offsets_at, dims_at = layout[1]
         ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
-        outs = [np.empty(s, dt) for s, dt in zip(out_shapes, self._out_dtypes)]
+        outs = [POOL.empty(s, dt) for s, dt in zip(out_shapes, self._out_dtypes)]  # large ones: reused blocks
         # this thread's arena and pointer table, kept between calls: a thread runs one call at a time
         shared = _ARENA.__dict__
         arena = shared.get("arena")
