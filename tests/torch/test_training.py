@@ -108,13 +108,20 @@ def test_attention_gradients_with_the_training_table(kind):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", list(ATTENTION))
 def test_attention_gradients_on_luminal(kind, device):
+    """Eager's gradients, and the backward recomputes the scores from Q, K and the row
+    log-sum-exp as the flash kernel's does (`dynamo.recompute_attention_scores`): no (batch,
+    heads, length, length) tensor is saved."""
     model, x = _attention(kind)
     eager = copy.deepcopy(model)
     eager(x).backward()
+    saved = []
     with runs_on_luminal(2) as served:
-        _compiled(model, device)(x).backward()
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+            loss = _compiled(model, device)(x)
+        loss.backward()
     assert _served_backward(served)
     assert_grads_equal(_grads(model), _grads(eager))
+    assert saved and (2, 3, 5, 5) not in saved, saved
 
 
 # --- every Hugging Face family: one training step ---------------------------------------------

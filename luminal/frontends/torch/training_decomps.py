@@ -13,6 +13,11 @@ so both graphs are core ATen that luminal lowers:
     dV = Pᵀ dO          dS = P * (dO Vᵀ - rowsum(dO * O))
     dQ = scale * dS K   dK = scale * dSᵀ Q
 
+The forward's scores and probabilities are annotated (`RECOMPUTE`, an FX node annotation) so
+that the partition (`dynamo.recompute_attention_scores`) recomputes them in the backward from
+Q, K and the log-sum-exp, as the flash kernel does, rather than saving a (heads, length, length)
+tensor per layer.
+
 Grouped-query attention (fewer key/value heads than query heads) repeats K and V per group in
 the forward and sums the groups' gradients back. Dropout inside the flash op is refused, as
 torch's own decomposition refuses it (CPU SDPA with dropout takes the math path, which autograd
@@ -21,12 +26,21 @@ differentiates op by op).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
 import torch
+import torch.fx.traceback as fx_traceback
 
 aten = torch.ops.aten
+RECOMPUTE = "luminal_recompute"  # node.meta["custom"] key: recomputed in the backward, not saved
+
+
+def _recomputed():
+    """The nodes traced inside are annotated RECOMPUTE (torch without `annotate`: saved, as before)."""
+    annotate = getattr(fx_traceback, "annotate", None)
+    return annotate({RECOMPUTE: True}) if annotate is not None else contextlib.nullcontext()
 
 
 @functools.lru_cache(maxsize=1)
@@ -66,11 +80,14 @@ def _probabilities(s, lse):
 
 def flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     torch._check(dropout_p == 0.0, lambda: f"flash attention for cpu with dropout {dropout_p} is not decomposed")
-    s = _scores(query, key, is_causal, attn_mask, scale)
+    with _recomputed():
+        s = _scores(query, key, is_causal, attn_mask, scale)
     lse = torch.logsumexp(s, dim=-1)
     groups = query.size(1) // value.size(1)
     v = value.repeat_interleave(groups, dim=1) if groups != 1 else value
-    out = torch.matmul(_probabilities(s, lse), v.to(s.dtype)).to(query.dtype)
+    with _recomputed():
+        p = _probabilities(s, lse)
+    out = torch.matmul(p, v.to(s.dtype)).to(query.dtype)
     # the kernel's layouts: out (N, H, L, E) contiguous after a (N, L, H, E) allocation, lse (N, L, H)
     out = out.transpose(1, 2).contiguous().transpose(1, 2)
     return out, lse
