@@ -179,6 +179,20 @@ def test_levels_read_twice_inside_one_region_join_it_once():
         np.testing.assert_allclose(g.compile(device=device)(feeds)[0], want, rtol=1e-6, atol=1e-7)
 
 
+def test_a_region_with_shared_levels_saves_and_loads(tmp_path):
+    """A saved region with shared levels (its file writes each use out) loads and computes the
+    same on every device."""
+    g = lm.Graph()
+    x = g.input("x", (4, 33))
+    g.output(_erf_gelu(x))
+    compiled = g.compile(device="cpu")
+    feeds = {"x": values(np.random.default_rng(1), (4, 33))}
+    want = compiled(feeds)[0]
+    compiled.save(tmp_path / "gelu.lum")
+    for device in ("cpu", "numpy", "cuda-emulator"):
+        np.testing.assert_allclose(lm.load(tmp_path / "gelu.lum", device=device)(feeds)[0], want, rtol=1e-6, atol=1e-7)
+
+
 def test_a_region_with_shared_levels_stays_bounded():
     """x <- x * x + x twelve times: each level is read twice, so as a tree the region would hold
     2**12 ops; the region stops where its C (which repeats a shared level's text at each use)
