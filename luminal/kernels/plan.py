@@ -52,10 +52,8 @@ def launch_order(final: list[Node]) -> list[Node]:
       across a long one beside it;
     - an output, with everything only it reads (its private nodes), is launched as soon as the
       last of the nodes it reads from outside that set is there: its buffer lives the whole call
-      anyway, what it reads can be freed, and its private chain lives briefly. (A backward pass
-      walked from its first output held every layer's gradients to the end; launching an output's
-      operands as soon as they could be, rather than with the output, held a weight gradient's
-      copied activation from the first launch to the last.)
+      anyway, what it reads can be freed, and its private chain is made just before it (not
+      when the chain's own operands are, which holds it until the output's other operands come);
     - a view as soon as its operand is there: it costs nothing."""
     walk = toposort(final)
     depth: dict[int, int] = {}

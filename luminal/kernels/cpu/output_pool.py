@@ -3,18 +3,18 @@
 A compiled graph's outputs are new arrays every call. In training, the forward's outputs are
 the activations saved for the backward, all freed together when the backward ends; glibc then
 returns the top of its heap to the kernel (it trims), and the next forward takes the same
-amount back as fresh pages, each a page fault and a page zeroed: 35,000 faults and 0.1 s of
-system time per bert-small step (eager frees its activations one by one through the backward,
-each reused before the heap's top is free). So an output of at least `MIN_BYTES` is carved from a
-block of this pool, and its block comes back to the pool when the array is gone (not before:
-a view or a torch tensor of the array keeps the array, so the block, alive).
+amount back as fresh pages, each a page fault and a page zeroed (eager frees its activations
+one by one through the backward, each reused before the heap's top is free; the README's
+"Training" gives the figures). So an output of at least `MIN_BYTES` is carved from a block of
+this pool, and its block comes back to the pool when the array is gone (not before: a view or a
+torch tensor of the array keeps the array, so the block, alive).
 
 How an array tells its block it is gone: the array is a view of a flat array made over a
 memoryview of the block, so NumPy's views of either name the flat array (not the block) as their
-base, and `weakref.finalize` on the flat array gives the block back when its last reference goes. The pool keeps at most `LUMINAL_OUTPUT_POOL_MB`
-(default 512) of free blocks, dropping the oldest first; 0 turns it off.
+base, and `weakref.finalize` on the flat array gives the block back when its last reference
+goes. The pool keeps at most `LUMINAL_OUTPUT_POOL_MB` (default 512) of free blocks, dropping the
+oldest first; 0 turns it off.
 """
-
 from __future__ import annotations
 
 import collections
