@@ -42,6 +42,18 @@ def test_one_library_at_every_depth():
     np.testing.assert_allclose(four(_feeds())[0], g.run(_feeds())[0], rtol=1e-5, atol=1e-6)
 
 
+def test_the_source_does_not_follow_the_split(monkeypatch, tmp_path):
+    """A busy machine compiles a library in fewer units: the same library, and the same source to read."""
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "units", lambda kernels: 1)
+    whole = CpuRuntime(_mlp(2).output_nodes)
+    monkeypatch.setattr(build, "units", lambda kernels: 3)
+    split = CpuRuntime(_mlp(2).output_nodes)
+    assert len(whole.program.sources) == 1 and len(split.program.sources) == 3
+    assert split.library_path == whole.library_path and split.source == whole.source
+    assert split.source.count("void lum_run(") == 1
+
+
 def test_a_runtime_from_its_artifacts_renders_nothing(monkeypatch):
     g = _mlp(3)
     first = CpuRuntime(g.output_nodes)

@@ -446,7 +446,11 @@ class CpuRuntime(Runtime):
 
     @property
     def source(self) -> str:
-        """The library's C source (read back from beside the library, or rendered, when restored)."""
+        """The library's C source as one unit, whatever split it was compiled in (the split follows the
+        machine's load; this text does not). Restored: read back from beside the library (its units, if
+        it was built split), else rendered."""
+        if self.program.identity is not None:
+            return self.program.identity
         if self.program.sources is None:
             try:
                 self.program.sources = [f.read_text() for f in build.c_files(self.library_path)] or None
