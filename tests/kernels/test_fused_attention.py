@@ -13,9 +13,20 @@ import luminal as lm
 from luminal.egraph import attention, reference
 from luminal.hlir.ops import Expr, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
+from luminal.kernels.render import attention_gemm
 from luminal.kernels.runtime import KernelRuntime
 
-DEVICES = ["numpy", "cpu", "cuda-emulator"]
+DEVICES = ["numpy", "cpu", "cpu-loops", "cuda-emulator"]
+
+
+def _device(device: str, monkeypatch) -> str:
+    """"cpu-loops": the cpu device with its f32 kernel's register tiles in place of the SGEMM path
+    (`attention_gemm.py`), which "cpu" runs wherever the BLAS is bound; both compiled afresh."""
+    if device == "cpu-loops":
+        monkeypatch.setattr(attention_gemm, "gemm_body", lambda *a: None)
+        monkeypatch.setenv("LUMINAL_COMPILE_CACHE", "0")
+        return "cpu"
+    return device
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +82,7 @@ CASES = {
 
 def _compile(model, args, device, fused, monkeypatch):
     monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1" if fused else "0")
-    cm = lm.compile(model, args, device=device)
+    cm = lm.compile(model, args, device=_device(device, monkeypatch))
     return cm, cm.compiled.report().ops_after.get(Op.ATTENTION.title, 0)
 
 
@@ -146,7 +157,7 @@ def test_edge_values_as_torch(model, device, monkeypatch):
         assert np.isnan(got[0, :, 1]).all()
 
 
-@pytest.mark.parametrize("device", ["numpy", "cpu"])
+@pytest.mark.parametrize("device", ["numpy", "cpu", "cpu-loops"])
 def test_nan_query_without_mask_follows_the_math_path(device, monkeypatch):
     """Without a mask torch's CPU flash kernel returns 0 for a NaN query row; its math path (the
     decomposition luminal lowers, fused or not) returns NaN, and so does luminal."""
@@ -174,11 +185,12 @@ def _direct(shapes, arg):
     return g, ref
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda-emulator"])
+@pytest.mark.parametrize("device", ["cpu", "cpu-loops", "cuda-emulator"])
 @pytest.mark.parametrize("b,m,n,d,dv", [(1, 1, 1, 4, 3), (0, 5, 7, 4, 3), (2, 3, 0, 4, 3), (2, 4, 5, 0, 3)],
                          ids=["one_key", "empty_batch", "no_keys", "empty_head"])
 @pytest.mark.parametrize("arg", [(None, True), (0.5, False)], ids=["safe", "scaled"])
-def test_direct_op_matches_numpy_and_reference(b, m, n, d, dv, arg, device):
+def test_direct_op_matches_numpy_and_reference(b, m, n, d, dv, arg, device, monkeypatch):
+    device = _device(device, monkeypatch)
     rng = np.random.default_rng(3)
     shapes = [(b, m, d), (b, d, n), (b, n, dv), (b, m, n)]
     feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in zip(["q", "kt", "v", "mask"], shapes)}
@@ -239,14 +251,16 @@ def test_onnx_attention_is_fused(tmp_path, monkeypatch):
     np.testing.assert_allclose(got, Divided()(*args).numpy(), rtol=1e-5, atol=2e-6)
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda-emulator"])
-def test_symbolic_lengths(device):
-    """One compiled Attention serves every (M, N): a partial query block, several key blocks."""
+@pytest.mark.parametrize("device", ["cpu", "cpu-loops", "cuda-emulator"])
+def test_symbolic_lengths(device, monkeypatch):
+    """One compiled Attention serves every (M, N): a partial query block, several key blocks (of
+    each C kernel's: 128 x 128 for the loops, 256 x 512 for the SGEMM's)."""
+    device = _device(device, monkeypatch)
     g, ref = _direct([(2, "m", 8), (2, 8, "n"), (2, "n", 16), (2, "m", "n")], (0.5, True))
     run = KernelRuntime(g.output_nodes, lm.devices.get(device)) if device == "cuda-emulator" else \
         lm.compile_graph(g, device=device, optimize=False)
     rng = np.random.default_rng(5)
-    for m, n in [(5, 7), (33, 150)]:
+    for m, n in [(5, 7), (33, 150)] + ([(300, 1100)] if device == "cpu" else []):
         shapes = [(2, m, 8), (2, 8, n), (2, n, 16), (2, m, n)]
         feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in zip(["q", "kt", "v", "mask"], shapes)}
         np.testing.assert_allclose(run(feeds)[0], ref.run(feeds)[0], rtol=1e-5, atol=2e-6)
@@ -280,20 +294,22 @@ def test_hf_models_fuse_every_layer(family, monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.parametrize("device", ["cpu", "cpu-loops"])
 @pytest.mark.parametrize("isa", ["native", "avx2"])
-def test_cpu_causal_at_each_isa(isa, monkeypatch):
+def test_cpu_causal_at_each_isa(isa, device, monkeypatch):
     """The C kernel's tiles are as wide as the ISA's vectors (64 bytes with AVX-512): a causal
     mask (half the scores -inf, exp's slow inputs) over heads wider than a tile, two query blocks."""
     monkeypatch.setenv("LUMINAL_ISA", isa)
     model = Sdpa(is_causal=True)
     args = _inputs(b=1, h=2, hk=2, m=150, n=150, d=64, dv=80)
-    got, count = _compile(model, args, "cpu", True, monkeypatch)
+    got, count = _compile(model, args, device, True, monkeypatch)
     assert count == 1
     np.testing.assert_allclose(got(*args).numpy(), model(*args).numpy(), rtol=1e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("device", ["cpu", "cpu-loops"])
 @pytest.mark.parametrize("model", [Sdpa(), Eager()], ids=["sdpa_safe_softmax", "eager_softmax"])
-def test_cpu_tiny_probabilities_are_exact(model, monkeypatch):
+def test_cpu_tiny_probabilities_are_exact(model, device, monkeypatch):
     """Scores 87 to 104 below the row's max give p = exp(s - max) below FLT_MIN, denormal but
     not 0, which the kernel exps apart from the rest: inf * p is inf, where p = 0 would give NaN,
     as on numpy (torch's own kernels flush such p to 0). Each batch element's two queries share
@@ -310,8 +326,19 @@ def test_cpu_tiny_probabilities_are_exact(model, monkeypatch):
     want, count = _compile(model, args, "numpy", True, monkeypatch)
     want = want(*args).numpy()
     assert np.isinf(want[[0, 1, 2, 3], 0, :, [1, 2, 3, 4]]).all() and not np.isnan(want).any()
-    fused, count = _compile(model, args, "cpu", True, monkeypatch)
+    fused, count = _compile(model, args, device, True, monkeypatch)
     assert count == 1
     got = fused(*args).numpy()
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-37, equal_nan=True)
+
+
+def test_cpu_renders_the_sgemm_path_for_f32_operands_in_place(monkeypatch):
+    """f32 q, kᵀ, v read in place (v transposed too): the SGEMM kernel beside the loops (which run
+    where the BLAS is not bound; "cpu-loops" above tests them)."""
+    for model, shape in (CASES["plain"], CASES["v_transposed"]):
+        args = _inputs(**shape)
+        if isinstance(model, EagerVt):
+            args = (args[0], args[1], args[2].transpose(-1, -2).contiguous())
+        cm, count = _compile(model, args, "cpu", True, monkeypatch)
+        assert count == 1 and "lum_sgemm(101, q_mode" in cm.compiled.runtime.source

@@ -17,7 +17,9 @@ into the accumulator (0 * NaN in v is NaN, as in the GEMM).
   (`_c_body`). A mask that varies along one
   axis only (padding) is evaluated once per key or per query, not per score. Float
   accumulators; at precision "float64" (`lum_f64`) the same loops in double. Measured against
-  the unfused path: `luminal/egraph/attention.py` (MIN_KEYS).
+  the unfused path: `luminal/egraph/attention.py` (MIN_KEYS). In f32 with the library's BLAS
+  bound and operands a GEMM reads in place, the same online softmax with the block products on
+  the SGEMM runs instead (`attention_gemm.py`); these loops serve the rest.
 - CUDA: a block per (batch element, 64 queries), a thread per query, its q row, accumulator
   and a tile's scores in registers; tiles of 32 keys of kᵀ and v staged in shared memory by the
   block (f32, f16 and bf16 heads of static size up to `CUDA_MAX_HEAD`; others, and f64: a thread
@@ -34,6 +36,7 @@ from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, attention_arg
+from luminal.kernels.render import attention_gemm
 from luminal.kernels.render.cexpr import c_dim, c_literal
 from luminal.kernels.render.cstyle import (
     LIBM,
@@ -58,7 +61,13 @@ def attention(node: Node, d: Dialect):
         raise UnsupportedError(f"Attention on {node.dtype}")
     if d.name == "c":
         if node.dtype is DType.F32:  # float loops, or double ones at precision "float64"
-            body = f"if (lum_f64) {{\n  {_c_body(node, 'double')}\n  }} else {{\n  {_c_body(node, 'float')}\n  }}"
+            body = f"{{\n  {_c_body(node, 'float')}\n  }}"
+            z, zlines = unravel("bz", node.shape[:-2], "z")
+            mask = _operands(node)[3]
+            gemm = attention_gemm.gemm_body(node, z, zlines, mask, lambda code: _score(node, "float", code), _mask_varies(node))
+            if gemm is not None:  # on the library's SGEMM where it runs (`attention_gemm.py`), else the loops
+                body = f"{{\n  {gemm[0]} {gemm[1]} else {body}\n  }}"
+            body = f"if (lum_f64) {{\n  {_c_body(node, 'double')}\n  }} else {body}"
         else:  # f16/bf16 in float (the unfused softmax's f32), f64 in double
             body = _c_body(node, "double" if node.dtype is DType.F64 else "float")
         return [Part(body)], None
