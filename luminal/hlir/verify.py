@@ -189,6 +189,10 @@ def _check_expression(n: Node) -> None:
             raise ShapeError(f"FusedElementwise {e.op.title} takes {arity} operand(s), has {len(e.src)}")
         if e.op is Op.PHILOX and not (e.dtype is DType.F32 and all(s.dtype is DType.I64 for s in e.src)):
             raise DTypeError("FusedElementwise Philox needs i64 operands and gives f32")
+        if (e.op in UNARY or e.op in (Op.EXP, Op.SIGMOID)) and not (e.dtype.is_float and e.src[0].dtype is e.dtype):
+            # as its node form: an integer Recip would be a C division by zero, a trap, not a value
+            raise DTypeError(f"FusedElementwise {e.op.title} needs a float operand of its own dtype, "
+                             f"has {e.src[0].dtype.short} -> {e.dtype.short}")
 
 
 def _axis(axis, ndim: int, op: Op) -> int:

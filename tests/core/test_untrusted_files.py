@@ -403,3 +403,19 @@ def test_cubins_are_run_only_when_the_caller_trusts_them(tmp_path, monkeypatch):
     a = np.arange(4, dtype=np.float32)
     np.testing.assert_array_equal(default(x=a)[0], a * 2)
     np.testing.assert_array_equal(trusted(x=a)[0], a * 2)
+
+
+@pytest.mark.parametrize("dtype", [lm.int32, lm.bool_])
+def test_a_region_is_held_to_its_ops_rules(tmp_path, dtype):
+    """A FusedElementwise expression's levels obey their ops' rules as nodes do: an integer Recip
+    (in C a division by zero traps) is refused on load, before any kernel is built."""
+    from luminal.hlir.ops import Expr, Node, Op
+
+    x = Node(Op.INPUT, dtype, (4,), (), "x")
+    expr = Expr(Op.RECIP, dtype, (Expr(Op.INPUT, dtype, (), 0),))
+    g = lm.Graph("hostile")
+    g.output(lm.Tensor(g, Node(Op.FUSED_ELEMENTWISE, dtype, (4,), (x,), expr)))
+    path = tmp_path / "hostile.lum"
+    g.compile(device="numpy", optimize=False).save(path)
+    with pytest.raises(SaveFormatError, match=r"FusedElementwise Recip needs a float operand"):
+        lm.load(path)

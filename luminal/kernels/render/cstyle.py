@@ -45,20 +45,19 @@ code_for_op = {
     Op.MAXIMUM: lambda t, a, b: f"lum_max_nan(({t})({a}), ({t})({b}))",  # NaN if either is NaN, as MaxReduce
     Op.EXP: lambda t, x: f"exp{LIBM[t]}({x})",
     Op.SIGMOID: lambda t, x: f"(({t})1 / (({t})1 + exp{LIBM[t]}(-({x}))))",
-    Op.SELECT: lambda t, c, a, b: select(c, a, b, True),  # t is the condition's (bool): the value moves
+    Op.SELECT: lambda t, c, a, b: select(c, a, b),  # t is the condition's (bool): the value moves
 }
 
 
-def select(c: str, a: str, b: str, speculate: bool, both: str | None = None) -> str:
-    """`c ? a : b`; where the dialect speculates and `speculate` (no value divides integers: a
-    division traps), both values computed first: GCC vectorizes a loop calling expf
-    unconditionally (glibc's vector expf), not under a branch. `both` (the values' compute type):
-    a value holds an integer remainder, which the unfused graph computes everywhere (a remainder
-    by 0 raises, as torch's), so every dialect computes both values (CUDA: as arguments)."""
-    if both is not None and not active().speculate_select:
-        return f"lum_pick<{both}>({c}, {a}, {b})"
-    if both is None and not (speculate and active().speculate_select):
-        return f"({c} ? {a} : {b})"
+def select(c: str, a: str, b: str, both: str | None = None) -> str:
+    """`c ? a : b`; where the dialect speculates, both values computed first: GCC vectorizes a
+    loop calling expf unconditionally (glibc's vector expf), not under a branch. (No value can
+    trap: Recip is float only, and an integer remainder by 0 sets the error flag.) `both` (the
+    values' compute type): a value holds an integer remainder, which the unfused graph computes
+    everywhere (a remainder by 0 raises, as torch's), so every dialect computes both values
+    (CUDA: as arguments)."""
+    if not active().speculate_select:
+        return f"({c} ? {a} : {b})" if both is None else f"lum_pick<{both}>({c}, {a}, {b})"
     return f"({{ __auto_type lum_s1 = {a}; __auto_type lum_s2 = {b}; ({c}) ? lum_s1 : lum_s2; }})"
 
 
@@ -105,10 +104,9 @@ def expression(e: Expr, leaf) -> str:
             return fast
     if e.op not in code_for_op:
         raise UnsupportedError(f"FusedElementwise: no C for {e.op.title}")
-    if e.op is Op.SELECT:
-        divides = {x.op for b in e.src[1:] for x in b.toposort() if x.op in (Op.MOD, Op.RECIP) and not x.dtype.is_float}
-        both = compute_type(e.dtype) if divides == {Op.MOD} else None  # (with a division too: it traps, so not)
-        return select(*args, not divides, both)
+    if e.op is Op.SELECT:  # an integer remainder in a value: both computed, in every dialect (Recip is float only)
+        int_mod = any(x.op is Op.MOD and not x.dtype.is_float for b in e.src[1:] for x in b.toposort())
+        return select(*args, compute_type(e.dtype) if int_mod else None)
     return code_for_op[e.op](compute_type(e.src[0].dtype), *args)
 
 
