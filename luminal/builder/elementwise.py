@@ -173,16 +173,26 @@ class ElementwiseMixin:
         return self.mul(2).sigmoid().mul(2).add(-1)  # 2 sigmoid(2x) - 1
 
     def erf(self):
-        """Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7."""
+        """Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7) from ERF_SMALL on, the Maclaurin series
+        below (`constants.py`). A&S's 1 - t (a1 + t (a2 + ...)) exp(-x^2), t = 1 / u, u = 1 + p|x|,
+        is summed as N(u) / u^5 (N: the coefficients in reverse order): one division, where the
+        polynomial in t was five (a product by a reciprocal is a division in the IR, rounded once).
+        |x| is capped at 8 there (erf is +-1 in every float type well before; NaN stays NaN), so
+        u^5 stays finite. The series keeps erf(-0.0) = -0.0."""
         self._need_float("erf")
-        a = self.abs()
-        t = a.mul(C.ERF_P).add(1).reciprocal()
-        poly = self._scalar(C.ERF_A[4]).expand(self.shape)
-        for coeff in reversed(C.ERF_A[:4]):
-            poly = poly.mul(t).add(coeff)
-        poly = poly.mul(t)
-        y = poly.mul(a.mul(a).neg().exp()).neg().add(1)
-        return y.mul(self.sign())
+        a = self.abs().minimum(8.0)
+        u = a.mul(C.ERF_P).add(1)
+        num = self._scalar(C.ERF_A[0]).expand(self.shape)
+        for coeff in C.ERF_A[1:]:
+            num = num.mul(u).add(coeff)
+        u2 = u.mul(u)
+        tail = num.div(u2.mul(u2).mul(u)).mul(a.mul(a).neg().exp())
+        large = tail.neg().add(1).mul(self.sign())
+        x2 = self.mul(self)
+        series = self._scalar(C.ERF_SERIES[-1]).expand(self.shape)
+        for coeff in reversed(C.ERF_SERIES[:-1]):
+            series = series.mul(x2).add(coeff)
+        return series.mul(self).where_(a.lt(C.ERF_SMALL), large)
 
     # --- activations -----------------------------------------------------------------------
     def relu(self):

@@ -19,6 +19,11 @@ INV_SQRT2 = 1.0 / math.sqrt(2.0)  # gelu, erf form: 0.5 x (1 + erf(x / sqrt 2))
 # erf(x) = sign(x) (1 - (a1 t + a2 t^2 + ... + a5 t^5) exp(-x^2)), t = 1 / (1 + p |x|)
 ERF_P = 0.3275911
 ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+# below ERF_SMALL, where 1 - (...) exp(-x^2) cancels (an f32 error of 5e-7 near 0), erf's Maclaurin
+# series instead: x (c0 + c1 x^2 + ... + c6 x^12), c_n = 2/sqrt(pi) (-1)^n / (n! (2n + 1)); the next
+# term is below 1e-9 of erf(x) there
+ERF_SMALL = 0.5
+ERF_SERIES = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(7))
 
 # random numbers (`Op.PHILOX`, `luminal/builder/random.py`): a graph with random ops has one more
 # input, a 0-d int64 seed of this name, which `CompiledGraph` draws per call when not given
