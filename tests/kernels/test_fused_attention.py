@@ -342,3 +342,38 @@ def test_cpu_renders_the_sgemm_path_for_f32_operands_in_place(monkeypatch):
             args = (args[0], args[1], args[2].transpose(-1, -2).contiguous())
         cm, count = _compile(model, args, "cpu", True, monkeypatch)
         assert count == 1 and "lum_sgemm(101, q_mode" in cm.compiled.runtime.source
+
+
+@pytest.mark.parametrize("blas", ["mkl", "openblas"])
+def test_cpu_sgemm_path_on_each_blas_and_two_threads(blas, monkeypatch, tmp_path):
+    """The SGEMM kernel on torch's MKL and on NumPy's OpenBLAS (what an ONNX model without torch
+    binds), each called from the team's threads: several blocks of queries and keys, a mask, GQA-like
+    broadcast batch; two threads on one compiled graph get the single call's bits."""
+    import threading
+
+    from benchmarks.timing import wait_for_builds
+
+    monkeypatch.setenv("LUMINAL_BLAS", blas)
+    monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
+    shapes = [(3, 300, 64), (3, 64, 1100), (3, 1100, 48), (3, 300, 1100)]
+    rng = np.random.default_rng(7)
+    feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in zip(["q", "kt", "v", "mask"], shapes)}
+    g, ref = _direct(shapes, (0.125, True))
+    run = lm.compile_graph(g, device="cpu", optimize=False)
+    run(feeds)
+    wait_for_builds()  # the C library's result, not the NumPy runtime's while it builds
+    assert "lum_sgemm(101, q_mode" in run.runtime.source
+    got = run(feeds)[0]
+    np.testing.assert_allclose(got, ref.run(feeds)[0], rtol=1e-5, atol=2e-6)
+    outs = [None, None]
+
+    def call(k):
+        outs[k] = run(feeds)[0]
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for out in outs:
+        np.testing.assert_array_equal(out, got)
