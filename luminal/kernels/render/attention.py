@@ -35,16 +35,14 @@ from __future__ import annotations
 from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Node, attention_arg
+from luminal.hlir.ops import Node
 from luminal.kernels.render import attention_gemm
+from luminal.kernels.render.attention_parts import _exp_floor, _mask_varies, _operands, _score, _store_rows
 from luminal.kernels.render.cexpr import c_dim, c_literal
 from luminal.kernels.render.cstyle import (
     LIBM,
-    cast_value,
     current,
-    expression,
     pointer_of,
-    read,
     store_value,
     unravel,
     view_of,
@@ -62,9 +60,7 @@ def attention(node: Node, d: Dialect):
     if d.name == "c":
         if node.dtype is DType.F32:  # float loops, or double ones at precision "float64"
             body = f"{{\n  {_c_body(node, 'float')}\n  }}"
-            z, zlines = unravel("bz", node.shape[:-2], "z")
-            mask = _operands(node)[3]
-            gemm = attention_gemm.gemm_body(node, z, zlines, mask, lambda code: _score(node, "float", code), _mask_varies(node))
+            gemm = attention_gemm.gemm_body(node)
             if gemm is not None:  # on the library's SGEMM where it runs (`attention_gemm.py`), else the loops
                 body = f"{{\n  {gemm[0]} {gemm[1]} else {body}\n  }}"
             body = f"if (lum_f64) {{\n  {_c_body(node, 'double')}\n  }} else {body}"
@@ -72,41 +68,6 @@ def attention(node: Node, d: Dialect):
             body = _c_body(node, "double" if node.dtype is DType.F64 else "float")
         return [Part(body)], None
     return [_cuda_part(node)], None
-
-
-def _operands(node: Node):
-    """(q, kt, v, mask, at): `at(x, *index)` reads operand x; `mask(batch index, i, j)` is the
-    mask's value at a score (its buffer, or its expression over its inputs), None without one."""
-    q, kt, v, *srcs = node.src
-    inputs = current()[1]
-    at = lambda x, *idx: read(x, list(idx), pointer_of(x, inputs))  # noqa: E731
-    expr = attention_arg(node.arg)[2]
-    if not srcs:
-        mask = None
-    elif expr is None:
-        mask = lambda z, i, j: at(srcs[0], *z, i, j)  # noqa: E731
-    else:
-        mask = lambda z, i, j: expression(expr, lambda k: at(srcs[k], *z, i, j))  # noqa: E731
-    return q, kt, v, mask, at
-
-
-def _score(node: Node, t: str, mask_code: str | None) -> str:
-    """The C of score `x` (q . k accumulated in t) after the scale and the mask, each step
-    rounded as the unfused op rounds: to the f16/bf16 of a half node (MatMul, Mul and Add
-    round there), in t otherwise. `mask_code`: the mask's value at this score (None: no mask);
-    a select mask keeps the score where it is (non)zero and gives the fill elsewhere."""
-    scale, _, _, select, half = attention_arg(node.arg)
-    lit = DType.F32 if half is not None else node.dtype  # the scale and fill are exact in it
-    rnd = (lambda e: cast_value(DType.F32, half, e)) if half is not None else (lambda e: e)  # noqa: E731
-    score = rnd("x")
-    if scale is not None:
-        score = rnd(f"({t})({score} * ({t}){c_literal(scale, lit)})")
-    if mask_code is not None and select is None:
-        score = rnd(f"({t})({score} + ({t})({mask_code}))")
-    elif mask_code is not None:
-        fill, keep = select
-        score = f"(({mask_code}) {'!=' if keep else '=='} 0 ? {score} : ({t}){c_literal(fill, lit)})"
-    return score
 
 
 def _c_body(node: Node, t: str) -> str:
@@ -117,7 +78,6 @@ def _c_body(node: Node, t: str) -> str:
     in one L1 set), v's rows read in place when its view is plain rows of this element type,
     else staged."""
     q, kt, v, mask, at = _operands(node)
-    zero_rows = node.arg[1]
     batch = node.shape[:-2]
     z, zlines = unravel("bz", batch, "z")
     e = LIBM[t]
@@ -135,7 +95,6 @@ def _c_body(node: Node, t: str) -> str:
     elif mask is not None:
         mask_code = f"({t})({mask(z, '(i0 + i)', '(j0 + j)')})"
     score = _score(node, t, mask_code)
-    lo = "-708.0" if t == "double" else "-87.0f"
     # vectors per tile row and rows (keys, or queries for p @ v) per tile: 16 or 12 accumulators,
     # within AVX2's 16 registers with the loads (f32: 12 FMAs per 2 vector loads and 6 broadcasts);
     # each output is one chain over c whatever the tile (README: "Fused attention")
@@ -177,10 +136,7 @@ def _c_body(node: Node, t: str) -> str:
     {t}* vb = {"NULL" if v_direct else f"({t}*)malloc(sizeof({t}) * {BK} * lum_max(DV, 1))"};
     {t} mrow[{BQ}], mblk[{BQ}], alpha[{BQ}], qm[{BQ}];
     double lrow[{BQ}], lsum[{BQ}];  /* the softmax's sums in double, as the unfused Softmax kernel sums */
-    {t} LUM_LO = {lo};  /* exp's vector form takes a slow path below this (-inf included); exp of it is normal */
-#if defined(__GNUC__) && defined(__x86_64__)
-    __asm__("" : "+x"(LUM_LO));  /* opaque: GCC would fold exp(LUM_LO) and, threading the clamp, pass the raw exponent */
-#endif
+    {_exp_floor(t)}
     int badrow[{BQ}];
     #pragma omp for schedule(dynamic, 1)
     for (long long task = 0; task < n_tasks; ++task) {{
@@ -266,13 +222,7 @@ def _c_body(node: Node, t: str) -> str:
           }}
         }}
       }}
-      for (int i = 0; i < nq; ++i) {{
-        const {t}* o = acc + i * DV;
-        const long long dst = (bz * M + i0 + i) * DV;
-        if (badrow[i]) for (long long c = 0; c < DV; ++c) out[dst + c] = {store_value(node.dtype, nan)};
-        else if (mrow[i] == {ninf}) for (long long c = 0; c < DV; ++c) out[dst + c] = {store_value(node.dtype, "o[c]" if zero_rows else f"(N == 0 ? o[c] : {nan})")};
-        else for (long long c = 0; c < DV; ++c) out[dst + c] = {store_value(node.dtype, "o[c] / lrow[i]")};
-      }}
+      {_store_rows(node, t)}
     }}
     free(qtb); free(sb); free(kb); free(acc); free(vb);
   }}"""
@@ -285,18 +235,6 @@ def _c_body(node: Node, t: str) -> str:
   #pragma omp parallel
   {block}
   }} else {block}"""
-
-
-def _mask_varies(node: Node) -> tuple[bool, bool]:
-    """(along the queries, along the keys): whether the mask's value may change there (a view
-    steps, or its padding mask bounds, along that axis)."""
-    varies = [False, False]
-    for x in node.src[3:]:
-        _, st = view_of(x)
-        for k, axis in enumerate((-2, -1)):
-            bounded = st.mask is not None and not (sym.equal(st.mask[axis][0], 0) and sym.equal(st.mask[axis][1], st.shape[axis]))
-            varies[k] |= not sym.equal(st.strides[axis], 0) or bounded
-    return varies[0], varies[1]
 
 
 def _cuda_part(node: Node) -> Part:

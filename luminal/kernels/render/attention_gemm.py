@@ -7,7 +7,7 @@ no GEMM can read in place.
 
 Layout: scores as rows (a query's BK keys contiguous), so the softmax's passes are vector loops
 along a row and P·V is a plain GEMM. Blocks of BQ queries x BK keys: larger blocks keep the GEMMs
-near the BLAS's peak (at 128 x 128 a call ran at 0.8x of it; README, "Fused attention").
+near the BLAS's peak (the figures: README, "Fused attention").
 
 Operands are read in place: q (M, D), kᵀ (D, N) and v (N, DV) each a matrix of f32 with one axis
 of stride 1 and the other at least as long as its rows (a head cut out of a wider row, transposed
@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Node
+from luminal.kernels.render.attention_parts import _exp_floor, _mask_varies, _operands, _score, _store_rows
 from luminal.kernels.render.cexpr import c_dim
-from luminal.kernels.render.cstyle import current, pointer_of, store_value, view_of
+from luminal.kernels.render.cstyle import current, pointer_of, unravel, view_of
 from luminal.kernels.render.dialect import PAR_MIN
 
-BQ, BK = 256, 512  # queries per task, keys per block: the fastest of 64-512 x 256-1,024 on the Zen 3
+BQ, BK = 256, 512  # queries per task, keys per block (measured: README, "Fused attention")
 
 
 def _in_place(x: Node, z: list[str]) -> tuple[str, str, str] | None:
@@ -39,16 +40,16 @@ def _in_place(x: Node, z: list[str]) -> tuple[str, str, str] | None:
     return f"({ptr} + {at})", c_dim(st.strides[-2]), c_dim(st.strides[-1])
 
 
-def gemm_body(node: Node, z: list[str], zlines: list[str], mask, score_of, mask_varies) -> tuple[str, str] | None:
+def gemm_body(node: Node) -> tuple[str, str] | None:
     """(C condition, C block) of the GEMM kernel for an f32 Attention node, None where it cannot
-    apply. `mask(z, i, j)`, `score_of(mask_code)` and `mask_varies` are `attention.py`'s."""
-    q, kt, v = node.src[:3]
+    apply."""
+    q, kt, v, mask, _ = _operands(node)
+    z, zlines = unravel("bz", node.shape[:-2], "z")
     found = [_in_place(x, z) for x in (q, kt, v)]
     if any(f is None for f in found):
         return None
     (qp, q0, q1), (kp, k0, k1), (vp, v0, v1) = found
-    zero_rows = node.arg[1]
-    per_query, per_key = mask_varies
+    per_query, per_key = _mask_varies(node)
     qmask = kmask = ""
     mask_code = None
     if mask is not None and not per_key:  # one value per query (or one for all): once per task
@@ -59,7 +60,7 @@ def gemm_body(node: Node, z: list[str], zlines: list[str], mask, score_of, mask_
         mask_code = "km[j]"
     elif mask is not None:
         mask_code = f"(float)({mask(z, '(i0 + i)', '(j0 + j)')})"
-    score = score_of(mask_code)
+    score = _score(node, "float", mask_code)
     # pass 2 computes a score again where that is a multiply and an add; a mask computed per score
     # (causal, ALiBi: index arithmetic) is cheaper stored by pass 1
     stored = mask is not None and per_query and per_key
@@ -87,10 +88,7 @@ def gemm_body(node: Node, z: list[str], zlines: list[str], mask, score_of, mask_
     float mrow[{BQ}], alpha[{BQ}], qm[{BQ}], km[{BK}];
     double lrow[{BQ}];  /* the softmax's sums in double, as the unfused Softmax kernel sums */
     int badrow[{BQ}];
-    float LUM_LO = -87.0f;  /* exp's vector form takes a slow path below this (-inf included); exp of it is normal */
-#if defined(__GNUC__) && defined(__x86_64__)
-    __asm__("" : "+x"(LUM_LO));  /* opaque: GCC would fold exp(LUM_LO) and, threading the clamp, pass the raw exponent */
-#endif
+    {_exp_floor("float")}
     (void)qm; (void)km;
     #pragma omp for schedule(dynamic, 1)
     for (long long task = 0; task < n_tasks_g; ++task) {{
@@ -143,13 +141,7 @@ def gemm_body(node: Node, z: list[str], zlines: list[str], mask, score_of, mask_
           for (long long c = 0; c < DV; ++c) o[c] = o[c] * al + x[c];  /* (exact at al = 1) */
         }}
       }}
-      for (int i = 0; i < nq; ++i) {{
-        const float* o = acc + (long long)i * DV;
-        const long long dst = (bz * M + i0 + i) * DV;
-        if (badrow[i]) for (long long c = 0; c < DV; ++c) out[dst + c] = {store_value(node.dtype, "lum_f32_bits(0x7fc00000u)")};
-        else if (mrow[i] == {ninf}) for (long long c = 0; c < DV; ++c) out[dst + c] = {store_value(node.dtype, "o[c]" if zero_rows else "(N == 0 ? o[c] : lum_f32_bits(0x7fc00000u))")};
-        else for (long long c = 0; c < DV; ++c) out[dst + c] = {store_value(node.dtype, "o[c] / lrow[i]")};
-      }}
+      {_store_rows(node, 'float')}
     }}
     free(sb); free(acc); free(pv);
   }}

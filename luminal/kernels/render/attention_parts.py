@@ -1,0 +1,81 @@
+"""What attention's C and CUDA kernels share (`attention.py`, `attention_gemm.py`): the operands
+and their reader, a score's C (scaled, masked, rounded as the unfused ops round), where the mask
+varies, exp's slow-path floor, and the store of a task's finished rows."""
+
+from __future__ import annotations
+
+from luminal.hlir import symbolic as sym
+from luminal.hlir.dtypes import DType
+from luminal.hlir.ops import Node, attention_arg
+from luminal.kernels.render.cexpr import c_literal
+from luminal.kernels.render.cstyle import cast_value, current, expression, pointer_of, read, store_value, view_of
+
+
+def _operands(node: Node):
+    """(q, kt, v, mask, at): `at(x, *index)` reads operand x; `mask(batch index, i, j)` is the
+    mask's value at a score (its buffer, or its expression over its inputs), None without one."""
+    q, kt, v, *srcs = node.src
+    inputs = current()[1]
+    at = lambda x, *idx: read(x, list(idx), pointer_of(x, inputs))  # noqa: E731
+    expr = attention_arg(node.arg)[2]
+    if not srcs:
+        mask = None
+    elif expr is None:
+        mask = lambda z, i, j: at(srcs[0], *z, i, j)  # noqa: E731
+    else:
+        mask = lambda z, i, j: expression(expr, lambda k: at(srcs[k], *z, i, j))  # noqa: E731
+    return q, kt, v, mask, at
+
+
+def _score(node: Node, t: str, mask_code: str | None) -> str:
+    """The C of score `x` (q . k accumulated in t) after the scale and the mask, each step
+    rounded as the unfused op rounds: to the f16/bf16 of a half node (MatMul, Mul and Add
+    round there), in t otherwise. `mask_code`: the mask's value at this score (None: no mask);
+    a select mask keeps the score where it is (non)zero and gives the fill elsewhere."""
+    scale, _, _, select, half = attention_arg(node.arg)
+    lit = DType.F32 if half is not None else node.dtype  # the scale and fill are exact in it
+    rnd = (lambda e: cast_value(DType.F32, half, e)) if half is not None else (lambda e: e)  # noqa: E731
+    score = rnd("x")
+    if scale is not None:
+        score = rnd(f"({t})({score} * ({t}){c_literal(scale, lit)})")
+    if mask_code is not None and select is None:
+        score = rnd(f"({t})({score} + ({t})({mask_code}))")
+    elif mask_code is not None:
+        fill, keep = select
+        score = f"(({mask_code}) {'!=' if keep else '=='} 0 ? {score} : ({t}){c_literal(fill, lit)})"
+    return score
+
+
+def _exp_floor(t: str) -> str:
+    """C declaring LUM_LO, below which exp's vector form takes a slow path (-inf included)."""
+    lo = "-708.0" if t == "double" else "-87.0f"
+    return f"""{t} LUM_LO = {lo};  /* exp's vector form takes a slow path below this (-inf included); exp of it is normal */
+#if defined(__GNUC__) && defined(__x86_64__)
+    __asm__("" : "+x"(LUM_LO));  /* opaque: GCC would fold exp(LUM_LO) and, threading the clamp, pass the raw exponent */
+#endif"""
+
+
+def _store_rows(node: Node, t: str) -> str:
+    """C storing a task's nq rows of acc (DV apart) as outputs: NaN for a row with a NaN or +inf
+    score, an all -inf row as the (safe) softmax gives it, else acc / the row's sum."""
+    nan, ninf = (c_literal(float(x), DType.F64 if t == "double" else DType.F32) for x in ("nan", "-inf"))
+    empty = "o[c]" if node.arg[1] else f"(N == 0 ? o[c] : {nan})"
+    return f"""for (int i = 0; i < nq; ++i) {{
+        const {t}* o = acc + (long long)i * DV;
+        const long long dst = (bz * M + i0 + i) * DV;
+        if (badrow[i]) for (long long c = 0; c < DV; ++c) out[dst + c] = {store_value(node.dtype, nan)};
+        else if (mrow[i] == {ninf}) for (long long c = 0; c < DV; ++c) out[dst + c] = {store_value(node.dtype, empty)};
+        else for (long long c = 0; c < DV; ++c) out[dst + c] = {store_value(node.dtype, "o[c] / lrow[i]")};
+      }}"""
+
+
+def _mask_varies(node: Node) -> tuple[bool, bool]:
+    """(along the queries, along the keys): whether the mask's value may change there (a view
+    steps, or its padding mask bounds, along that axis)."""
+    varies = [False, False]
+    for x in node.src[3:]:
+        _, st = view_of(x)
+        for k, axis in enumerate((-2, -1)):
+            bounded = st.mask is not None and not (sym.equal(st.mask[axis][0], 0) and sym.equal(st.mask[axis][1], st.shape[axis]))
+            varies[k] |= not sym.equal(st.strides[axis], 0) or bounded
+    return varies[0], varies[1]
