@@ -36,6 +36,7 @@ CASES = [
     ((1, 4, 20, 20), (6, 4, 3, 3), 1, 2, 2),  # dilation 2
     ((1, 6, 9, 9), (13, 6, 3, 3), 1, 0, 1),  # no padding: X is the input itself
     ((1, 16, 7, 7), (40, 16, 3, 3), 1, 1, 1),  # a small image: 6 x 16 micro-tiles
+    ((1, 72, 10, 10), (20, 72, 3, 3), 1, 1, 1),  # depth 648: two of the micro-kernel's depth blocks and part of one
     ((1, 6, 11, 12), (5, 6, 2, 3), 3, ((1, 0), (2, 1)), 1),  # stride 3, ONNX-style asymmetric pads
     ((1, 4, 30), (5, 4, 3), 1, 1, 1),  # 1-D: one output row
     ((2, 3, 40), (4, 3, 5), 2, 2, 1),

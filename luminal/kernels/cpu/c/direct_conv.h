@@ -15,30 +15,38 @@ typedef int lum_dc_vi __attribute__((vector_size(32), aligned(4)));  /* lane mas
    element of C is one chain of multiply-adds in k order from 0, so its bits depend neither on the
    tiling nor on the team. Micro-tiles of MR rows x NV vectors of 8 positions, MR x NV
    accumulators (12: with the NV loads of B and a broadcast, within AVX2's 16 registers); GCC
-   keeps the fully unrolled arrays in registers. Rows past M repeat row 0: read, never stored. */
+   keeps the fully unrolled arrays in registers. Rows past M repeat row 0: read, never stored.
+   The depth runs in blocks of LUM_DCONV_KC: a block of B (KC x ne) stays in L2 while every row
+   of A passes over it, and a micro-tile's rows of A (MR x KC) in L1 while it passes over the
+   positions; a block resumes the chain from C as the last one stored it (the same bits: a float
+   stored and loaded is the float the register held). */
+#define LUM_DCONV_KC 256
 #define LUM_DCONV(NAME, MR, NV) \
 static void NAME(long long M, long long K, const float* restrict A, long long lda, const float* restrict src, \
                  const long long* restrict off, float* restrict C, long long ldc, long long ne) { \
-  for (long long i0 = 0; i0 < M; i0 += MR) { \
-    const float* restrict a[MR]; \
-    _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i) a[i] = A + (i0 + i < M ? i0 + i : 0) * lda; \
-    for (long long e = 0; e < ne; e += 8 * NV) { \
-      const float* restrict b = src + e; \
-      lum_dc_v c[MR][NV]; \
-      _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i) _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) \
-        c[i][j] = (lum_dc_v){0}; \
-      _Pragma("GCC unroll 2") \
-      for (long long k = 0; k < K; ++k) { \
-        const float* restrict bk = b + off[k]; \
-        lum_dc_v bv[NV]; \
-        _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) bv[j] = *(const lum_dc_v*)(bk + 8 * j); \
-        _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i) { \
-          const float x = a[i][k]; \
-          _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) c[i][j] += x * bv[j]; \
+  for (long long k0 = 0; k0 < K; k0 += LUM_DCONV_KC) { \
+    const long long k1 = K - k0 < LUM_DCONV_KC ? K : k0 + LUM_DCONV_KC; \
+    for (long long i0 = 0; i0 < M; i0 += MR) { \
+      const float* restrict a[MR]; \
+      _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i) a[i] = A + (i0 + i < M ? i0 + i : 0) * lda; \
+      for (long long e = 0; e < ne; e += 8 * NV) { \
+        const float* restrict b = src + e; \
+        lum_dc_v c[MR][NV]; \
+        _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i) _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) \
+          c[i][j] = k0 && i0 + i < M ? *(const lum_dc_v*)(C + (i0 + i) * ldc + e + 8 * j) : (lum_dc_v){0}; \
+        _Pragma("GCC unroll 2") \
+        for (long long k = k0; k < k1; ++k) { \
+          const float* restrict bk = b + off[k]; \
+          lum_dc_v bv[NV]; \
+          _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) bv[j] = *(const lum_dc_v*)(bk + 8 * j); \
+          _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i) { \
+            const float x = a[i][k]; \
+            _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) c[i][j] += x * bv[j]; \
+          } \
         } \
+        _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i) if (i0 + i < M) \
+          _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) *(lum_dc_v*)(C + (i0 + i) * ldc + e + 8 * j) = c[i][j]; \
       } \
-      _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i) if (i0 + i < M) \
-        _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) *(lum_dc_v*)(C + (i0 + i) * ldc + e + 8 * j) = c[i][j]; \
     } \
   } \
 }
