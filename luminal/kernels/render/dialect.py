@@ -56,6 +56,8 @@ class Pass:
     contiguous: tuple | None = None  # (source, its index with "j" on the axis): CUDA loads 16 bytes at a time
     guard: str | None = None  # the loop runs only where this holds (the same for the whole row)
     after: str = ""  # statements every thread of the row runs after the pass
+    # a float max (state `acc`, step `lum_max_nan`): C may run it in lanes (`CDialect._lanes_max`)
+    float_max: bool = False
 
 
 @dataclass
@@ -440,6 +442,8 @@ class CDialect(Dialect):
         return Part(_c_rows(row_shape, "o", f"n_rows * {c_dim(per_row)}", body, per_row))
 
     def _pass(self, p: Pass, n) -> str:
+        if p.float_max and p.value is not None and not p.guard and len(p.state) == 1:
+            return self._lanes_max(p, n)
         decls = " ".join(f"{t} {name} = {init};" for t, name, init, _ in p.state)
         vt = p.state[0][0] if p.state else None
         one = f"{{ {vt} v = ({vt})({p.value}); {p.step} }}" if p.value is not None else p.step
@@ -451,6 +455,34 @@ class CDialect(Dialect):
             loop = f"if ({p.guard}) {{\n      {loop}\n    }}"
         return "\n    ".join(x for x in (decls, loop, p.after) if x)
 
+    def _lanes_max(self, p: Pass, n) -> str:
+        """A float row max in MAX_LANES independent lanes (a vector max per step; the sequential
+        `lum_max_nan` chain is a compare and a select per element, 0.56 ms for 8,192 rows of 128),
+        then the lanes and the row's tail. Where the lanes' order could show, the row runs again as
+        the sequential chain, so the bits are always the chain's: a NaN (its payload: the chain
+        keeps the last NaN) and a max of zero (its sign: the chain keeps the first of -0.0 and
+        0.0). Otherwise the max is one value, found in any order."""
+        t, name, init, _ = p.state[0]
+        lanes = MAX_LANES
+        one = f"{{ {t} v = ({t})({p.value}); {p.step} }}"
+        return f"""{t} {name} = {init};
+    {{
+      {t} lane[{lanes}];
+      int odd = 0;  /* a NaN seen */
+      for (int l = 0; l < {lanes}; ++l) lane[l] = {init};
+      const long long n_lanes = ({c_dim(n)}) / {lanes} * {lanes};
+      for (long long j0 = 0; j0 < n_lanes; j0 += {lanes}) {{
+        #pragma omp simd reduction(|:odd)
+        for (int l = 0; l < {lanes}; ++l) {{ const long long j = j0 + l; const {t} v = ({t})({p.value}); odd |= v != v; lane[l] = v > lane[l] ? v : lane[l]; }}
+      }}
+      for (int l = 0; l < {lanes}; ++l) {name} = lane[l] > {name} ? lane[l] : {name};
+      for (long long j = n_lanes; j < {c_dim(n)}; ++j) {{ const {t} v = ({t})({p.value}); odd |= v != v; {name} = v > {name} ? v : {name}; }}
+      if (odd || {name} == ({t})0) {{  /* the sequential chain's bits */
+        {name} = {init};
+        for (long long j = 0; j < {c_dim(n)}; ++j) {one}
+      }}
+    }}""" + (f"\n    {p.after}" if p.after else "")
+
     def update(self, kind, dtype, address, value, combine) -> str:
         new = value if kind is None else combine(load_value(dtype, f"out[{address}]"), value)
         return f"out[{address}] = {_store(new)};"
@@ -459,6 +491,9 @@ class CDialect(Dialect):
         body = "\n  ".join(p.body if len(parts) == 1 else f"{{\n  {p.body}\n  }}" for p in parts)
         src = f"{signature(name, node, inputs, symbols, err)} {{\n  {body}\n}}\n"
         return [KernelSpec(name, src, node, inputs, symbols, None, 0, err, dtypes_of(node))]
+
+
+MAX_LANES = 16  # a float row max's independent lanes (`CDialect._lanes_max`): two AVX2 vectors of f32
 
 
 def _c_rows(shape, prefix: str, work: str, body: str, per_row) -> str:

@@ -102,7 +102,8 @@ def reduce(node: Node, d: Dialect):
     else:
         init, step, merge, op = f"({acc})0", f"acc = {wrapping(acc, 'acc', '+', 'v')};", \
             f"acc = {wrapping(acc, 'acc', '+', 'acc_o')};", "+"
-    p = Pass(step=step, state=((acc, "acc", init, op),), merge=merge, value=value, contiguous=(src, full))
+    p = Pass(step=step, state=((acc, "acc", init, op),), merge=merge, value=value, contiguous=(src, full),
+             float_max=is_max and acc in ("float", "double"))
     return [d.rows(node.shape, k, [p], f"out[row] = {_store(node, 'acc')};")], None
 
 
