@@ -140,18 +140,16 @@ def attention(node: Node, name: str):
     return specs
 
 
-TRANSPOSE_TILE = 16  # a tile's source runs and output rows, 64 B of f32 each (32 measured half as fast: a
-# 2 KiB source stride puts 32 lines in 2 of L1's sets)
+TRANSPOSE_TILE = 16  # a tile's source runs and output rows, 64 B of f32 each; not 32: a power-of-two
+# source stride puts a wider tile's lines in a few of L1's sets
 
 
 def transpose_copy(node: Node) -> tuple[list[Node], list[str], bool, str] | None:
     """A contiguous copy of a view that reads its last dim with a stride and another dim with
     stride 1 (a head's K transposed for Q·Kᵀ, a permute before a reshape), in tiles of
     TRANSPOSE_TILE x TRANSPOSE_TILE: the tile's source lines stay in L1 while its output rows are
-    written, where the element loop in output order touched a new source line per element (a
-    head-split K, (8, 8, 64, 128) of a (1024, 512) matrix: 0.52 -> 0.25 ms on two threads; in a
-    bert-small training step 12 such copies). (inputs, symbols, err, body) like `conv.pad_copy`,
-    or None for any other copy."""
+    written, where an element loop in output order touches a new source line per element.
+    (inputs, symbols, err, body) like `conv.pad_copy`, or None for any other copy."""
     if node.op is not Op.CONTIGUOUS or len(node.shape) < 2:
         return None
     src = node.src[0]
