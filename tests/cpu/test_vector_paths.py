@@ -103,10 +103,11 @@ def test_sums_over_rows_run_column_wise(dtype):
 
 
 def test_a_reshaped_result_is_written_in_place_of_its_output(monkeypatch):
-    """Outputs that are explicit copies of reshapes of a kernel's result (training's saved
-    activations) are that kernel's buffer: one copy step fewer than with every output copied.
-    The same result returned twice, a reshape of an input and a transposed view keep their
-    copies; every output holds its values, and each call returns arrays of its own."""
+    """Outputs that are reshapes of a kernel's result, explicit copies (an FX graph's clone) or
+    bare views (training's saved activations), are that kernel's buffer: a copy step fewer each
+    than with every output copied. The same result returned twice, a reshape of an input and a
+    transposed view keep their copies; every output holds its values, and each call returns
+    arrays of its own."""
     from luminal.kernels.cpu import runtime
 
     g = lm.Graph("in-place-outputs")
@@ -116,7 +117,10 @@ def test_a_reshaped_result_is_written_in_place_of_its_output(monkeypatch):
     g.output(h.reshape((8, 384)).contiguous(), "again")  # the same node: a copy of its own
     g.output(x.reshape((128, 32)).contiguous(), "input")  # an input: its copy stays
     g.output(h.permute(0, 2, 1).contiguous(), "transposed")  # not a reshape
-    names = ("flat", "again", "input", "transposed")
+    t = (x @ w).tanh()
+    g.output(t.reshape((128, 24)), "view")  # a bare view (aot_autograd's saved `view` of an activation)
+    g.output(t.reshape((8, 384)), "view again")  # the same node: a copy of its own
+    names = ("flat", "again", "input", "transposed", "view", "view again")
     cpu = g.compile(device="cpu")
     monkeypatch.setattr(runtime, "written_in_place", list)
     copied = g.compile(device="cpu")
@@ -124,14 +128,14 @@ def test_a_reshaped_result_is_written_in_place_of_its_output(monkeypatch):
     def copies(c):
         return sum(s.name.startswith("contiguous") for s in c.runtime.program.steps)
 
-    assert copies(cpu) == copies(copied) - 1, [s.name for s in cpu.runtime.program.steps]
+    assert copies(cpu) == copies(copied) - 2, [s.name for s in cpu.runtime.program.steps]
     rng = np.random.default_rng(5)
     feeds = {"x": rng.standard_normal((8, 16, 32)).astype(np.float32), "w": rng.standard_normal((32, 24)).astype(np.float32)}
     got, want = cpu(feeds), copied(feeds)
     for a, b, name in zip(got, want, names):
         assert a.shape == b.shape, name
         np.testing.assert_array_equal(a, b, err_msg=name)
-    assert not np.shares_memory(got[0], got[1])
+    assert not np.shares_memory(got[0], got[1]) and not np.shares_memory(got[4], got[5])
     got[0][:] = -1  # a returned array is the caller's: the next call's results are new
     np.testing.assert_array_equal(cpu(feeds)[0], want[0])
 

@@ -260,11 +260,12 @@ def direct_conv(copy: Node, cols, m, batch=1) -> DirectConv | None:
 
 
 def written_in_place(outputs: list) -> list:
-    """The outputs the program computes: an output that is a copy of a reshape of a node a kernel
-    computes (training's saved activations: a (8, 128, 512) region's result returned as
-    (1024, 512)) is that node, written straight into the returned array (the same elements in
-    the same order: its shape is the declared one), not computed into the arena and copied. Not
-    a node that is an input, a weight or another output."""
+    """The outputs the program computes: an output that is a reshape of a node a kernel computes,
+    a bare view or a copy of one (training's saved activations: a (8, 128, 512) region's result
+    returned as (1024, 512)), is that node, written straight into the returned array (the same
+    elements in the same order: its shape is the declared one), not computed into the arena and
+    copied. Not a node that is an input, a weight or another output (two outputs never share a
+    buffer)."""
     taken = {id(o) for o in outputs}
     result = []
     for o in outputs:
@@ -277,11 +278,15 @@ def written_in_place(outputs: list) -> list:
 
 
 def _reshaped_producer(o):
-    # an explicit copy (an FX graph's clone) only: an output that is a bare view keeps the
-    # schedule's own order, which taking it in place can change into a larger arena
-    if o.op is not Op.CONTIGUOUS or o.src[0].op is not Op.VIEW:
+    # a bare view (aot_autograd's saved `view` of an activation) or an explicit copy of one (an FX
+    # graph's clone); the node then launches as an output, which shrank training's arenas (the
+    # view's copy had held both buffers at once)
+    if o.op is Op.VIEW:
+        view, p = o.arg, o.src[0]
+    elif o.op is Op.CONTIGUOUS and o.src[0].op is Op.VIEW:
+        view, p = o.src[0].arg, o.src[0].src[0]
+    else:
         return None
-    view, p = o.src[0].arg, o.src[0].src[0]
     if p.op in (Op.INPUT, Op.CONSTANT, Op.VIEW) or p.dtype is not o.dtype or view.mask is not None:
         return None
     dense = [(d, st) for d, st in zip(view.shape, view.strides) if not sym.equal(d, 1)]
