@@ -26,8 +26,8 @@ One training step is forward + backward + `torch.optim.AdamW.step()` (lr 1e-3) +
 on the same batch every step. Only the model is compiled: the optimizer step runs eagerly (torch's
 single-tensor AdamW on CPU) in every configuration alike.
 
-Each configuration (eager, `torch.compile(backend="inductor")`, `torch.compile(backend="luminal",
-options={"device": "cpu"})`) runs in its own fresh Python process, so imports, compile caches and
+Each configuration (eager, `torch.compile(backend="aot_eager")`, `torch.compile(backend="inductor")`,
+`torch.compile(backend="luminal", options={"device": "cpu"})`) runs in its own fresh Python process, so imports, compile caches and
 peak memory are per configuration; the compile caches start empty (inductor's as in
 `python -m benchmarks`: `cold_inductor`; luminal's in a new `LUMINAL_CACHE_DIR`, where luminal's
 per-machine C objects, its GEMM entry points and AVX-512 SGEMM, are built before the model is
@@ -55,6 +55,11 @@ In each:
   (pass: at most 1e-4). The JSON also has every step's loss; the parent compares the last
   step's with the eager process's (`last_loss_rel_diff_vs_eager_run`: a check on the gradients and
   the optimizer steps of all 12 steps, not only on the first forward).
+aot_eager compiles nothing (Dynamo and aot_autograd around eager kernels): its peak is the floor
+under any torch.compile backend's (their graphs, fake tensors and guards). After its timed steps
+the luminal process also times `ROUNDS` alternating rounds of an eager copy of the model and the
+compiled one (`alternating_rounds`): both under the same moments of a shared machine, where two
+processes minutes apart saw eager's own step move by 30%.
 The luminal process also checks that luminal really ran the training: `luminal.stats()` lists a
 graph whose name ends with `_backward` with calls > 0, and
 `luminal.frontends.torch.dynamo.EAGER_FALLBACKS` is empty. Otherwise its row says
@@ -78,8 +83,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 README = ROOT / "README.md"
 MODELS = ["llama-small", "bert-small", "resnet-ish"]
-CONFIGS = ["eager", "inductor", "luminal"]
+CONFIGS = ["eager", "aot_eager", "inductor", "luminal"]
 BATCH, TOKENS, WARMUP, STEPS = 8, 128, 2, 10
+ROUNDS = 8  # the luminal process's alternating rounds: one eager step and one luminal step each
 LOSS_RTOL = 1e-4
 WORKER_TIMEOUT_S = 420
 
@@ -200,9 +206,9 @@ def worker(name: str, config: str, steps: int) -> dict:
         reference = copy.deepcopy(module)
         row["eager_first_loss"] = float(reference(*batch).detach())
         del reference
-    if config == "inductor":
+    if config in ("inductor", "aot_eager"):
         torch._dynamo.reset()
-        module = torch.compile(module, backend="inductor")
+        module = torch.compile(module, backend=config)
     elif config == "luminal":
         import luminal  # noqa: F401 - registers the backend
         from luminal.kernels.cpu import build as cpu_build
@@ -259,6 +265,8 @@ def worker(name: str, config: str, steps: int) -> dict:
         import luminal
         from luminal.frontends.torch.dynamo import EAGER_FALLBACKS
 
+        row.update(alternating_rounds(module, batch, opt, step))
+
         graphs = luminal.stats()["graphs"]
         row["luminal_graphs"] = graphs
         row["eager_fallbacks"] = list(EAGER_FALLBACKS)
@@ -269,6 +277,37 @@ def worker(name: str, config: str, steps: int) -> dict:
             print(f"!!! NOT ON LUMINAL: {name}: backward graphs served {backward}, "
                   f"eager fallbacks {list(EAGER_FALLBACKS)}", flush=True)
     return row
+
+
+def alternating_rounds(module, batch, opt, step) -> dict:
+    """After the timed steps (and their peak memory): an eager copy of the model (its weights as
+    they are now, an AdamW of its own) and the compiled model take turns, one step each per round,
+    `ROUNDS` rounds, the order swapped every round. Both see the same moments of a shared machine,
+    so their ratio moves far less than that of two processes run minutes apart."""
+    import copy
+
+    import torch
+
+    eager = copy.deepcopy(getattr(module, "_orig_mod", module))
+    eager_opt = torch.optim.AdamW(eager.parameters(), lr=1e-3)
+
+    def eager_step() -> None:
+        eager(*batch).backward()
+        eager_opt.step()
+        eager_opt.zero_grad()
+
+    for _ in range(WARMUP):
+        eager_step()
+    times: dict[str, list[float]] = {"eager": [], "luminal": []}
+    for i in range(ROUNDS):
+        turns = [("eager", eager_step), ("luminal", step)]
+        for config, fn in turns if i % 2 == 0 else turns[::-1]:
+            t0 = time.perf_counter()
+            fn()
+            times[config].append(time.perf_counter() - t0)
+    eager_ms, luminal_ms = (statistics.median(times[c]) * 1e3 for c in ("eager", "luminal"))
+    return {"rounds_eager_ms": eager_ms, "rounds_luminal_ms": luminal_ms, "rounds_vs_eager": luminal_ms / eager_ms,
+            "rounds_ms_all": {c: [t * 1e3 for t in ts] for c, ts in times.items()}}
 
 
 # --- in the parent process ----------------------------------------------------------------------
@@ -324,6 +363,8 @@ def combine(name: str, runs: dict) -> dict:
             row[f"{config}_last_loss_rel_diff_vs_eager_run"] = abs(r["losses"][-1] - eager["losses"][-1]) / abs(
                 eager["losses"][-1])
     lum = runs.get("luminal", {})
+    if "rounds_vs_eager" in lum:
+        row["luminal_rounds_vs_eager"] = lum["rounds_vs_eager"]
     row["on_luminal"] = bool(lum.get("on_luminal"))
     if "error" not in lum and not row["on_luminal"]:
         row["not_on_luminal"] = {"graphs": lum.get("luminal_graphs"), "eager_fallbacks": lum.get("eager_fallbacks")}
@@ -339,10 +380,11 @@ def table(rows: list[dict]) -> str:
             return "FAILED"
         return text if row["on_luminal"] else f"NOT ON LUMINAL: {text}"
 
-    lines = ["| model | batch × input | eager ms | inductor ms (×eager) | luminal cpu ms (×eager) | eager peak MB | "
-             "inductor peak MB (×eager) | luminal peak MB (×eager) | first-step loss rel. diff (luminal; inductor) | "
-             "compile s: inductor | compile s: luminal | eager first 2 steps s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | batch × input | eager ms | inductor ms (×eager) | luminal cpu ms (×eager) | luminal ÷ eager, "
+             "alternating rounds | eager peak MB | aot_eager peak MB (×eager) | inductor peak MB (×eager) | "
+             "luminal peak MB (×eager) | first-step loss rel. diff (luminal; inductor) | compile s: inductor | "
+             "compile s: luminal | eager first 2 steps s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         diff = f(r, "luminal_first_loss_rel_diff", "{:.1e}")
         if "luminal_first_loss_rel_diff" in r:
@@ -351,7 +393,9 @@ def table(rows: list[dict]) -> str:
             f"| {r['model']} | {r['batch']} × {r['input']} | {f(r, 'eager_ms')} | "
             f"{f(r, 'inductor_ms')} ({f(r, 'inductor_vs_eager', '{:.2f}')}) | "
             f"{lum(r, f(r, 'luminal_ms') + ' (' + f(r, 'luminal_vs_eager', '{:.2f}') + ')')} | "
+            f"{lum(r, f(r, 'luminal_rounds_vs_eager', '{:.2f}'))} | "
             f"{f(r, 'eager_peak_mb', '{:.0f}')} | "
+            f"{f(r, 'aot_eager_peak_mb', '{:.0f}')} ({f(r, 'aot_eager_peak_vs_eager', '{:.2f}')}) | "
             f"{f(r, 'inductor_peak_mb', '{:.0f}')} ({f(r, 'inductor_peak_vs_eager', '{:.2f}')}) | "
             f"{lum(r, f(r, 'luminal_peak_mb', '{:.0f}') + ' (' + f(r, 'luminal_peak_vs_eager', '{:.2f}') + ')')} | "
             f"{diff}; {f(r, 'inductor_first_loss_rel_diff', '{:.1e}')} | {f(r, 'inductor_compile_s')} | "
@@ -371,6 +415,10 @@ def notes(rows: list[dict], steps: int) -> str:
         if cpu:
             out.append(f"- {r['model']}: median CPU time per step (the process's threads together; less moved by "
                        "other processes' load than wall time): " + ", ".join(f"{c} {v:.0f} ms" for c, v in cpu.items()))
+        lum = r["runs"].get("luminal", {})
+        if "rounds_vs_eager" in lum:
+            out.append(f"- {r['model']}: alternating rounds in the luminal process: eager {lum['rounds_eager_ms']:.1f} "
+                       f"ms, luminal {lum['rounds_luminal_ms']:.1f} ms ({lum['rounds_vs_eager']:.2f}x)")
         last = r.get("luminal_last_loss_rel_diff_vs_eager_run")
         if last is not None:
             out.append(f"- {r['model']}: loss after {WARMUP + steps} luminal steps vs the eager process's: "
@@ -387,9 +435,12 @@ def render(result: dict) -> str:
                 f"average {env['loadavg_start'][0]:.2f} before, {env['loadavg_end'][0]:.2f} after). One training "
                 f"step: forward + backward + AdamW step (eager, not compiled, in every column) + zero_grad, batch "
                 f"{BATCH}, dropout off; medians of {steps} steps after {result['warmup_steps']} warm-up steps, each "
-                "configuration in its own process. Peak MB: resident memory's peak during the timed steps above "
-                "the level after building the model (optimizer state included). Compile s: the first 2 steps, "
-                "cold caches.\n\n" + table(rows))
+                "configuration in its own process. Alternating rounds: in the luminal process after its timed "
+                f"steps, an eager copy and the compiled model take turns, {ROUNDS} rounds of one step each (medians; "
+                "the steadier ratio on a shared machine). Peak MB: resident memory's peak during the timed steps "
+                "above the level after building the model (optimizer state included); aot_eager (Dynamo and "
+                "aot_autograd around eager kernels, no compiler) is the floor any torch.compile backend pays. "
+                "Compile s: the first 2 steps, cold caches.\n\n" + table(rows))
     if env["loadavg_start"][0] >= 1.0:  # before this run's own processes: someone else's load
         markdown += (f"\n\nOther processes were running (load average {env['loadavg_start'][0]:.2f} on "
                      f"{env['cpu_count']} threads before this run started): wall times are noisy (every step's is "
