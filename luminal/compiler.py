@@ -10,6 +10,7 @@ output structures); `luminal.stats()` counts compilations and the calls each one
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -179,6 +180,15 @@ class CompiledGraph:
             if len(args) > len(self.inputs):
                 raise InputError(f"{len(args)} positional inputs given, the graph takes {len(self.inputs)}: {self.input_names}")
             feeds = dict(zip(self.input_names, args), **kwargs)
+        return self._run(feeds)
+
+    def call_donating(self, feeds: dict, donated: frozenset) -> list:
+        """`self(feeds)` where the caller gives up the memory of the inputs named in `donated` (no one
+        reads them after the call, nothing else views them): a runtime that takes donations may write
+        outputs there (`kernels/cpu/donation.py`); others ignore it."""
+        return self._run(feeds, donated)
+
+    def _run(self, feeds: dict, donated: frozenset = frozenset()) -> list:
         if self.unused_inputs:
             feeds = {k: v for k, v in feeds.items() if k not in self.unused_inputs}
         if self.rng_seed is not None:
@@ -189,10 +199,14 @@ class CompiledGraph:
         with self._calls_lock:
             self.calls += 1
         gate = self._after_first
+        if donated and getattr(type(self.runtime), "takes_donations", False):
+            run = functools.partial(self.runtime, donated=donated & set(feeds))
+        else:
+            run = self.runtime
         if gate is None or gate.over():
-            return self.runtime(feeds)
+            return run(feeds)
         try:
-            return self.runtime(feeds)
+            return run(feeds)
         finally:
             gate.first_call_over()
 

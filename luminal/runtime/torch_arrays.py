@@ -71,7 +71,8 @@ def borrow(t) -> np.ndarray:
     `torch_to_numpy` without `Tensor.numpy()`'s lasting side effect, which marks the tensor's
     storage non-resizable for good (FSDP2 frees and re-allocates its gathered parameters by
     resizing their storage, and fails on a parameter a compiled graph once read). Nothing that
-    outlives the call aliases the array: every host runtime hands out outputs of their own."""
+    outlives the call aliases the array but outputs the C runtime writes into a donated input
+    (a backward's saved activation, `kernels/cpu/donation.py`), which keep it alive."""
     import torch
 
     t = t.detach()

@@ -54,15 +54,19 @@ def runs_on_luminal(at_least: int = 1):
     from luminal.compiler import CompiledGraph
 
     served = []
-    original = CompiledGraph.__call__
+    original, donating = CompiledGraph.__call__, CompiledGraph.call_donating  # a backward's call: the latter
 
     def counted(self, *args, **kwargs):
         served.append(self.name)
         return original(self, *args, **kwargs)
 
-    CompiledGraph.__call__ = counted
+    def counted_donating(self, *args, **kwargs):
+        served.append(self.name)
+        return donating(self, *args, **kwargs)
+
+    CompiledGraph.__call__, CompiledGraph.call_donating = counted, counted_donating
     try:
         yield served
     finally:
-        CompiledGraph.__call__ = original
+        CompiledGraph.__call__, CompiledGraph.call_donating = original, donating
     assert len(served) >= at_least, f"luminal served {len(served)} call(s), expected {at_least} (an eager fallback?)"

@@ -95,6 +95,9 @@ class LuminalFunction:
         # outputs that are an input or a view of one (a weight aot_autograd saves, or its transpose):
         # made from the input in torch at each call, not computed by luminal
         self.graph, self.aliases, self.pruned = _without_aliases(gm)
+        # positions of inputs whose memory each call may take for its outputs: a backward's
+        # donated saved activations (`bw_compiler`)
+        self.donated: frozenset[int] = frozenset()
 
     def _build(self, args):
         if isinstance(self.gm, Decomposed):
@@ -138,7 +141,7 @@ class LuminalFunction:
                 return self.eager(args)
         values = list(args)
         args.clear()  # boxed calling convention: let aot_autograd free its inputs early
-        out = self.imported(values)
+        out = self.imported(values, self.donated) if self.donated and _use_once() else self.imported(values)
         for i, j, chain in self.aliases:  # in output order: each lands at its own position
             value = values[j]
             for target, rest in chain:
@@ -148,6 +151,28 @@ class LuminalFunction:
             else:
                 out[i] = value
         return out
+
+
+def _use_once() -> bool:
+    """The backward running now frees its saved tensors after it (no `retain_graph`, which torch
+    already refuses with donated buffers): checked again at each call, as a donation overwrites."""
+    try:
+        return not torch._C._autograd._get_current_graph_task_keep_graph()
+    except RuntimeError:  # not inside autograd's backward: keep the inputs
+        return False
+
+
+def _donated(compiled: LuminalFunction) -> frozenset[int]:
+    """The backward's inputs aot_autograd donates (`bw_donated_idxs`: saved activations that alias
+    no forward input or output and no gradient; the backward is then called once per forward,
+    `retain_graph` refused), less any an output is made from (`aliases`): the C runtime may write
+    gradients into their memory once it has read them (`kernels/cpu/donation.py`)."""
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    idxs = getattr(meta, "bw_donated_idxs", None) or ()
+    return frozenset(idxs) - {j for _, j, _ in compiled.aliases}
 
 
 # ATen views aot_autograd's forward graphs return of their inputs (a linear layer's `t` or
@@ -262,6 +287,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
 
     def bw_compiler(agm: torch.fx.GraphModule, _fake_inputs):  # training: the backward on luminal too
         compiled = fw_compiler(agm, _fake_inputs, part="backward")
+        if type(compiled) is LuminalFunction:
+            compiled.donated = _donated(compiled)
 
         def boxed(args):  # Dynamo's `disable` wraps what this returns, keeping function attributes only
             return compiled(args)

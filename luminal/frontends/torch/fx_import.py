@@ -302,20 +302,27 @@ class Imported:
         self.used = set(self.compiled.input_names)
         return self
 
-    def __call__(self, args) -> list:
-        """Run on the flat placeholder values `args` (torch tensors, ints); flat outputs."""
+    def __call__(self, args, donated: frozenset = frozenset()) -> list:
+        """Run on the flat placeholder values `args` (torch tensors, ints); flat outputs. `donated`:
+        positions of tensors whose memory the caller gives up (`CompiledGraph.call_donating`)."""
         feeds = {}
+        given = set()
         host = self.compiled.device.io == "numpy"
-        for f, a in zip(self.feeds, args):
+        for k, (f, a) in enumerate(zip(self.feeds, args)):
             if f is None or f[1] not in self.used:
                 continue
+            if k in donated and f[0] == "tensor":
+                given.add(f[1])
             if f[0] in ("tensor", "complex"):  # the kernel runtimes take torch tensors (DLPack, zero-copy)
                 if f[0] == "complex":
                     a = torch.view_as_real(a.detach().resolve_conj())
                 feeds[f[1]] = to_numpy(a, borrowed=True) if host else a.detach()
             else:
                 feeds[f[1]] = np.empty(int(a), np.bool_)
-        results = self.compiled(feeds) if self.out_nodes else []
+        if not self.out_nodes:
+            results = []
+        else:
+            results = self.compiled.call_donating(feeds, frozenset(given)) if given else self.compiled(feeds)
         flat = []
         for kind, v in self.flat_kinds:
             if kind in ("tensor", "complex"):

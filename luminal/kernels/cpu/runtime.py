@@ -32,7 +32,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
-from luminal.kernels.cpu import build, gemm_avx512, isa
+from luminal.kernels.cpu import build, donation, gemm_avx512, isa
 from luminal.kernels.cpu.choices import DEFAULT, Choices
 from luminal.kernels.cpu.output_pool import POOL
 from luminal.kernels.cpu.steps import CProgram, CStep, direct_conv, im2col_scratch, launch_table, written_in_place
@@ -361,7 +361,11 @@ def _fused_steps(sched) -> dict[int, CStep]:
 # --- the runtime ----------------------------------------------------------------------------------
 class CpuRuntime(Runtime):
     """Runs a graph as compiled C; thread-safe (each thread has its own arena, each call its outputs
-    and flag). `artifacts`: what `artifacts()` returned in an earlier process, used if it checks out."""
+    and flag). `artifacts`: what `artifacts()` returned in an earlier process, used if it checks out.
+    A call may be given inputs whose memory the caller gives up (`donated`): outputs written after
+    their last read go there (`donation.py`)."""
+
+    takes_donations = True
 
     def __init__(self, outputs, profile: bool = False, artifacts: dict | None = None, arithmetic: Arithmetic = C,
                  choices: Choices = DEFAULT):
@@ -443,6 +447,9 @@ class CpuRuntime(Runtime):
         # file's sizes fail as a call)
         self._fixed = all(sym.is_static(d) for n in [*self.inputs, *self.outputs, *self.intermediates] for d in n.shape)
         self._static = None
+        self._liveness = donation.Liveness.of(program.steps, sched.inputs, sched.outputs)
+        self._donation_plans: dict[tuple, dict] = {}
+        self.donated_outputs = 0  # outputs written into donated inputs, over all calls
 
     @property
     def source(self) -> str:
@@ -518,11 +525,34 @@ class CpuRuntime(Runtime):
             self.arena_bytes = max(self.arena_bytes, hit[0])
         return hit
 
-    def __call__(self, feeds: dict) -> list[np.ndarray]:
+    def __call__(self, feeds: dict, donated: frozenset = frozenset()) -> list[np.ndarray]:
         arrays, bindings = bind_inputs(self.inputs, feeds)
-        return self.run([arrays[n.arg] for n in self.inputs], bindings)
+        given = [i for i, n in enumerate(self.inputs) if n.arg in donated] if donated else ()
+        return self.run([arrays[n.arg] for n in self.inputs], bindings, given)
 
-    def run(self, ins: list, bindings: dict) -> list[np.ndarray]:
+    def _outputs(self, ins: list, out_shapes: list, donated) -> list[np.ndarray]:
+        """The call's output arrays: carved from donated inputs where `donation.plan` puts them,
+        else from the output pool (large ones: reused blocks)."""
+        placed = {}
+        if donated:
+            donors = donation.safe_donors(ins, donated, [_address(a) for a in ins])
+            key = (tuple((j, ins[j].nbytes) for j in donors), tuple(out_shapes))
+            placed = self._donation_plans.get(key)
+            if placed is None:
+                out_bytes = [int(np.prod(s, dtype=np.int64)) * np.dtype(dt).itemsize
+                             for s, dt in zip(out_shapes, self._out_dtypes)]
+                placed = donation.plan(self._liveness, {j: ins[j].nbytes for j in donors}, out_bytes)
+                with self._lock:
+                    if len(self._donation_plans) >= BINDINGS_KEPT:
+                        self._donation_plans.clear()
+                    self._donation_plans[key] = placed
+            if placed:
+                with self._lock:
+                    self.donated_outputs += len(placed)
+        return [donation.carve(ins[placed[i][0]], placed[i][1], s, dt) if i in placed else POOL.empty(s, dt)
+                for i, (s, dt) in enumerate(zip(out_shapes, self._out_dtypes))]
+
+    def run(self, ins: list, bindings: dict, donated=()) -> list[np.ndarray]:
         team, f64 = self._threads or threads(), self.arithmetic.precision == "float64"
         layout = self._static
         if layout is None or layout[0] != (team, f64):
@@ -531,7 +561,7 @@ class CpuRuntime(Runtime):
                 self._static = layout
         total, _, _, out_shapes, offsets_at, dims_at = layout[1]
         ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
-        outs = [POOL.empty(s, dt) for s, dt in zip(out_shapes, self._out_dtypes)]  # large ones: reused blocks
+        outs = self._outputs(ins, out_shapes, donated)
         # this thread's arena and pointer table, kept between calls: a thread runs one call at a time
         shared = _ARENA.__dict__
         arena = shared.get("arena")
@@ -573,4 +603,5 @@ class CpuRuntime(Runtime):
     def stats(self) -> dict:
         return {"device": "cpu", "kernels": len({s.name for s in self.program.steps}),
                 "steps": len(self.program.steps), "arena_bytes": int(self.arena_bytes),
+                "donated_outputs": self.donated_outputs,
                 "library": str(self.library_path)}

@@ -1,0 +1,79 @@
+"""Donated inputs: a caller that gives up an input's memory for a call (aot_autograd's donated
+buffers: the activations a backward graph reads and nothing else holds) lets the call write
+outputs into it once the input is read for the last time, instead of into new memory. A training
+step's backward then writes its gradients where dead activations were, and its peak no longer
+holds both.
+
+Which output may go where is static per program (`Liveness`): output `i` into input `j` only when
+every step reading `j` comes before the step writing `i` (the kernels read and write only the
+buffers their launch passes them, `steps.launch_table`). Per call, `placements` packs the
+outputs, largest first, each into the fullest donor it fits (64-byte aligned), and drops a donor
+whose memory overlaps another input's (two saved tensors that are views of one storage, the same
+tensor passed twice) or is not aligned as NumPy aligns its arrays. An output that fits nowhere takes the output pool as usual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+ALIGN = 64  # bytes: an output's offset in its donor
+DONOR_ALIGN = 16  # bytes: a donor's address, as NumPy aligns the arrays it allocates (outputs of the pool too)
+MIN_BYTES = 1 << 16  # smaller outputs take the output pool: a donor's room goes to the large ones
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """Per output, the step writing it (-1: none a donation may precede); per input, the last step
+    reading it (-1: none)."""
+
+    writes: tuple[int, ...]
+    last_read: tuple[int, ...]
+
+    @staticmethod
+    def of(steps, inputs, outputs) -> Liveness:
+        written = {id(st.output): i for i, st in enumerate(steps) if not st.absorbed}
+        read: dict[int, int] = {}
+        for i, st in enumerate(steps):
+            for b in st.inputs:
+                read[id(b)] = i
+        return Liveness(tuple(written.get(id(n), -1) for n in outputs), tuple(read.get(id(n), -1) for n in inputs))
+
+
+def plan(live: Liveness, donor_bytes: dict[int, int], out_bytes: list[int]) -> dict[int, tuple[int, int]]:
+    """{output: (donated input, byte offset)} for outputs of `out_bytes` into the donors of
+    `donor_bytes` (input -> its size): each output, largest first, into the donor with the least
+    room that holds it among those read for the last time before the output is written."""
+    used = dict.fromkeys(donor_bytes, 0)
+    placed: dict[int, tuple[int, int]] = {}
+    for i in sorted(range(len(out_bytes)), key=lambda i: -out_bytes[i]):
+        size, step = out_bytes[i], live.writes[i]
+        if size < MIN_BYTES or step < 0:
+            continue
+        fits = [(donor_bytes[j] - used[j], j) for j in donor_bytes
+                if live.last_read[j] < step and donor_bytes[j] - used[j] >= size]
+        if fits:
+            _, j = min(fits)
+            placed[i] = (j, used[j])
+            used[j] += -(-size // ALIGN) * ALIGN
+    return placed
+
+
+def safe_donors(ins: list[np.ndarray], donated, addresses: list[int]) -> list[int]:
+    """The donated inputs whose memory is theirs alone among `ins` (at `addresses`) and aligned."""
+    starts = np.array(addresses, np.int64)
+    ends = starts + np.array([a.nbytes for a in ins], np.int64)
+    out = []
+    for j in donated:
+        if ins[j].nbytes and starts[j] % DONOR_ALIGN == 0 and ins[j].flags.c_contiguous and ins[j].flags.writeable \
+                and int(np.count_nonzero((starts < ends[j]) & (ends > starts[j]))) == 1:
+            out.append(j)
+    return out
+
+
+def carve(donor: np.ndarray, offset: int, shape: tuple, dtype) -> np.ndarray:
+    """The output array of `shape` and `dtype` at `offset` bytes into `donor`'s memory (a view:
+    it keeps the donor's memory alive)."""
+    n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return donor.reshape(-1).view(np.uint8)[offset:offset + n].view(dtype).reshape(shape)

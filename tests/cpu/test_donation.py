@@ -1,0 +1,94 @@
+"""Donated inputs (`kernels/cpu/donation.py`): a call may write an output into an input whose memory
+the caller gives up, only once every step reading that input is done, and never into memory another
+input shares; the values are the same either way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal import devices
+from luminal.kernels.cpu import donation
+
+pytestmark = pytest.mark.skipif(not devices.get("cpu").available, reason="no C compiler")
+
+
+@pytest.fixture(autouse=True)
+def _built_now(monkeypatch):
+    monkeypatch.setenv("LUMINAL_TIERED", "0")
+    monkeypatch.setenv("LUMINAL_COMPILE_CACHE", "0")
+
+
+def _graph():
+    """a and b read by the first GEMM only; w2 by the second, which writes the output."""
+    g = lm.Graph("donation")
+    a, b = g.input("a", (64, 1024)), g.input("b", (64, 1024))
+    w, w2 = g.input("w", (1024, 256)), g.input("w2", (256, 256))
+    h = (a + b) @ w
+    g.output((h @ w2).sigmoid(), "out")
+    g.output(h.sum(-1), "small")  # under donation.MIN_BYTES: the output pool's
+    return g.compile(device="cpu")
+
+
+def _feeds(seed=0):
+    rng = np.random.default_rng(seed)
+    return {"a": rng.standard_normal((64, 1024)).astype(np.float32),
+            "b": rng.standard_normal((64, 1024)).astype(np.float32),
+            "w": rng.standard_normal((1024, 256)).astype(np.float32) / 32,
+            "w2": rng.standard_normal((256, 256)).astype(np.float32) / 16}
+
+
+def test_an_output_goes_into_an_input_read_for_the_last_time_before_it():
+    cg = _graph()
+    want = cg(_feeds())
+    feeds = _feeds()
+    before = cg.runtime.stats()["donated_outputs"]
+    got = cg.call_donating(feeds, frozenset({"a"}))
+    assert np.shares_memory(got[0], feeds["a"])
+    assert not np.shares_memory(got[1], feeds["a"])
+    for g_, w_ in zip(got, want):
+        np.testing.assert_array_equal(g_, w_)
+    assert cg.runtime.stats()["donated_outputs"] == before + 1
+    again = cg(_feeds())  # a later call without donations: outputs of its own
+    assert not np.shares_memory(again[0], got[0])
+    np.testing.assert_array_equal(again[0], want[0])
+
+
+def test_an_input_the_writing_step_reads_is_not_written():
+    cg = _graph()
+    want = cg(_feeds())
+    feeds = _feeds()
+    got = cg.call_donating(feeds, frozenset({"w2"}))  # the output's own step reads w2
+    assert not any(np.shares_memory(o, feeds["w2"]) for o in got)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(feeds["w2"], _feeds()["w2"])  # left as given
+
+
+def test_shared_or_misaligned_memory_is_never_a_donor():
+    cg = _graph()
+    feeds = _feeds()
+    want = cg(feeds)
+    same = dict(feeds, b=feeds["a"])  # one array as two inputs: the other still reads it
+    ref = cg(dict(same))
+    got = cg.call_donating(dict(same), frozenset({"a"}))
+    assert not np.shares_memory(got[0], same["a"])
+    np.testing.assert_array_equal(got[0], ref[0])
+    raw = np.zeros(64 * 1024 + 1, np.float32)
+    odd = raw[1:].reshape(64, 1024)  # 4 bytes past an aligned address
+    odd[:] = feeds["a"]
+    got = cg.call_donating(dict(feeds, a=odd), frozenset({"a"}))
+    assert not np.shares_memory(got[0], raw)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_the_plan_packs_largest_first_into_the_fullest_donor_that_fits():
+    live = donation.Liveness(writes=(5, 5, 2, -1), last_read=(1, 4, 3))
+    big, mid = 4 << 20, 1 << 20
+    placed = donation.plan(live, {0: 5 << 20, 1: 2 << 20, 2: 8 << 20}, [big, mid, mid, mid])
+    assert placed[0] == (0, 0)  # the largest: only input 0 holds it among those read before step 5
+    assert placed[1] == (0, big)  # then the fullest that fits: input 0's last megabyte
+    assert 2 not in placed  # written at step 2: only input 0 is read by then, and it is full
+    assert 3 not in placed  # written by no step a donation may precede
+    small = donation.plan(live, {0: 5 << 20}, [donation.MIN_BYTES - 1, 0, 0, 0])
+    assert small == {}
