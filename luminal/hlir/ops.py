@@ -18,8 +18,10 @@ Semantics (the NumPy runtime in `luminal/runtime/` is the executable form of thi
   hi32(counter), 0, 0), both as unsigned 32-bit words; its first output word x gives
   (x >> 8) * 2**-24. Random ops are built from it (`luminal/builder/random.py`).
 - SUM_REDUCE, MAX_REDUCE (arg = axis): remove that axis; accumulate in the input dtype (the
-  builder casts f16/bf16 to f32 first and back after); MAX_REDUCE propagates NaN, and over an
-  empty axis yields the dtype's lowest value.
+  builder casts f16/bf16 to f32 first and back after); MAX_REDUCE propagates NaN, gives a zero
+  maximum the sign of the axis's first zero (the sequential chain's; CUDA's parallel reductions
+  may give either zero, as IEEE 754 allows), and over an empty axis yields the dtype's lowest
+  value.
 - IOTA (arg = length): 0, 1, ..., n-1 in an integer dtype.
 - GATHER (src = data, index; arg = axis): out[i..] = data[i.. with index[i..] on axis];
   index has an integer dtype, the rank of data and its shape except on `axis`; indices in

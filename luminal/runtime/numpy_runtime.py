@@ -103,7 +103,17 @@ def _sum(node, b, x):
 def _max(node, b, x):
     dt = node.dtype.numpy
     lowest = False if dt == np.bool_ else (-np.inf if node.dtype.is_float else np.iinfo(dt).min)
-    return np.max(x, axis=node.arg, initial=lowest).astype(dt, copy=False)
+    out = np.asarray(np.max(x, axis=node.arg, initial=lowest)).astype(dt, copy=False)
+    if node.dtype.is_float and x.shape[node.arg]:
+        # a zero maximum has the sign of the first zero along the axis, as the sequential chain
+        # (`acc = x > acc ? x : acc`) the C and CUDA kernels define it by (NumPy's own max keeps
+        # whichever its vector lanes meet last)
+        zero = out == 0
+        if zero.any():
+            first = np.expand_dims(np.argmax(x == 0, axis=node.arg), node.arg)
+            negative = np.signbit(np.take_along_axis(x, first, axis=node.arg).astype(np.float64)).squeeze(node.arg)
+            out = np.where(zero, np.where(negative, -0.0, 0.0).astype(dt), out).astype(dt, copy=False)
+    return out
 
 
 @impl(Op.IOTA)
