@@ -21,7 +21,7 @@ def _built_now(monkeypatch):
 
 
 def _graph():
-    """a and b read by the first GEMM only; w2 by the second, which writes the output."""
+    """a and b read by their sum only; w2 by the second GEMM, which writes the output."""
     g = lm.Graph("donation")
     a, b = g.input("a", (64, 1024)), g.input("b", (64, 1024))
     w, w2 = g.input("w", (1024, 256)), g.input("w2", (256, 256))
@@ -43,13 +43,16 @@ def test_an_output_goes_into_an_input_read_for_the_last_time_before_it():
     cg = _graph()
     want = cg(_feeds())
     feeds = _feeds()
-    before = cg.runtime.stats()["donated_outputs"]
+    before = cg.runtime.stats()
     got = cg.call_donating(feeds, frozenset({"a"}))
     assert np.shares_memory(got[0], feeds["a"])
     assert not np.shares_memory(got[1], feeds["a"])
     for g_, w_ in zip(got, want):
         np.testing.assert_array_equal(g_, w_)
-    assert cg.runtime.stats()["donated_outputs"] == before + 1
+    after = cg.runtime.stats()
+    assert after["donated_outputs"] == before["donated_outputs"] + 1
+    # the first GEMM's result, an intermediate written once a + b is read, went into a as well
+    assert after["donated_intermediates"] > before["donated_intermediates"]
     again = cg(_feeds())  # a later call without donations: outputs of its own
     assert not np.shares_memory(again[0], got[0])
     np.testing.assert_array_equal(again[0], want[0])
@@ -92,3 +95,26 @@ def test_the_plan_packs_largest_first_into_the_fullest_donor_that_fits():
     assert 3 not in placed  # written by no step a donation may precede
     small = donation.plan(live, {0: 5 << 20}, [donation.MIN_BYTES - 1, 0, 0, 0])
     assert small == {}
+
+
+def test_intermediates_share_a_donor_only_when_their_lifetimes_do_not_meet():
+    live = donation.Liveness(writes=(9,), last_read=(0, 0))
+    mb = 1 << 20
+    sizes = [2 * mb, 2 * mb, 2 * mb, 3 * mb]
+    intervals = [(1, 3), (2, 5), (4, 6), (7, 8)]
+    got = donation.place(live, {0: 4 * mb, 1: 3 * mb}, [mb], sizes, intervals, movable=[0, 1, 2])
+    assert got.outputs == {0: (1, 0)}  # the fuller donor that holds it
+    assert 3 not in got.intermediates  # not movable: the arena's
+    spans = {k: (j, off, off + sizes[k]) for k, (j, off) in got.intermediates.items()}
+    for a in spans:
+        for b in spans:
+            ja, lo_a, hi_a = spans[a]
+            jb, lo_b, hi_b = spans[b]
+            meet = intervals[a][0] <= intervals[b][1] and intervals[b][0] <= intervals[a][1]
+            if a < b and ja == jb and meet:
+                assert hi_a <= lo_b or hi_b <= lo_a, (a, b, spans)
+    for k, (j, off, end) in spans.items():
+        assert end <= {0: 4 * mb, 1: 3 * mb}[j]
+        if j == 1:  # the output's megabyte is taken from step 9 on: none of these lives that long
+            assert intervals[k][1] < 9 or off >= mb
+    assert got.total >= sizes[3] and all(got.offsets[k] == 0 for k in spans)

@@ -25,14 +25,15 @@ from luminal.kernels.render.cexpr import rendering
 from luminal.kernels.render.cstyle import KernelSpec, buffer_sources
 
 # The driver: every launch of the table in order. A step of the table is
-#   kernel, n_ptrs, n_dims, ptr codes (>= 0: bufs[code]; < 0: arena + offsets[-1 - code]), dim codes (dims[code])
+#   kernel, n_ptrs, n_dims, ptr codes (>= 0: bufs[code]; < 0: tmps[-1 - code], the intermediates'
+#   buffers: in the arena, or in a donated input), dim codes (dims[code])
 DRIVER = r"""typedef void (*lum_kernel_fn)(void* const* p, const long long* d, int* err);
 static const lum_kernel_fn lum_kernels[] = {@KERNELS@};
 const int lum_kernel_count = @COUNT@;
 const int lum_kernel_arity[] = {@ARITY@};  /* pointers, dims and err flag of each kernel */
 const char lum_kernel_names[] = "@NAMES@";
-void lum_run(const long long* table, long long n_steps, void* const* bufs, const long long* dims, char* arena,
-             const long long* offsets, int* err, int threads, double* seconds, int f64) {
+void lum_run(const long long* table, long long n_steps, void* const* bufs, const long long* dims, void* const* tmps,
+             int* err, int threads, double* seconds, int f64) {
   lum_f64 = f64;
   /* The OpenMP settings are the calling thread's, shared with torch's libgomp: restored on return
      (dynamic teams left on made torch's oneDNN bf16 GEMMs return NaNs). */
@@ -50,7 +51,7 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
   const long long* t = table;
   for (long long s = 0; s < n_steps; ++s) {
     const long long np = t[1], nd = t[2];
-    for (long long i = 0; i < np; ++i) { long long c = t[3 + i]; p[i] = c >= 0 ? bufs[c] : (void*)(arena + offsets[-1 - c]); }
+    for (long long i = 0; i < np; ++i) { long long c = t[3 + i]; p[i] = c >= 0 ? bufs[c] : tmps[-1 - c]; }
     for (long long i = 0; i < nd; ++i) d[i] = dims[t[3 + np + i]];
     if (seconds) {
       double t0 = omp_get_wtime();

@@ -6,6 +6,9 @@ call, `lum_run` over the launch table (`steps.launch_table`) with the GIL releas
   call returns, so a training step's forward and backward share one buffer; threads never share one.
 - The error flag (1: an index out of range, 2: an integer Mod by zero) is the call's own.
 - Large outputs are carved from blocks reused once their arrays are gone (`output_pool.py`).
+- A call given donated inputs (a backward's saved activations) writes outputs and intermediates
+  into them once they are read for the last time (`donation.py`): the driver takes a pointer per
+  intermediate (`tmps`), in the arena or in a donor.
 - OpenMP and the BLAS (`_Blas`) get `threads()`; the precision is read per call (README: "The
   compiled CPU backend").
 - `artifacts()` (the library's key and the launch table, plain JSON) lets a later process load the
@@ -429,7 +432,7 @@ class CpuRuntime(Runtime):
         self._run = lib.lum_run
         self._run.restype = None
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+                              ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
         self._lib = lib
         self._table = np.array(launch_table(program, lambda n: slot[id(n)]) or [0], np.int64)
         self._table_at = self._table.ctypes.data
@@ -450,6 +453,8 @@ class CpuRuntime(Runtime):
         self._liveness = donation.Liveness.of(program.steps, sched.inputs, sched.outputs)
         self._donation_plans: dict[tuple, dict] = {}
         self.donated_outputs = 0  # outputs written into donated inputs, over all calls
+        self.donated_intermediates = 0  # intermediates likewise
+        self.donation_arena_bytes = 0  # the arena's largest need in a call with donations
 
     @property
     def source(self) -> str:
@@ -517,7 +522,8 @@ class CpuRuntime(Runtime):
         offsets = np.array(layout.offsets or (0,), np.int64)
         dims = np.array([bindings[s] for s in self.program.symbols] or [0], np.int64)
         out_shapes = [shape(n) for n in self._declared]
-        hit = (max(layout.total, 1), offsets, dims, out_shapes, offsets.ctypes.data, dims.ctypes.data)  # arrays kept: addresses stay valid
+        # arrays kept: addresses stay valid; `key` names the layout in a donation's plan
+        hit = (max(layout.total, 1), offsets, dims, out_shapes, sizes, key, dims.ctypes.data)
         with self._lock:
             self._layouts[key] = hit
             while len(self._layouts) > BINDINGS_KEPT:
@@ -530,27 +536,32 @@ class CpuRuntime(Runtime):
         given = [i for i, n in enumerate(self.inputs) if n.arg in donated] if donated else ()
         return self.run([arrays[n.arg] for n in self.inputs], bindings, given)
 
-    def _outputs(self, ins: list, out_shapes: list, donated) -> list[np.ndarray]:
-        """The call's output arrays: carved from donated inputs where `donation.plan` puts them,
-        else from the output pool (large ones: reused blocks)."""
-        placed = {}
-        if donated:
-            donors = donation.safe_donors(ins, donated, [_address(a) for a in ins])
-            key = (tuple((j, ins[j].nbytes) for j in donors), tuple(out_shapes))
-            placed = self._donation_plans.get(key)
-            if placed is None:
-                out_bytes = [int(np.prod(s, dtype=np.int64)) * np.dtype(dt).itemsize
-                             for s, dt in zip(out_shapes, self._out_dtypes)]
-                placed = donation.plan(self._liveness, {j: ins[j].nbytes for j in donors}, out_bytes)
-                with self._lock:
-                    if len(self._donation_plans) >= BINDINGS_KEPT:
-                        self._donation_plans.clear()
-                    self._donation_plans[key] = placed
-            if placed:
-                with self._lock:
-                    self.donated_outputs += len(placed)
-        return [donation.carve(ins[placed[i][0]], placed[i][1], s, dt) if i in placed else POOL.empty(s, dt)
-                for i, (s, dt) in enumerate(zip(out_shapes, self._out_dtypes))]
+    def _placement(self, ins: list, hit, donated) -> donation.Placement | None:
+        """Where this call's outputs and intermediates go given the donated inputs (`donation.place`,
+        cached per donors' sizes and layout); None: nothing goes into a donor."""
+        donors = donation.safe_donors(ins, donated, [_address(a) for a in ins])
+        if not donors:
+            return None
+        out_shapes, sizes, key = hit[3], hit[4], hit[5]
+        plan_key = (tuple((j, ins[j].nbytes) for j in donors), key)
+        placed = self._donation_plans.get(plan_key)
+        if placed is None:
+            out_bytes = [int(np.prod(s, dtype=np.int64)) * np.dtype(dt).itemsize
+                         for s, dt in zip(out_shapes, self._out_dtypes)]
+            movable = [k for k, scratch in enumerate(self._tile_scratch) if scratch is None]  # a fused GEMM's scratch stays
+            placed = donation.place(self._liveness, {j: ins[j].nbytes for j in donors}, out_bytes, sizes,
+                                    self.intervals, movable)
+            with self._lock:
+                if len(self._donation_plans) >= BINDINGS_KEPT:
+                    self._donation_plans.clear()
+                self._donation_plans[plan_key] = placed
+        if not placed.outputs and not placed.intermediates:
+            return None
+        with self._lock:
+            self.donated_outputs += len(placed.outputs)
+            self.donated_intermediates += len(placed.intermediates)
+            self.donation_arena_bytes = max(self.donation_arena_bytes, placed.total)
+        return placed
 
     def run(self, ins: list, bindings: dict, donated=()) -> list[np.ndarray]:
         team, f64 = self._threads or threads(), self.arithmetic.precision == "float64"
@@ -559,10 +570,17 @@ class CpuRuntime(Runtime):
             layout = ((team, f64), self._layout(bindings, team, f64))
             if self._fixed:
                 self._static = layout
-        total, _, _, out_shapes, offsets_at, dims_at = layout[1]
+        hit = layout[1]
+        total, offsets, _, out_shapes, _, _, dims_at = hit
         ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
-        outs = self._outputs(ins, out_shapes, donated)
-        # this thread's arena and pointer table, kept between calls: a thread runs one call at a time
+        placed = self._placement(ins, hit, donated) if donated else None
+        if placed is not None:
+            total, offsets = placed.total, placed.offsets
+            outs = [donation.carve(ins[placed.outputs[i][0]], placed.outputs[i][1], s, dt) if i in placed.outputs
+                    else POOL.empty(s, dt) for i, (s, dt) in enumerate(zip(out_shapes, self._out_dtypes))]
+        else:
+            outs = [POOL.empty(s, dt) for s, dt in zip(out_shapes, self._out_dtypes)]  # large ones: reused blocks
+        # this thread's arena and pointer tables, kept between calls: a thread runs one call at a time
         shared = _ARENA.__dict__
         arena = shared.get("arena")
         if arena is None or arena.nbytes < total:
@@ -570,6 +588,15 @@ class CpuRuntime(Runtime):
             arena = shared["arena"] = np.empty(total, np.uint8)
             shared["arena_at"] = _address(arena)
         mine = self._scratch.__dict__
+        if placed is not None:  # the intermediates' pointers: this call's own
+            tmps = offsets.astype(np.uint64) + np.uint64(shared["arena_at"])
+            for k, (j, off) in placed.intermediates.items():
+                tmps[k] = _address(ins[j]) + off
+        else:  # in the arena: kept while the layout and the arena are the same
+            tmps = mine.get("tmps")
+            if tmps is None or mine["tmps_of"] is not offsets or mine["tmps_at"] != shared["arena_at"]:
+                tmps = mine["tmps"] = offsets.astype(np.uint64) + np.uint64(shared["arena_at"])
+                mine["tmps_of"], mine["tmps_at"] = offsets, shared["arena_at"]  # held: never another layout's
         bufs = mine.get("bufs")
         if bufs is None:
             bufs = mine["bufs"] = (ctypes.c_void_p * len(self._template)).from_buffer_copy(self._template)
@@ -580,7 +607,7 @@ class CpuRuntime(Runtime):
         for i, o in enumerate(outs):
             bufs[k + i] = _address(o)
         err = ctypes.c_int(0)
-        self._run(self._table_at, self._n_steps, bufs, dims_at, shared["arena_at"], offsets_at, ctypes.byref(err), team,
+        self._run(self._table_at, self._n_steps, bufs, dims_at, tmps.ctypes.data, ctypes.byref(err), team,
                   None if self._seconds is None else self._seconds.ctypes.data, f64)
         if err.value:
             if err.value & 2 and not err.value & 1:
@@ -603,5 +630,6 @@ class CpuRuntime(Runtime):
     def stats(self) -> dict:
         return {"device": "cpu", "kernels": len({s.name for s in self.program.steps}),
                 "steps": len(self.program.steps), "arena_bytes": int(self.arena_bytes),
-                "donated_outputs": self.donated_outputs,
+                "donated_outputs": self.donated_outputs, "donated_intermediates": self.donated_intermediates,
+                "donation_arena_bytes": int(self.donation_arena_bytes),
                 "library": str(self.library_path)}
