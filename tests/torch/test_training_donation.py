@@ -55,6 +55,8 @@ def test_training_steps_with_donated_activations_match_eager(monkeypatch):
         for (name, p), q in zip(eager.named_parameters(), model.parameters()):
             torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=name)
     assert _backward_runtime().stats()["donated_outputs"] > 0  # the gradients above were written into activations
+    backward = [g for _, g in STATS.compiled.numbered() if g.name.endswith("_backward")][-1]
+    assert "donated inputs took" in str(backward.report())
 
 
 def test_a_retained_graph_is_never_read_after_it_was_written(monkeypatch):

@@ -6,6 +6,8 @@
     steps.py    steps, program and launch table: what a restored runtime needs, without the renderer
     build.py    the system C compiler -> one shared library, cached on disk by content hash
     runtime.py  `CpuRuntime`: ctypes, one native call per call; `make` falls back to the NumPy runtime
+    donation.py a call's outputs and intermediates in inputs the caller gives up (a backward's saved activations)
+    artifacts.py  a later process's runtime from `artifacts()`, checked against the graph and the library
     tiered.py   a cold library builds in the background while the first call runs on the NumPy runtime
     build_queue.py  every compiler in one of the process's slots (one per core); a freed graph's build cancelled
     isa.py      LUMINAL_ISA: this CPU's instruction set, or AVX2 (as a CPU without AVX-512)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import collections
 import ctypes
 import glob
-import hashlib
 import logging
 import os
 import sys
@@ -36,9 +35,10 @@ from luminal.hlir.ops import Op
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build, donation, gemm_avx512, isa
+from luminal.kernels.cpu.artifacts import ARTIFACTS_FORMAT, code_version, restore
 from luminal.kernels.cpu.choices import DEFAULT, Choices
 from luminal.kernels.cpu.output_pool import POOL
-from luminal.kernels.cpu.steps import CProgram, CStep, direct_conv, im2col_scratch, launch_table, written_in_place
+from luminal.kernels.cpu.steps import direct_conv, im2col_scratch, launch_table, written_in_place
 from luminal.precision import Arithmetic, C
 from luminal.runtime.binding import bind_inputs, index_error
 from luminal.runtime.protocol import Runtime
@@ -239,28 +239,6 @@ def _address(a: np.ndarray) -> int:
         return a.ctypes.data
 
 
-# --- artifacts: the runtime of a later process, without rendering --------------------------------
-ARTIFACTS_FORMAT = 1
-_code: list[str] = []
-
-
-def code_version() -> str:
-    """A hash of what decides a graph's C and its build (renderers, plan, flags, compiler)."""
-    if not _code:
-        root = Path(__file__).parent.parent
-        h = hashlib.sha256()
-        for f in sorted([*root.glob("cpu/*.py"), *root.glob("render/*.py"), root / "plan.py"]):
-            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-        h.update("\0".join(build.flags()).encode())
-        _code.append(h.hexdigest()[:16])
-    cc = build.compiler()
-    try:  # the compiler by its file (no `cc --version` process on the warm path)
-        st = os.stat(os.path.realpath(cc)) if cc else None
-    except OSError:
-        st = None
-    return f"{_code[0]} {cc} {st.st_size}:{st.st_mtime_ns}" if st else f"{_code[0]} none"
-
-
 def _copy_of(library: Path, tag: str) -> Path:
     """A copy of `library` beside it (written atomically, once): dlopen shares one loaded object,
     with its globals, per file (by its inode too, so not a hard link)."""
@@ -280,86 +258,6 @@ def _copy_of(library: Path, tag: str) -> Path:
     return copy
 
 
-class ArtifactMismatch(Exception):
-    pass
-
-
-def _restore(outputs: list, data) -> tuple[CProgram, Path] | None:
-    """(the program without source, the library) that `data` (an `artifacts()` dict) describes
-    for the graph `outputs`, or None (debug-logged) when anything fails to check out."""
-    try:
-        return _restored(outputs, data)
-    except (ArtifactMismatch, AttributeError, KeyError, TypeError, ValueError, IndexError, OSError) as exc:
-        LOG.debug("cpu runtime: stored artifacts not used: %s: %s", type(exc).__name__, exc)
-        return None
-
-
-def _restored(outputs, data) -> tuple[CProgram, Path] | None:
-    if not isinstance(data, dict) or data.get("format") != ARTIFACTS_FORMAT or data.get("code") != code_version():
-        raise ArtifactMismatch("another format or code version")
-    kernels, symbols, table = data["kernels"], data["symbols"], data["steps"]
-    if not (isinstance(kernels, list) and isinstance(symbols, list) and isinstance(table, list)
-            and all(type(x) is str for x in kernels + symbols) and all(type(x) is int for x in table)):
-        raise ArtifactMismatch("malformed")
-    library = build.cached(str(data["library"]))
-    if library is None:
-        raise ArtifactMismatch("the library is no longer in the cache")
-    lib = ctypes.CDLL(str(library))
-    count = ctypes.c_int.in_dll(lib, "lum_kernel_count").value
-    names = ctypes.string_at(ctypes.addressof(ctypes.c_char.in_dll(lib, "lum_kernel_names"))).decode().split()
-    arity = list((ctypes.c_int * (3 * max(count, 1))).in_dll(lib, "lum_kernel_arity"))
-    if names != kernels or count != len(kernels):
-        raise ArtifactMismatch("the library holds other kernels")
-    from luminal.kernels.plan import Schedule  # the renderer's modules: not on a cold first call's path (`tiered`)
-
-    sched = Schedule.build(outputs)
-    known = {str(s) for n in sched.inputs for d in n.shape for s in getattr(d, "free_symbols", ())}
-    if not set(symbols) <= known:
-        raise ArtifactMismatch("dims the inputs do not bind")
-    if any(x < 0 for x in table):
-        raise ArtifactMismatch("a negative entry")
-    from luminal.kernels.render.cstyle import buffer_sources, symbols_of
-
-    buffers = [*sched.weights, *sched.inputs, *sched.nodes]
-    steps, i, prefix, fused = [], 0, {}, None
-    for s, node in enumerate(sched.nodes):  # a step: kernel, n_in, input positions, n_sym, dim indices
-        k, n_in = table[i], table[i + 1]
-        where = table[i + 2:i + 2 + n_in]
-        i += 3 + n_in + table[i + 2 + n_in]
-        name, absorbed = kernels[k], False
-        # The operands are the graph's, not the table's (an edited table could hand a kernel a smaller
-        # buffer than it reads, or another dim): the table only picks the kernel, and must agree.
-        inputs, syms = buffer_sources(node), symbols_of(node, extra=[x.shape for x in node.src])
-        stored = [buffers[j] for j in where]
-        if len(stored) != len(inputs) or any(a is not b for a, b in zip(stored, inputs)):
-            fused = _fused_steps(sched) if fused is None else fused  # a convolution's fused GEMM and its copies
-            step = fused.get(id(node))
-            if step is None or step.name != name or len(stored) != len(step.inputs) or any(
-                    a is not b for a, b in zip(stored, step.inputs)):
-                raise ArtifactMismatch(f"step {s} ({node.op.title}) reads other buffers than its node")
-            inputs, syms, absorbed = step.inputs, step.symbols, step.absorbed
-        if (arity[3 * k] != 1 + len(inputs) or arity[3 * k + 1] != len(syms) or not set(syms) <= set(symbols)
-                or not name.startswith(prefix.get(node.op) or prefix.setdefault(node.op, node.op.title.lower() + "_"))):
-            raise ArtifactMismatch(f"step {s} does not fit its node ({node.op.title}) or its kernel ({name})")
-        steps.append(CStep(name, node, inputs, syms, bool(arity[3 * k + 2]), absorbed))
-    if i != len(table):
-        raise ArtifactMismatch("a table of another length")
-    return CProgram(None, None, steps, sched, symbols, kernels), library
-
-
-def _fused_steps(sched) -> dict[int, CStep]:
-    """The steps `program.render_program` fuses (a convolution's im2col GEMM), by id of their node,
-    named as it names them."""
-    from luminal.kernels.cpu.program import _fused_step, _fusions, step_of
-
-    plans, absorbed = _fusions(sched)
-    steps = {}
-    for node in sched.nodes:
-        found = _fused_step(node, plans, absorbed)
-        if found is not None:
-            steps[id(node)] = step_of(found, node, id(node) in absorbed)[1]
-    return steps
-
 
 # --- the runtime ----------------------------------------------------------------------------------
 class CpuRuntime(Runtime):
@@ -376,7 +274,7 @@ class CpuRuntime(Runtime):
         outputs = written_in_place(self._declared)
         self.arithmetic = arithmetic
         self.choices = choices
-        restored = _restore(outputs, artifacts) if artifacts is not None else None
+        restored = restore(outputs, artifacts) if artifacts is not None else None
         if restored is None:
             from luminal.kernels.cpu.program import render_program  # not imported by a restored runtime
 
@@ -626,6 +524,15 @@ class CpuRuntime(Runtime):
             entry[0] += t
             entry[1] += 1
         return sorted(((k, v[0], v[1]) for k, v in by.items()), key=lambda r: -r[1])[:top]
+
+    def report_lines(self) -> list[str]:
+        """The arena, and what donated inputs took (`donation.py`), over the calls so far."""
+        lines = [f"  cpu: largest arena {self.arena_bytes / 2**20:.2f} MiB"]
+        if self.donated_outputs or self.donated_intermediates:
+            lines.append(f"  cpu: donated inputs took {self.donated_outputs} output(s) and {self.donated_intermediates} "
+                         f"intermediate(s) over the calls so far; the arena in those calls "
+                         f"{self.donation_arena_bytes / 2**20:.2f} MiB")
+        return lines
 
     def stats(self) -> dict:
         return {"device": "cpu", "kernels": len({s.name for s in self.program.steps}),
