@@ -58,8 +58,8 @@ In each:
 aot_eager compiles nothing (Dynamo and aot_autograd around eager kernels): its peak is the floor
 under any torch.compile backend's (their graphs, fake tensors and guards). After its timed steps
 the luminal process also times `ROUNDS` alternating rounds of an eager copy of the model and the
-compiled one (`alternating_rounds`): both under the same moments of a shared machine, where two
-processes minutes apart saw eager's own step move by 30%.
+compiled one (`alternating_rounds`): both under the same moments of a shared machine, a steadier
+ratio than that of two processes run minutes apart.
 The luminal process also checks that luminal really ran the training: `luminal.stats()` lists a
 graph whose name ends with `_backward` with calls > 0, and
 `luminal.frontends.torch.dynamo.EAGER_FALLBACKS` is empty. Otherwise its row says
@@ -227,11 +227,7 @@ def worker(name: str, config: str, steps: int) -> dict:
     opt = torch.optim.AdamW(module.parameters(), lr=1e-3)
 
     def step() -> float:
-        loss = module(*batch)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return float(loss.detach())
+        return train_step(module, opt, batch)
 
     losses = []
     t0 = time.perf_counter()
@@ -265,7 +261,7 @@ def worker(name: str, config: str, steps: int) -> dict:
         import luminal
         from luminal.frontends.torch.dynamo import EAGER_FALLBACKS
 
-        row.update(alternating_rounds(module, batch, opt, step))
+        row.update(alternating_rounds(module, batch, step))
 
         graphs = luminal.stats()["graphs"]
         row["luminal_graphs"] = graphs
@@ -279,7 +275,16 @@ def worker(name: str, config: str, steps: int) -> dict:
     return row
 
 
-def alternating_rounds(module, batch, opt, step) -> dict:
+def train_step(module, opt, batch) -> float:
+    """One training step (forward, backward, the optimizer's step, zero_grad); the loss."""
+    loss = module(*batch)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return float(loss.detach())
+
+
+def alternating_rounds(module, batch, step) -> dict:
     """After the timed steps (and their peak memory): an eager copy of the model (its weights as
     they are now, an AdamW of its own) and the compiled model take turns, one step each per round,
     `ROUNDS` rounds, the order swapped every round. Both see the same moments of a shared machine,
@@ -291,10 +296,8 @@ def alternating_rounds(module, batch, opt, step) -> dict:
     eager = copy.deepcopy(getattr(module, "_orig_mod", module))
     eager_opt = torch.optim.AdamW(eager.parameters(), lr=1e-3)
 
-    def eager_step() -> None:
-        eager(*batch).backward()
-        eager_opt.step()
-        eager_opt.zero_grad()
+    def eager_step() -> float:
+        return train_step(eager, eager_opt, batch)
 
     for _ in range(WARMUP):
         eager_step()

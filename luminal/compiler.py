@@ -199,10 +199,7 @@ class CompiledGraph:
         with self._calls_lock:
             self.calls += 1
         gate = self._after_first
-        if donated and getattr(type(self.runtime), "takes_donations", False):
-            run = functools.partial(self.runtime, donated=donated & set(feeds))
-        else:
-            run = self.runtime
+        run = functools.partial(self.runtime.call_donating, donated=donated & set(feeds)) if donated else self.runtime
         if gate is None or gate.over():
             return run(feeds)
         try:

@@ -106,8 +106,8 @@ def _max(node, b, x):
     out = np.asarray(np.max(x, axis=node.arg, initial=lowest)).astype(dt, copy=False)
     if node.dtype.is_float and x.shape[node.arg]:
         # a zero maximum has the sign of the first zero along the axis, as the sequential chain
-        # (`acc = x > acc ? x : acc`) the C and CUDA kernels define it by (NumPy's own max keeps
-        # whichever its vector lanes meet last)
+        # (`acc = x > acc ? x : acc`) the C kernels keep (NumPy's own max keeps whichever its
+        # vector lanes meet last)
         zero = out == 0
         if zero.any():
             first = np.expand_dims(np.argmax(x == 0, axis=node.arg), node.arg)

@@ -20,6 +20,11 @@ class Runtime:
     def __call__(self, feeds: dict) -> list:
         raise NotImplementedError
 
+    def call_donating(self, feeds: dict, donated: frozenset) -> list:
+        """`self(feeds)` where the caller gives up the memory of the inputs named in `donated`; a
+        runtime that can write into it overrides this (the C runtime: `kernels/cpu/donation.py`)."""
+        return self(feeds)
+
     def report_lines(self) -> list[str]:
         """Its own lines for the compile report (the kernel devices' CUDA-graph cache, ...)."""
         return []

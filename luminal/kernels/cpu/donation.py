@@ -61,7 +61,7 @@ def plan(live: Liveness, donor_bytes: dict[int, int], out_bytes: list[int]) -> d
         if fits:
             _, j = min(fits)
             placed[i] = (j, used[j])
-            used[j] += -(-size // ALIGN) * ALIGN
+            used[j] += _rounded(size)
     return placed
 
 

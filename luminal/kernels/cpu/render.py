@@ -16,6 +16,7 @@ from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
+from luminal.hlir.shape import contiguous_strides
 from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.cpu.grouped import grouped_matmul
 from luminal.kernels.render.cexpr import c_dim, compute_type
@@ -169,11 +170,7 @@ def transpose_copy(node: Node) -> tuple[list[Node], list[str], bool, str] | None
     names = list(onames)
     names.insert(j, "r")
     names.append("c")
-    out_strides, stride = [], 1
-    for d in reversed(node.shape):
-        out_strides.append(stride)
-        stride = sym.norm(stride * d)
-    out_strides.reverse()
+    out_strides = contiguous_strides(node.shape)
     out_at = " + ".join(f"{n} * {c_dim(w)}" for n, w in zip(names[:-1], out_strides[:-1])) or "0"
     value = store_value(node.dtype, read(src, names, pointer_of(src, inputs)))
     t = TRANSPOSE_TILE

@@ -266,8 +266,6 @@ class CpuRuntime(Runtime):
     A call may be given inputs whose memory the caller gives up (`donated`): outputs written after
     their last read go there (`donation.py`)."""
 
-    takes_donations = True
-
     def __init__(self, outputs, profile: bool = False, artifacts: dict | None = None, arithmetic: Arithmetic = C,
                  choices: Choices = DEFAULT):
         self._declared = list(outputs)  # the graph's outputs: their shapes are the arrays returned
@@ -349,7 +347,7 @@ class CpuRuntime(Runtime):
         self._fixed = all(sym.is_static(d) for n in [*self.inputs, *self.outputs, *self.intermediates] for d in n.shape)
         self._static = None
         self._liveness = donation.Liveness.of(program.steps, sched.inputs, sched.outputs)
-        self._donation_plans: dict[tuple, dict] = {}
+        self._donation_plans: dict[tuple, donation.Placement] = {}
         self.donated_outputs = 0  # outputs written into donated inputs, over all calls
         self.donated_intermediates = 0  # intermediates likewise
         self.donation_arena_bytes = 0  # the arena's largest need in a call with donations
@@ -429,15 +427,18 @@ class CpuRuntime(Runtime):
             self.arena_bytes = max(self.arena_bytes, hit[0])
         return hit
 
-    def __call__(self, feeds: dict, donated: frozenset = frozenset()) -> list[np.ndarray]:
+    def __call__(self, feeds: dict) -> list[np.ndarray]:
+        return self.call_donating(feeds, frozenset())
+
+    def call_donating(self, feeds: dict, donated: frozenset) -> list[np.ndarray]:
         arrays, bindings = bind_inputs(self.inputs, feeds)
         given = [i for i, n in enumerate(self.inputs) if n.arg in donated] if donated else ()
         return self.run([arrays[n.arg] for n in self.inputs], bindings, given)
 
-    def _placement(self, ins: list, hit, donated) -> donation.Placement | None:
+    def _placement(self, ins: list, addresses: list[int], hit, donated) -> donation.Placement | None:
         """Where this call's outputs and intermediates go given the donated inputs (`donation.place`,
         cached per donors' sizes and layout); None: nothing goes into a donor."""
-        donors = donation.safe_donors(ins, donated, [_address(a) for a in ins])
+        donors = donation.safe_donors(ins, donated, addresses)
         if not donors:
             return None
         out_shapes, sizes, key = hit[3], hit[4], hit[5]
@@ -471,7 +472,8 @@ class CpuRuntime(Runtime):
         hit = layout[1]
         total, offsets, _, out_shapes, _, _, dims_at = hit
         ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
-        placed = self._placement(ins, hit, donated) if donated else None
+        addresses = [_address(a) for a in ins]
+        placed = self._placement(ins, addresses, hit, donated) if donated else None
         if placed is not None:
             total, offsets = placed.total, placed.offsets
             outs = [donation.carve(ins[placed.outputs[i][0]], placed.outputs[i][1], s, dt) if i in placed.outputs
@@ -489,7 +491,7 @@ class CpuRuntime(Runtime):
         if placed is not None:  # the intermediates' pointers: this call's own
             tmps = offsets.astype(np.uint64) + np.uint64(shared["arena_at"])
             for k, (j, off) in placed.intermediates.items():
-                tmps[k] = _address(ins[j]) + off
+                tmps[k] = addresses[j] + off
         else:  # in the arena: kept while the layout and the arena are the same
             tmps = mine.get("tmps")
             if tmps is None or mine["tmps_of"] is not offsets or mine["tmps_at"] != shared["arena_at"]:
@@ -499,8 +501,8 @@ class CpuRuntime(Runtime):
         if bufs is None:
             bufs = mine["bufs"] = (ctypes.c_void_p * len(self._template)).from_buffer_copy(self._template)
         k = self._n_weights
-        for i, a in enumerate(ins):
-            bufs[k + i] = _address(a)
+        for i, a in enumerate(addresses):
+            bufs[k + i] = a
         k += self._n_inputs
         for i, o in enumerate(outs):
             bufs[k + i] = _address(o)

@@ -246,12 +246,14 @@ class TieredRuntime(Runtime):
         self._served = self._compiled
         return self._compiled
 
-    takes_donations = True  # passed on to the C runtime (the NumPy runtime's calls keep their inputs)
+    def __call__(self, feeds: dict):
+        return self.call_donating(feeds, frozenset())
 
-    def __call__(self, feeds: dict, donated: frozenset = frozenset()):
+    def call_donating(self, feeds: dict, donated: frozenset):
+        """Donations pass on to the C runtime; the NumPy runtime's calls keep their inputs."""
         compiled = self._served
         if compiled is not None:  # built, and nothing left to raise or warn: the C, directly
-            return _call(compiled, feeds, donated)
+            return compiled.call_donating(feeds, donated)
         if not self._ready.is_set():
             with self._lock:
                 first, self._first_taken = not self._first_taken, True
@@ -267,11 +269,10 @@ class TieredRuntime(Runtime):
                         return reference.run(arrays, bindings)
                 finally:
                     self._first_done.set()  # the build may start
-        return _call(self.wait(), feeds, donated)
+        return self.wait().call_donating(feeds, donated)
 
-    def run(self, ins: list, bindings: dict, donated=()):
-        runtime = self.wait()
-        return runtime.run(ins, bindings, donated) if donated and _takes_donations(runtime) else runtime.run(ins, bindings)
+    def run(self, ins: list, bindings: dict):
+        return self.wait().run(ins, bindings)
 
     def report_lines(self) -> list[str]:
         if not self._ready.is_set():
@@ -292,13 +293,3 @@ class TieredRuntime(Runtime):
         if name.startswith("__") or name in _OWN:  # not set yet (a copy, a half-made object): no recursion
             raise AttributeError(name)
         return getattr(self.wait(), name)
-
-
-def _takes_donations(runtime) -> bool:
-    return getattr(type(runtime), "takes_donations", False)  # the type's: a tiered runtime's getattr waits
-
-
-def _call(runtime, feeds: dict, donated: frozenset):
-    """`runtime(feeds)`, with the donated inputs where it takes them (the C runtime; a failed build's
-    NumPy runtime does not)."""
-    return runtime(feeds, donated) if donated and _takes_donations(runtime) else runtime(feeds)
