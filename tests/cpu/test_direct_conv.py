@@ -35,7 +35,9 @@ CASES = [
     ((1, 8, 15, 17), (9, 8, 3, 5), 2, (1, 2), 1),  # a rectangular kernel, different paddings
     ((1, 4, 20, 20), (6, 4, 3, 3), 1, 2, 2),  # dilation 2
     ((1, 6, 9, 9), (13, 6, 3, 3), 1, 0, 1),  # no padding: X is the input itself
-    ((1, 16, 7, 7), (40, 16, 3, 3), 1, 1, 1),  # a small image: 6 x 16 micro-tiles
+    ((1, 16, 7, 7), (40, 16, 3, 3), 1, 1, 1),  # a small image: 6 x 16 micro-tiles, channels in blocks of 6
+    ((1, 24, 7, 7), (100, 24, 3, 3), 1, 1, 1),  # blocks of 12 channels, the last of 4
+    ((2, 16, 14, 14), (64, 16, 3, 3), 2, 1, 1),  # a stride-2 downsample of a small image, a batch of 2
     ((1, 72, 10, 10), (20, 72, 3, 3), 1, 1, 1),  # depth 648: two of the micro-kernel's depth blocks and part of one
     ((1, 6, 11, 12), (5, 6, 2, 3), 3, ((1, 0), (2, 1)), 1),  # stride 3, ONNX-style asymmetric pads
     ((1, 4, 30), (5, 4, 3), 1, 1, 1),  # 1-D: one output row
@@ -158,8 +160,14 @@ def test_the_micro_tile_is_the_one_wasting_least():
     assert geometry(256, 7, 7).nr == 16  # 61 positions: 64 in micro-tiles of 16, 72 of 24
     g = geometry(64, 28, 28)
     assert (g.wq, g.ext, g.planes_floats) == (30, 27 * 30 + 28, 8 * 30 * 30)
-    # the scratch never depends on more threads than there are tiles
-    assert g.scratch(64, 1000) == g.scratch(64, -(-g.chunks // g.tile_chunks)) > g.scratch(64, 1)
+    # the scratch never depends on more threads than there are units of work
+    assert g.block_rows(64) == 64 and g.work(64) == -(-g.chunks // g.tile_chunks(64)) > 1
+    assert g.scratch(64, 1000) == g.scratch(64, g.work(64)) > g.scratch(64, 1)
+    # a small image, a deep weight: all positions per unit, the channels split (43 micro-tiles of
+    # rows in blocks of 3), so the weight passes once, not once per tile of positions
+    small = geometry(256, 7, 7)
+    assert (small.block_rows(256), small.tile_chunks(256), small.work(256)) == (18, small.chunks, 15)
+    assert small.scratch(256, 2) == small.planes_floats + cpu_steps.DC_SLACK + 2 * 18 * small.chunks * 16
 
 
 def test_shapes_it_does_not_describe_stay_on_the_im2col_path():

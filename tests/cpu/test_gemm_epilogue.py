@@ -18,7 +18,7 @@ import luminal as lm
 from luminal.builder import nn
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Op
-from luminal.kernels.cpu import conv_gemm
+from luminal.kernels.cpu import conv_direct, conv_gemm
 from luminal.kernels.cpu import runtime as cpu_runtime
 
 torch = pytest.importorskip("torch")
@@ -128,6 +128,12 @@ def test_fused_epilogue_matches_unfused_bits_numpy_and_torch(monkeypatch, name):
     _close(want, reference(), 1e-4)
     fused, plain = g.compile(device="cpu"), _unfused(g, monkeypatch)
     assert len(_epilogue_steps(fused)) == 1, [(s.name, s.absorbed) for s in fused.runtime.program.steps]
+    # a 1x1 conv's tiles through the direct convolution's micro-kernel (AVX2 without AVX-512): one
+    # FMA chain per output in k order, not the BLAS's order, so the bits are the same on every
+    # team but only close to the unfused BLAS GEMM's
+    micro = name.startswith("conv1x1_tiled") and conv_direct.wanted()
+    assert not micro or "lum_dconv_6x16(M, K, a_ptr, a_ld, b_ptr" in fused.runtime.source
+    first = {}
     for team in (1, 2, 3, 4):
         monkeypatch.setattr(cpu_runtime, "threads", lambda team=team: team)
         for precision in ("float32", "float64"):
@@ -136,8 +142,10 @@ def test_fused_epilogue_matches_unfused_bits_numpy_and_torch(monkeypatch, name):
                 got, ref = fused(feeds)[0], plain(feeds)[0]
             finally:
                 lm.set_precision(previous)
-            np.testing.assert_array_equal(got, ref)  # the same bits, NaN and -0.0 included
-            assert np.array_equal(np.signbit(got), np.signbit(ref))
+            same = first.setdefault(precision, got) if micro and precision == "float32" else ref
+            np.testing.assert_array_equal(got, same)  # the same bits, NaN and -0.0 included
+            assert np.array_equal(np.signbit(got), np.signbit(same))
+            _close(got, ref, 1e-5)
             _close(got, want, 1e-4)
     restored = cpu_runtime.CpuRuntime(fused.outputs, artifacts=fused.runtime.artifacts())
     assert restored.restored and [s.absorbed for s in restored.program.steps] == [s.absorbed for s in fused.runtime.program.steps]

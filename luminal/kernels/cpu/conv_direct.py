@@ -12,9 +12,12 @@ the BLAS runs 8-float kernels, as this one) the direct path takes the convolutio
 of a large GEMM (README: "The compiled CPU backend"). Not at precision "float64", which keeps
 the im2col path's widened GEMM.
 
+The same micro-kernel runs the column tiles of a 1x1 convolution's GEMM with its epilogue
+(`conv_gemm.gemm_epilogue_kernel`), B's rows the input's channel planes in place.
+
 `LUMINAL_CONV`: "auto" (default: direct on x86 with AVX2 and FMA, no AVX-512, where it was
-measured; the AVX-512 SGEMM's im2col tiles elsewhere), "direct" (wherever the shape allows, for
-tests on any machine) or "im2col".
+measured; the AVX-512 SGEMM's im2col tiles and the BLAS elsewhere), "direct" (wherever the shape
+allows, for tests on any machine) or "im2col" (the BLAS for both).
 """
 
 from __future__ import annotations
@@ -114,11 +117,13 @@ def _planes(g: DirectConv, x_src: Node, inputs: list[Node]) -> str:
     for (long long q = 0; q < {DC_SLACK}; ++q) planes[{g.planes_floats}LL + q] = 0.0f;"""
 
 
-def direct_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str], after) -> str:
-    """C run first in the fused kernel (`out`, `scratch`, n_batch, M, N, K in scope): the direct
-    convolution of every batch element, then `return`. `x_src`: what X's element [i] is read as
-    (the pad's masked view of the input, or X's own buffer); `after(p0, nt, pragma)`: the
-    epilogue's C on columns p0 .. p0 + nt of batch element bz."""
+def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str],
+                after) -> str:
+    """C run first in the fused kernel (`out`, `scratch`, n_batch, M = `m`, N, K in scope): the
+    direct convolution of every batch element, then `return`. `x_src`: what X's element [i] is
+    read as (the pad's masked view of the input, or X's own buffer); `after(p0, nt, pragma, rows)`:
+    the epilogue's C on columns p0 .. p0 + nt of batch element bz, rows (first, end) of it. The
+    units of work are tiles of positions times blocks of output channels (`DirectConv.block_rows`)."""
     rows = copy.shape[:g.split]
     rnames, rlines = unravel("R", rows, "r")
     row_x = [" + ".join([f"{rnames[i]} * {c}LL" for i, c in coefs if i < g.split] + [f"{off}LL"])
@@ -126,18 +131,20 @@ def direct_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_se
     n_rows = 1
     for d in rows:
         n_rows *= int(d)
-    te = g.tile_chunks * g.nr
+    mb, per = g.block_rows(m), g.tile_chunks(m)
+    te = per * g.nr
     return f"""long long* const offs = lum_f64 ? NULL : (long long*)malloc(sizeof(long long) * {max(1, n_rows)});  /* per row of B: its run */
   if (offs) {{  /* the direct path (conv_direct.py): the im2col matrix is never written */
     int failed = 0;  /* out of memory for a transposed weight's copy: the im2col path below, from the start */
     float* a_buf = NULL;
-    float* const tiles = scratch + {g.planes_floats}LL + {DC_SLACK};  /* a tile of M x {te} per thread */
+    float* const tiles = scratch + {g.planes_floats}LL + {DC_SLACK};  /* a tile of {mb} x {te} per thread */
     {_planes(g, x_src, inputs)}
     for (long long R = 0; R < {n_rows}LL; ++R) {{
       {" ".join(rlines)}
       offs[R] = {_x_index(g, row_x)};
     }}
-    const long long chunks = {g.chunks}, per = {g.tile_chunks}, n_tiles = (chunks + per - 1) / per;
+    const long long chunks = {g.chunks}, per = {per}, n_tiles = (chunks + per - 1) / per;
+    const long long MB = {mb}, n_work = n_tiles * ((M + MB - 1) / MB);  /* tiles of positions x blocks of channels */
     for (long long bz = 0; bz < n_batch && !failed; ++bz) {{
       {" ".join(blines)}
       const float* a_ptr; int a_tr; long long a_ld;
@@ -149,25 +156,26 @@ def direct_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_se
         free(a_buf); a_buf = rows_copy; a_ptr = rows_copy; a_tr = 0; a_ld = K;
       }}
       const long long* const off = offs + bz * K;
-      #pragma omp parallel num_threads(lum_min(lum_threads, n_tiles))
+      #pragma omp parallel num_threads(lum_min(lum_threads, n_work))
       {{
-      float* const tile = tiles + omp_get_thread_num() * M * {te}LL;
+      float* const tile = tiles + omp_get_thread_num() * MB * {te}LL;
       #pragma omp for schedule(dynamic, 1)  /* any order: each output is one chain whoever computes it */
-      for (long long ti = 0; ti < n_tiles; ++ti) {{
+      for (long long wi = 0; wi < n_work; ++wi) {{
+        const long long ti = wi % n_tiles, m0 = wi / n_tiles * MB, mn = lum_min(MB, M - m0);
         const long long e0 = ti * per * {g.nr}, ne = lum_min(per, chunks - ti * per) * {g.nr};
-        lum_dconv_{g.mr}x{g.nr}(M, K, a_ptr, a_ld, planes + e0, off, tile, {te}, ne);
+        lum_dconv_{g.mr}x{g.nr}(mn, K, a_ptr + m0 * a_ld, a_ld, planes + e0, off, tile, {te}, ne);
         /* the positions that exist (oh, ow < {g.ow}) out of the extended grid (rows {g.wq} wide) */
         const long long e1 = lum_min(e0 + ne, {g.ext}LL), r0 = e0 / {g.wq}, r1 = (e1 - 1) / {g.wq};
-        for (long long i = 0; i < M; ++i)
+        for (long long i = 0; i < mn; ++i)
           for (long long r = r0; r <= r1; ++r) {{
             const long long c0 = lum_max(e0 - r * {g.wq}, 0), c1 = lum_min(e1 - r * {g.wq}, {g.ow}LL);
-            if (c0 < c1) memcpy(out + (bz * M + i) * N + r * {g.ow} + c0, tile + i * {te} + r * {g.wq} + c0 - e0,
+            if (c0 < c1) memcpy(out + (bz * M + m0 + i) * N + r * {g.ow} + c0, tile + i * {te} + r * {g.wq} + c0 - e0,
                                 sizeof(float) * (c1 - c0));
           }}
         const long long p_lo = r0 * {g.ow} + lum_min(e0 - r0 * {g.wq}, {g.ow}LL);
         const long long p_hi = r1 * {g.ow} + lum_min(e1 - r1 * {g.wq}, {g.ow}LL);
         if (p_hi > p_lo) {{
-          {after("p_lo", "(p_hi - p_lo)", "")}
+          {after("p_lo", "(p_hi - p_lo)", "", ("m0", "m0 + mn"))}
         }}
       }}
       }}
@@ -182,7 +190,7 @@ def direct_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_se
 WGRAD_BLOCK_FLOATS = 196608
 
 
-def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str], after) -> str:
+def wgrad_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str], after) -> str:
     """C run first in the fused kernel of a weight gradient's GEMM (`g.columns` False; `out`,
     `scratch`, n_batch = 1, M, N, K in scope): dW = A B with B read from the phase planes
     (`lum_dwgrad_4x3`), blocks of rows of positions in order, the columns split across the team,

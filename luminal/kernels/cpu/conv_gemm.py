@@ -178,9 +178,10 @@ def gemm_epilogue(node: Node, users) -> GemmEpilogue | None:
     return GemmEpilogue(mm, gemm, node, Node(node.op, node.dtype, (*shape[:split], cols), tuple(srcs), node.arg))
 
 
-def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: str, pragma: str) -> str:
-    """C applying the region to columns p0 .. p0 + nt of every row of batch element bz of the
-    GEMM's output, in place in `out` (the region's buffer); its reads that stay put along a row
+def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: str, pragma: str,
+                   rows=("0", "M")) -> str:
+    """C applying the region to columns p0 .. p0 + nt of rows (first, end) of batch element bz of
+    the GEMM's output, in place in `out` (the region's buffer); its reads that stay put along a row
     (a BatchNorm's per-channel scale and shift) into locals before the row's vector loop."""
     region, mm = plan.rows, plan.matmul
     names, lines = unravel("row", region.shape[:-1], "y")
@@ -192,7 +193,7 @@ def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: 
     with lanes({id(s): f"e{k}" for k, s in enumerate(fixed)} | {id(s): "dst[pc]" for s in mine}):
         value = pointwise_value(region, idx, inputs)
     return f"""{pragma}
-        for (long long mr = 0; mr < M; ++mr) {{
+        for (long long mr = {rows[0]}; mr < {rows[1]}; ++mr) {{
           const long long row = bz * M + mr;
           {" ".join(lines)}
           {setup}
@@ -219,17 +220,42 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     a_setup, _ = operand(a, "a", bnames, a.shape[-2], a.shape[-1], inputs, t)
     b_setup, _ = operand(b, "b", bnames, b.shape[-2], b.shape[-1], inputs, t)
 
+    # a 1x1 convolution's tiles through the direct convolution's micro-kernel where it runs
+    # (`conv_direct.wanted`): B's rows are the input's channel planes, read in place (off[k] =
+    # k * b_ld), C written straight into the output. For the shallow depths of these GEMMs (16 to
+    # 320) the BLAS's packing of both operands per tile cost more than the products (MobileNet's
+    # 16 -> 64 expansion at 112 x 112 ran at 68 GFLOP/s). Each output is one FMA chain in k order,
+    # as the direct convolutions', whoever computes it; the columns past the last multiple of 16
+    # go through the BLAS.
+    micro = t == "float" and conv_direct.wanted()
+
+    def tile_gemm(p0: str, nt: str) -> str:
+        blas = f"lum_gemm_{g}(a_tr, b_tr, M, {nt}, K, a_ptr, a_ld, b_ptr + (b_tr ? {p0} * b_ld : {p0}), b_ld, out + bz * M * N + {p0}, N);"
+        if not micro:
+            return blas
+        return f"""if (!a_tr && !b_tr && offs) {{
+            const long long n16 = {nt} / 16 * 16;
+            if (n16 > 0) lum_dconv_6x16(M, K, a_ptr, a_ld, b_ptr + {p0}, offs, out + bz * M * N + {p0}, N, n16);
+            if (n16 < {nt}) lum_gemm_{g}(0, 0, M, {nt} - n16, K, a_ptr, a_ld, b_ptr + {p0} + n16, b_ld, out + bz * M * N + {p0} + n16, N);
+          }} else {{
+            {blas}
+          }}"""
+
     def batch_loop(pragma: str, rows_pragma: str, tiles: bool) -> str:  # as `render.matmul`'s, each element then through the region
         whole = f"""lum_gemm_{g}(a_tr, b_tr, M, N, K, a_ptr, a_ld, b_ptr, b_ld, out + bz * M * N, N);
       {_epilogue_rows(plan, inputs, t, "0", "N", rows_pragma)}"""
         if tiles:  # a large output: columns in tiles, each multiplied and through the region while in cache
+            offsets = "" if not micro else """long long* offs = b_tr ? NULL : (long long*)malloc(sizeof(long long) * K);  /* B's rows for the micro-kernel */
+        if (offs) for (long long k = 0; k < K; ++k) offs[k] = k * b_ld;"""
             whole = f"""if (n_tiles > 1) {{
+        {offsets}
         #pragma omp parallel for num_threads(lum_threads) schedule(dynamic, 1)
         for (long long ti = 0; ti < n_tiles; ++ti) {{
           const long long p0 = ti * T, nt = lum_min(T, N - p0);
-          lum_gemm_{g}(a_tr, b_tr, M, nt, K, a_ptr, a_ld, b_ptr + (b_tr ? p0 * b_ld : p0), b_ld, out + bz * M * N + p0, N);
+          {tile_gemm("p0", "nt")}
           {_epilogue_rows(plan, inputs, t, "p0", "nt", "")}
         }}
+        {"free(offs);" if micro else ""}
       }} else {{
         {whole}
       }}"""
@@ -245,7 +271,7 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     }}
     free(a_buf); free(b_buf);"""
 
-    code = f"""{signature(name, region, inputs, symbols, False)} {{
+    code = f"""{conv_direct.MICRO_KERNEL if micro else ""}{signature(name, region, inputs, symbols, False)} {{
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {{
@@ -344,8 +370,8 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
         inputs += [b for b in buffer_sources(epilogue.node) if b is not node and all(b is not x for x in inputs)]
         symbols = sorted(set(symbols) | set(symbols_of(epilogue.node)) | set(symbols_of(epilogue.rows)))
 
-    def after(p0: str, nt: str, pragma: str) -> str:  # the region on those columns of batch element bz
-        return "" if epilogue is None else _epilogue_rows(epilogue, inputs, t, p0, nt, pragma)
+    def after(p0: str, nt: str, pragma: str, rows=("0", "M")) -> str:  # the region on those columns of batch element bz
+        return "" if epilogue is None else _epilogue_rows(epilogue, inputs, t, p0, nt, pragma, rows)
     params = [f"{t}* restrict out"] + [
         (f"{t}* restrict in{k}" if x is copy else f"const {C.ctype(x.dtype)}* restrict in{k}") for k, x in enumerate(inputs)]
     params += [f"long long d_{s}" for s in symbols]
@@ -391,7 +417,7 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
     geometry = (direct_conv(copy, node.shape[-1], node.shape[-2], sym.product(batch))
                 if t == "float" and conv_direct.wanted() else None)
     direct = "" if geometry is None else (conv_direct.direct_path if geometry.columns else conv_direct.wgrad_path)(
-        geometry, copy, plan.pad.src[0] if plan.pad is not None else copy.src[0].src[0], inputs, a_setup, blines, after)
+        geometry, int(node.shape[-2]), copy, plan.pad.src[0] if plan.pad is not None else copy.src[0].src[0], inputs, a_setup, blines, after)
     code = f"""{conv_direct.MICRO_KERNEL if geometry is not None else ""}static void {name}({', '.join(params)}) {{
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
   if (M <= 0 || N <= 0) return;

@@ -129,6 +129,9 @@ def column_split(shape, cols) -> int | None:
 DC_KERNELS = {16: 6, 24: 4}  # output positions per micro-tile (vectors of 8 floats) -> output channels
 DC_SLACK = 32  # floats past the planes: the last micro-tile's lanes past the output read there
 DC_TILE_CHUNKS = 8  # micro-tiles of positions per tile (a thread's unit of work) at most
+# a small image's convolution (at most this many micro-tiles of positions: 7x7, 14x14) splits its
+# output channels across the team instead (`DirectConv.block_rows`)
+DC_ROW_SPLIT_CHUNKS = 16
 # a weight gradient's direct GEMM for at most this many output channels: past it (small maps, rows
 # of 7-14 positions) the K-tiled im2col GEMM measured faster (README, "Direct convolutions")
 DC_WGRAD_MAX_ROWS = 64
@@ -194,18 +197,38 @@ class DirectConv:
     def chunks(self) -> int:
         return -(-self.ext // self.nr)
 
-    @property
-    def tile_chunks(self) -> int:
-        """Micro-tiles of positions per tile (a thread's unit of work): at least 16 tiles where
-        there are positions for them; the team's size never changes it (the scratch's bound)."""
+    def block_rows(self, m: int) -> int:
+        """Output channels per unit of work (a multiple of the micro-tile's rows, or m). Tiles of
+        positions each pass the whole weight (m x depth) over their positions; on a small image
+        (few positions, a deep weight: 256 x 2304 at 7x7, 2.3 MB past L2) that is the weight read
+        once per tile for a few positions each. There every unit takes all positions and a block
+        of channels (at least 16 blocks where there are channels for them): the weight is read
+        once in all, the planes (in L2) once per block. Each output is one chain in k order
+        either way, so the split changes no bits."""
+        micro = -(-m // self.mr)
+        if not self.columns or self.chunks > DC_ROW_SPLIT_CHUNKS or micro < 4:
+            return m
+        return -(-micro // 16) * self.mr
+
+    def tile_chunks(self, m: int) -> int:
+        """Micro-tiles of positions per tile: all of them when the channels are split
+        (`block_rows`), else at least 16 tiles where there are positions for them. The team's
+        size never changes it (the scratch's bound)."""
+        if self.block_rows(m) < m:
+            return self.chunks
         return min(DC_TILE_CHUNKS, max(1, -(-self.chunks // 16)))
 
+    def work(self, m: int) -> int:
+        """Units of work: tiles of positions times blocks of channels."""
+        return -(-self.chunks // self.tile_chunks(m)) * -(-m // self.block_rows(m))
+
     def scratch(self, m: int, team: int) -> int:
-        """Floats: the planes, their slack, and (a convolution) a tile of m x tile positions per thread."""
+        """Floats: the planes, their slack, and (a convolution) a tile of a unit's channels x
+        positions per thread."""
         if not self.columns:
             return self.planes_floats + DC_SLACK
-        tiles = -(-self.chunks // self.tile_chunks)
-        return self.planes_floats + DC_SLACK + min(team, tiles) * m * self.tile_chunks * self.nr
+        return (self.planes_floats + DC_SLACK
+                + min(team, self.work(m)) * self.block_rows(m) * self.tile_chunks(m) * self.nr)
 
 
 def _moving(terms, shape, candidates: list[int]) -> dict | None:
