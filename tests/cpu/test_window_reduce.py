@@ -19,6 +19,7 @@ from luminal import devices
 from luminal.builder import nn
 from luminal.hlir.ops import Op, toposort
 from luminal.kernels.cpu import conv as cpu_conv
+from luminal.kernels.cpu import conv_gemm
 from luminal.kernels.render import C
 from luminal.kernels.render.cexpr import rendering
 
@@ -152,12 +153,16 @@ def test_strided_rows_through_phase_rows_keep_the_bits(fused, monkeypatch):
     g, feeds = _strided_graph(np.random.default_rng(11))
     spec = g.run(feeds)
     compiled = g.compile(device="cpu")
-    # (some of these lower to compensated sums, not WindowReduce: the rest take phase rows)
-    assert compiled.runtime.source.count(" ph0_0[") >= 5, compiled.runtime.source
+    # (some of these lower to compensated sums, not WindowReduce: the rest take phase rows, of
+    # the input itself or, read through their padding in place, of the unpadded one: pd)
+    source = compiled.runtime.source
+    assert source.count(" ph0_0[") + source.count(" pd0_0[") >= 5, source
     got = compiled(feeds)
     monkeypatch.setattr(cpu_conv, "_phases", lambda *a: None)
+    monkeypatch.setattr(cpu_conv, "window_pad", lambda *a: None)
+    monkeypatch.setattr(conv_gemm, "window_pad", lambda *a: None)
     plain = g.compile(device="cpu")
-    assert "ph0_1[" not in plain.runtime.source
+    assert "ph0_1[" not in plain.runtime.source and "pd0_1[" not in plain.runtime.source
     for name, a, b, s in zip(compiled.output_names, got, plain(feeds), spec):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
         _close(a, s, f"{name} on cpu vs the NumPy runtime")
@@ -270,3 +275,82 @@ def test_two_convs_of_one_padded_input_fuse_their_epilogues(fused):
     steps = compiled.runtime.program.steps
     assert [st.absorbed for st in steps if st.output.op is Op.CONTIGUOUS] == [False]
     assert all(st.absorbed for st in steps if st.output.op is Op.WINDOW_REDUCE)
+
+
+# --- a padded operand read in place (`conv.WindowPad`) --------------------------------------------
+# (name, input shape, kernel, stride, padding, dilation, what): rows of 64 or more (narrower ones
+# run as flat planes over the padded copy), stride 1 (the border split) and strided (phase rows)
+PADDED = [
+    ("dw_s1", (1, 5, 7, 130), 3, 1, 1, 1, "conv"),
+    ("dw_s2", (1, 4, 9, 141), 3, 2, 1, 1, "conv"),
+    ("dw_k5_dil2", (2, 3, 8, 140), 5, 1, 4, 2, "conv"),  # two planes a channel apart, a padding of 4
+    ("dw_s3_k2_pad0", (1, 2, 6, 200), 2, 3, 0, 1, "conv"),  # no padding: no copy, nothing to read through
+    ("dw_s1_bn_relu6", (1, 6, 6, 100), 3, 1, 1, 1, "conv_bn_relu6"),
+    ("dw_s2_bn_relu6", (1, 6, 9, 133), 3, 2, 1, 1, "conv_bn_relu6"),
+    ("max_s2", (1, 3, 9, 150), 3, 2, 1, 1, "max"),  # -inf padding
+    ("max_s1", (2, 3, 5, 80), 3, 1, 1, 1, "max"),
+    ("avg_s1", (1, 3, 5, 80), 3, 1, 1, 1, "avg"),
+]
+
+
+def _padded_graph(rng):
+    g, feeds, want = lm.Graph("padded"), {}, {}
+    for name, xs, k, stride, padding, dilation, what in PADDED:
+        x = _values(rng, xs)
+        x[:, :, 0, :2] = [np.nan, np.inf]  # read by windows across the top-left corner
+        x[:, :, -1, -2:] = [-np.inf, np.nan]
+        x[:, :, 3, -1] = -0.0
+        feeds[f"{name}_x"] = x
+        xi, xt = g.input(f"{name}_x", xs), torch.from_numpy(x)
+        c = xs[1]
+        if what.startswith("conv"):
+            w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+            y, yt = nn.conv(xi, g.constant(w), None, stride, padding, dilation, c), F.conv2d(xt, torch.from_numpy(w), None, stride, padding, dilation, c)
+            if what.endswith("bn_relu6"):
+                y, yt = _bn_relu6(y, c), _bn_relu6(yt, c)
+        elif what == "max":
+            y, yt = nn.max_pool(xi, (k, k), stride, padding), F.max_pool2d(xt, k, stride, padding)
+        else:
+            y, yt = nn.avg_pool(xi, (k, k), stride, padding), None
+        g.output(y, name)
+        want[name] = None if yt is None else yt.numpy()
+    return g, feeds, want
+
+
+def test_a_padded_operand_is_read_in_place_with_the_copys_bits(fused, monkeypatch):
+    """Depthwise convs (with and without their BatchNorm + ReLU6 epilogue) and pools whose rows are
+    64 or more wide read their padding in place: the padded copy's step does nothing (no buffer),
+    and the bits, NaN, infinities and -0.0 at the borders included, are those of the kernels
+    reading the copy; the values the NumPy runtime's and torch's."""
+    g, feeds, want = _padded_graph(np.random.default_rng(21))
+    names = [n for n, *_ in PADDED]
+    spec = dict(zip(names, g.run(feeds)))
+    compiled = g.compile(device="cpu")
+    steps = compiled.runtime.program.steps
+    pads = [st for st in steps if st.output.op in (Op.CONTIGUOUS, Op.SELECT)]
+    assert len(pads) == len(names) - 1 and all(st.absorbed for st in pads), [(st.name, st.absorbed) for st in pads]
+    assert "pd0_0[" in compiled.runtime.source  # the strided rows' phase rows of the unpadded input
+    got = dict(zip(names, compiled(feeds)))
+    monkeypatch.setattr(cpu_conv, "window_pad", lambda *a: None)
+    monkeypatch.setattr(conv_gemm, "window_pad", lambda *a: None)
+    copied = g.compile(device="cpu")
+    assert not any(st.absorbed for st in copied.runtime.program.steps if st.output.op in (Op.CONTIGUOUS, Op.SELECT))
+    for name, b in zip(names, copied(feeds)):
+        np.testing.assert_array_equal(got[name].view(np.uint32), b.view(np.uint32), err_msg=name)
+        _close(got[name], spec[name], f"{name} on cpu vs the NumPy runtime")
+        if want[name] is not None:
+            _close(got[name], want[name], f"{name} on cpu vs torch")
+
+
+def test_a_padded_copy_read_by_flat_planes_is_written(fused):
+    """A padded copy whose reader runs flat planes (rows under 64: at 14 x 14) is written and read,
+    as a copy two convs share is (`test_two_convs_of_one_padded_input_fuse_their_epilogues`)."""
+    rng = np.random.default_rng(22)
+    x, w = _values(rng, (1, 4, 14, 14)), rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    g = lm.Graph("flat_pad")
+    g.output(nn.conv(g.input("x", x.shape), g.constant(w), None, 1, 1, 1, 4).relu(), "y")
+    compiled = g.compile(device="cpu")
+    _close(compiled({"x": x})[0], F.conv2d(torch.from_numpy(x), torch.from_numpy(w), None, 1, 1, 1, 4).relu().numpy(), "cpu vs torch")
+    steps = compiled.runtime.program.steps
+    assert [st.absorbed for st in steps if st.output.op is Op.CONTIGUOUS] == [False]
+    assert "pd0_" not in compiled.runtime.source

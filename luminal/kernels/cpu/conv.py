@@ -19,6 +19,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import UNARY, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
+from luminal.kernels.cpu.steps import through
 from luminal.kernels.render.cexpr import c_dim, compute_type
 from luminal.kernels.render.conv import UNROLL, hoisted_element
 from luminal.kernels.render.cstyle import (
@@ -51,32 +52,41 @@ def window_reduce(node: Node) -> tuple[list[Node], list[str], bool, str] | None:
     return inputs, symbols_of(node), False, body
 
 
-def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | None = None) -> str:
+def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | None = None,
+              pad: WindowPad | None = None) -> str:
     """Per output row, the reads that do not move along it (a conv's weights) into locals, then one
     vector loop over the row. `epilogue(idx, value, moving)`: (setup, the value stored, of
     `out_dtype`) given the window's, the window dims in `moving` changing inside the loop
-    (`WindowEpilogue`)."""
+    (`WindowEpilogue`); `pad`: the padded operand read through its copy (`_padded_rows`)."""
     outer, nd = node.shape[:-1], len(node.shape)
     rows, inner = [f"i{k}" for k in range(nd - 1)], f"i{nd - 1}"  # the row loop's names (`_c_rows`)
-    phases = _phases(node, inputs, rows, inner)
-    setup, stmts, value = hoisted_element(node, rows + [inner], inputs, inner, phases and phases[1])
-    if phases:
-        setup = f"{setup}\n        {phases[0]}"
     out_dtype = out_dtype or node.dtype
-    if epilogue is not None:
-        more, value = epilogue(rows + [inner], value, {nd - 1})
-        setup = f"{setup} {more}"
-    per_row = node.shape[-1] * sym.product(node.src[0].shape[nd:])
-    body = f"""{setup}
+    if pad is not None and pad.s == 1:
+        body = _border_split_body(node, inputs, rows, inner, pad, epilogue, out_dtype)
+    else:
+        phases = _padded_rows(node, inputs, rows, inner, pad) if pad is not None else _phases(node, inputs, rows, inner)
+        setup, stmts, value = hoisted_element(node, rows + [inner], inputs, inner, phases and phases[1])
+        if phases:
+            setup = f"{setup}\n        {phases[0]}"
+        if epilogue is not None:
+            more, value = epilogue(rows + [inner], value, {nd - 1})
+            setup = f"{setup} {more}"
+        body = f"""{setup}
         {C.ctype(out_dtype)}* restrict dst = out + row * n_in;
-        #pragma omp simd
-        for (long long {inner} = 0; {inner} < n_in; ++{inner}) {{
-          {stmts}
-          dst[{inner}] = {store_value(out_dtype, value)};
-        }}"""
+        {_row_loop(inner, "0", "n_in", stmts, store_value(out_dtype, value), True)}"""
+    per_row = node.shape[-1] * sym.product(node.src[0].shape[nd:])
     # the rows as the shared generator steps them (a thread's first row split into indices, then
     # carries: no division per row, which short rows would feel)
     return f"const long long n_in = {c_dim(node.shape[-1])};\n  " + _c_rows(outer, "i", f"n_rows * {c_dim(per_row)}", body, per_row)
+
+
+def _row_loop(inner: str, lo: str, hi: str, stmts: str, stored: str, simd: bool) -> str:
+    """C: outputs lo .. hi of the row, `dst[inner] = stored` after `stmts`."""
+    return f"""{"#pragma omp simd" if simd else ""}
+        for (long long {inner} = {lo}; {inner} < {hi}; ++{inner}) {{
+          {stmts}
+          dst[{inner}] = {stored};
+        }}"""
 
 
 PHASE_MAX = 8192  # elements of one output row's phase buffers (on the stack)
@@ -134,6 +144,210 @@ def _phases(node: Node, inputs: list[Node], rows: list[str], inner: str) -> tupl
         return f"ph{g}_{k[axis] % s}[{inner} + {k[axis] // s}LL]"
 
     return "\n        ".join(fills), term_read
+
+
+@dataclass(frozen=True)
+class WindowPad:
+    """A WindowReduce's operand that views a padded copy nothing else reads (a depthwise conv's or
+    a max pool's `pad`): each output row reads the rows of the copy it needs straight from the
+    unpadded input into stack buffers, the pad's fill where the mask is false (`_padded_rows`),
+    so the copy is never written. Planned where the WindowReduce runs rows
+    (`window_pad`), the copy absorbed."""
+
+    copy: Node  # the padded copy (CONTIGUOUS of a masked view, or a Select of one and a scalar)
+    operand: int  # the WindowReduce's source reading it
+    src: Node  # the masked view of the unpadded input
+    fill: Node | None  # the Select's scalar (None: zeros)
+    terms: tuple  # `steps.through`: per dim of the copy, ((window view dim, coefficient)..., offset)
+    w: int  # the copy's dim the output row moves, by `s` a step
+    s: int
+    axis: int | None  # the window axis moving it too, by `u` a step (None: none)
+    u: int
+
+
+def _pad_parts(node: Node) -> tuple[Node, Node | None] | None:
+    """(the masked view, the fill scalar or None for zeros) of a padded copy (see `pad_copy`), or None."""
+    if node.op is Op.CONTIGUOUS:
+        src, fill = node.src[0], None
+    elif node.op is Op.SELECT:
+        cond, src, fill = node.src
+        if not (_scalar(cond, True) and _scalar(fill) and cond.op is Op.VIEW and view_of(src)[1].mask is not None
+                and _same_mask(cond.arg, view_of(src)[1])):
+            return None
+    else:
+        return None
+    base, st = view_of(src)
+    if src.op is not Op.VIEW or st.mask is None or base.dtype is not node.dtype:
+        return None
+    return src, fill
+
+
+def window_pad(window: Node, users) -> WindowPad | None:
+    """The `WindowPad` of WindowReduce `window` (`users`: readers by id), or None: static rows that
+    do not run as flat planes (those read the copy: rows under 64 wide, where reading the padding
+    in place measured slower, MobileNet's 56 and 28), an unrolled window, one operand reading a
+    single-use padded copy whose row dim the output row and at most one window axis move, the
+    copy's other dims fixed along the row."""
+    if window.op is not Op.WINDOW_REDUCE or window.dtype not in _FLOATS or not window.shape:
+        return None
+    nd, (_, r) = len(window.shape), window.arg
+    kernel = window.src[0].shape[nd:]
+    if not all(sym.is_static(d) for d in (*kernel, *window.shape)) or sym.product(kernel) > UNROLL:
+        return None
+    if _flat_plane(window) is not None:
+        return None
+    found = []
+    for p, src in enumerate(window.src):
+        copy, st = view_of(src)
+        parts = _pad_parts(copy)
+        if parts is not None and users.get(id(copy)) == 1 and st.mask is None and all(sym.is_static(d) for d in copy.shape):
+            found.append((p, copy, parts))
+    if len(found) != 1:
+        return None
+    p, copy, (src, fill) = found[0]
+    terms = through(view_of(window.src[p])[1], copy.shape)
+    if terms is None:
+        return None
+    moved = [j for j, (coefs, _) in enumerate(terms) if any(i == nd - 1 for i, _ in coefs)]
+    if len(moved) != 1:
+        return None
+    w = moved[0]
+    s = next(c for i, c in terms[w][0] if i == nd - 1)
+    along = [(i - nd, c) for i, c in terms[w][0] if i >= nd]
+    if len(along) > 1 or len(along) + 1 != len(terms[w][0]):
+        return None
+    axis, u = along[0] if along else (None, 0)
+    if axis is not None and any(i == nd + axis for j, (coefs, _) in enumerate(terms) if j != w for i, _ in coefs):
+        return None
+    groups = sym.product([kernel[a] for a in range(r) if a != axis])
+    reach = max(u * k + terms[w][1] for k in range(int(kernel[axis]) if axis is not None else 1)) // s
+    if int(groups) * s * (int(window.shape[-1]) + reach) > PHASE_MAX:
+        return None
+    return WindowPad(copy, p, src, fill, tuple((tuple(c), o) for c, o in terms), w, s, axis, u)
+
+
+def _padded_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pad: WindowPad) -> tuple[str, object]:
+    """As `_phases`, for an operand read through its padded copy (`WindowPad`): per output row,
+    per value of the window axes that do not move along it, the copy's row it reads is filled from
+    the unpadded input into s phase buffers (phase p: the row's elements s*j + p, so each term is
+    a contiguous vector load, stride 1 or 2 alike), the fill value where the pad's mask is false:
+    a row of the padding all fill, else fill, a plain vector copy and fill. The terms and their
+    order are unchanged, and the values are the copy's, so are the bits."""
+    nd, (_, r) = len(node.shape), node.arg
+    kernel = [int(d) for d in node.src[0].shape[nd:]]
+    width, s, w = int(node.shape[-1]), pad.s, pad.w
+    t = compute_type(node.dtype)
+    others = [a for a in range(r) if a != pad.axis]
+    groups = list(itertools.product(*(range(kernel[a]) for a in others)))
+    off_w = pad.terms[w][1]
+    xs = [pad.u * k + off_w for k in range(kernel[pad.axis] if pad.axis is not None else 1)]
+    length = {p: width + max(x // s for x in xs if x % s == p) for p in sorted({x % s for x in xs})}
+    base, st = view_of(pad.src)
+    plain = Node(Op.VIEW, pad.src.dtype, st.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset))
+    ptr = pointer_of(pad.src, inputs)
+    fill = store_value(node.dtype, "0" if pad.fill is None else read(pad.fill, ["0"] * len(st.shape), None))
+    lo_w, hi_w = (int(v) for v in st.mask[w])
+    lines = []
+    for g, values in enumerate(groups):
+        coords, conds = _pad_row(pad, rows, nd, dict(zip(others, values)), "x")
+        value = read(plain, coords, ptr)
+        for p, n in length.items():
+            buf = f"pd{g}_{p}"
+            lines.append(f"""{t} {buf}[{n}];
+        {{
+          const int in_rows = {' && '.join(conds) or '1'};
+          const long long j_lo = in_rows ? lum_min(lum_max({lo_w - p + s - 1}LL, 0) / {s}, {n}LL) : {n}LL;
+          const long long j_hi = in_rows ? lum_max(j_lo, lum_min(lum_max({hi_w - p + s - 1}LL, 0) / {s}, {n}LL)) : {n}LL;
+          for (long long j = 0; j < j_lo; ++j) {buf}[j] = {fill};
+          #pragma omp simd
+          for (long long j = j_lo; j < j_hi; ++j) {{ const long long x = {s}LL * j + {p}LL; {buf}[j] = (({t}){value}); }}
+          for (long long j = j_hi; j < {n}LL; ++j) {buf}[j] = {fill};
+        }}""")
+
+    def term_read(p: int, k: list[int]) -> str | None:
+        if p != pad.operand:
+            return None
+        g = groups.index(tuple(k[a] for a in others))
+        x = pad.u * k[pad.axis] + off_w if pad.axis is not None else off_w
+        return f"pd{g}_{x % s}[{inner} + {x // s}LL]"
+
+    return "\n        ".join(lines), term_read
+
+
+def _pad_row(pad: WindowPad, rows: list[str], nd: int, at: dict, x: str) -> tuple[list[str], list[str]]:
+    """(the copy's coordinates, the mask's tests on its dims other than the row's) of the element
+    at `x` along the row of the copy that output row `rows` reads at window position `at` (the
+    window axes that do not move along the row)."""
+    st = view_of(pad.src)[1]
+    coords, conds = [], []
+    for j, (coefs, off) in enumerate(pad.terms):
+        if j == pad.w:
+            coords.append(x)
+            continue
+        parts = [f"{rows[i]} * {c}LL" if i < nd - 1 else f"{at[i - nd] * c}LL" for i, c in coefs]
+        coords.append("(" + " + ".join(parts + [f"{off}LL"]) + ")")
+        lo, hi = (int(v) for v in st.mask[j])
+        conds += ([f"{coords[j]} >= {lo}"] if lo > 0 else []) + ([f"{coords[j]} < {hi}"] if hi < int(st.shape[j]) else [])
+    return coords, conds
+
+
+def _border_split_body(node: Node, inputs: list[Node], rows: list[str], inner: str, pad: WindowPad, epilogue,
+                       out_dtype: DType) -> str:
+    """A stride-1 row (`_row_body`) reading its padded operand in place: where every window
+    position is inside the input (a row away from the top and bottom, the columns away from the
+    sides: all but a few) the terms read the input directly in one vector loop; the other
+    outputs test each term against the pad's mask (the fill where it is false). The terms and
+    their order are the unpadded kernel's, and the values the copy's, so are the bits. (Staging
+    the rows in buffers, as strided rows do, measured slower: the vector loads straddling the
+    stores just made wait for them.)"""
+    nd, (_, r) = len(node.shape), node.arg
+    kernel = [int(d) for d in node.src[0].shape[nd:]]
+    t = compute_type(node.dtype)
+    base, st = view_of(pad.src)
+    plain = Node(Op.VIEW, pad.src.dtype, st.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset))
+    ptr = pointer_of(pad.src, inputs)
+    fill = f"(({t})({'0' if pad.fill is None else read(pad.fill, ['0'] * len(st.shape), None)}))"
+    lo_w, hi_w = (int(v) for v in st.mask[pad.w])
+    off_w = pad.terms[pad.w][1]
+    xs = [pad.u * k + off_w for k in range(kernel[pad.axis] if pad.axis is not None else 1)]
+    row_conds: list[str] = []
+
+    def reader(masked: bool):
+        def term_read(p: int, k: list[int]) -> str | None:
+            if p != pad.operand:
+                return None
+            at = {a: k[a] for a in range(r) if a != pad.axis}
+            x = f"({inner} + {pad.u * k[pad.axis] + off_w if pad.axis is not None else off_w}LL)"
+            coords, conds = _pad_row(pad, rows, nd, at, x)
+            value = f"(({t}){read(plain, coords, ptr)})"
+            if not masked:
+                row_conds.extend(c for c in conds if c not in row_conds)
+                return value
+            tests = " && ".join(conds + [f"{x} >= {lo_w}", f"{x} < {hi_w}"])
+            return f"(({tests}) ? {value} : {fill})"
+        return term_read
+
+    setup, stmts, value = hoisted_element(node, rows + [inner], inputs, inner, reader(False))
+    _, stmts_m, value_m = hoisted_element(node, rows + [inner], inputs, inner, reader(True))
+    if epilogue is not None:
+        more, value = epilogue(rows + [inner], value, {nd - 1})
+        _, value_m = epilogue(rows + [inner], value_m, {nd - 1})
+        setup = f"{setup} {more}"
+    width = int(node.shape[-1])
+    c_lo = min(width, max(0, lo_w - min(xs)))  # the outputs whose every term is inside the input
+    c_hi = max(c_lo, min(width, hi_w - max(xs)))
+    stored, stored_m = store_value(out_dtype, value), store_value(out_dtype, value_m)
+    return f"""{setup}
+        {C.ctype(out_dtype)}* restrict dst = out + row * n_in;
+        const int inside = {' && '.join(row_conds) or '1'};  /* every window row of this output row in the input */
+        const long long c_lo = inside ? {c_lo}LL : n_in, c_hi = inside ? {c_hi}LL : n_in;
+        const long long c_8 = c_lo + (c_hi - c_lo) / 8 * 8;
+        {_row_loop(inner, "0", "c_lo", stmts_m, stored_m, False)}
+        {_row_loop(inner, "c_lo", "c_8", stmts, stored, True)}
+        /* the rest as the last 8, again (the same values: no scalar tail beside the borders) */
+        const long long c_t = c_hi - c_lo >= 8 ? c_hi - 8 : c_8;
+        {_row_loop(inner, "c_t", "c_hi", stmts, stored, True)}
+        {_row_loop(inner, "c_hi", "n_in", stmts_m, stored_m, False)}"""
 
 
 def _flat_plane(node: Node) -> tuple[Node, int] | None:
@@ -210,12 +424,13 @@ class WindowEpilogue:
     activation), element for element: one kernel computes both, each window's value going
     straight into the region, so the WindowReduce's buffer is neither written nor read."""
 
-    node: Node  # the region (a FusedElementwise, or one pointwise op): the kernel writes its buffer
-    window: Node  # the WindowReduce, absorbed
+    node: Node  # the region (a FusedElementwise, or one pointwise op): the kernel writes its buffer; or the WindowReduce
+    window: Node  # the WindowReduce, absorbed (unless it is `node`: a padded copy's reader without a region)
+    pad: WindowPad | None = None  # its operand's padded copy, read through (absorbed)
 
     @property
     def absorbed(self) -> list[Node]:
-        return [self.window]
+        return ([self.window] if self.window is not self.node else []) + ([self.pad.copy] if self.pad is not None else [])
 
 
 _FLOATS = (DType.F32, DType.F64)
@@ -241,7 +456,7 @@ def window_epilogue(node: Node, users) -> WindowEpilogue | None:
         if base is window and not (st.mask is None and sym.equal(st.offset, 0)
                                    and all(sym.equal(a, b) or sym.equal(d, 1) for a, b, d in zip(st.strides, strides, node.shape))):
             return None
-    return WindowEpilogue(node, window)
+    return WindowEpilogue(node, window, window_pad(window, users))
 
 
 def _index_map(shape, to) -> list[int | None] | None:
@@ -258,10 +473,15 @@ def _index_map(shape, to) -> list[int | None] | None:
 def window_epilogue_kernel(plan: WindowEpilogue, name: str, operand=None) -> tuple[str, list[Node], list[str]]:
     """(code, inputs, symbols) of the fused kernel: the WindowReduce's loops (`window_reduce`), the
     region evaluated on each value as it is stored. `operand` is unused (the im2col's signature)."""
-    node, window = plan.node, plan.window
-    inputs = buffer_sources(window)
+    node, window, pad = plan.node, plan.window, plan.pad
+    inputs = [b for b in buffer_sources(window) if pad is None or b is not pad.copy]
+    if pad is not None:
+        inputs += [b for b in buffer_sources(pad.copy) if all(b is not x for x in inputs)]
     inputs += [b for b in buffer_sources(node) if b is not window and all(b is not x for x in inputs)]
-    symbols = sorted(set(symbols_of(node)) | set(symbols_of(window)))
+    symbols = sorted(set(symbols_of(node)) | set(symbols_of(window)) | set(symbols_of(pad.copy) if pad is not None else ()))
+    if node is window:  # the WindowReduce alone, its padded operand read through
+        body = _row_body(window, inputs, pad=pad)
+        return f"{signature(name, node, inputs, symbols, False)} {{\n  {body}\n}}\n", inputs, symbols
     reads = [s for s in node.src if view_of(s)[0] is window]
     dims = _index_map(window.shape, node.shape)
 
@@ -277,9 +497,9 @@ def window_epilogue_kernel(plan: WindowEpilogue, name: str, operand=None) -> tup
         with lanes(names | {id(s): store_value(window.dtype, value) for s in reads}):
             return setup, pointwise_value(node, at, inputs)
 
-    flat = _flat_plane(window)
+    flat = None if pad is not None else _flat_plane(window)
     if flat is None:
-        body = _row_body(window, inputs, epilogue, node.dtype)
+        body = _row_body(window, inputs, epilogue, node.dtype, pad)
     else:
         body = _flat_body(window, *flat, inputs, epilogue, node.dtype)
     return f"{signature(name, node, inputs, symbols, False)} {{\n  {body}\n}}\n", inputs, symbols
@@ -293,20 +513,11 @@ def pad_copy(node: Node) -> tuple[list[Node], list[str], bool, str] | None:
     plain vector copy (no test per element: the masked read, a select of a load that may be out
     of range, does not vectorize) and fill values. (inputs, symbols, err, body) like
     `window_reduce`, or None for any other node."""
-    if not node.shape:
+    parts = _pad_parts(node) if node.shape else None
+    if parts is None:
         return None
-    if node.op is Op.CONTIGUOUS:
-        src, fill = node.src[0], None
-    elif node.op is Op.SELECT:
-        cond, src, fill = node.src
-        if not (_scalar(cond, True) and _scalar(fill) and cond.op is Op.VIEW and view_of(src)[1].mask is not None
-                and _same_mask(cond.arg, view_of(src)[1])):
-            return None
-    else:
-        return None
+    src, fill = parts
     base, st = view_of(src)
-    if src.op is not Op.VIEW or st.mask is None or base.dtype is not node.dtype:
-        return None
     inputs = buffer_sources(node)
     plain = Node(Op.VIEW, src.dtype, src.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset))
     outer = node.shape[:-1]

@@ -34,6 +34,7 @@ from luminal.kernels.cpu.conv import (
     WindowEpilogue,
     window_epilogue,
     window_epilogue_kernel,
+    window_pad,
 )
 from luminal.kernels.cpu.steps import (
     K_TILE_ROWS_C,
@@ -509,10 +510,14 @@ def noop_kernel(node: Node, name: str) -> str:
 
 def fusion_plan(node: Node, users) -> Im2colGemm | WindowEpilogue | GemmEpilogue | None:
     """The fused kernel `node` heads, if any (`users`: readers by id, an output counting as one):
-    a convolution's tiled im2col GEMM, a WindowReduce's pointwise epilogue, or the pointwise
-    region after a GEMM (which then absorbs that GEMM's own plan, if any)."""
+    a convolution's tiled im2col GEMM, a WindowReduce reading its padded operand in place, a
+    WindowReduce's pointwise epilogue (which then absorbs that WindowReduce's plan), or the
+    pointwise region after a GEMM (which then absorbs that GEMM's own plan, if any)."""
     if node.op is Op.MAT_MUL:
         return im2col_gemm(node, users)
+    if node.op is Op.WINDOW_REDUCE:  # alone, reading its padded operand in place (a region after it may take it in)
+        pad = window_pad(node, users)
+        return None if pad is None else WindowEpilogue(node, node, pad)
     return window_epilogue(node, users) or gemm_epilogue(node, users)
 
 
