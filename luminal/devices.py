@@ -100,11 +100,11 @@ def _cpu_runtime(device, outputs, artifacts=None, choices=None, tiered=True, **_
 
 def _cpu_variants() -> list:
     """The `cpu` device's candidate choices here, the default first (`kernels/cpu/choices.py`)."""
-    from luminal.kernels.cpu.choices import variants
+    from luminal.kernels.cpu.choices import conv_path, variants
     from luminal.kernels.cpu.runtime import blas, threads
 
     bound = blas()
-    return variants(threads(), bound.front_for("avx512") is not None, "avx512" if bound.front else "blas")
+    return variants(threads(), bound.front_for("avx512") is not None, "avx512" if bound.front else "blas", conv_path(None))
 
 
 def _cpu_prepare() -> None:

@@ -1,8 +1,9 @@
 """Search by measurement, opt-in: `options={"search": seconds}` on `luminal.compile`,
 `luminal.onnx.compile`, the torch.compile backend, or `compile_outputs(search=...)`.
 
-A device that offers strategy variants (`Device.variants`: the `cpu` device's team size and
-GEMM provider, `kernels/cpu/choices.py`) has each one built as a runtime of the optimized graph,
+A device that offers strategy variants (`Device.variants`: the `cpu` device's team size, GEMM
+provider and convolution path, direct micro-kernel or im2col and the BLAS, `kernels/cpu/choices.py`)
+has each one built as a runtime of the optimized graph,
 run on example inputs, checked against the NumPy reference runtime (the specification) with the
 tests' tolerance for each dtype, and timed (median of a few calls after a warm-up), within the
 budget: the default first, then the others while time is left. A candidate that disagrees or

@@ -178,3 +178,39 @@ def test_choices_reach_the_runtime(cache):
         np.testing.assert_allclose(rt({"x": _x(40)})[0], want, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError):
         Choices.from_json({"gemm": "mkl"})
+
+
+def test_the_convolution_path_is_a_choice(cache):
+    """`Choices.conv` renders a program's convolutions with the direct micro-kernel or as im2col
+    tiles and the BLAS, whatever the machine's default; artifacts stored for one path are not
+    restored for the other (rebuilt instead), and both paths match the reference."""
+    from luminal.builder import nn
+    from luminal.kernels.cpu.choices import conv_path, variants
+    from luminal.kernels.cpu.runtime import CpuRuntime
+
+    g = Graph("convs")
+    x = g.input("x", (1, 8, 20, 20))
+    w1 = g.constant(np.random.default_rng(1).standard_normal((16, 8, 3, 3)).astype(np.float32) * 0.2)
+    w2 = g.constant(np.random.default_rng(2).standard_normal((64, 16, 1, 1)).astype(np.float32) * 0.2)
+    g.output(nn.conv(nn.conv(x, w1, None, 1, 1).relu(), w2, None, 1, 0).relu() * 0.5, "y")
+    feeds = {"x": np.random.default_rng(3).standard_normal((1, 8, 20, 20)).astype(np.float32)}
+    optimized = luminal.compile_graph(g, device="numpy").outputs
+    want = luminal.compile_graph(g, device="numpy", optimize=False)(feeds)[0]
+    direct, im2col = (CpuRuntime(optimized, choices=Choices(conv=c)) for c in ("direct", "im2col"))
+    assert (direct.conv, im2col.conv) == ("direct", "im2col")
+    assert "lum_dconv_6x16(" in direct.source and "lum_dconv_" not in im2col.source
+    for rt in (direct, im2col):
+        np.testing.assert_allclose(rt(feeds)[0], want, rtol=1e-5, atol=1e-5)
+    stored = direct.artifacts()
+    assert stored["conv"] == "direct"
+    assert CpuRuntime(optimized, artifacts=stored, choices=Choices(conv="direct")).restored
+    again = CpuRuntime(optimized, artifacts=stored, choices=Choices(conv="im2col"))
+    assert not again.restored and "lum_dconv_" not in again.source
+    # the other path is a candidate of its own, with the default's team and GEMM
+    found = variants(2, False, "blas", "direct")
+    assert found[0] == DEFAULT and found[-1] == Choices(conv="im2col")
+    assert variants(1, True, "avx512", "im2col")[-1] == Choices(conv="direct")
+    assert luminal.devices.get("cpu").variants()[-1] == Choices(conv=next(c for c in ("direct", "im2col") if c != conv_path(None)))
+    assert Choices.from_json({"conv": "im2col"}) == Choices(conv="im2col")
+    with pytest.raises(ValueError):
+        Choices.from_json({"conv": "winograd"})

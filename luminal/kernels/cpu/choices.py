@@ -9,15 +9,23 @@ program is made, and its variants in `variants()`.
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import asdict, dataclass, fields
 
+LOG = logging.getLogger("luminal.cpu")
 GEMMS = ("blas", "avx512")  # the BLAS's own SGEMM, or luminal's AVX-512 SGEMM in front of it (gemm_avx512.py)
+# how convolutions render (`conv_direct.py`): the direct micro-kernel (phase planes, the 1x1
+# convs' tiles too), or im2col tiles and the BLAS
+CONVS = ("direct", "im2col")
+CONV_MODES = ("auto", *CONVS)
 
 
 @dataclass(frozen=True)
 class Choices:
     threads: int | None = None  # the OpenMP/BLAS team per call; None: `runtime.threads()`
     gemm: str | None = None  # who serves f32 GEMMs (`GEMMS`); None: `LUMINAL_GEMM`'s choice (auto)
+    conv: str | None = None  # the convolutions' path (`CONVS`, `conv_path`); None: `LUMINAL_CONV`'s (auto)
 
     def label(self) -> str:
         parts = [f"{f.name}={getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name) is not None]
@@ -31,21 +39,51 @@ class Choices:
         """The choices `as_json` wrote; ValueError for anything else (a bad cache entry)."""
         if not isinstance(data, dict) or set(data) - {f.name for f in fields(Choices)}:
             raise ValueError(f"not a set of choices: {data!r}")
-        threads, gemm = data.get("threads"), data.get("gemm")
+        threads, gemm, conv = data.get("threads"), data.get("gemm"), data.get("conv")
         if threads is not None and (type(threads) is not int or threads < 1):
             raise ValueError(f"threads={threads!r}")
         if gemm is not None and gemm not in GEMMS:
             raise ValueError(f"gemm={gemm!r}")
-        return Choices(threads=threads, gemm=gemm)
+        if conv is not None and conv not in CONVS:
+            raise ValueError(f"conv={conv!r}")
+        return Choices(threads=threads, gemm=gemm, conv=conv)
 
 
 DEFAULT = Choices()
 
 
-def variants(team: int, avx512: bool, default_gemm: str) -> list[Choices]:
+def variants(team: int, avx512: bool, default_gemm: str, default_conv: str) -> list[Choices]:
     """The candidates on this machine, the default first: a team of one beside `team` threads
-    (small graphs lose to the team's fork/join), and the other GEMM where the CPU has AVX-512
-    (`default_gemm`: the one the default binds)."""
+    (small graphs lose to the team's fork/join), the other GEMM where the CPU has AVX-512
+    (`default_gemm`: the one the default binds), and the other convolution path (`default_conv`:
+    the default's, `conv_path(None)`): its library is another build, so only with the default's
+    team and GEMM. A graph without convolutions renders the same library for it (a build cache
+    hit) and times the same."""
     threads = [None, 1] if team > 1 else [None]
     gemms = [None, next(g for g in GEMMS if g != default_gemm)] if avx512 else [None]
-    return [Choices(threads=t, gemm=g) for g in gemms for t in threads]
+    found = [Choices(threads=t, gemm=g) for g in gemms for t in threads]
+    return found + [Choices(conv=next(c for c in CONVS if c != default_conv))]
+
+
+def conv_mode() -> str:
+    """`LUMINAL_CONV` ("auto" when unset; a value not in CONV_MODES is warned about and means auto)."""
+    value = os.environ.get("LUMINAL_CONV", "auto").strip().lower() or "auto"
+    if value not in CONV_MODES:
+        LOG.warning("LUMINAL_CONV=%r is not one of %s; using 'auto'", value, ", ".join(map(repr, CONV_MODES)))
+        return "auto"
+    return value
+
+
+def conv_path(choice: str | None) -> str:
+    """The convolution path a program renders with (`CONVS`): the program's `choice`
+    (`Choices.conv`), else `LUMINAL_CONV`'s, else auto: "direct" on x86 with AVX2 and FMA but no
+    AVX-512, where it was measured faster, "im2col" (the AVX-512 SGEMM's tiles) elsewhere."""
+    if choice is not None:
+        return choice
+    mode = conv_mode()
+    if mode != "auto":
+        return mode
+    from luminal.kernels.cpu import build
+
+    flags = build.machine_flags()
+    return "direct" if "-mavx2" in flags and "-DLUM_FMA" in flags and "-mavx512f" not in flags else "im2col"

@@ -17,43 +17,44 @@ The same micro-kernel runs the column tiles of a 1x1 convolution's GEMM with its
 
 `LUMINAL_CONV`: "auto" (default: direct on x86 with AVX2 and FMA, no AVX-512, where it was
 measured; the AVX-512 SGEMM's im2col tiles and the BLAS elsewhere), "direct" (wherever the shape
-allows, for tests on any machine) or "im2col" (the BLAS for both).
+allows, for tests on any machine) or "im2col" (the BLAS for both). A program's own choice
+(`Choices.conv`, which the search times) overrides it.
 """
 
 from __future__ import annotations
 
-import logging
-import os
+import contextlib
+import contextvars
 
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import ShapeTracker
-from luminal.kernels.cpu import build
+from luminal.kernels.cpu import choices
 from luminal.kernels.cpu.prelude import c_source
 from luminal.kernels.cpu.steps import DC_SLACK, DirectConv
 from luminal.kernels.render.cstyle import pointer_of, read, unravel, view_of
 from luminal.kernels.render.dialect import PAR_MIN
 
-LOG = logging.getLogger("luminal.cpu")
-
 MICRO_KERNEL = c_source("direct_conv.h")
-MODES = ("auto", "direct", "im2col")
+MODES = choices.CONV_MODES
+mode = choices.conv_mode  # `LUMINAL_CONV`
+# the path of the program being rendered (`Choices.conv`: `render_program(conv=...)`), None: the
+# environment's; scoped to the rendering thread's context, never a process-wide setting
+_CHOSEN: contextvars.ContextVar[str | None] = contextvars.ContextVar("luminal_conv_path", default=None)
 
 
-def mode() -> str:
-    value = os.environ.get("LUMINAL_CONV", "auto").strip().lower() or "auto"
-    if value not in MODES:
-        LOG.warning("LUMINAL_CONV=%r is not one of %s; using 'auto'", value, ", ".join(map(repr, MODES)))
-        return "auto"
-    return value
+@contextlib.contextmanager
+def chosen(path: str | None):
+    """Render under a program's choice of convolution path (`choices.CONVS`, None: the default)."""
+    token = _CHOSEN.set(path)
+    try:
+        yield
+    finally:
+        _CHOSEN.reset(token)
 
 
 def wanted() -> bool:
-    """Whether fused im2col GEMMs of a direct shape take the direct path (see the module's doc)."""
-    m = mode()
-    if m != "auto":
-        return m == "direct"
-    flags = build.machine_flags()
-    return "-mavx2" in flags and "-DLUM_FMA" in flags and "-mavx512f" not in flags
+    """Whether convolutions take the direct path (see the module's doc; `choices.conv_path`)."""
+    return choices.conv_path(_CHOSEN.get()) == "direct"
 
 
 def _x_index(g: DirectConv, names: list[str]) -> str:

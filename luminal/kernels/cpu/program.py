@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 
 from luminal.hlir.ops import Node
-from luminal.kernels.cpu import build, conv_gemm, gemm_avx512
+from luminal.kernels.cpu import build, conv_direct, conv_gemm, gemm_avx512
 from luminal.kernels.cpu.prelude import PRELUDE, SHARED
 from luminal.kernels.cpu.render import SPECIAL, _operand
 from luminal.kernels.cpu.steps import CProgram, CStep
@@ -120,17 +120,19 @@ def step_of(k: KernelSpec, node: Node, absorbed: bool = False) -> tuple[str, CSt
     return k.source, CStep(k.name, node, k.inputs, k.symbols, k.uses_error_flag, absorbed)
 
 
-def render_program(outputs: list[Node]) -> CProgram:
-    """The graph computing `outputs` as one C library: its distinct kernels and the driver."""
+def render_program(outputs: list[Node], conv: str | None = None) -> CProgram:
+    """The graph computing `outputs` as one C library: its distinct kernels and the driver.
+    `conv`: the convolutions' path (`Choices.conv`; None: the default's)."""
     schedule = Schedule.build(outputs)
     plans, absorbed = _fusions(schedule)
     bodies: dict[str, tuple[str, CStep]] = {}
     steps: list[CStep] = []
-    for node in schedule.nodes:  # one step per node (a scatter's copy and updates are one function)
-        k = _fused_step(node, plans, absorbed) or render_node(node, "@KERNEL@", C, SPECIAL)[0]
-        code, step = step_of(k, node, id(node) in absorbed)
-        bodies.setdefault(step.name, (code, step))
-        steps.append(step)
+    with conv_direct.chosen(conv):
+        for node in schedule.nodes:  # one step per node (a scatter's copy and updates are one function)
+            k = _fused_step(node, plans, absorbed) or render_node(node, "@KERNEL@", C, SPECIAL)[0]
+            code, step = step_of(k, node, id(node) in absorbed)
+            bodies.setdefault(step.name, (code, step))
+            steps.append(step)
     symbols = sorted({s for st in steps for s in st.symbols})
     units = build.units(len(bodies))
     # link the GEMM object if it is built, building, or a core is free for it; else (a busy machine,
