@@ -42,6 +42,7 @@ CASES = {
     "partial_tiles_bn_relu": ((1, 16, 50, 50), (16, 16, 3, 3), 1, 1, 1, "bn_relu"),  # 2500 columns: a last partial tile
     "conv1x1_bn_relu": ((2, 32, 15, 15), (48, 32, 1, 1), 1, 0, 1, "bn_relu"),
     "conv1x1_residual_relu": ((1, 24, 17, 17), (24, 24, 1, 1), 1, 0, 1, "residual_relu"),
+    "grouped_conv1x1_bn_relu": ((1, 64, 14, 14), (68, 16, 1, 1), 1, 0, 4, "bn_relu"),  # ShuffleNet's: a GEMM per group, 196 columns
     # outputs past EPILOGUE_TILED_MIN: the plain GEMM in column tiles, the last one partial
     "conv1x1_tiled_bn_relu": ((1, 16, 71, 75), (64, 16, 1, 1), 1, 0, 1, "bn_relu"),
     "conv1x1_tiled_residual_relu": ((2, 64, 60, 61), (40, 64, 1, 1), 1, 0, 1, "residual_relu"),
@@ -56,9 +57,11 @@ def _case(name, rng):
     ho = (xs[2] + 2 * padding - ws[2]) // stride + 1
     wo = (xs[3] + 2 * padding - ws[3]) // stride + 1
     g = lm.Graph(name)
-    x, w = g.input("x", xs), g.input("w", ws)
     # (no NaN in the weights: torch's padded convs skip the padding's products, NaN * 0 included)
     feeds = {"x": _special(rng, xs), "w": _special(rng, ws, 0.2, special=False)}
+    # a 1x1 conv's weight stored in the graph, as a model's is (its GEMM may take the direct
+    # convolution's micro-kernel); the others' given at each call
+    x, w = g.input("x", xs), g.constant(feeds["w"]) if "1x1" in name else g.input("w", ws)
     y = nn.conv(x, w, None, stride, padding, 1, groups)
     if epi == "bn_relu":
         s, b = g.input("s", (cout, 1, 1)), g.input("b", (cout, 1, 1))
@@ -75,8 +78,10 @@ def _case(name, rng):
         out = (y + r).relu()
     g.output(out, "y")
 
+    weight = feeds.pop("w") if "1x1" in name else feeds["w"]
+
     def reference():
-        t = {k: torch.from_numpy(v) for k, v in feeds.items()}
+        t = {k: torch.from_numpy(v) for k, v in feeds.items()} | {"w": torch.from_numpy(weight)}
         yt = torch.nn.functional.conv2d(t["x"], t["w"], None, stride, padding, 1, groups)
         if epi == "bn_relu":
             return torch.relu(yt * t["s"] + t["b"]).numpy()
@@ -128,11 +133,12 @@ def test_fused_epilogue_matches_unfused_bits_numpy_and_torch(monkeypatch, name):
     _close(want, reference(), 1e-4)
     fused, plain = g.compile(device="cpu"), _unfused(g, monkeypatch)
     assert len(_epilogue_steps(fused)) == 1, [(s.name, s.absorbed) for s in fused.runtime.program.steps]
-    # a 1x1 conv's tiles through the direct convolution's micro-kernel (AVX2 without AVX-512): one
-    # FMA chain per output in k order, not the BLAS's order, so the bits are the same on every
-    # team but only close to the unfused BLAS GEMM's
-    micro = name.startswith("conv1x1_tiled") and conv_direct.wanted()
-    assert not micro or "lum_dconv_6x16(M, K, a_ptr, a_ld, b_ptr" in fused.runtime.source
+    # a 1x1 conv's GEMM (its tiles, or its batch elements and groups one per thread) through the
+    # direct convolution's micro-kernel (AVX2 without AVX-512): one FMA chain per output in k
+    # order, not the BLAS's order, so the bits are the same on every team but only close to the
+    # unfused BLAS GEMM's
+    micro = "1x1" in name and conv_direct.wanted()
+    assert micro == ("lum_dconv_6x16(mn, K, a_ptr + m0 * a_ld" in fused.runtime.source)
     first = {}
     for team in (1, 2, 3, 4):
         monkeypatch.setattr(cpu_runtime, "threads", lambda team=team: team)

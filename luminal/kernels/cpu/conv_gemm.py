@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Node, Op
+from luminal.hlir.ops import ConstantArray, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
 from luminal.kernels.cpu import conv_direct
 from luminal.kernels.cpu.conv import (
@@ -204,6 +204,12 @@ def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: 
         }}"""
 
 
+def _stored(x: Node) -> bool:
+    """`x` reads a weight stored in the graph (a CONSTANT array)."""
+    base = view_of(x)[0]
+    return base.op is Op.CONSTANT and isinstance(base.arg, ConstantArray)
+
+
 def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, list[Node], list[str]]:
     """(code, inputs, symbols) of a plain GEMM (`render.matmul`'s, the same calls, so the same
     bits) whose batch elements each go through the region as soon as the GEMM has written them.
@@ -221,47 +227,62 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     a_setup, _ = operand(a, "a", bnames, a.shape[-2], a.shape[-1], inputs, t)
     b_setup, _ = operand(b, "b", bnames, b.shape[-2], b.shape[-1], inputs, t)
 
-    # a 1x1 convolution's tiles through the direct convolution's micro-kernel where it runs
-    # (`conv_direct.wanted`): B's rows are the input's channel planes, read in place (off[k] =
-    # k * b_ld), C written straight into the output. For the shallow depths of these GEMMs (16 to
-    # 320) the BLAS's packing of both operands per tile cost more than the products (MobileNet's
-    # 16 -> 64 expansion at 112 x 112 ran at 68 GFLOP/s). Each output is one FMA chain in k order,
-    # as the direct convolutions', whoever computes it; the columns past the last multiple of 16
-    # go through the BLAS.
-    micro = t == "float" and conv_direct.wanted()
+    # a 1x1 convolution's GEMM (A a stored weight, B computed: not a linear layer's, whose
+    # weight is B) through the direct convolution's micro-kernel where it runs
+    # (`conv_direct.wanted`): units of a tile of T columns by a block of rows (at least 16 units
+    # where the rows allow), across the team, or each batch element's (a grouped conv's groups)
+    # on its thread. B's rows are the input's channel planes, read in place (off[k] = k * b_ld),
+    # C written straight into the output, then the region on the unit's outputs. For the
+    # shallow depths of these GEMMs (16 to 320) the BLAS's packing of both operands cost more
+    # than the products (MobileNet's 16 -> 64 expansion at 112 x 112 ran at 68 GFLOP/s,
+    # ShuffleNet's groups of 68 x 68 x 196 at 55). Each output is one FMA chain in k order, as
+    # the direct convolutions', whoever computes it; the columns past the last multiple of 16 go
+    # through the BLAS, for the same rows whatever the team (zero-padding them to 16 in a buffer
+    # for the micro-kernel measured slower: ShuffleNet 3.5 -> 4.0 ms). Not at precision
+    # "float64" (the BLAS's widened GEMM), nor for a transposed operand, nor a weight past
+    # EPILOGUE_TILE_FLOATS (SqueezeNet's last, 1000 x 512: 1.25 ms against the BLAS's 1.00).
+    micro = t == "float" and conv_direct.wanted() and _stored(a) and not _stored(b)
 
-    def tile_gemm(p0: str, nt: str) -> str:
-        blas = f"lum_gemm_{g}(a_tr, b_tr, M, {nt}, K, a_ptr, a_ld, b_ptr + (b_tr ? {p0} * b_ld : {p0}), b_ld, out + bz * M * N + {p0}, N);"
-        if not micro:
-            return blas
-        return f"""if (!a_tr && !b_tr && offs) {{
-            const long long n16 = {nt} / 16 * 16;
-            if (n16 > 0) lum_dconv_6x16(M, K, a_ptr, a_ld, b_ptr + {p0}, offs, out + bz * M * N + {p0}, N, n16);
-            if (n16 < {nt}) lum_gemm_{g}(0, 0, M, {nt} - n16, K, a_ptr, a_ld, b_ptr + {p0} + n16, b_ld, out + bz * M * N + {p0} + n16, N);
-          }} else {{
-            {blas}
-          }}"""
+    def units(pragma: str) -> str:  # batch element bz through the micro-kernel (rows in blocks only with `pragma`, across the team)
+        return f"""const long long n_t = (N + T - 1) / T, per = {"(16 + n_t - 1) / n_t" if pragma else "1"};
+        const long long MB = 6 * (((M + 5) / 6 + per - 1) / per), n_units = n_t * ((M + MB - 1) / MB);
+        {pragma}
+        for (long long u = 0; u < n_units; ++u) {{
+          const long long p0 = u % n_t * T, nt = lum_min(T, N - p0), n16 = nt / 16 * 16;
+          const long long m0 = u / n_t * MB, mn = lum_min(MB, M - m0);
+          {t}* const c = out + (bz * M + m0) * N + p0;
+          if (n16 > 0) lum_dconv_6x16(mn, K, a_ptr + m0 * a_ld, a_ld, b_ptr + p0, offs, c, N, n16);
+          if (n16 < nt) lum_gemm_{g}(0, 0, mn, nt - n16, K, a_ptr + m0 * a_ld, a_ld, b_ptr + p0 + n16, b_ld, c + n16, N);
+          {_epilogue_rows(plan, inputs, t, "p0", "nt", "", ("m0", "m0 + mn"))}
+        }}"""
 
     def batch_loop(pragma: str, rows_pragma: str, tiles: bool) -> str:  # as `render.matmul`'s, each element then through the region
+        # tiles False: each batch element on its thread (`pragma` shares them out); True: the
+        # columns in tiles across the team, or one GEMM the BLAS splits
         whole = f"""lum_gemm_{g}(a_tr, b_tr, M, N, K, a_ptr, a_ld, b_ptr, b_ld, out + bz * M * N, N);
       {_epilogue_rows(plan, inputs, t, "0", "N", rows_pragma)}"""
         if tiles:  # a large output: columns in tiles, each multiplied and through the region while in cache
-            offsets = "" if not micro else """long long* offs = b_tr ? NULL : (long long*)malloc(sizeof(long long) * K);  /* B's rows for the micro-kernel */
-        if (offs) for (long long k = 0; k < K; ++k) offs[k] = k * b_ld;"""
             whole = f"""if (n_tiles > 1) {{
-        {offsets}
         #pragma omp parallel for num_threads(lum_threads) schedule(dynamic, 1)
         for (long long ti = 0; ti < n_tiles; ++ti) {{
           const long long p0 = ti * T, nt = lum_min(T, N - p0);
-          {tile_gemm("p0", "nt")}
+          lum_gemm_{g}(a_tr, b_tr, M, nt, K, a_ptr, a_ld, b_ptr + (b_tr ? p0 * b_ld : p0), b_ld, out + bz * M * N + p0, N);
           {_epilogue_rows(plan, inputs, t, "p0", "nt", "")}
         }}
-        {"free(offs);" if micro else ""}
+      }} else {{
+        {whole}
+      }}"""
+        if micro:
+            par = "#pragma omp parallel for num_threads(lum_threads) schedule(dynamic, 1) if (n_units > 1)" if tiles else ""
+            whole = f"""if (offs && !a_tr && !b_tr && !lum_f64 && M * K <= {EPILOGUE_TILE_FLOATS}LL) {{
+        for (long long k = 0; k < K; ++k) offs[k] = k * b_ld;
+        {units(par)}
       }} else {{
         {whole}
       }}"""
         return f"""{t}* a_buf = NULL;
     {t}* b_buf = NULL;
+    {"long long* const offs = (long long*)malloc(sizeof(long long) * K);  /* B's rows for the micro-kernel */" if micro else ""}
     {pragma}
     for (long long bz = 0; bz < n_batch; ++bz) {{
       {" ".join(blines)}
@@ -270,7 +291,7 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
       {b_setup}
       {whole}
     }}
-    free(a_buf); free(b_buf);"""
+    free(a_buf); free(b_buf);{" free(offs);" if micro else ""}"""
 
     code = f"""{conv_direct.MICRO_KERNEL if micro else ""}{signature(name, region, inputs, symbols, False)} {{
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
@@ -280,19 +301,19 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     for (long long bz = 0; bz < n_batch; ++bz) {{ {_epilogue_rows(plan, inputs, t, "0", "N", "")} }}
     return;
   }}
+  /* columns per tile: the tile's outputs and operand columns stay in cache (about {EPILOGUE_TILE_FLOATS} floats) */
+  const long long T = lum_max(64, {EPILOGUE_TILE_FLOATS}LL / (M + K) / 16 * 16);
   if (lum_batch_parallel(n_batch, M, N, K)) {{
     #pragma omp parallel
     {{
     {batch_loop("#pragma omp for schedule(static)", "", False)}
     }}
   }} else {{
-    /* an output past what L2 holds (a 1x1 conv at 112 x 112: 64 x 12544): tiles of T columns
-       whose output and operand columns stay in cache (about {EPILOGUE_TILE_FLOATS} floats), one
-       per thread; the sizes alone choose them, never the team, and never at precision "float64".
-       Only when A is as small (a conv's weights): the BLAS packs all of A for every tile, so a
-       linear layer over many tokens runs whole (split across the team by the prelude), the
-       region after. */
-    const long long T = lum_max(64, {EPILOGUE_TILE_FLOATS}LL / (M + K) / 16 * 16);
+    /* an output past what L2 holds (a 1x1 conv at 112 x 112: 64 x 12544): tiles of T columns,
+       one per thread; the sizes alone choose them, never the team, and never at precision
+       "float64". Only when A is as small (a conv's weights): the BLAS packs all of A for every
+       tile, so a linear layer over many tokens runs whole (split across the team by the
+       prelude), the region after. */
     const long long n_tiles = !lum_f64 && M * N >= {EPILOGUE_TILED_MIN}LL && M * K <= {EPILOGUE_TILE_FLOATS}LL
                               ? (N + T - 1) / T : 1;
     {batch_loop("", f"#pragma omp parallel for if (M * N >= {PAR_MIN})", True)}
