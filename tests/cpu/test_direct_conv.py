@@ -20,7 +20,7 @@ from luminal.builder import nn
 from luminal.frontends.torch.aten_backward import _weight_grad
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import ShapeTracker
-from luminal.kernels.cpu import conv_direct
+from luminal.kernels.cpu import choices, conv_direct
 from luminal.kernels.cpu import runtime as cpu_runtime
 from luminal.kernels.cpu import steps as cpu_steps
 
@@ -238,7 +238,7 @@ def test_a_weight_gradient_of_many_channels_stays_on_the_im2col_path():
 def test_an_unknown_mode_warns_and_means_auto(monkeypatch, caplog):
     monkeypatch.setenv("LUMINAL_CONV", "winograd")
     with caplog.at_level(logging.WARNING, logger="luminal.cpu"):
-        assert conv_direct.mode() == "auto"
+        assert choices.conv_mode() == "auto"
     assert "LUMINAL_CONV='winograd'" in caplog.text
     monkeypatch.setenv("LUMINAL_CONV", "im2col")
     assert not conv_direct.wanted()

@@ -32,6 +32,7 @@ from luminal.kernels.render.cstyle import (
     signature,
     store_value,
     symbols_of,
+    unmasked,
     unravel,
     view_of,
 )
@@ -149,10 +150,9 @@ def _phases(node: Node, inputs: list[Node], rows: list[str], inner: str) -> tupl
 @dataclass(frozen=True)
 class WindowPad:
     """A WindowReduce's operand that views a padded copy nothing else reads (a depthwise conv's or
-    a max pool's `pad`): each output row reads the rows of the copy it needs straight from the
-    unpadded input into stack buffers, the pad's fill where the mask is false (`_padded_rows`),
-    so the copy is never written. Planned where the WindowReduce runs rows
-    (`window_pad`), the copy absorbed."""
+    a max pool's `pad`): each output row reads the unpadded input, the pad's fill where the mask
+    is false (stride 1: `_border_split_body`; strided rows: `_padded_rows`), so the copy is never
+    written. Planned where the WindowReduce runs rows (`window_pad`), the copy absorbed."""
 
     copy: Node  # the padded copy (CONTIGUOUS of a masked view, or a Select of one and a scalar)
     operand: int  # the WindowReduce's source reading it
@@ -184,10 +184,10 @@ def _pad_parts(node: Node) -> tuple[Node, Node | None] | None:
 
 def window_pad(window: Node, users) -> WindowPad | None:
     """The `WindowPad` of WindowReduce `window` (`users`: readers by id), or None: static rows that
-    do not run as flat planes (those read the copy: rows under 64 wide, where reading the padding
-    in place measured slower, MobileNet's 56 and 28), an unrolled window, one operand reading a
-    single-use padded copy whose row dim the output row and at most one window axis move, the
-    copy's other dims fixed along the row."""
+    do not run as flat planes (those keep reading the copy: in place was slower there, README
+    "Padding read in place"), an unrolled window, one operand reading a single-use padded copy
+    whose row dim the output row and at most one window axis move, the copy's other dims fixed
+    along the row."""
     if window.op is not Op.WINDOW_REDUCE or window.dtype not in _FLOATS or not window.shape:
         return None
     nd, (_, r) = len(window.shape), window.arg
@@ -226,6 +226,33 @@ def window_pad(window: Node, users) -> WindowPad | None:
     return WindowPad(copy, p, src, fill, tuple((tuple(c), o) for c, o in terms), w, s, axis, u)
 
 
+@dataclass(frozen=True)
+class _PadReads:
+    """What both row forms of a `WindowPad` read with: the input unmasked (`ptr`), the fill (C, the
+    compute type), the row dim's mask [lo_w, hi_w), and per window position along the row its
+    offset into the copy's row (`xs`)."""
+
+    kernel: list
+    t: str
+    plain: Node
+    ptr: str
+    fill: str
+    lo_w: int
+    hi_w: int
+    xs: list
+
+
+def _pad_reads(node: Node, inputs: list[Node], pad: WindowPad) -> _PadReads:
+    kernel = [int(d) for d in node.src[0].shape[len(node.shape):]]
+    t = compute_type(node.dtype)
+    st = view_of(pad.src)[1]
+    fill = f"(({t})({'0' if pad.fill is None else read(pad.fill, ['0'] * len(st.shape), None)}))"
+    lo_w, hi_w = (int(v) for v in st.mask[pad.w])
+    off_w = pad.terms[pad.w][1]
+    xs = [pad.u * k + off_w for k in range(kernel[pad.axis] if pad.axis is not None else 1)]
+    return _PadReads(kernel, t, unmasked(pad.src), pointer_of(pad.src, inputs), fill, lo_w, hi_w, xs)
+
+
 def _padded_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pad: WindowPad) -> tuple[str, object]:
     """As `_phases`, for an operand read through its padded copy (`WindowPad`): per output row,
     per value of the window axes that do not move along it, the copy's row it reads is filled from
@@ -234,23 +261,16 @@ def _padded_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pa
     a row of the padding all fill, else fill, a plain vector copy and fill. The terms and their
     order are unchanged, and the values are the copy's, so are the bits."""
     nd, (_, r) = len(node.shape), node.arg
-    kernel = [int(d) for d in node.src[0].shape[nd:]]
-    width, s, w = int(node.shape[-1]), pad.s, pad.w
-    t = compute_type(node.dtype)
+    pr = _pad_reads(node, inputs, pad)
+    t, s, xs, lo_w, hi_w, fill = pr.t, pad.s, pr.xs, pr.lo_w, pr.hi_w, pr.fill
     others = [a for a in range(r) if a != pad.axis]
-    groups = list(itertools.product(*(range(kernel[a]) for a in others)))
-    off_w = pad.terms[w][1]
-    xs = [pad.u * k + off_w for k in range(kernel[pad.axis] if pad.axis is not None else 1)]
+    groups = list(itertools.product(*(range(pr.kernel[a]) for a in others)))
+    width = int(node.shape[-1])
     length = {p: width + max(x // s for x in xs if x % s == p) for p in sorted({x % s for x in xs})}
-    base, st = view_of(pad.src)
-    plain = Node(Op.VIEW, pad.src.dtype, st.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset))
-    ptr = pointer_of(pad.src, inputs)
-    fill = store_value(node.dtype, "0" if pad.fill is None else read(pad.fill, ["0"] * len(st.shape), None))
-    lo_w, hi_w = (int(v) for v in st.mask[w])
     lines = []
     for g, values in enumerate(groups):
         coords, conds = _pad_row(pad, rows, nd, dict(zip(others, values)), "x")
-        value = read(plain, coords, ptr)
+        value = read(pr.plain, coords, pr.ptr)
         for p, n in length.items():
             buf = f"pd{g}_{p}"
             lines.append(f"""{t} {buf}[{n}];
@@ -268,7 +288,7 @@ def _padded_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pa
         if p != pad.operand:
             return None
         g = groups.index(tuple(k[a] for a in others))
-        x = pad.u * k[pad.axis] + off_w if pad.axis is not None else off_w
+        x = xs[k[pad.axis] if pad.axis is not None else 0]
         return f"pd{g}_{x % s}[{inner} + {x // s}LL]"
 
     return "\n        ".join(lines), term_read
@@ -297,19 +317,12 @@ def _border_split_body(node: Node, inputs: list[Node], rows: list[str], inner: s
     position is inside the input (a row away from the top and bottom, the columns away from the
     sides: all but a few) the terms read the input directly in one vector loop; the other
     outputs test each term against the pad's mask (the fill where it is false). The terms and
-    their order are the unpadded kernel's, and the values the copy's, so are the bits. (Staging
-    the rows in buffers, as strided rows do, measured slower: the vector loads straddling the
-    stores just made wait for them.)"""
+    their order are the unpadded kernel's, and the values the copy's, so are the bits. (Not
+    staged in row buffers as strided rows are: the vector loads would straddle the stores just
+    made.)"""
     nd, (_, r) = len(node.shape), node.arg
-    kernel = [int(d) for d in node.src[0].shape[nd:]]
-    t = compute_type(node.dtype)
-    base, st = view_of(pad.src)
-    plain = Node(Op.VIEW, pad.src.dtype, st.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset))
-    ptr = pointer_of(pad.src, inputs)
-    fill = f"(({t})({'0' if pad.fill is None else read(pad.fill, ['0'] * len(st.shape), None)}))"
-    lo_w, hi_w = (int(v) for v in st.mask[pad.w])
-    off_w = pad.terms[pad.w][1]
-    xs = [pad.u * k + off_w for k in range(kernel[pad.axis] if pad.axis is not None else 1)]
+    pr = _pad_reads(node, inputs, pad)
+    xs, lo_w, hi_w = pr.xs, pr.lo_w, pr.hi_w
     row_conds: list[str] = []
 
     def reader(masked: bool):
@@ -317,16 +330,18 @@ def _border_split_body(node: Node, inputs: list[Node], rows: list[str], inner: s
             if p != pad.operand:
                 return None
             at = {a: k[a] for a in range(r) if a != pad.axis}
-            x = f"({inner} + {pad.u * k[pad.axis] + off_w if pad.axis is not None else off_w}LL)"
+            x = f"({inner} + {xs[k[pad.axis] if pad.axis is not None else 0]}LL)"
             coords, conds = _pad_row(pad, rows, nd, at, x)
-            value = f"(({t}){read(plain, coords, ptr)})"
+            value = f"(({pr.t}){read(pr.plain, coords, pr.ptr)})"
             if not masked:
                 row_conds.extend(c for c in conds if c not in row_conds)
                 return value
             tests = " && ".join(conds + [f"{x} >= {lo_w}", f"{x} < {hi_w}"])
-            return f"(({tests}) ? {value} : {fill})"
+            return f"(({tests}) ? {value} : {pr.fill})"
         return term_read
 
+    # both forms hoist the same reads (the weights) under the same names, in the same order: the
+    # padded operand's reads, the only ones that differ, are never hoisted
     setup, stmts, value = hoisted_element(node, rows + [inner], inputs, inner, reader(False))
     _, stmts_m, value_m = hoisted_element(node, rows + [inner], inputs, inner, reader(True))
     if epilogue is not None:
@@ -517,9 +532,9 @@ def pad_copy(node: Node) -> tuple[list[Node], list[str], bool, str] | None:
     if parts is None:
         return None
     src, fill = parts
-    base, st = view_of(src)
+    st = view_of(src)[1]
     inputs = buffer_sources(node)
-    plain = Node(Op.VIEW, src.dtype, src.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset))
+    plain = unmasked(src)
     outer = node.shape[:-1]
     rows, lines = unravel("row", outer, "i")
     inner = f"i{len(outer)}"

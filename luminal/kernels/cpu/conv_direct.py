@@ -26,17 +26,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
-from luminal.hlir.ops import Node, Op
-from luminal.hlir.shape import ShapeTracker
+from luminal.hlir.ops import Node
 from luminal.kernels.cpu import choices
 from luminal.kernels.cpu.prelude import c_source
 from luminal.kernels.cpu.steps import DC_SLACK, DirectConv
-from luminal.kernels.render.cstyle import pointer_of, read, unravel, view_of
+from luminal.kernels.render.cstyle import pointer_of, read, unmasked, unravel, view_of
 from luminal.kernels.render.dialect import PAR_MIN
 
 MICRO_KERNEL = c_source("direct_conv.h")
-MODES = choices.CONV_MODES
-mode = choices.conv_mode  # `LUMINAL_CONV`
 # the path of the program being rendered (`Choices.conv`: `render_program(conv=...)`), None: the
 # environment's; scoped to the rendering thread's context, never a process-wide setting
 _CHOSEN: contextvars.ContextVar[str | None] = contextvars.ContextVar("luminal_conv_path", default=None)
@@ -76,7 +73,7 @@ def _fill_row(g: DirectConv, x_src: Node, names: list[str], inputs: list[Node]) 
     per phase pw, the plane's row is X's elements xw = xq * sw + pw, contiguous writes. A padded
     input's mask splits each into zeros, plain reads (vectorized, no test per element) and
     zeros; its other dims' mask is tested once per row (a row of the padding: all zeros)."""
-    base, st = view_of(x_src)
+    st = view_of(x_src)[1]
     ptr = pointer_of(x_src, inputs)
     width = g.space[g.w]
     lo, hi, conds = 0, width, []
@@ -85,8 +82,7 @@ def _fill_row(g: DirectConv, x_src: Node, names: list[str], inputs: list[Node]) 
         for j, ((a, b), d) in enumerate(zip(st.mask, st.shape)):
             if j != g.w:
                 conds += ([f"{names[j]} >= {int(a)}"] if int(a) != 0 else []) + ([f"{names[j]} < {int(b)}"] if int(b) != int(d) else [])
-    plain = Node(Op.VIEW, x_src.dtype, st.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset))
-    value = read(plain, names, ptr)
+    value = read(unmasked(x_src), names, ptr)
     row = _x_index(g, [("pw" if j == g.w else n) for j, n in enumerate(names)])
     return f"""const int in_rows = {' && '.join(conds) or '1'};
       for (long long pw = 0; pw < {g.sw}; ++pw) {{
@@ -191,7 +187,7 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
 WGRAD_BLOCK_FLOATS = 196608
 
 
-def wgrad_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str], after) -> str:
+def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str], after) -> str:
     """C run first in the fused kernel of a weight gradient's GEMM (`g.columns` False; `out`,
     `scratch`, n_batch = 1, M, N, K in scope): dW = A B with B read from the phase planes
     (`lum_dwgrad_4x3`), blocks of rows of positions in order, the columns split across the team,

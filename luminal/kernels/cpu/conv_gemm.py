@@ -37,6 +37,7 @@ from luminal.kernels.cpu.conv import (
     window_pad,
 )
 from luminal.kernels.cpu.steps import (
+    DC_KERNELS,
     K_TILE_ROWS_C,
     K_TILED_C,
     TILE_FLOATS,
@@ -57,6 +58,7 @@ from luminal.kernels.render.cstyle import (
     signature,
     store_value,
     symbols_of,
+    unmasked,
     unravel,
     view_of,
 )
@@ -232,26 +234,24 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     # (`conv_direct.wanted`): units of a tile of T columns by a block of rows (at least 16 units
     # where the rows allow), across the team, or each batch element's (a grouped conv's groups)
     # on its thread. B's rows are the input's channel planes, read in place (off[k] = k * b_ld),
-    # C written straight into the output, then the region on the unit's outputs. For the
-    # shallow depths of these GEMMs (16 to 320) the BLAS's packing of both operands cost more
-    # than the products (MobileNet's 16 -> 64 expansion at 112 x 112 ran at 68 GFLOP/s,
-    # ShuffleNet's groups of 68 x 68 x 196 at 55). Each output is one FMA chain in k order, as
-    # the direct convolutions', whoever computes it; the columns past the last multiple of 16 go
-    # through the BLAS, for the same rows whatever the team (zero-padding them to 16 in a buffer
-    # for the micro-kernel measured slower: ShuffleNet 3.5 -> 4.0 ms). Not at precision
-    # "float64" (the BLAS's widened GEMM), nor for a transposed operand, nor a weight past
-    # EPILOGUE_TILE_FLOATS (SqueezeNet's last, 1000 x 512: 1.25 ms against the BLAS's 1.00).
+    # C written straight into the output, then the region on the unit's outputs: at these
+    # shallow depths the BLAS's packing of both operands cost more than the products (README,
+    # "Direct convolutions"). Each output is one FMA chain in k order whoever computes it; the
+    # columns past the last multiple of 16 go through the BLAS, for the same rows whatever the
+    # team. Not at precision "float64" (the BLAS's widened GEMM), nor for a transposed operand,
+    # nor a weight past EPILOGUE_TILE_FLOATS (out of L2, the BLAS's packing pays).
     micro = t == "float" and conv_direct.wanted() and _stored(a) and not _stored(b)
+    mr, nr = DC_KERNELS[16], 16  # the micro-kernel's tile: rows x columns
 
     def units(pragma: str) -> str:  # batch element bz through the micro-kernel (rows in blocks only with `pragma`, across the team)
         return f"""const long long n_t = (N + T - 1) / T, per = {"(16 + n_t - 1) / n_t" if pragma else "1"};
-        const long long MB = 6 * (((M + 5) / 6 + per - 1) / per), n_units = n_t * ((M + MB - 1) / MB);
+        const long long MB = {mr} * (((M + {mr - 1}) / {mr} + per - 1) / per), n_units = n_t * ((M + MB - 1) / MB);
         {pragma}
         for (long long u = 0; u < n_units; ++u) {{
-          const long long p0 = u % n_t * T, nt = lum_min(T, N - p0), n16 = nt / 16 * 16;
+          const long long p0 = u % n_t * T, nt = lum_min(T, N - p0), n16 = nt / {nr} * {nr};
           const long long m0 = u / n_t * MB, mn = lum_min(MB, M - m0);
           {t}* const c = out + (bz * M + m0) * N + p0;
-          if (n16 > 0) lum_dconv_6x16(mn, K, a_ptr + m0 * a_ld, a_ld, b_ptr + p0, offs, c, N, n16);
+          if (n16 > 0) lum_dconv_{mr}x{nr}(mn, K, a_ptr + m0 * a_ld, a_ld, b_ptr + p0, offs, c, N, n16);
           if (n16 < nt) lum_gemm_{g}(0, 0, mn, nt - n16, K, a_ptr + m0 * a_ld, a_ld, b_ptr + p0 + n16, b_ld, c + n16, N);
           {_epilogue_rows(plan, inputs, t, "p0", "nt", "", ("m0", "m0 + mn"))}
         }}"""
@@ -345,7 +345,7 @@ def _run(plan: Im2colGemm, head: list[str], cl: str, inputs: list[Node], t: str)
           for (long long u = 0; u < run; ++u) dst[q + u] = ({t})({read(src, idx, pointer_of(src, inputs))});"""
     src = plan.pad.src[0]
     index = _index_through(plan, idx)
-    base, st = view_of(src)
+    st = view_of(src)[1]
     moved = [(j, c) for j, (coefs, _) in enumerate(plan.terms) for i, c in coefs if i == last]
     if st.mask is None or len(moved) > 1:
         return f"""#pragma omp simd
@@ -354,8 +354,7 @@ def _run(plan: Im2colGemm, head: list[str], cl: str, inputs: list[Node], t: str)
     at0 = _index_through(plan, head + [cl])
     conds = [f"{at0[k]} >= {c_dim(lo)}" for k, (lo, hi) in enumerate(st.mask) if k != j and not sym.equal(lo, 0)]
     conds += [f"{at0[k]} < {c_dim(hi)}" for k, (lo, hi) in enumerate(st.mask) if k != j and not sym.equal(hi, st.shape[k])]
-    plain = Node(Op.VIEW, src.dtype, src.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset))
-    value = read(plain, index, pointer_of(src, inputs))
+    value = read(unmasked(src), index, pointer_of(src, inputs))
     if j is None or (sym.equal(st.mask[j][0], 0) and sym.equal(st.mask[j][1], st.shape[j])):
         bounds = "long long u_lo = 0, u_hi = run;"
     else:
@@ -438,8 +437,13 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
 
     geometry = (direct_conv(copy, node.shape[-1], node.shape[-2], sym.product(batch))
                 if t == "float" and conv_direct.wanted() else None)
-    direct = "" if geometry is None else (conv_direct.direct_path if geometry.columns else conv_direct.wgrad_path)(
-        geometry, int(node.shape[-2]), copy, plan.pad.src[0] if plan.pad is not None else copy.src[0].src[0], inputs, a_setup, blines, after)
+    x_src = plan.pad.src[0] if plan.pad is not None else copy.src[0].src[0]
+    if geometry is None:
+        direct = ""
+    elif geometry.columns:
+        direct = conv_direct.direct_path(geometry, int(node.shape[-2]), copy, x_src, inputs, a_setup, blines, after)
+    else:
+        direct = conv_direct.wgrad_path(geometry, copy, x_src, inputs, a_setup, blines, after)
     code = f"""{conv_direct.MICRO_KERNEL if geometry is not None else ""}static void {name}({', '.join(params)}) {{
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
   if (M <= 0 || N <= 0) return;

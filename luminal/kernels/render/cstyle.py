@@ -163,6 +163,13 @@ def view_of(node: Node) -> tuple[Node, ShapeTracker]:
     return node, ShapeTracker.contiguous(node.shape)
 
 
+def unmasked(node: Node) -> Node:
+    """`node`, a view, read without its mask: the element at an index the mask allows, in place (a
+    padded view's kernels test the mask themselves, once per row or run, not per element)."""
+    base, st = view_of(node)
+    return Node(Op.VIEW, node.dtype, st.shape, (base,), ShapeTracker(st.shape, st.strides, st.offset))
+
+
 def is_inline_scalar(node: Node) -> bool:
     """Scalar constants are rendered as literals, not buffers."""
     return node.op is Op.CONSTANT and not isinstance(node.arg, ConstantArray)
