@@ -121,6 +121,13 @@ class LuminalFunction:
         if self.cache_entry is not None:
             fx_cache.store(self.cache_entry, self.imported, imported.weight_arrays)
 
+    def run_eagerly(self, why: str) -> None:
+        """From now on the graph runs on torch's kernels (logged in EAGER_FALLBACKS, with why)."""
+        warnings.warn(f"luminal: running graph {self.name} eagerly: {why}", stacklevel=3)
+        EAGER_FALLBACKS.append(f"{self.name}: {why}")
+        gm = self.gm.graph_module() if isinstance(self.gm, Decomposed) else self.gm
+        self.eager = make_boxed_func(gm.forward)
+
     def __call__(self, args):
         if self.eager is not None:
             return self.eager(args)
@@ -134,10 +141,7 @@ class LuminalFunction:
             except LuminalError as exc:  # unsupported, or a frontend bug: never a wrong answer
                 if self.opts["strict"]:
                     raise
-                warnings.warn(f"luminal: running graph {self.name} eagerly: {exc}", stacklevel=2)
-                EAGER_FALLBACKS.append(f"{self.name}: {exc}")
-                gm = self.gm.graph_module() if isinstance(self.gm, Decomposed) else self.gm
-                self.eager = make_boxed_func(gm.forward)
+                self.run_eagerly(str(exc))
                 return self.eager(args)
         values = list(args)
         args.clear()  # boxed calling convention: let aot_autograd free its inputs early
@@ -240,6 +244,11 @@ def _mutated_inputs(agm) -> frozenset[int]:
     return frozenset(i for i, info in enumerate(meta.input_info) if info.mutates_data or info.mutates_metadata)
 
 
+def _runs_eagerly(compiled) -> bool:
+    """Whether what fw_compiler returned runs on torch's kernels (from the start, or since a fallback)."""
+    return compiled is not None and (not isinstance(compiled, LuminalFunction) or compiled.eager is not None)
+
+
 def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, *, graphs: list | None = None,
             **kwargs):
     """A Dynamo backend; `options` as `torch.compile(..., options={...})` passes them. `graphs`, if
@@ -274,7 +283,10 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
                 raise UnsupportedError(msg)
             warnings.warn(f"luminal: running graph {graph_name} eagerly: {msg}", stacklevel=2)
             EAGER_FALLBACKS.append(f"{graph_name}: {msg}")
-            return make_boxed_func(agm.forward)
+            eager = make_boxed_func(agm.forward)
+            if part == "forward":
+                forwards.append(eager)
+            return eager
         # a graph autograd differentiates reads its parameters afresh each call: an optimizer
         # updates them in place between calls, so they are never constants luminal could fold
         constants = set() if training else weight_ids
@@ -283,14 +295,25 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
         compiled = kind(agm, constants, graph_name, opts, lowering, mutated)
         if graphs is not None:
             graphs.append(compiled)
+        if part == "forward":
+            forwards.append(compiled)
         return compiled
+
+    # the forward of this graph: where it runs eagerly, so does its backward. An eager forward
+    # saves what torch's kernels return, which need not be what the trace declared (a bf16
+    # layer norm's mean and rstd: bf16 in the trace, f32 from the CPU kernel), and the backward
+    # luminal compiled from the trace would refuse them
+    forwards: list = []
 
     def bw_compiler(agm: torch.fx.GraphModule, _fake_inputs):  # training: the backward on luminal too
         compiled = fw_compiler(agm, _fake_inputs, part="backward")
+        forward = forwards[-1] if forwards else None
         if type(compiled) is LuminalFunction:
             compiled.donated = _donated(compiled)
 
         def boxed(args):  # Dynamo's `disable` wraps what this returns, keeping function attributes only
+            if isinstance(compiled, LuminalFunction) and compiled.eager is None and _runs_eagerly(forward):
+                compiled.run_eagerly(f"its forward {name} runs eagerly")
             return compiled(args)
 
         boxed._boxed_call = True

@@ -1,0 +1,100 @@
+"""Training under `torch.autocast` (bf16 on the CPU), and a forward that runs eagerly.
+
+Autocast runs linear layers and convolutions in bf16 and leaves the norms' weights (and batch
+norm's running statistics) in f32, so a norm meets a bf16 input with f32 parameters; torch's CPU
+kernels compute that in float and return the input's dtype. luminal lowers the same mix (one
+dtype for all, `aten_nn._one_dtype`), so the forward and the backward both run on luminal. Before,
+the forward fell back to eager with a dtype error, and the backward, compiled from the trace,
+then refused what the eager forward saved (torch's CPU layer norm returns f32 mean and rstd where
+its trace says bf16): a training step under autocast raised. A forward that runs eagerly now takes
+its backward with it.
+"""
+
+import copy
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch_helpers import runs_on_luminal
+
+from luminal.errors import UnsupportedError
+from luminal.frontends.torch import dynamo
+from luminal.frontends.torch.aten_ops import ATEN
+
+NORMS = {
+    "layer norm": (lambda: nn.Sequential(nn.Linear(16, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4)), (6, 16)),
+    "rms norm": (lambda: nn.Sequential(nn.Linear(16, 16), nn.RMSNorm(16)), (6, 16)),
+    "group norm": (lambda: nn.Sequential(nn.Conv2d(4, 8, 3), nn.GroupNorm(2, 8)), (2, 4, 6, 6)),
+    "batch norm, train": (lambda: nn.Sequential(nn.Conv2d(4, 8, 3), nn.BatchNorm2d(8)), (2, 4, 6, 6)),
+    "batch norm, eval": (lambda: nn.Sequential(nn.Conv2d(4, 8, 3), nn.BatchNorm2d(8)).eval(), (2, 4, 6, 6)),
+    "batch norm 1d": (lambda: nn.Sequential(nn.Linear(16, 16), nn.BatchNorm1d(16)), (6, 16)),
+    "instance norm": (lambda: nn.Sequential(nn.Conv2d(4, 8, 3), nn.InstanceNorm2d(8, affine=True)), (2, 4, 6, 6)),
+}
+BF16 = 2.0**-8  # bf16's relative rounding step: what two correct bf16 computations may differ by, a few times
+
+
+def _step(module, params, x):
+    """One autocast forward and backward; (output, gradients, buffers)."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = module(x)
+    weights = torch.linspace(-1, 2, y.numel()).reshape(y.shape)  # a loss no norm makes constant
+    (y.float() * weights).sum().backward()
+    return y.detach().float(), [p.grad for p in params.parameters()], [b.clone() for b in params.buffers()]
+
+
+def _close(got, want, steps):
+    scale = max((w.abs().max().item() for w in want), default=0.0) or 1.0
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        err = (g.float() - w.float()).abs().max().item()
+        assert err <= steps * BF16 * scale, f"differs by {err:.2e} (largest element {scale:.2e})"
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+@pytest.mark.parametrize("norm", list(NORMS))
+def test_autocast_training_runs_on_luminal(norm, device):
+    make, shape = NORMS[norm]
+    torch.manual_seed(0)
+    eager = make()
+    model = copy.deepcopy(eager)
+    x = torch.randn(*shape)
+    want = _step(eager, eager, x)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="luminal", options={"device": device, "strict": True})
+    with runs_on_luminal() as served:
+        got = _step(compiled, model, x)
+    assert any(name.endswith("_backward") for name in served), served
+    y, grads, buffers = got
+    assert y.shape == want[0].shape
+    _close([y], [want[0]], 4)
+    _close(grads, want[1], 4)
+    _close(buffers, want[2], 4)  # running mean and variance (f32), num_batches_tracked (int64)
+
+
+def test_a_forward_that_runs_eagerly_takes_its_backward_along(monkeypatch):
+    """A forward that falls back to eager after it was compiled (here: its layer norm's lowering
+    fails) saves what torch's kernels return; its backward runs eagerly too, and the gradients are
+    eager's, where the backward compiled from the trace used to refuse the f32 mean and rstd."""
+    def refuse(*args, **kwargs):
+        raise UnsupportedError("native_layer_norm refused for this test")
+
+    monkeypatch.setitem(ATEN, "native_layer_norm.default", refuse)
+    make, shape = NORMS["layer norm"]
+    torch.manual_seed(0)
+    eager = make()
+    model = copy.deepcopy(eager)
+    x = torch.randn(*shape)
+    want = _step(eager, eager, x)
+    torch._dynamo.reset()
+    before = len(dynamo.EAGER_FALLBACKS)
+    compiled = torch.compile(model, backend="luminal", options={"device": "numpy"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _step(compiled, model, x)
+    fell_back = list(dynamo.EAGER_FALLBACKS)[-(len(dynamo.EAGER_FALLBACKS) - before):]
+    assert len(fell_back) == 2, fell_back
+    assert "refused for this test" in fell_back[0]
+    assert fell_back[1].endswith("runs eagerly") and "_backward" in fell_back[1]
+    assert any("_backward eagerly" in str(w.message) for w in caught)
+    _close(got[1], want[1], 4)
