@@ -28,6 +28,21 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.shape import ShapeTracker
 
 
+def one_dtype(x, *params):
+    """A norm's input and parameters (weight, bias, statistics) in one dtype, the widest of theirs.
+
+    Both frontends meet a half input with float parameters: torch under autocast (a bf16 conv or
+    linear output into a BatchNorm or LayerNorm whose weights stay f32), which its CPU kernels
+    compute in float; ONNX's BatchNormalization, whose X, scale and statistics have types of their
+    own (T, T1, T2). The caller casts each result to the dtype its op reports. Parameters that
+    share the input's dtype (and None) pass unchanged."""
+    dtypes = {p.dtype for p in params if p is not None} - {x.dtype}
+    if not dtypes:
+        return (x, *params)
+    wide = max(dtypes | {x.dtype}, key=lambda d: d.itemsize)
+    return tuple(None if p is None else p.cast(wide) for p in (x, *params))
+
+
 def windows(x, kernel, strides, dilations):
     nsp = len(kernel)
     if x.ndim < nsp:

@@ -3,7 +3,7 @@
 Autocast runs linear layers and convolutions in bf16 and leaves the norms' weights (and batch
 norm's running statistics) in f32, so a norm meets a bf16 input with f32 parameters; torch's CPU
 kernels compute that in float and return the input's dtype. luminal lowers the same mix (one
-dtype for all, `aten_nn._one_dtype`), so the forward and the backward both run on luminal. Before,
+dtype for all, `builder.nn.one_dtype`), so the forward and the backward both run on luminal. Before,
 the forward fell back to eager with a dtype error, and the backward, compiled from the trace,
 then refused what the eager forward saved (torch's CPU layer norm returns f32 mean and rstd where
 its trace says bf16): a training step under autocast raised. A forward that runs eagerly now takes

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from luminal.builder.nn import conv as nn_conv
-from luminal.builder.nn import windows
+from luminal.builder.nn import one_dtype, windows
 from luminal.frontends.onnx.errors import NeedsShape
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.hlir import symbolic as sym
@@ -209,6 +209,10 @@ def _per_channel(t, x):
 
 @onnx_op("BatchNormalization")
 def batch_norm(c, x, scale, bias, mean, var, epsilon=1e-5, momentum=0.9, training_mode=0, spatial=1, is_test=0):
+    # X, scale/B and the statistics have types of their own (T, T1, T2): computed in the widest,
+    # Y in X's type and the running statistics in theirs
+    y_type, stat_type = x.dtype, mean.dtype
+    x, scale, bias, mean, var = one_dtype(x, scale, bias, mean, var)
     if training_mode:
         axes = [0] + list(range(2, x.ndim))
         bm = x.mean(axes)
@@ -217,20 +221,21 @@ def batch_norm(c, x, scale, bias, mean, var, epsilon=1e-5, momentum=0.9, trainin
         y = y.mul(_per_channel(scale, x)).add(_per_channel(bias, x))
         run_mean = mean.mul(momentum).add(bm.mul(1 - momentum))
         run_var = var.mul(momentum).add(bv.mul(1 - momentum))
-        return y, run_mean, run_var
+        return y.cast(y_type), run_mean.cast(stat_type), run_var.cast(stat_type)
     known = [c.known(i) for i in range(1, 5)]
-    if all(k is not None and k.dtype == x.dtype.numpy for k in known):
+    if all(k is not None for k in known):
         # constant statistics (inference): x * s + t, s and t computed here in float64 and rounded
         # once, as onnxruntime folds them; not four small kernels per call recomputing them
         sc, bi, mu, va = (np.asarray(k, np.float64) for k in known)
         with np.errstate(invalid="ignore", divide="ignore"):  # a negative or zero variance: NaN or inf, as computed
             s = sc / np.sqrt(va + epsilon)
             t = bi - mu * s
-        return x.mul(_per_channel(c.g.constant(s.astype(x.dtype.numpy)), x)).add(
+        y = x.mul(_per_channel(c.g.constant(s.astype(x.dtype.numpy)), x)).add(
             _per_channel(c.g.constant(t.astype(x.dtype.numpy)), x))
+        return y.cast(y_type)
     inv = var.add(epsilon).rsqrt()
     y = x.sub(_per_channel(mean, x)).mul(_per_channel(inv.mul(scale), x)).add(_per_channel(bias, x))
-    return y
+    return y.cast(y_type)
 
 
 @onnx_op("InstanceNormalization")

@@ -22,23 +22,9 @@ def _channel(t, ndim):
     return t.reshape((t.shape[0],) + (1,) * (ndim - 2))
 
 
-def _one_dtype(x, *params):
-    """The input and the norm's parameters (weight, bias, running statistics) in one dtype.
-
-    torch's norms take a half input with float parameters, as autocast leaves them (a bf16 conv or
-    linear output into a BatchNorm or LayerNorm whose weights stay f32), and compute it in float.
-    Here the widest of the dtypes serves all of them; the importer casts each result to the dtype
-    torch reports. Parameters that already share the input's dtype pass unchanged."""
-    dtypes = {p.dtype for p in params if p is not None} - {x.dtype}
-    if not dtypes:
-        return (x, *params)
-    wide = max(dtypes | {x.dtype}, key=lambda d: d.itemsize)
-    return tuple(None if p is None else p.cast(wide) for p in (x, *params))
-
-
 @aten("native_layer_norm.default")
 def native_layer_norm(cx, x, normalized_shape, weight, bias, eps):
-    x, weight, bias = _one_dtype(x, weight, bias)
+    x, weight, bias = nn.one_dtype(x, weight, bias)
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     xf = x.cast(x.dtype.accumulator)
     mean = xf.mean(axes, keepdim=True)
@@ -50,7 +36,7 @@ def native_layer_norm(cx, x, normalized_shape, weight, bias, eps):
 
 @aten("_native_batch_norm_legit_no_training.default")
 def batch_norm_inference(cx, x, weight, bias, running_mean, running_var, momentum, eps):
-    x, weight, bias, running_mean, running_var = _one_dtype(x, weight, bias, running_mean, running_var)
+    x, weight, bias, running_mean, running_var = nn.one_dtype(x, weight, bias, running_mean, running_var)
     scale = _channel(running_var, x.ndim).add(eps).rsqrt()
     out = x.sub(_channel(running_mean, x.ndim)).mul(scale)
     if weight is not None:
@@ -65,7 +51,7 @@ def batch_norm_inference(cx, x, weight, bias, running_mean, running_var, momentu
 def batch_norm_training(cx, x, weight, bias, running_mean, running_var, training, momentum, eps):
     """Batch norm in training mode: batch statistics; the running ones come back updated
     (torch's momentum, unbiased variance) and torch.export writes them to the buffers."""
-    x, weight, bias, running_mean, running_var = _one_dtype(x, weight, bias, running_mean, running_var)
+    x, weight, bias, running_mean, running_var = nn.one_dtype(x, weight, bias, running_mean, running_var)
     if not training:
         out = batch_norm_inference(cx, x, weight, bias, running_mean, running_var, momentum, eps)
         return (*out[:3], running_mean, running_var)
@@ -80,7 +66,7 @@ def batch_norm_training(cx, x, weight, bias, running_mean, running_var, training
 def batch_norm_no_stats(cx, x, weight, bias, training, momentum, eps):
     """Batch norm on the batch's statistics, whatever `training` says (no running statistics:
     track_running_stats=False, instance norm); (out, mean, rstd) as torch saves them."""
-    x, weight, bias = _one_dtype(x, weight, bias)
+    x, weight, bias = nn.one_dtype(x, weight, bias)
     axes = [0, *range(2, x.ndim)]
     mean, var = x.mean(axes), x.var(axes, correction=0)
     rstd = var.add(eps).rsqrt()
@@ -94,7 +80,7 @@ def batch_norm_no_stats(cx, x, weight, bias, training, momentum, eps):
 
 @aten("native_group_norm.default")
 def native_group_norm(cx, x, weight, bias, n, c, hw, group, eps):
-    x, weight, bias = _one_dtype(x, weight, bias)
+    x, weight, bias = nn.one_dtype(x, weight, bias)
     xs = x.reshape((x.shape[0], group, -1))
     mean = xs.mean(-1, keepdim=True)
     centered = xs.sub(mean)
