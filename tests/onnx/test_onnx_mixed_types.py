@@ -60,3 +60,24 @@ def test_batch_norm_with_mixed_types(types, stats_as_inputs, training, device):
     for g, w in zip(got, want, strict=True):
         tol = 2e-3 if g.dtype == np.float16 else 1e-5
         np.testing.assert_allclose(g.astype(np.float64), np.asarray(w, np.float64), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+@pytest.mark.parametrize("base_type", [np.int64, np.int32])
+@pytest.mark.parametrize("exp_type", [np.float32, np.float64])
+def test_pow_of_an_integer_base_by_a_float_exponent_truncates(base_type, exp_type, device):
+    """Pow(T, T1) with T an integer: onnxruntime's static_cast of the float power (4 ** 1.5 = 8,
+    2 ** 1.5 = 2.83 -> 2), where luminal rounded (3); integral exponents stay exact (3 ** 4 = 81)."""
+    base = np.array([2, 4, 3, 7, 0, 1, 10, 5, 6, 9], base_type)
+    exponent = np.array([1.5, 1.5, 4.0, 0.5, 2.0, 7.25, 3.0, 2.9, 0.0, 1.0 / 3], exp_type)
+    graph = oh.make_graph([oh.make_node("Pow", ["b", "e"], ["y"])], "pow",
+                          [oh.make_tensor_value_info("b", TP.INT64 if base_type is np.int64 else TP.INT32, [10]),
+                           oh.make_tensor_value_info("e", TYPES[exp_type], [10])],
+                          [oh.make_tensor_value_info("y", TP.INT64 if base_type is np.int64 else TP.INT32, [10])])
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 15)], ir_version=8)
+    feeds = {"b": base, "e": exponent}
+    want = _want(model, feeds)[0]
+    np.testing.assert_array_equal(want, np.trunc(np.power(base.astype(np.float64), exponent.astype(np.float64))))
+    got = lo.compile(model, device=device)(feeds)[0]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

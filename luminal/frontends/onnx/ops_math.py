@@ -97,8 +97,12 @@ def pow_(c, x, y):
         return x.pow(int(float(k.reshape(-1)[0]))).expand(_bshape([x, y]))
     if x.dtype.is_float:
         return x.pow(y.cast(x.dtype))
+    # an integer base: the power in float64, then to the integer type as onnxruntime's
+    # static_cast (truncated: 2 ** 1.5 is 2); an integral exponent's power is an exact integer,
+    # rounded there so that exp2(y log2 x) one ulp low (3 ** 4 = 80.99..) is not truncated
     xf, yf = x.cast(DType.F64), y.cast(DType.F64)
-    return xf.pow(yf).round().cast(x.dtype)
+    p = xf.pow(yf)
+    return p.round().where_(yf.floor().eq(yf), p).cast(x.dtype)
 
 
 @onnx_op("Equal")
