@@ -328,3 +328,27 @@ def test_dynamic_topk_pad_tile_expand():
                  [_vi("c", TP.FLOAT, None)], opset=17)
     check(pte, [{"x": x9[:1], "p": np.array([0, 1, 0, 2]), "t": np.array([2, 1]), "e": np.array([3, 1, 1])},
                 {"x": x12[:1], "p": np.array([1, 0, 0, 0]), "t": np.array([1, 3]), "e": np.array([2, 1, 1])}], ("e", "p", "t"))
+
+
+@pytest.mark.parametrize("elem,dtype", [(TP.INT32, np.int32), (TP.INT64, np.int64)])
+@pytest.mark.parametrize("axes,keepdims", [([1], 0), ([0, 1], 1)])
+def test_reduce_mean_of_integers_truncates(elem, dtype, axes, keepdims):
+    """ReduceMean of an integer tensor (allowed by the spec; was a named error): the sum in the type
+    divided truncating toward zero, as onnxruntime (-4 / 3 = -1)."""
+    x = np.array([[-7, 2, 1, 0], [5, 5, 6, -3]], dtype)
+    model = _model([oh.make_node("ReduceMean", ["x"], ["y"], axes=axes, keepdims=keepdims)],
+                   [_vi("x", elem, [2, 4])], [_vi("y", elem, None)], opset=13)
+    _check(model, {"x": x}, exact=True)
+
+
+def test_sign_of_nan_is_nan():
+    """Sign(NaN) is NaN in ONNX (numpy's sign, its reference; onnxruntime for f32 and f64, where
+    torch's sign, the builder's, gives 0); ±0 give 0."""
+    for elem, dtype in ((TP.FLOAT, np.float32), (TP.DOUBLE, np.float64)):
+        x = np.array([np.nan, -0.0, 0.0, 2.5, -np.inf], dtype)
+        model = _model([oh.make_node("Sign", ["x"], ["y"])], [_vi("x", elem, [5])], [_vi("y", elem, [5])])
+        got = _check(model, {"x": x}, exact=True)[0]
+        assert np.isnan(got[0]) and not np.isnan(got[1:]).any()
+    x16 = np.array([np.nan, -1.5], np.float16)  # onnxruntime's float16 Sign gives 0 here: numpy's NaN
+    model = _model([oh.make_node("Sign", ["x"], ["y"])], [_vi("x", TP.FLOAT16, [2])], [_vi("y", TP.FLOAT16, [2])])
+    np.testing.assert_array_equal(lo.compile(model, device="cpu")({"x": x16})[0], np.sign(x16))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from luminal.builder import functional as F
+from luminal.errors import UnsupportedError
 from luminal.frontends.onnx import narrow
 from luminal.frontends.onnx.errors import NeedsShape
 from luminal.frontends.onnx.registry import onnx_op
@@ -18,7 +19,7 @@ _UNARY = {
     "Sqrt": lambda x: x.sqrt(), "Reciprocal": lambda x: x.reciprocal(), "Sigmoid": lambda x: x.sigmoid(),
     "Tanh": lambda x: x.tanh(), "Erf": lambda x: x.erf(), "Sin": lambda x: x.sin(), "Cos": lambda x: x.cos(),
     "Floor": lambda x: x.floor(), "Ceil": lambda x: x.ceil(), "Round": lambda x: x.round(),
-    "Sign": lambda x: x.sign(), "Relu": lambda x: x.relu(), "Not": lambda x: x.logical_not(),
+    "Sign": lambda x: _sign(x), "Relu": lambda x: x.relu(), "Not": lambda x: x.logical_not(),
     "Softsign": lambda x: x.div(x.abs().add(1.0)), "IsNaN": lambda x: x.isnan(),
     "Tan": lambda x: x.sin().div(x.cos()),
     "Sinh": lambda x: x.exp().sub(x.neg().exp()).mul(0.5), "Cosh": lambda x: x.exp().add(x.neg().exp()).mul(0.5),
@@ -318,6 +319,13 @@ def hardmax(c, x, axis=-1):
 
 
 # --- reductions --------------------------------------------------------------------------
+def _sign(x):
+    """-1, 0 or 1, and NaN for NaN (numpy's sign, as onnxruntime: torch's, which the builder
+    follows, gives 0)."""
+    s = x.sign()
+    return s.where_(x.eq(x), x) if x.dtype.is_float else s
+
+
 def _reduce(c, x, axes, keepdims, noop, kind):
     if axes is None or len(axes) == 0:
         if noop:
@@ -329,6 +337,11 @@ def _reduce(c, x, axes, keepdims, noop, kind):
     kd = bool(keepdims)
     if kind == "sum":
         return x.sum(axes, kd, dtype=x.dtype) if x.dtype.is_int else x.sum(axes, kd)
+    if kind == "mean" and x.dtype.is_int:  # onnxruntime's: the sum in the type, divided truncating
+        count = sym.product([x.shape[a] for a in axes] if axes is not None else [])
+        if not sym.is_static(count):
+            raise UnsupportedError(f"ReduceMean of a {x.dtype} tensor over symbolic dims")
+        return x.sum(axes, kd, dtype=x.dtype).div(x._scalar(int(count)), rounding_mode="trunc")
     if kind == "mean":
         return x.mean(axes, kd)
     if kind == "max":
