@@ -352,3 +352,26 @@ def test_sign_of_nan_is_nan():
     x16 = np.array([np.nan, -1.5], np.float16)  # onnxruntime's float16 Sign gives 0 here: numpy's NaN
     model = _model([oh.make_node("Sign", ["x"], ["y"])], [_vi("x", TP.FLOAT16, [2])], [_vi("y", TP.FLOAT16, [2])])
     np.testing.assert_array_equal(lo.compile(model, device="cpu")({"x": x16})[0], np.sign(x16))
+
+
+@pytest.mark.parametrize("mode,opset", [("edge", 18), ("reflect", 18), ("wrap", 19), ("constant", 18)])
+@pytest.mark.parametrize("pads", [[1, -1, 0, 2], [-1, 2, 1, -2], [-1, -2, -1, -1]])
+def test_negative_pads_crop_before_the_others_pad(mode, opset, pads):
+    """A negative pad crops; an edge, reflection or wrap then repeats the cropped tensor's values
+    (onnxruntime). The non-constant modes used to pad one row for a -1 (an expand to -1 keeps
+    the dim): silently wrong values."""
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    model = _model([oh.make_node("Pad", ["x", "p"], ["y"], mode=mode)], [_vi("x", TP.FLOAT, [4, 5])],
+                   [_vi("y", TP.FLOAT, None)], inits=[("p", np.array(pads, np.int64))], opset=opset)
+    _check(model, {"x": x}, exact=True)
+
+
+def test_gemm_with_beta_zero_does_not_read_c():
+    """Y = alpha A B + beta C with beta 0 leaves C out, NaNs included (onnxruntime, the reference
+    evaluator, BLAS); it was 0 * NaN = NaN everywhere."""
+    a, b = RNG.standard_normal((3, 2)).astype(np.float32), RNG.standard_normal((3, 4)).astype(np.float32)
+    model = _model([oh.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, beta=0.0)],
+                   [_vi("a", TP.FLOAT, [3, 2]), _vi("b", TP.FLOAT, [3, 4])], [_vi("y", TP.FLOAT, [2, 4])],
+                   inits=[("c", np.full(4, np.nan, np.float32))])
+    got = _check(model, {"a": a, "b": b})[0]
+    assert not np.isnan(got).any()

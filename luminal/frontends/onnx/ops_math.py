@@ -446,7 +446,7 @@ def gemm(c, a, b, cc=None, alpha=1.0, beta=1.0, transA=0, transB=0):  # noqa: N8
     y = a.matmul(b)
     if alpha != 1.0:
         y = y.mul(alpha if y.dtype.is_float else int(alpha))
-    if cc is not None:
+    if cc is not None and beta != 0:  # beta 0: C is not read (its NaNs neither), as onnxruntime and the reference
         cc = cc if beta == 1.0 else cc.mul(beta if cc.dtype.is_float else int(beta))
         y = y.add(cc)
     return y

@@ -355,8 +355,13 @@ def pad(c, x, pads, constant_value=None, axes=None, mode="constant"):
         if x.dtype is DType.BOOL:
             value = bool(value)
         return x.pad(pairs, value)
+    # negative pads crop, before the others pad (what an edge, reflection or wrap repeats is the
+    # cropped tensor's, as onnxruntime)
     for a, (before, after) in enumerate(pairs):
-        x = _pad_axis(x, a, before, after, mode)
+        if before < 0 or after < 0:
+            x = x.slice(a, max(-before, 0), sym.norm(x.shape[a] - max(-after, 0)))
+    for a, (before, after) in enumerate(pairs):
+        x = _pad_axis(x, a, max(before, 0), max(after, 0), mode)
     return x
 
 
