@@ -375,3 +375,22 @@ def test_gemm_with_beta_zero_does_not_read_c():
                    inits=[("c", np.full(4, np.nan, np.float32))])
     got = _check(model, {"a": a, "b": b})[0]
     assert not np.isnan(got).any()
+
+
+@pytest.mark.parametrize("op", ["ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp",
+                                "ReduceSum", "ReduceMax", "ReduceProd"])
+def test_reduce_with_no_axes_and_noop_applies_the_elementwise_part(op):
+    """noop_with_empty_axes with no axes reduces nothing, but ReduceL2 is still sqrt(x²), ReduceL1
+    |x|, ReduceLogSum log x (onnxruntime and the reference evaluator); it returned x itself."""
+    x = np.array([[3, 4], [-1, 0.5], [100, -100]], np.float32)
+    model = _model([oh.make_node(op, ["x"], ["y"], noop_with_empty_axes=1)], [_vi("x", TP.FLOAT, [3, 2])],
+                   [_vi("y", TP.FLOAT, [3, 2])], opset=18)
+    _check(model, {"x": x}, rtol=1e-6)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_global_lp_pool(p):
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    model = _model([oh.make_node("GlobalLpPool", ["x"], ["y"], p=p)], [_vi("x", TP.FLOAT, [2, 3, 4, 5])],
+                   [_vi("y", TP.FLOAT, [2, 3, 1, 1])], opset=18)  # onnxruntime has GlobalLpPool up to 18
+    _check(model, {"x": x})

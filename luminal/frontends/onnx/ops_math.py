@@ -326,10 +326,14 @@ def _sign(x):
     return s.where_(x.eq(x), x) if x.dtype.is_float else s
 
 
+_NOOP_REDUCE = {"l1": lambda x: x.abs(), "l2": lambda x: x.mul(x).sqrt(), "sumsquare": lambda x: x.mul(x),
+                "logsum": lambda x: x.log()}  # logsumexp: x itself, as the stable form computes it
+
+
 def _reduce(c, x, axes, keepdims, noop, kind):
     if axes is None or len(axes) == 0:
-        if noop:
-            return x
+        if noop:  # nothing reduced; the op's elementwise part still applies (onnxruntime, the reference)
+            return _NOOP_REDUCE.get(kind, lambda t: t)(x)
         axes = list(range(x.ndim))
     axes = sorted({int(a) % max(x.ndim, 1) for a in np.asarray(axes).reshape(-1).tolist()})
     if x.ndim == 0:

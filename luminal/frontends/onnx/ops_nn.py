@@ -192,6 +192,11 @@ def lp_pool(c, x, kernel_shape, auto_pad="NOTSET", ceil_mode=0, dilations=None, 
     return windows(xp, kernel, st, dil).sum(list(range(x.ndim, x.ndim + len(kernel)))).pow(1.0 / p)
 
 
+@onnx_op("GlobalLpPool")
+def global_lp_pool(c, x, p=2):
+    return x.abs().pow(p).sum(list(range(2, x.ndim)), keepdim=True).pow(1.0 / p)  # as LpPool's one window
+
+
 @onnx_op("GlobalAveragePool")
 def global_average_pool(c, x):
     return x.mean(list(range(2, x.ndim)), keepdim=True)
