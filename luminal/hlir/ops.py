@@ -46,7 +46,8 @@ exact arithmetic, a primitive decomposition (`luminal/egraph/reference.py`), and
   kernel. The expression is a small immutable DAG of `Expr(op, dtype, src, arg)` whose ops are
   the POINTWISE group (a CAST converts to its dtype) over two leaves: `Expr(INPUT, dt, arg=i)`
   reads input i, `Expr(CONSTANT, dt, arg=value)` is a scalar. Float intermediates may be kept
-  wider than dt (one rounding at the end); comparisons and fmod see dt values.
+  wider than dt (one rounding at the end); comparisons, fmod and casts see dt values, and a value
+  one of them reads is that dt value for every reader (trunc = x - fmod(x, 1) stays exact).
 - SELECT (src = cond (bool), a, b, all of the output's shape): a where cond holds, else b; the
   chosen value moves unchanged (NaN, ±inf, -0.0). Pointwise, so regions absorb it. It is what
   `where` means (the builder spells it as a Gather from the stacked pair (b, a)).

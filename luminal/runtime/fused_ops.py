@@ -167,14 +167,23 @@ def _grouped_matmul(node, b, x, weight, offs):
 
 
 # --- FusedElementwise: an expression over input slots ------------------------------------
-# decisions (comparisons, fmod, casts to integers) see values rounded to their declared dtype,
-# so a wider intermediate never flips a comparison the unfused graph would make
+# decisions (comparisons, fmod, casts) see values rounded to their declared dtype, so a wider
+# intermediate never flips a comparison the unfused graph would make; and every other reader of
+# such a value sees it rounded too: trunc is x - fmod(x, 1), exact only when both read one x
+# (with a wide x beside a rounded one, trunc(7.0 / 6) came out 0.99999994)
 _DECIDING = {Op.LESS_THAN, Op.MOD}
 
 
-def _eval(e: Expr, inputs: list[np.ndarray], values: dict, work: np.dtype) -> np.ndarray:
+def _decided(root: Expr) -> frozenset[Expr]:
+    """The float values of `root` that a comparison, fmod or cast reads (by value: equal levels
+    may be distinct objects)."""
+    return frozenset(c for e in root.toposort() if e.op in _DECIDING or e.op is Op.CAST
+                     for c in e.src if c.dtype.is_float)
+
+
+def _eval(e: Expr, inputs: list[np.ndarray], values: dict, work: np.dtype, decided: frozenset = frozenset()) -> np.ndarray:
     """The value of `e` (each level object once, kept in `values` by id); floats are computed in
-    `work` (float64 values stay float64)."""
+    `work` (float64 values stay float64), those in `decided` rounded to their dtype."""
     if id(e) in values:
         return values[id(e)]
     op, dtype = e.op, e.dtype
@@ -183,14 +192,14 @@ def _eval(e: Expr, inputs: list[np.ndarray], values: dict, work: np.dtype) -> np
     elif op is Op.CONSTANT:
         v = _lift(np.asarray(e.arg).astype(dtype.numpy), work)  # the value its dtype holds (0.1 in f32), as the C's literal
     elif (quotient := _quotient(e)) is not None:  # as the renderers: `x * recip(y)` is x / y, rounded once
-        v = np.divide(*(_eval(c, inputs, values, work) for c in quotient))
+        v = np.divide(*(_eval(c, inputs, values, work, decided) for c in quotient))
     elif op is Op.CAST:
         # a cast reads a value of its source dtype: f32 then f16 rounds twice, as torch and the C
         # do (an f32 quotient on a tie of f16 goes to even; from float64 it would not)
-        child = _eval(e.src[0], inputs, values, work).astype(e.src[0].dtype.numpy, copy=False)
+        child = _eval(e.src[0], inputs, values, work, decided).astype(e.src[0].dtype.numpy, copy=False)
         v = _lift(child.astype(dtype.numpy), work)
     else:
-        args = [_eval(c, inputs, values, work) for c in e.src]
+        args = [_eval(c, inputs, values, work, decided) for c in e.src]
         if op in _DECIDING:
             args = [a.astype(c.dtype.numpy, copy=False) for a, c in zip(args, e.src)]
         if op in UNARY_FNS:
@@ -200,6 +209,8 @@ def _eval(e: Expr, inputs: list[np.ndarray], values: dict, work: np.dtype) -> np
         else:
             check_divisor(op, dtype, np.broadcast(*args).size, args[1])
             v = _lift(np.asarray(BINARY_FNS[op](*args)), work)
+    if v.dtype != dtype.numpy and e in decided:
+        v = _lift(v.astype(dtype.numpy), work)
     values[id(e)] = v
     return v
 
@@ -217,7 +228,7 @@ def _quotient(e: Expr) -> tuple[Expr, Expr] | None:
 def _fused_elementwise(node, b, *inputs):
     """The expression over whole arrays; floats kept in the working precision (`_work`:
     float64 by default) between ops and rounded once, at the end."""
-    out = _eval(node.arg, list(inputs), {}, _work())
+    out = _eval(node.arg, list(inputs), {}, _work(), _decided(node.arg))
     return np.broadcast_to(out, _shape(node, b)).astype(node.dtype.numpy)
 
 

@@ -1,7 +1,7 @@
-"""GridSample (2-D and 3-D; nearest, linear, cubic; zeros, border, reflection padding), as onnx's
-reference defines it: unnormalize the grid, pad the coordinates (clamp or reflect), then sum
-the taps of each spatial dim (1, 2 or 4 per dim) with their weights, reading X by one flat gather
-per tap combination."""
+"""GridSample (2-D and 3-D; nearest, linear, cubic; zeros, border, reflection padding), as torch's
+grid_sampler and onnxruntime compute it: unnormalize the grid, pad the coordinates (clamp or
+reflect; not for cubic), then sum the taps of each spatial dim (1, 2 or 4 per dim) with their
+weights, each tap's index padded, reading X by one flat gather per tap combination."""
 
 from __future__ import annotations
 
@@ -65,9 +65,12 @@ def grid_sample(c, x, grid, *, align_corners=0, mode="linear", padding_mode="zer
             lo, hi = -0.5, size - 0.5
         if mode == "nearest":
             v = v.round()
-        if padding_mode == "border":
+        # nearest and linear pad the coordinate, then each tap; cubic pads only its taps, as torch's
+        # grid_sampler and onnxruntime (onnx's reference also pads a cubic coordinate outside
+        # [lo, hi], and so disagrees with both near the border)
+        if padding_mode == "border" and mode != "cubic":
             v = v.clamp(0.0, size - 1.0)
-        elif padding_mode == "reflection":
+        elif padding_mode == "reflection" and mode != "cubic":
             v = _reflect(v, lo, hi)
         if mode == "nearest":
             taps = [(v.trunc(), None)]
