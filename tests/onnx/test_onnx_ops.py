@@ -394,3 +394,22 @@ def test_global_lp_pool(p):
     model = _model([oh.make_node("GlobalLpPool", ["x"], ["y"], p=p)], [_vi("x", TP.FLOAT, [2, 3, 4, 5])],
                    [_vi("y", TP.FLOAT, [2, 3, 1, 1])], opset=18)  # onnxruntime has GlobalLpPool up to 18
     _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_grid_sample_cubic_near_the_border(padding, align_corners, device):
+    """Cubic GridSample pads each tap's index, not the coordinate (torch's grid_sampler and
+    onnxruntime; onnx's reference differs for border), with the optimizer on: a grid running past
+    every border, against onnxruntime."""
+    x = RNG.standard_normal((1, 2, 5, 6)).astype(np.float32)
+    grid = (RNG.random((1, 4, 3, 2)) * 2.6 - 1.3).astype(np.float32)
+    model = _model([oh.make_node("GridSample", ["x", "g"], ["y"], mode="cubic", padding_mode=padding,
+                                 align_corners=align_corners)],
+                   [_vi("x", TP.FLOAT, [1, 2, 5, 6]), _vi("g", TP.FLOAT, [1, 4, 3, 2])], [_vi("y", TP.FLOAT, [1, 2, 4, 3])],
+                   opset=20)
+    feeds = {"x": x, "g": grid}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = lo.compile(model, device=device)(feeds)[0]
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
