@@ -100,19 +100,20 @@ def test_not_onnx_truncated_and_checker_failures(tmp_path):
 def test_unsupported_ops_are_listed_all_at_once():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])
     y = helper.make_tensor_value_info("y", TensorProto.INT32, [1, 3])
-    nodes = [  # Multinomial (a sampling op) and GlobalLpPool: not lowered
+    rois = helper.make_tensor_value_info("rois", TensorProto.FLOAT, [1, 5])
+    nodes = [  # Multinomial (a sampling op) and MaxRoiPool: not lowered
         helper.make_node("Multinomial", ["x"], ["a"], name="first", sample_size=3),
         helper.make_node("Relu", ["x"], ["b"], name="fine"),
-        helper.make_node("GlobalLpPool", ["b"], ["c"], name="second"),
+        helper.make_node("MaxRoiPool", ["b", "rois"], ["c"], name="second", pooled_shape=[1, 1]),
         helper.make_node("Multinomial", ["b"], ["y"], name="third", sample_size=3),
     ]
     with pytest.raises(lo.UnsupportedOpsError) as info:
-        lo.compile(_model(nodes, [x], [y]))
+        lo.compile(_model(nodes, [x, rois], [y]))
     msg = str(info.value)
     for name in ("first", "second", "third"):
         assert name in msg
-    assert "Multinomial" in msg and "GlobalLpPool" in msg and "opset 18" in msg and "fine" not in msg
-    assert [m[0] for m in info.value.missing] == ["Multinomial", "GlobalLpPool", "Multinomial"]
+    assert "Multinomial" in msg and "MaxRoiPool" in msg and "opset 18" in msg and "fine" not in msg
+    assert [m[0] for m in info.value.missing] == ["Multinomial", "MaxRoiPool", "Multinomial"]
 
 
 def test_wrong_inputs_raise_input_errors():

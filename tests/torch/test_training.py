@@ -186,6 +186,9 @@ POOLS = {
     "replicate pad 2d": lambda x: F.pad(x, (1, 2, 1, 0), mode="replicate"),
     "replicate pad 1d": lambda x: F.pad(x[:, 0], (3, 1), mode="replicate"),
     "replicate pad 3d": lambda x: F.pad(x[None], (1, 2, 0, 1, 2, 0), mode="replicate"),
+    "avg 3d ceil, padding not counted": lambda x: F.avg_pool3d(x[None], (2, 3, 2), (1, 2, 2), (1, 1, 0), ceil_mode=True,
+                                                             count_include_pad=False),
+    "local response norm": lambda x: F.local_response_norm(x, 3),  # an avg_pool3d over the channels
 }
 
 
@@ -202,6 +205,23 @@ def test_pooling_backward(kind, device):
     (ye * torch.arange(ye.numel()).reshape(ye.shape)).sum().backward()
     assert _served_backward(served)
     assert_grads_equal({"x": x.grad}, {"x": xe.grad})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dim", [0, 1, None])
+def test_weight_norm_backward(dim, device):
+    """`_weight_norm_interface_backward`, which core ATen keeps whole, lowered (it sent the backward
+    of every weight-normed layer to eager): per-direction sums over every axis but `dim`."""
+    P = torch.nn.utils.parametrizations.weight_norm
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(P(torch.nn.Linear(4, 6), dim=dim), torch.nn.Tanh(), P(torch.nn.Conv1d(1, 2, 3), dim=dim))
+    model = copy.deepcopy(eager)
+    x = torch.randn(2, 1, 4, generator=torch.Generator().manual_seed(1))
+    with runs_on_luminal(2) as served:
+        (_compiled(model, device)(x) ** 2).sum().backward()
+    (eager(x) ** 2).sum().backward()
+    assert _served_backward(served)
+    assert_grads_equal(_grads(model), _grads(eager))
 
 
 # --- luminal.compile in grad mode; what must never be silently wrong ---------------------------

@@ -153,7 +153,7 @@ def _static(*dims):
     return [int(d) for d in dims]
 
 
-@aten("avg_pool2d_backward.default")
+@aten("avg_pool2d_backward.default", "avg_pool3d_backward.default")
 def avg_pool_backward(cx, grad_out, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     nsp = len(kernel_size)
     kernel = _per(kernel_size, nsp)
@@ -183,3 +183,15 @@ def replication_pad_backward(cx, grad_out, x, padding):
     flat = (sym.product(lead), 1, len(pos))
     grad = _add_at(cx, x.reshape((flat[0], 1, *spatial)), grad_out.reshape(flat), cx.g.constant(pos.reshape(1, 1, -1)))
     return grad.reshape(x.shape)
+
+
+@aten("_weight_norm_interface_backward.default")
+def weight_norm_backward(cx, grad_w, v, g, norms, dim):
+    """w = g * v / |v| (the norm over every axis but `dim`; all of them for dim -1), as ATen's
+    `_weight_norm_differentiable_backward`: per-direction sums s = sum(grad_w * v), then
+    grad_g = s / |v| and grad_v = (g / |v|) (grad_w - v s / |v|²)."""
+    axes = list(range(v.ndim)) if dim == -1 else [a for a in range(v.ndim) if a != dim % v.ndim]
+    per_direction = grad_w.mul(v).sum(axes, keepdim=True)
+    norms, g = norms.reshape(per_direction.shape), g.reshape(per_direction.shape)
+    grad_v = g.div(norms).mul(grad_w.sub(v.mul(per_direction.div(norms.mul(norms)))))
+    return grad_v, per_direction.div(norms)

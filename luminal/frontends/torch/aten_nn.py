@@ -102,7 +102,7 @@ def convolution(cx, x, weight, bias, stride, padding, dilation, transposed, outp
     return nn.conv(x, weight, bias, stride, padding, dilation, groups)
 
 
-@aten("avg_pool2d.default", "avg_pool1d.default")
+@aten("avg_pool2d.default", "avg_pool1d.default", "avg_pool3d.default")
 def avg_pool(cx, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
     nsp = len(kernel_size)
     padding = [padding] * nsp if isinstance(padding, int) else list(padding) or [0] * nsp
