@@ -46,7 +46,8 @@ RANDOM = "random values, which eager torch draws otherwise: tests/torch/test_ran
 BACKWARD = "a backward op (saved tensors and geometry that must agree): tests/torch/test_training.py, test_backward_ops.py"
 NOT_GENERATED = {  # overload -> why the schema generator skips it, and where it is tested
     **dict.fromkeys(["_fft_c2c.default", "_fft_r2c.default", "_fft_c2r.default"], FFT),
-    **dict.fromkeys(["convolution_backward.default", "avg_pool2d_backward.default",
+    **dict.fromkeys(["convolution_backward.default", "avg_pool2d_backward.default", "avg_pool3d_backward.default",
+                     "_weight_norm_interface_backward.default",
                      "max_pool2d_with_indices_backward.default", "max_pool3d_with_indices_backward.default",
                      "adaptive_max_pool2d_backward.default", "adaptive_max_pool3d_backward.default",
                      "_adaptive_avg_pool2d_backward.default", "_adaptive_avg_pool3d_backward.default",
@@ -84,6 +85,7 @@ NOT_GENERATED = {  # overload -> why the schema generator skips it, and where it
     'as_strided_copy.default': 'stride lists: as_strided in test_hand_written_cases; the empty_* ones are creation ops (tests/torch/test_torch_semantics.py)',
     'avg_pool1d.default': 'window / size arguments: tests/torch/test_vision_models.py',
     'avg_pool2d.default': 'window / size arguments: tests/torch/test_vision_models.py',
+    'avg_pool3d.default': 'window / size arguments: test_training.py::test_pooling_backward (avg 3d, local response norm)',
     'convolution.default': 'window / size arguments: tests/torch/test_vision_models.py',
     'empty.default': 'creation op without a tensor argument: tests/torch/test_torch_semantics.py',
     'empty.memory_format': 'creation op without a tensor argument: tests/torch/test_torch_semantics.py',

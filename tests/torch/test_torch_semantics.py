@@ -307,3 +307,38 @@ def test_bf16_model_both_entry_points():
         with runs_on_luminal():
             got = torch.compile(model, backend="luminal", options={"strict": True})(x)
         assert_same(got, want, atol=2e-2, rtol=2e-2)
+
+
+class _ViewsOut(torch.nn.Module):
+    def forward(self, x):
+        z = x * 2
+        return x.t(), z, x[1:], z.view(-1), z.t()[0], x.unsqueeze(0).expand(2, 3, 4)
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+def test_outputs_that_view_an_input_or_an_output_stay_views(device):
+    """As eager and inductor: an output viewing an input or another output shares its memory, so
+    an in-place change of either shows in it (luminal's copies went stale silently); and the views
+    carry gradients back."""
+    torch._dynamo.reset()
+    x = torch.randn(3, 4)
+    want = _ViewsOut()(x.clone())
+    out = torch.compile(_ViewsOut(), backend="luminal", options={"device": device})(x)
+    for got, w in zip(out, want, strict=True):
+        torch.testing.assert_close(got, w, rtol=0, atol=0)
+    x.add_(100)
+    out[1].mul_(-1)
+    torch.testing.assert_close(out[0], x.t(), rtol=0, atol=0)
+    torch.testing.assert_close(out[2], x[1:], rtol=0, atol=0)
+    torch.testing.assert_close(out[3], out[1].view(-1), rtol=0, atol=0)
+    torch.testing.assert_close(out[4], out[1].t()[0], rtol=0, atol=0)
+    torch.testing.assert_close(out[5][1], x, rtol=0, atol=0)
+
+    torch._dynamo.reset()
+    xe, xc = torch.randn(3, 4, requires_grad=True), None
+    xc = xe.detach().clone().requires_grad_()
+    weights = [torch.randn(o.shape, generator=torch.Generator().manual_seed(k)) for k, o in enumerate(want)]
+    sum((o * w).sum() for o, w in zip(_ViewsOut()(xe), weights)).backward()
+    compiled = torch.compile(_ViewsOut(), backend="luminal", options={"device": device})
+    sum((o * w).sum() for o, w in zip(compiled(xc), weights)).backward()
+    torch.testing.assert_close(xc.grad, xe.grad)

@@ -252,7 +252,17 @@ def _runs_eagerly(compiled) -> bool:
 def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, *, graphs: list | None = None,
             **kwargs):
     """A Dynamo backend; `options` as `torch.compile(..., options={...})` passes them. `graphs`, if
-    given, collects the `LuminalFunction` of every graph compiled (forward and backward)."""
+    given, collects the `LuminalFunction` of every graph compiled (forward and backward). Outputs
+    that view an input or another output are made as views in torch (`view_outputs`)."""
+    from luminal.frontends.torch.view_outputs import take_out_views, with_views
+
+    pruned, views = take_out_views(gm)
+    compiled = _backend(pruned, example_inputs, options, graphs=graphs, **kwargs)
+    return with_views(compiled, views) if views else compiled
+
+
+def _backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = None, *, graphs: list | None = None,
+             **kwargs):
     opts = dict(OPTIONS)
     opts.update(options or {})
     opts.update(kwargs)
