@@ -413,3 +413,24 @@ def test_grid_sample_cubic_near_the_border(padding, align_corners, device):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     got = lo.compile(model, device=device)(feeds)[0]
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+@pytest.mark.parametrize("size", [0, 1, 2, 7, 16])
+def test_window_functions(op, periodic, size):
+    """The cosine-sum windows STFT front ends export (were unsupported); size 1 symmetric is 0 / 0,
+    NaN, as onnxruntime and the reference; size 0 a named error, as ONNX's shape inference."""
+    if size == 0:
+        model = _model([oh.make_node(op, ["n"], ["y"], periodic=periodic)], [], [_vi("y", TP.FLOAT, [0])],
+                       inits=[("n", np.array(0, np.int64))], opset=17)
+        with pytest.raises(lo.OnnxError, match="size must be positive"):
+            lo.compile(model, device="numpy")
+        return
+    for elem in (TP.FLOAT, TP.DOUBLE):
+        model = _model([oh.make_node(op, ["n"], ["y"], periodic=periodic, output_datatype=elem)], [],
+                       [_vi("y", elem, [size])], inits=[("n", np.array(size, np.int64))], opset=17)
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})[0]
+        got = lo.compile(model, device="numpy")({})[0]
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, equal_nan=True)

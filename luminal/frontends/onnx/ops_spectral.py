@@ -90,3 +90,30 @@ def mel_weight_matrix(c, num_mel_bins, dft_length, sample_rate, lower_edge_hertz
     if dtype is DType.BOOL:
         c.fail("output_datatype must be numeric")
     return Known(out.astype(dtype.numpy), dtype)
+
+
+# cosine-sum windows: w[n] = sum_k (-1)^k a_k cos(2 pi k n / N), N = size (periodic) or size - 1
+_WINDOWS = {"HannWindow": (0.5, 0.5), "HammingWindow": (25 / 46, 21 / 46), "BlackmanWindow": (0.42, 0.5, 0.08)}
+
+
+def _window(coefficients):
+    def lower(c, size, *, output_datatype=1, periodic=1):
+        n = _scalar(size, "size", c)
+        if n < 1:
+            c.fail(f"size must be positive, got {n}")  # as ONNX's shape inference
+        dtype = c.dtype(output_datatype)
+        if dtype is DType.BOOL:
+            c.fail("output_datatype must be numeric")
+        period = float(n if periodic else n - 1)
+        k = np.arange(n, dtype=np.float64)
+        out = np.zeros(n)
+        with np.errstate(invalid="ignore", divide="ignore"):  # size 1, symmetric: 0 / 0, NaN as onnx's reference
+            for i, a in enumerate(coefficients):  # in float64 as the reference, rounded once
+                out += (-1) ** i * a * np.cos(2 * np.pi * i * k / period)
+        return Known(out.astype(dtype.numpy), dtype)
+
+    return lower
+
+
+for _name, _coefficients in _WINDOWS.items():
+    onnx_op(_name, since=17, known=(0,))(_window(_coefficients))
