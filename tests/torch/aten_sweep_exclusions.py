@@ -86,6 +86,8 @@ NOT_GENERATED = {  # overload -> why the schema generator skips it, and where it
     'avg_pool1d.default': 'window / size arguments: tests/torch/test_vision_models.py',
     'avg_pool2d.default': 'window / size arguments: tests/torch/test_vision_models.py',
     'avg_pool3d.default': 'window / size arguments: test_training.py::test_pooling_backward (avg 3d, local response norm)',
+    'grid_sampler_2d.default': 'a grid of coordinates and mode codes: tests/torch/test_torch_semantics.py::test_grid_sample',
+    'grid_sampler_3d.default': 'a grid of coordinates and mode codes: tests/torch/test_torch_semantics.py::test_grid_sample',
     'convolution.default': 'window / size arguments: tests/torch/test_vision_models.py',
     'empty.default': 'creation op without a tensor argument: tests/torch/test_torch_semantics.py',
     'empty.memory_format': 'creation op without a tensor argument: tests/torch/test_torch_semantics.py',

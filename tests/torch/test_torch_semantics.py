@@ -342,3 +342,22 @@ def test_outputs_that_view_an_input_or_an_output_stay_views(device):
     compiled = torch.compile(_ViewsOut(), backend="luminal", options={"device": device})
     sum((o * w).sum() for o, w in zip(compiled(xc), weights)).backward()
     torch.testing.assert_close(xc.grad, xe.grad)
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_grid_sample(mode, device):
+    """F.grid_sample (grid_sampler_2d/3d; was unsupported) on the sampler ONNX's GridSample uses,
+    with a grid running past every border."""
+    g = torch.Generator().manual_seed(3)
+    for nd in (2, 3) if mode != "bicubic" else (2,):
+        x = torch.randn((2, 3) + (5, 6, 4)[:nd], generator=g)
+        grid = torch.rand((2,) + (4, 3, 2)[:nd] + (nd,), generator=g) * 2.6 - 1.3
+        for padding in ("zeros", "border", "reflection"):
+            for align in (False, True):
+                def f(a, b, padding=padding, align=align):
+                    return torch.nn.functional.grid_sample(a, b, mode=mode, padding_mode=padding, align_corners=align)
+
+                torch._dynamo.reset()
+                got = torch.compile(f, backend="luminal", options={"device": device, "strict": True})(x, grid)
+                torch.testing.assert_close(got, f(x, grid), rtol=2e-5, atol=2e-5)

@@ -294,3 +294,18 @@ def _conv_transpose_phases(x, weight, bias, stride, padding, output_padding, gro
 @aten("conv_transpose1d.default", "conv_transpose2d.input", "conv_transpose3d.input")
 def conv_transpose_op(cx, x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     return conv_transpose(x, weight, bias, stride, padding, output_padding, dilation, groups)
+
+
+_GRID_MODES = {0: "linear", 1: "nearest", 2: "cubic"}
+_GRID_PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+@aten("grid_sampler_2d.default", "grid_sampler_3d.default")
+def grid_sampler(cx, x, grid, interpolation_mode, padding_mode, align_corners):
+    """F.grid_sample: the sampler ONNX's GridSample shares (`builder/sampling.py`)."""
+    from luminal.builder.sampling import grid_sample
+
+    if interpolation_mode not in _GRID_MODES or padding_mode not in _GRID_PADDINGS:
+        raise UnsupportedError(f"grid_sampler mode {interpolation_mode}, padding {padding_mode}")
+    return grid_sample(x, grid, mode=_GRID_MODES[interpolation_mode], padding_mode=_GRID_PADDINGS[padding_mode],
+                       align_corners=bool(align_corners))
