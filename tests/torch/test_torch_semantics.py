@@ -316,14 +316,18 @@ class _ViewsOut(torch.nn.Module):
 
 
 @pytest.mark.parametrize("device", ["numpy", "cpu"])
-def test_outputs_that_view_an_input_or_an_output_stay_views(device):
-    """As eager and inductor: an output viewing an input or another output shares its memory, so
-    an in-place change of either shows in it (luminal's copies went stale silently); and the views
-    carry gradients back."""
+@pytest.mark.parametrize("entry", ["torch.compile", "luminal.compile"])
+def test_outputs_that_view_an_input_or_an_output_stay_views(entry, device):
+    """As eager, inductor and torch.export's module: an output viewing an input or another output
+    shares its memory, so an in-place change of either shows in it (luminal's copies went stale
+    silently); and the views carry gradients back."""
     torch._dynamo.reset()
     x = torch.randn(3, 4)
     want = _ViewsOut()(x.clone())
-    out = torch.compile(_ViewsOut(), backend="luminal", options={"device": device})(x)
+    if entry == "torch.compile":
+        out = torch.compile(_ViewsOut(), backend="luminal", options={"device": device})(x)
+    else:
+        out = luminal.compile(_ViewsOut(), (x.clone(),), device=device)(x)
     for got, w in zip(out, want, strict=True):
         torch.testing.assert_close(got, w, rtol=0, atol=0)
     x.add_(100)
@@ -339,7 +343,10 @@ def test_outputs_that_view_an_input_or_an_output_stay_views(device):
     xc = xe.detach().clone().requires_grad_()
     weights = [torch.randn(o.shape, generator=torch.Generator().manual_seed(k)) for k, o in enumerate(want)]
     sum((o * w).sum() for o, w in zip(_ViewsOut()(xe), weights)).backward()
-    compiled = torch.compile(_ViewsOut(), backend="luminal", options={"device": device})
+    if entry == "torch.compile":
+        compiled = torch.compile(_ViewsOut(), backend="luminal", options={"device": device})
+    else:
+        compiled = luminal.compile(_ViewsOut(), (xc.detach(),), device=device)
     sum((o * w).sum() for o, w in zip(compiled(xc), weights)).backward()
     torch.testing.assert_close(xc.grad, xe.grad)
 

@@ -278,6 +278,7 @@ class CompiledModel:
 
     def _read_signature(self, ep):
         self.exported = ep
+        self._views = None  # `_view_outputs`, found in this program on the first call
         self._constants, self._buffer_feeds, self._buffer_args, user, self._guards = _feeds(ep)
         self._user_inputs = user
         self._ranges = _dim_ranges(ep, user)
@@ -423,11 +424,46 @@ class CompiledModel:
         return (list(map(torch.Tensor.data_ptr, self._owner_tensors)) != self._owner_ptrs
                 or any(table.get(key) is not t for _, table, key, t, _ in self._owners))
 
+    def _view_outputs(self) -> list:
+        """[(output position, ("input", placeholder name) | ("output", position), view chain)]: the
+        outputs that view a user input or another output, made as those views in torch at each call
+        (as the exported module returns them: an in-place change of the input or output shows in
+        the view; luminal's own copy is not returned). Found once, in the program fed."""
+        if self._views is None:
+            from luminal.frontends.torch.dynamo import _alias_chain
+
+            nodes = list(self.exported.graph_module.graph.nodes)
+            outputs = list(nodes[-1].args[0])
+            user_inputs = set(self._user_inputs) | set(self._buffer_feeds)
+            bases = {n: ("input", n.name) for n in nodes if n.op == "placeholder" and n.name in user_inputs}
+            first = {}
+            for i, (out, spec) in enumerate(zip(outputs, self._outputs)):
+                if spec.kind is OutputKind.USER_OUTPUT and isinstance(out, torch.fx.Node) and out.op != "placeholder":
+                    first.setdefault(out, i)
+            views = []
+            for i, (out, spec) in enumerate(zip(outputs, self._outputs)):
+                if spec.kind is not OutputKind.USER_OUTPUT or not isinstance(out, torch.fx.Node):
+                    continue
+                others = {**bases, **{n: ("output", j) for n, j in first.items() if j != i}}
+                found = _alias_chain(out, others)
+                if found is not None and found[1]:
+                    views.append((i, *found))
+            self._views = [v for v in views if v[1][0] == "input" or v[1][1] not in {w[0] for w in views}]
+        return self._views
+
     def _run(self, by_name) -> list:
         """The flat user outputs for the user inputs `by_name`; mutated buffers and inputs written back."""
         by_name = {**by_name, **self._buffer_feeds}
         values = [by_name.get(n) for n in self._placeholder_names]
         results = self._imported(values)
+        if self._view_outputs():
+            results = list(results)
+            for i, (kind, j), chain in self._views:
+                value = by_name[j] if kind == "input" else results[j]
+                if isinstance(value, torch.Tensor):
+                    for target, rest in chain:
+                        value = target(value, *rest)
+                    results[i] = value
         user_out = []
         for s, value in zip(self._outputs, results):
             if s.kind is OutputKind.USER_OUTPUT:
