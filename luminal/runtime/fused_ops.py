@@ -170,7 +170,6 @@ def _grouped_matmul(node, b, x, weight, offs):
 # decisions (comparisons, fmod, casts) see values rounded to their declared dtype, so a wider
 # intermediate never flips a comparison the unfused graph would make; and every other reader of
 # such a value sees it rounded too: trunc is x - fmod(x, 1), exact only when both read one x
-# (with a wide x beside a rounded one, trunc(7.0 / 6) came out 0.99999994)
 _DECIDING = {Op.LESS_THAN, Op.MOD}
 
 

@@ -456,9 +456,7 @@ def test_compare_with_a_number(device):
 def test_rounding_inside_a_fused_region_is_exact(device):
     """trunc, floor, ceil and round of a computed value inside one FusedElementwise region equal the
     unfused graph's, bit for bit: the region may keep floats wider than their dtype, but a value an
-    fmod, comparison or cast reads is rounded for every reader. trunc is x - fmod(x, 1); the NumPy
-    runtime used to subtract a rounded fmod from a float64 x (trunc(7.5 / 6) = 0.99999994), which
-    put GridSample's cubic reflection taps on the wrong pixels."""
+    fmod, comparison or cast reads is rounded for every reader (trunc is x - fmod(x, 1))."""
     a = np.concatenate([np.arange(-40, 41, dtype=np.float32) / 4, [1e7 + 0.5, -3e7, NAN, INF, -INF, -0.0]]).astype(np.float32)
 
     ops = {"trunc": lambda v: v.trunc(), "floor": lambda v: v.floor(), "ceil": lambda v: v.ceil(),

@@ -333,7 +333,7 @@ def test_dynamic_topk_pad_tile_expand():
 @pytest.mark.parametrize("elem,dtype", [(TP.INT32, np.int32), (TP.INT64, np.int64)])
 @pytest.mark.parametrize("axes,keepdims", [([1], 0), ([0, 1], 1)])
 def test_reduce_mean_of_integers_truncates(elem, dtype, axes, keepdims):
-    """ReduceMean of an integer tensor (allowed by the spec; was a named error): the sum in the type
+    """ReduceMean of an integer tensor (allowed by the spec): the sum in the type
     divided truncating toward zero, as onnxruntime (-4 / 3 = -1)."""
     x = np.array([[-7, 2, 1, 0], [5, 5, 6, -3]], dtype)
     model = _model([oh.make_node("ReduceMean", ["x"], ["y"], axes=axes, keepdims=keepdims)],
@@ -358,8 +358,7 @@ def test_sign_of_nan_is_nan():
 @pytest.mark.parametrize("pads", [[1, -1, 0, 2], [-1, 2, 1, -2], [-1, -2, -1, -1]])
 def test_negative_pads_crop_before_the_others_pad(mode, opset, pads):
     """A negative pad crops; an edge, reflection or wrap then repeats the cropped tensor's values
-    (onnxruntime). The non-constant modes used to pad one row for a -1 (an expand to -1 keeps
-    the dim): silently wrong values."""
+    (onnxruntime)."""
     x = np.arange(20, dtype=np.float32).reshape(4, 5)
     model = _model([oh.make_node("Pad", ["x", "p"], ["y"], mode=mode)], [_vi("x", TP.FLOAT, [4, 5])],
                    [_vi("y", TP.FLOAT, None)], inits=[("p", np.array(pads, np.int64))], opset=opset)
@@ -368,7 +367,7 @@ def test_negative_pads_crop_before_the_others_pad(mode, opset, pads):
 
 def test_gemm_with_beta_zero_does_not_read_c():
     """Y = alpha A B + beta C with beta 0 leaves C out, NaNs included (onnxruntime, the reference
-    evaluator, BLAS); it was 0 * NaN = NaN everywhere."""
+    evaluator, BLAS)."""
     a, b = RNG.standard_normal((3, 2)).astype(np.float32), RNG.standard_normal((3, 4)).astype(np.float32)
     model = _model([oh.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, beta=0.0)],
                    [_vi("a", TP.FLOAT, [3, 2]), _vi("b", TP.FLOAT, [3, 4])], [_vi("y", TP.FLOAT, [2, 4])],
@@ -381,7 +380,7 @@ def test_gemm_with_beta_zero_does_not_read_c():
                                 "ReduceSum", "ReduceMax", "ReduceProd"])
 def test_reduce_with_no_axes_and_noop_applies_the_elementwise_part(op):
     """noop_with_empty_axes with no axes reduces nothing, but ReduceL2 is still sqrt(x²), ReduceL1
-    |x|, ReduceLogSum log x (onnxruntime and the reference evaluator); it returned x itself."""
+    |x|, ReduceLogSum log x (onnxruntime and the reference evaluator)."""
     x = np.array([[3, 4], [-1, 0.5], [100, -100]], np.float32)
     model = _model([oh.make_node(op, ["x"], ["y"], noop_with_empty_axes=1)], [_vi("x", TP.FLOAT, [3, 2])],
                    [_vi("y", TP.FLOAT, [3, 2])], opset=18)
@@ -419,7 +418,7 @@ def test_grid_sample_cubic_near_the_border(padding, align_corners, device):
 @pytest.mark.parametrize("periodic", [0, 1])
 @pytest.mark.parametrize("size", [0, 1, 2, 7, 16])
 def test_window_functions(op, periodic, size):
-    """The cosine-sum windows STFT front ends export (were unsupported); size 1 symmetric is 0 / 0,
+    """The cosine-sum windows STFT front ends export; size 1 symmetric is 0 / 0,
     NaN, as onnxruntime and the reference; size 0 a named error, as ONNX's shape inference."""
     if size == 0:
         model = _model([oh.make_node(op, ["n"], ["y"], periodic=periodic)], [], [_vi("y", TP.FLOAT, [0])],

@@ -319,8 +319,8 @@ class _ViewsOut(torch.nn.Module):
 @pytest.mark.parametrize("entry", ["torch.compile", "luminal.compile"])
 def test_outputs_that_view_an_input_or_an_output_stay_views(entry, device):
     """As eager, inductor and torch.export's module: an output viewing an input or another output
-    shares its memory, so an in-place change of either shows in it (luminal's copies went stale
-    silently); and the views carry gradients back."""
+    shares its memory, so an in-place change of either shows in it; and the views carry
+    gradients back."""
     torch._dynamo.reset()
     x = torch.randn(3, 4)
     want = _ViewsOut()(x.clone())
@@ -354,7 +354,7 @@ def test_outputs_that_view_an_input_or_an_output_stay_views(entry, device):
 @pytest.mark.parametrize("device", ["numpy", "cpu"])
 @pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
 def test_grid_sample(mode, device):
-    """F.grid_sample (grid_sampler_2d/3d; was unsupported) on the sampler ONNX's GridSample uses,
+    """F.grid_sample (grid_sampler_2d/3d) on the sampler ONNX's GridSample uses,
     with a grid running past every border."""
     g = torch.Generator().manual_seed(3)
     for nd in (2, 3) if mode != "bicubic" else (2,):

@@ -210,8 +210,8 @@ def test_pooling_backward(kind, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dim", [0, 1, None])
 def test_weight_norm_backward(dim, device):
-    """`_weight_norm_interface_backward`, which core ATen keeps whole, lowered (it sent the backward
-    of every weight-normed layer to eager): per-direction sums over every axis but `dim`."""
+    """`_weight_norm_interface_backward`, which core ATen keeps whole: per-direction sums over
+    every axis but `dim`."""
     P = torch.nn.utils.parametrizations.weight_norm
     torch.manual_seed(0)
     eager = torch.nn.Sequential(P(torch.nn.Linear(4, 6), dim=dim), torch.nn.Tanh(), P(torch.nn.Conv1d(1, 2, 3), dim=dim))

@@ -39,6 +39,7 @@ from luminal.errors import DeviceError, LuminalError, OptionError, UnsupportedEr
 from luminal.frontends.torch import fx_cache
 from luminal.frontends.torch.decompose import Decomposed, decompose_calls
 from luminal.frontends.torch.fx_import import FxImporter
+from luminal.frontends.torch.view_outputs import aten_step, chain, replay, take_out_views, with_views
 from luminal.search import budget as search_budget
 
 OPTIONS = {"device": "cpu", "strict": False, "optimize": None, "lowering": "auto", "precision": None,
@@ -146,10 +147,8 @@ class LuminalFunction:
         values = list(args)
         args.clear()  # boxed calling convention: let aot_autograd free its inputs early
         out = self.imported(values, self.donated) if self.donated and _use_once() else self.imported(values)
-        for i, j, chain in self.aliases:  # in output order: each lands at its own position
-            value = values[j]
-            for target, rest in chain:
-                value = target(value, *rest)
+        for i, j, steps in self.aliases:  # in output order: each lands at its own position
+            value = replay(values[j], steps)
             if self.pruned:
                 out.insert(i, value)
             else:
@@ -179,29 +178,6 @@ def _donated(compiled: LuminalFunction) -> frozenset[int]:
     return frozenset(idxs) - {j for _, j, _ in compiled.aliases}
 
 
-# ATen views aot_autograd's forward graphs return of their inputs (a linear layer's `t` or
-# `permute` of its weight, saved for the backward); replayed in torch they alias the input as eager's do
-VIEW_OPS = {torch.ops.aten.t.default, torch.ops.aten.permute.default, torch.ops.aten.transpose.int,
-            torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.unsqueeze.default,
-            torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims, torch.ops.aten.expand.default,
-            torch.ops.aten.slice.Tensor, torch.ops.aten.select.int, torch.ops.aten.alias.default}
-
-
-def _alias_chain(node, position):
-    """(input position, [(view op, its other arguments)]) when FX `node` is an input or a chain of
-    `VIEW_OPS` from one with constant arguments, else None."""
-    chain = []
-    while node not in position:
-        if getattr(node, "op", None) != "call_function" or node.target not in VIEW_OPS or node.kwargs:
-            return None
-        rest = node.args[1:]
-        if any(isinstance(a, torch.fx.Node) for a in torch.utils._pytree.tree_leaves(rest)):
-            return None  # a symbolic size: computed in the graph
-        chain.append((node.target, rest))
-        node = node.args[0]
-    return position[node], chain[::-1]
-
-
 def _without_aliases(gm):
     """(the graph luminal compiles, [(output position, input position, view chain)], whether they
     were taken out of it): outputs of an
@@ -218,7 +194,7 @@ def _without_aliases(gm):
         return gm, [], False
     position = {n: i for i, n in enumerate(n for n in nodes if n.op == "placeholder")}
     outputs = list(nodes[-1].args[0])
-    aliases = [(i, *found) for i, o in enumerate(outputs) if (found := _alias_chain(o, position)) is not None]
+    aliases = [(i, *found) for i, o in enumerate(outputs) if (found := chain(o, position, aten_step)) is not None]
     if len(aliases) == len(outputs):
         return gm, [a for a in aliases if not a[2]], False
     if not aliases:
@@ -254,8 +230,6 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = Non
     """A Dynamo backend; `options` as `torch.compile(..., options={...})` passes them. `graphs`, if
     given, collects the `LuminalFunction` of every graph compiled (forward and backward). Outputs
     that view an input or another output are made as views in torch (`view_outputs`)."""
-    from luminal.frontends.torch.view_outputs import take_out_views, with_views
-
     pruned, views = take_out_views(gm)
     compiled = _backend(pruned, example_inputs, options, graphs=graphs, **kwargs)
     return with_views(compiled, views) if views else compiled

@@ -42,6 +42,7 @@ from luminal.frontends.torch import fx_cache
 from luminal.frontends.torch.backward import needs_grad, training_call, training_reports
 from luminal.frontends.torch.decompose import decompose_graph
 from luminal.frontends.torch.fx_import import FxImporter
+from luminal.frontends.torch.view_outputs import aten_step, find_views, replay
 
 
 def dynamic_shapes_spec(model, args, kwargs, dynamic):
@@ -425,30 +426,16 @@ class CompiledModel:
                 or any(table.get(key) is not t for _, table, key, t, _ in self._owners))
 
     def _view_outputs(self) -> list:
-        """[(output position, ("input", placeholder name) | ("output", position), view chain)]: the
-        outputs that view a user input or another output, made as those views in torch at each call
-        (as the exported module returns them: an in-place change of the input or output shows in
-        the view; luminal's own copy is not returned). Found once, in the program fed."""
+        """`view_outputs.find_views` of the user outputs over the user inputs and fed buffers: made
+        as those views in torch at each call, as the exported module returns them (an in-place
+        change of the input or output shows in the view). Found once, in the program fed."""
         if self._views is None:
-            from luminal.frontends.torch.dynamo import _alias_chain
-
             nodes = list(self.exported.graph_module.graph.nodes)
-            outputs = list(nodes[-1].args[0])
-            user_inputs = set(self._user_inputs) | set(self._buffer_feeds)
-            bases = {n: ("input", n.name) for n in nodes if n.op == "placeholder" and n.name in user_inputs}
-            first = {}
-            for i, (out, spec) in enumerate(zip(outputs, self._outputs)):
-                if spec.kind is OutputKind.USER_OUTPUT and isinstance(out, torch.fx.Node) and out.op != "placeholder":
-                    first.setdefault(out, i)
-            views = []
-            for i, (out, spec) in enumerate(zip(outputs, self._outputs)):
-                if spec.kind is not OutputKind.USER_OUTPUT or not isinstance(out, torch.fx.Node):
-                    continue
-                others = {**bases, **{n: ("output", j) for n, j in first.items() if j != i}}
-                found = _alias_chain(out, others)
-                if found is not None and found[1]:
-                    views.append((i, *found))
-            self._views = [v for v in views if v[1][0] == "input" or v[1][1] not in {w[0] for w in views}]
+            fed = set(self._user_inputs) | set(self._buffer_feeds)
+            inputs = {n: n.name for n in nodes if n.op == "placeholder" and n.name in fed}
+            outputs = [out if spec.kind is OutputKind.USER_OUTPUT else None
+                       for out, spec in zip(nodes[-1].args[0], self._outputs)]
+            self._views = find_views(outputs, inputs, aten_step)
         return self._views
 
     def _run(self, by_name) -> list:
@@ -458,12 +445,10 @@ class CompiledModel:
         results = self._imported(values)
         if self._view_outputs():
             results = list(results)
-            for i, (kind, j), chain in self._views:
+            for i, (kind, j), steps in self._views:
                 value = by_name[j] if kind == "input" else results[j]
                 if isinstance(value, torch.Tensor):
-                    for target, rest in chain:
-                        value = target(value, *rest)
-                    results[i] = value
+                    results[i] = replay(value, steps)
         user_out = []
         for s, value in zip(self._outputs, results):
             if s.kind is OutputKind.USER_OUTPUT:
