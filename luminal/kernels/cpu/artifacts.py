@@ -25,7 +25,8 @@ def code_version() -> str:
     if not _code:
         root = Path(__file__).parent.parent
         h = hashlib.sha256()
-        for f in sorted([*root.glob("cpu/*.py"), *root.glob("render/*.py"), root / "plan.py"]):
+        # (the C headers too: a kernel's contract, a micro-kernel's overread, say, may live there)
+        for f in sorted([*root.glob("cpu/*.py"), *root.glob("cpu/c/*"), *root.glob("render/*.py"), root / "plan.py"]):
             h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
         h.update("\0".join(build.flags()).encode())
         _code.append(h.hexdigest()[:16])
