@@ -20,6 +20,7 @@ from luminal.builder import nn
 from luminal.frontends.torch.aten_backward import _weight_grad
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import ShapeTracker
+from luminal.kernels.cpu import build as cpu_build
 from luminal.kernels.cpu import choices, conv_direct
 from luminal.kernels.cpu import runtime as cpu_runtime
 from luminal.kernels.cpu import steps as cpu_steps
@@ -150,14 +151,22 @@ def test_a_resnet_block_through_torch_matches_eager(monkeypatch):
 
 
 def test_the_micro_tile_is_the_one_wasting_least():
-    def geometry(m, oh, ow):  # a 3x3 stride-1 convolution with padding 1 on (C, oh, ow)
+    def geometry(m, oh, ow, kernels=cpu_steps.DC_KERNELS):  # a 3x3 stride-1 convolution with padding 1 on (C, oh, ow)
         x = Node(Op.INPUT, lm.DType.F32, (1, 8, oh + 2, ow + 2), (), "x")
         window = ShapeTracker((1, 8, 3, 3, oh, ow), ((oh + 2) * (ow + 2) * 8, (oh + 2) * (ow + 2), ow + 2, 1, ow + 2, 1), 0)
         copy = Node(Op.CONTIGUOUS, lm.DType.F32, window.shape, (Node(Op.VIEW, lm.DType.F32, window.shape, (x,), window),))
-        return cpu_steps.direct_conv(copy, oh * ow, m)
+        return cpu_steps.direct_conv(copy, oh * ow, m, kernels=kernels)
 
+    # AVX2's micro-tiles (8-float vectors), whatever this machine has
     assert geometry(32, 56, 56).nr == 24  # 32 rows: 8 tiles of 4, none wasted
     assert geometry(256, 7, 7).nr == 16  # 61 positions: 64 in micro-tiles of 16, 72 of 24
+    # AVX-512's (16-float vectors): 8 x 48 runs faster per multiply-add, 12 x 32 where it wastes less
+    wide = cpu_steps.DC_KERNELS_AVX512
+    assert geometry(32, 56, 56, wide).nr == 48  # 32 rows: 4 tiles of 8; 12 x 32 would compute 36
+    assert geometry(256, 7, 7, wide).nr == 32  # 61 positions: 64 in tiles of 32, 96 of 48
+    assert geometry(256, 7, 7, wide).mr == 12
+    # the library's own table follows its build's vector width (LUMINAL_ISA=avx2: AVX2's anywhere)
+    assert cpu_steps.dc_kernels() == (wide if "-mavx512f" in cpu_build.machine_flags() else cpu_steps.DC_KERNELS)
     g = geometry(64, 28, 28)
     assert (g.wq, g.ext, g.planes_floats) == (30, 27 * 30 + 28, 8 * 30 * 30)
     # the scratch never depends on more threads than there are units of work

@@ -76,8 +76,9 @@ def conv_mode() -> str:
 
 def conv_path(choice: str | None) -> str:
     """The convolution path a program renders with (`CONVS`): the program's `choice`
-    (`Choices.conv`), else `LUMINAL_CONV`'s, else auto: "direct" on x86 with AVX2 and FMA but no
-    AVX-512, where it was measured faster, "im2col" (the AVX-512 SGEMM's tiles) elsewhere."""
+    (`Choices.conv`), else `LUMINAL_CONV`'s, else auto: "direct" on x86 with AVX2 and FMA (its
+    micro-tiles as wide as the build's vectors: AVX-512's where the CPU has it), where it was
+    measured faster, "im2col" (the BLAS's tiles) elsewhere."""
     if choice is not None:
         return choice
     mode = conv_mode()
@@ -86,4 +87,4 @@ def conv_path(choice: str | None) -> str:
     from luminal.kernels.cpu import build
 
     flags = build.machine_flags()
-    return "direct" if "-mavx2" in flags and "-DLUM_FMA" in flags and "-mavx512f" not in flags else "im2col"
+    return "direct" if "-mavx2" in flags and "-DLUM_FMA" in flags else "im2col"

@@ -7,16 +7,17 @@ in place from the planes (`c/direct_conv.h`), and copy the positions that exist 
 extended grid into the output, where the GEMM's epilogue region (BatchNorm, ReLU, a residual) is
 applied while they are in cache. The im2col path fills every tile of B first and then hands it
 to a BLAS that packs it again: for a 32-channel 3x3 convolution that is two passes over nine
-times the input per product of K = 288 multiply-adds a column. On a CPU without AVX-512 (where
-the BLAS runs 8-float kernels, as this one) the direct path takes the convolutions to the rate
-of a large GEMM (README: "The compiled CPU backend"). Not at precision "float64", which keeps
+times the input per product of K = 288 multiply-adds a column. The micro-kernel's vectors are as
+wide as the build's (8 floats on AVX2, 16 on AVX-512: `steps.dc_kernels`), and the direct path
+takes the convolutions to the rate of a large GEMM on both (README: "The compiled CPU backend"). Not at precision "float64", which keeps
 the im2col path's widened GEMM.
 
 The same micro-kernel runs the column tiles of a 1x1 convolution's GEMM with its epilogue
-(`conv_gemm.gemm_epilogue_kernel`), B's rows the input's channel planes in place.
+(`conv_gemm.gemm_epilogue_kernel`), B's rows the input's channel planes in place: AVX2's tiles only
+(on AVX-512 the BLAS's kernels are as wide and ran those GEMMs faster).
 
-`LUMINAL_CONV`: "auto" (default: direct on x86 with AVX2 and FMA, no AVX-512, where it was
-measured; the AVX-512 SGEMM's im2col tiles and the BLAS elsewhere), "direct" (wherever the shape
+`LUMINAL_CONV`: "auto" (default: direct on x86 with AVX2 and FMA, AVX-512 included, where it was
+measured; im2col tiles and the BLAS elsewhere), "direct" (wherever the shape
 allows, for tests on any machine) or "im2col" (the BLAS for both). A program's own choice
 (`Choices.conv`, which the search times) overrides it.
 """
@@ -29,7 +30,7 @@ import contextvars
 from luminal.hlir.ops import Node
 from luminal.kernels.cpu import choices
 from luminal.kernels.cpu.prelude import c_source
-from luminal.kernels.cpu.steps import DC_SLACK, DirectConv
+from luminal.kernels.cpu.steps import DC_AVX512_MIN_DEPTH, DC_KERNELS_AVX512, DC_SLACK, DirectConv, dc_kernels
 from luminal.kernels.render.cstyle import pointer_of, read, unmasked, unravel, view_of
 from luminal.kernels.render.dialect import PAR_MIN
 
@@ -52,6 +53,17 @@ def chosen(path: str | None):
 def wanted() -> bool:
     """Whether convolutions take the direct path (see the module's doc; `choices.conv_path`)."""
     return choices.conv_path(_CHOSEN.get()) == "direct"
+
+
+def takes(depth: int) -> bool:
+    """Whether a convolution of `depth` multiply-adds per output (channels x taps) takes the
+    direct path: wherever `wanted()`, except that the default (auto) leaves a shallow one on the
+    im2col tiles where the micro-tiles are AVX-512's (`steps.DC_AVX512_MIN_DEPTH`). A chosen
+    path (LUMINAL_CONV=direct, the search's candidate) takes every shape it can."""
+    if not wanted():
+        return False
+    chosen = _CHOSEN.get() is not None or choices.conv_mode() != "auto"
+    return chosen or dc_kernels() is not DC_KERNELS_AVX512 or depth >= DC_AVX512_MIN_DEPTH
 
 
 def _x_index(g: DirectConv, names: list[str]) -> str:

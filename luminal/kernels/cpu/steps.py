@@ -126,8 +126,27 @@ def column_split(shape, cols) -> int | None:
 
 
 # --- direct convolution (`conv_direct.py`) ----------------------------------------------------
-DC_KERNELS = {16: 6, 24: 4}  # output positions per micro-tile (vectors of 8 floats) -> output channels
-DC_SLACK = 32  # floats past the planes: the last micro-tile's lanes past the output read there
+# output positions per micro-tile -> output channels, by the micro-kernel's vector width
+# (`c/direct_conv.h`): 8 floats (AVX2, 16 registers), 16 where the library is built for AVX-512
+DC_KERNELS = {16: 6, 24: 4}
+DC_KERNELS_AVX512 = {32: 12, 48: 8}
+# a micro-tile's multiply-adds per second against the widest's, where they differ (one thread of a
+# Xeon with AVX-512, 64 and 32 channels at 28x28 and 56x56: 8 x 48 at 167 GFLOP/s, the machine's
+# peak, 12 x 32 at 145-149): the choice weighs wasted work by it
+DC_RATE = {32: 0.88}
+# on AVX-512, the default path (auto) keeps a convolution this shallow (an RGB stem: 3 x 3 x 3 = 27)
+# on the im2col tiles: the planes and the copy-out cost more than its few multiply-adds per output
+# (MobileNet-shaped stem at 112 x 112 on one Xeon: 0.21 ms direct, 0.13 im2col); `conv_direct.takes`
+DC_AVX512_MIN_DEPTH = 64
+DC_SLACK = 64  # floats past the planes: the last micro-tile's lanes past the output read there
+
+
+def dc_kernels() -> dict[int, int]:
+    """The micro-tiles the library being built has: its flags' vector width (`build.machine_flags`,
+    so `LUMINAL_ISA=avx2` gives AVX2's on any machine)."""
+    from luminal.kernels.cpu import build
+
+    return DC_KERNELS_AVX512 if "-mavx512f" in build.machine_flags() else DC_KERNELS
 DC_TILE_CHUNKS = 8  # micro-tiles of positions per tile (a thread's unit of work) at most
 # a small image's convolution (at most this many micro-tiles of positions: 7x7, 14x14) splits its
 # output channels across the team instead (`DirectConv.block_rows`)
@@ -166,7 +185,7 @@ class DirectConv:
 
     @property
     def mr(self) -> int:
-        return DC_KERNELS[self.nr]
+        return {**DC_KERNELS, **DC_KERNELS_AVX512}[self.nr]
 
     @property
     def hq(self) -> int:
@@ -244,11 +263,12 @@ def _moving(terms, shape, candidates: list[int]) -> dict | None:
     return found if set(found) == set(candidates) else None
 
 
-def direct_conv(copy: Node, cols, m, batch=1) -> DirectConv | None:
+def direct_conv(copy: Node, cols, m, batch=1, kernels: dict[int, int] | None = None) -> DirectConv | None:
     """The direct form of the f32 im2col copy `copy` whose trailing dims make up `cols` columns,
     multiplied by `m` rows (a GEMM batch of `batch`), when it reads its source as `DirectConv`
     describes (static shapes), else None: a convolution's (the output positions are the columns),
-    or, with a batch of 1, a weight gradient's (the positions are the depth, `columns` False)."""
+    or, with a batch of 1, a weight gradient's (the positions are the depth, `columns` False).
+    `kernels`: the micro-tiles to choose from (None: `dc_kernels()`, the library's)."""
     if copy.op is not Op.CONTIGUOUS or copy.dtype is not DType.F32 or copy.src[0].op is not Op.VIEW:
         return None
     src = copy.src[0].src[0]
@@ -273,11 +293,13 @@ def direct_conv(copy: Node, cols, m, batch=1) -> DirectConv | None:
     wq = -(-int(src.shape[w]) // sw)
     ext = (oh - 1) * wq + ow
 
-    def work(nr: int) -> int:  # multiply-adds per k with the wasted rows and positions
-        mr = DC_KERNELS[nr]
-        return -(-int(m) // mr) * mr * -(-ext // nr) * nr
+    kernels = dc_kernels() if kernels is None else kernels
 
-    nr = min(sorted(DC_KERNELS, reverse=True), key=work)  # the wider kernel on a tie
+    def work(nr: int) -> float:  # multiply-adds per k with the wasted rows and positions, over the tile's rate
+        mr = kernels[nr]
+        return -(-int(m) // mr) * mr * -(-ext // nr) * nr / DC_RATE.get(nr, 1.0)
+
+    nr = min(sorted(kernels, reverse=True), key=work)  # the wider kernel on a tie
     return DirectConv(tuple(int(d) for d in src.shape), tuple((tuple(c), o) for c, o in terms), split, h, w, sh, sw,
                       oh, ow, nr, columns)
 

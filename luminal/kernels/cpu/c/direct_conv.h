@@ -1,5 +1,6 @@
 /* luminal's direct convolution micro-kernel (luminal/kernels/cpu/conv_direct.py): GCC/Clang vector
-   types, no intrinsics, so the compiler maps it to the target's registers (AVX2 here). */
+   types, no intrinsics, so the compiler maps it to the target's registers: 8-float vectors (AVX2's
+   16 registers), 16-float ones where the library is built for AVX-512 (32 registers). */
 #ifndef LUM_DIRECT_CONV_H
 #define LUM_DIRECT_CONV_H
 #if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)
@@ -8,14 +9,23 @@
 #pragma GCC optimize("fp-contract=fast")  /* c += a * b is one FMA: a chain per output, as a GEMM's */
 #endif
 typedef float lum_dc_v __attribute__((vector_size(32), aligned(4)));  /* 8 floats, any alignment */
+#if defined(__AVX512F__)
+#define LUM_DC_W 16  /* floats per vector of the convolution's micro-tiles (steps.dc_kernels: the same) */
+#else
+#define LUM_DC_W 8
+#endif
+typedef float lum_dcw_v __attribute__((vector_size(4 * LUM_DC_W), aligned(4)));
 typedef int lum_dc_vi __attribute__((vector_size(32), aligned(4)));  /* lane masks */
 
-/* C[0:M, 0:ne] (rows ldc apart; ne a multiple of 8 NV) = A[0:M, 0:K] (rows lda apart) times B,
+/* C[0:M, 0:ne] (rows ldc apart; ne a multiple of LUM_DC_W NV) = A[0:M, 0:K] (rows lda apart) times B,
    B[k, e] = src[off[k] + e]: the rows of B are runs of the phase planes, read in place. Every
    element of C is one chain of multiply-adds in k order from 0, so its bits depend neither on the
-   tiling nor on the team. Micro-tiles of MR rows x NV vectors of 8 positions, MR x NV
-   accumulators (12: with the NV loads of B and a broadcast, within AVX2's 16 registers); GCC
-   keeps the fully unrolled arrays in registers. Rows past M repeat row 0: read, never stored.
+   tiling nor on the team. Micro-tiles of MR rows x NV vectors of LUM_DC_W positions, MR x NV
+   accumulators (12 of 8 floats: with the NV loads of B and a broadcast, within AVX2's 16
+   registers; 24 of 16 floats within AVX-512's 32); GCC keeps the fully unrolled arrays in
+   registers (MR row pointers spill a few GPRs; copying the rows into one interleaved run per
+   block of depth measured slower, 5-35%, than the spills cost). Rows past M repeat row 0:
+   read, never stored.
    The depth runs in blocks of LUM_DCONV_KC: a block of B (KC x ne) stays in L2 while every row
    of A passes over it, and a micro-tile's rows of A (MR x KC) in L1 while it passes over the
    positions; a block resumes the chain from C as the last one stored it (the same bits: a float
@@ -28,30 +38,35 @@ static void NAME(long long M, long long K, const float* restrict A, long long ld
     const long long k1 = K - k0 < LUM_DCONV_KC ? K : k0 + LUM_DCONV_KC; \
     for (long long i0 = 0; i0 < M; i0 += MR) { \
       const float* restrict a[MR]; \
-      _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i) a[i] = A + (i0 + i < M ? i0 + i : 0) * lda; \
-      for (long long e = 0; e < ne; e += 8 * NV) { \
+      _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i) a[i] = A + (i0 + i < M ? i0 + i : 0) * lda; \
+      for (long long e = 0; e < ne; e += LUM_DC_W * NV) { \
         const float* restrict b = src + e; \
-        lum_dc_v c[MR][NV]; \
-        _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i) _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) \
-          c[i][j] = k0 && i0 + i < M ? *(const lum_dc_v*)(C + (i0 + i) * ldc + e + 8 * j) : (lum_dc_v){0}; \
+        lum_dcw_v c[MR][NV]; \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i) _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) \
+          c[i][j] = k0 && i0 + i < M ? *(const lum_dcw_v*)(C + (i0 + i) * ldc + e + LUM_DC_W * j) : (lum_dcw_v){0}; \
         _Pragma("GCC unroll 2") \
         for (long long k = k0; k < k1; ++k) { \
           const float* restrict bk = b + off[k]; \
-          lum_dc_v bv[NV]; \
-          _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) bv[j] = *(const lum_dc_v*)(bk + 8 * j); \
-          _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i) { \
+          lum_dcw_v bv[NV]; \
+          _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) bv[j] = *(const lum_dcw_v*)(bk + LUM_DC_W * j); \
+          _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i) { \
             const float x = a[i][k]; \
             _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) c[i][j] += x * bv[j]; \
           } \
         } \
-        _Pragma("GCC unroll 8") for (int i = 0; i < MR; ++i) if (i0 + i < M) \
-          _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) *(lum_dc_v*)(C + (i0 + i) * ldc + e + 8 * j) = c[i][j]; \
+        _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i) if (i0 + i < M) \
+          _Pragma("GCC unroll 4") for (int j = 0; j < NV; ++j) *(lum_dcw_v*)(C + (i0 + i) * ldc + e + LUM_DC_W * j) = c[i][j]; \
       } \
     } \
   } \
 }
+#if LUM_DC_W == 16
+LUM_DCONV(lum_dconv_12x32, 12, 2)  /* the fewest wasted positions on small images (steps.DirectConv.nr) */
+LUM_DCONV(lum_dconv_8x48, 8, 3)  /* no wasted rows for 8k output channels, one load fewer per 24 FMAs */
+#else
 LUM_DCONV(lum_dconv_6x16, 6, 2)  /* the fewest wasted positions on small images (steps.DirectConv.nr) */
 LUM_DCONV(lum_dconv_4x24, 4, 3)  /* no wasted rows for 4k output channels, one load fewer per 12 FMAs */
+#endif
 /* A weight gradient's GEMM, C[0:M, j_lo:j_hi] (+)= A[0:M, k] B[k, j] over the rows of positions
    r0 <= r < r1, k = r * OW + ow (A's rows lda apart, k contiguous), B[k, j] =
    planes[rowoff[r] + coloff[j] + ow]: per weight, a dot product over contiguous runs of A and of
