@@ -170,7 +170,7 @@ class _Blas:
                 if isa.mismatched_blas(self.core):  # it chose its kernels when NumPy loaded it
                     LOG.warning("LUMINAL_ISA=%s, but NumPy's OpenBLAS runs its %s (AVX-512) kernels: set "
                                 "OPENBLAS_CORETYPE=Haswell before importing numpy", isa.name(), self.core)
-                if gemm_avx512.wanted(self.core):  # AVX2 kernels on an AVX-512 CPU (OPENBLAS_CORETYPE, say)
+                if gemm_avx512.wanted(self.core):  # on any AVX-512 CPU, whichever kernels OpenBLAS runs
                     self.front = gemm_avx512.sgemm(self.sgemm)
                     if self.front is not None:
                         self.gemm = "luminal-avx512"
