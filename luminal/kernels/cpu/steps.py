@@ -147,6 +147,8 @@ def dc_kernels() -> dict[int, int]:
     from luminal.kernels.cpu import build
 
     return DC_KERNELS_AVX512 if "-mavx512f" in build.machine_flags() else DC_KERNELS
+
+
 DC_TILE_CHUNKS = 8  # micro-tiles of positions per tile (a thread's unit of work) at most
 # a small image's convolution (at most this many micro-tiles of positions: 7x7, 14x14) splits its
 # output channels across the team instead (`DirectConv.block_rows`)
