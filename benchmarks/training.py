@@ -433,7 +433,10 @@ def notes(rows: list[dict], steps: int) -> str:
 def render(result: dict) -> str:
     """The markdown of a run's JSON (results/training.json)."""
     env, rows, steps = result["environment"], result["rows"], result["steps"]
-    markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} threads, torch {env['torch']}, "
+    machine = f" ({env['cpu_model']})" if env.get("cpu_model") else ""  # (older JSONs lack the CPU and ISA)
+    isa = (f", ISA {env['isa']} (torch's {env.get('torch_cpu_capability') or '?'}), BLAS {env.get('blas') or '?'}"
+           if env.get("isa") else "")
+    markdown = (f"Measured {env['date']} on {env['platform']}{machine}, {env['cpu_count']} threads{isa}, torch {env['torch']}, "
                 f"egglog {env['egglog']} (`python -m benchmarks --training`, {result['elapsed_s']:.0f} s; load "
                 f"average {env['loadavg_start'][0]:.2f} before, {env['loadavg_end'][0]:.2f} after). One training "
                 f"step: forward + backward + AdamW step (eager, not compiled, in every column) + zero_grad, batch "
