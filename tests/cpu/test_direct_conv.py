@@ -200,6 +200,7 @@ WGRAD_CASES = [
     ((2, 16, 19, 19), (32, 16, 3, 3), 1, 1, 1),  # 19: two vectors and a masked one
     ((3, 8, 12, 12), (24, 8, 3, 3), 2, 1, 1),  # 6 positions a row: one masked vector
     ((2, 4, 17, 15), (5, 4, 3, 3), 1, 2, 2),  # dilation 2; 5 rows: a partial 4 x 3 tile
+    ((2, 4, 5, 5), (6, 4, 3, 3), 2, 0, 1),  # 2 positions a row: a vector spans more than the next row
     ((2, 6, 33), (7, 6, 5), 1, 2, 1),  # 1-D
 ]
 

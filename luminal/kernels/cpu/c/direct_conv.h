@@ -100,14 +100,15 @@ static void lum_dwgrad_4x3(long long M, const float* restrict A, long long lda, 
             _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j) c[i][j] += av * bv[j];
           }
         }
-        if (rest && r + 1 < n_rows) {  /* the row's last lanes, masked: both factors 0 past OW (never 0 x inf) */
-          lum_dc_v bv[3], av;  /* (reads stay inside A, whose next row of positions follows, and the planes' slack) */
+        if (rest && k0 + full + 8 <= n_rows * OW) {  /* the row's last lanes, masked: both factors 0 past OW (never 0 x inf) */
+          lum_dc_v bv[3], av;  /* (the whole vector inside A's row of depth, whose next row of positions follows; the planes' slack) */
           _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j) bv[j] = (lum_dc_v)((lum_dc_vi)(*(const lum_dc_v*)(b[j] + full)) & tail);
           _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) {
             av = (lum_dc_v)((lum_dc_vi)(*(const lum_dc_v*)(a[i] + k0 + full)) & tail);
             _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j) c[i][j] += av * bv[j];
           }
-        } else if (rest) {  /* A's last row of positions: through zero-filled copies, never past A's end */
+        } else if (rest) {  /* the end of A's rows: through zero-filled copies, never past A's end (a row
+                               of positions shorter than 4 needs more than the next row to fill a vector) */
           float t[8] __attribute__((aligned(32)));
           lum_dc_v bv[3], av;
           for (int j = 0; j < 3; ++j) {
