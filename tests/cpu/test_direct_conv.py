@@ -231,7 +231,7 @@ def test_weight_gradient_matches_torch_and_the_im2col_path_on_any_team(monkeypat
     direct = g.compile(device="cpu")
     source = "\n".join(direct.runtime.program.sources)
     # (1-D: the copy's columns (c, kw) move one dim of X each, so the convolution's form serves)
-    assert "lum_dwgrad_4x3(M" in source if len(xs) == 4 else "lum_dconv_" in source
+    assert f"lum_dwgrad_4x{cpu_steps.dwgrad_cols()}(M" in source if len(xs) == 4 else "lum_dconv_" in source
     monkeypatch.setenv("LUMINAL_CONV", "im2col")
     im2col = g.compile(device="cpu")
     _same_on_any_team(monkeypatch, direct, im2col, feeds, want, 2e-4)

@@ -30,7 +30,14 @@ import contextvars
 from luminal.hlir.ops import Node
 from luminal.kernels.cpu import choices
 from luminal.kernels.cpu.prelude import c_source
-from luminal.kernels.cpu.steps import DC_AVX512_MIN_DEPTH, DC_KERNELS_AVX512, DC_SLACK, DirectConv, dc_kernels
+from luminal.kernels.cpu.steps import (
+    DC_AVX512_MIN_DEPTH,
+    DC_KERNELS_AVX512,
+    DC_SLACK,
+    DirectConv,
+    dc_kernels,
+    dwgrad_cols,
+)
 from luminal.kernels.render.cstyle import pointer_of, read, unmasked, unravel, view_of
 from luminal.kernels.render.dialect import PAR_MIN
 
@@ -202,7 +209,7 @@ WGRAD_BLOCK_FLOATS = 196608
 def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str], after) -> str:
     """C run first in the fused kernel of a weight gradient's GEMM (`g.columns` False; `out`,
     `scratch`, n_batch = 1, M, N, K in scope): dW = A B with B read from the phase planes
-    (`lum_dwgrad_4x3`), blocks of rows of positions in order, the columns split across the team,
+    (`lum_dwgrad_4x3`, or 4x6 on AVX-512), blocks of rows of positions in order, the columns split across the team,
     then the epilogue, then `return`."""
     split = g.split
     rows, cols = copy.shape[:split - 1], copy.shape[split:]
@@ -218,6 +225,7 @@ def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_set
     for d in rows:
         n_prow *= int(d)
     zero_r, zero_c = ["0"] * len(rows), ["0"] * len(cols)
+    nj = dwgrad_cols()  # columns per tile
     return f"""long long* const rowoff = lum_f64 ? NULL : (long long*)malloc(sizeof(long long) * ({n_prow} + N));
   if (rowoff) {{  /* the direct path (conv_direct.py): the im2col matrix is never written */
     long long* const coloff = rowoff + {n_prow};
@@ -244,13 +252,13 @@ def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_set
         for (long long i = 0; i < M; ++i) for (long long k = 0; k < K; ++k) rows_copy[i * K + k] = a_ptr[k * a_ld + i];
         free(a_buf); a_buf = rows_copy; a_ptr = rows_copy; a_tr = 0; a_ld = K;
       }}
-      const long long n_jt = (N + 2) / 3;
+      const long long n_jt = (N + {nj - 1}) / {nj};
       #pragma omp parallel num_threads(lum_min(lum_threads, n_jt))
       {{
       const long long t = omp_get_thread_num(), team = omp_get_num_threads();
-      const long long j_lo = lum_min(N, n_jt * t / team * 3), j_hi = lum_min(N, n_jt * (t + 1) / team * 3);
+      const long long j_lo = lum_min(N, n_jt * t / team * {nj}), j_hi = lum_min(N, n_jt * (t + 1) / team * {nj});
       for (long long r0 = 0; r0 < {n_prow}LL; r0 += per)
-        lum_dwgrad_4x3(M, a_ptr, a_ld, planes, rowoff, coloff, OW, {n_prow}LL, r0, lum_min(r0 + per, {n_prow}LL), j_lo, j_hi,
+        lum_dwgrad_4x{nj}(M, a_ptr, a_ld, planes, rowoff, coloff, OW, {n_prow}LL, r0, lum_min(r0 + per, {n_prow}LL), j_lo, j_hi,
                        out + bz * M * N, N, r0 > 0);
       }}
       {after("0", "N", f"#pragma omp parallel for if (M * N >= {PAR_MIN})")}

@@ -149,6 +149,12 @@ def dc_kernels() -> dict[int, int]:
     return DC_KERNELS_AVX512 if "-mavx512f" in build.machine_flags() else DC_KERNELS
 
 
+def dwgrad_cols() -> int:
+    """Columns (weights) per tile of a weight gradient's direct kernel (`lum_dwgrad_4x<n>`): 6 where
+    the library is built for AVX-512 (24 accumulators in its 32 registers), else 3."""
+    return 6 if dc_kernels() is DC_KERNELS_AVX512 else 3
+
+
 DC_TILE_CHUNKS = 8  # micro-tiles of positions per tile (a thread's unit of work) at most
 # a small image's convolution (at most this many micro-tiles of positions: 7x7, 14x14) splits its
 # output channels across the team instead (`DirectConv.block_rows`)

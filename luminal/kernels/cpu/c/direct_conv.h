@@ -74,64 +74,69 @@ LUM_DCONV(lum_dconv_4x24, 4, 3)  /* no wasted rows for 4k output channels, one l
    partial vector goes through zero-filled copies (never reading past A, never 0 x inf). The lanes
    are summed in a fixed order and added to C (`accumulate`: C += the block's sums, else C = them),
    so each element is the same sum whatever the team. */
-static void lum_dwgrad_4x3(long long M, const float* restrict A, long long lda, const float* restrict planes,
-                           const long long* restrict rowoff, const long long* restrict coloff, long long OW,
-                           long long n_rows, long long r0, long long r1, long long j_lo, long long j_hi,
-                           float* restrict C, long long ldc, int accumulate) {
-  const long long full = OW / 8 * 8, rest = OW - full;
-  const lum_dc_vi tail = (lum_dc_vi){0, 1, 2, 3, 4, 5, 6, 7} < (lum_dc_vi){0} + (int)rest;  /* -1 in the lanes < rest */
-  for (long long j0 = j_lo; j0 < j_hi; j0 += 3) {
-    long long cj[3];
-    for (int j = 0; j < 3; ++j) cj[j] = coloff[j0 + j < j_hi ? j0 + j : j0];
-    for (long long i0 = 0; i0 < M; i0 += 4) {
-      const float* restrict a[4];
-      for (int i = 0; i < 4; ++i) a[i] = A + (i0 + i < M ? i0 + i : i0) * lda;
-      lum_dc_v c[4][3];
-      _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j) c[i][j] = (lum_dc_v){0};
-      for (long long r = r0; r < r1; ++r) {
-        const float* restrict b[3];
-        _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j) b[j] = planes + rowoff[r] + cj[j];
-        const long long k0 = r * OW;
-        for (long long e = 0; e < full; e += 8) {
-          lum_dc_v bv[3], av;
-          _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j) bv[j] = *(const lum_dc_v*)(b[j] + e);
-          _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) {
-            av = *(const lum_dc_v*)(a[i] + k0 + e);
-            _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j) c[i][j] += av * bv[j];
-          }
-        }
-        if (rest && k0 + full + 8 <= n_rows * OW) {  /* the row's last lanes, masked: both factors 0 past OW (never 0 x inf) */
-          lum_dc_v bv[3], av;  /* (the whole vector inside A's row of depth, whose next row of positions follows; the planes' slack) */
-          _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j) bv[j] = (lum_dc_v)((lum_dc_vi)(*(const lum_dc_v*)(b[j] + full)) & tail);
-          _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) {
-            av = (lum_dc_v)((lum_dc_vi)(*(const lum_dc_v*)(a[i] + k0 + full)) & tail);
-            _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j) c[i][j] += av * bv[j];
-          }
-        } else if (rest) {  /* the end of A's rows: through zero-filled copies, never past A's end (a row
-                               of positions shorter than 4 needs more than the next row to fill a vector) */
-          float t[8] __attribute__((aligned(32)));
-          lum_dc_v bv[3], av;
-          for (int j = 0; j < 3; ++j) {
-            for (int l = 0; l < 8; ++l) t[l] = l < rest ? b[j][full + l] : 0.0f;
-            bv[j] = *(const lum_dc_v*)t;
-          }
-          for (int i = 0; i < 4; ++i) {
-            for (int l = 0; l < 8; ++l) t[l] = l < rest ? a[i][k0 + full + l] : 0.0f;
-            av = *(const lum_dc_v*)t;
-            _Pragma("GCC unroll 3") for (int j = 0; j < 3; ++j) c[i][j] += av * bv[j];
-          }
-        }
-      }
-      for (int i = 0; i < 4 && i0 + i < M; ++i)
-        for (int j = 0; j < 3 && j0 + j < j_hi; ++j) {
-          const lum_dc_v v = c[i][j];
-          const float sum = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-          float* restrict dst = C + (i0 + i) * ldc + j0 + j;
-          *dst = accumulate ? *dst + sum : sum;
-        }
-    }
-  }
+#define LUM_DWGRAD(NAME, NJ) \
+static void NAME(long long M, const float* restrict A, long long lda, const float* restrict planes, \
+                           const long long* restrict rowoff, const long long* restrict coloff, long long OW, \
+                           long long n_rows, long long r0, long long r1, long long j_lo, long long j_hi, \
+                           float* restrict C, long long ldc, int accumulate) { \
+  const long long full = OW / 8 * 8, rest = OW - full; \
+  const lum_dc_vi tail = (lum_dc_vi){0, 1, 2, 3, 4, 5, 6, 7} < (lum_dc_vi){0} + (int)rest;  /* -1 in the lanes < rest */ \
+  for (long long j0 = j_lo; j0 < j_hi; j0 += NJ) { \
+    long long cj[NJ]; \
+    for (int j = 0; j < NJ; ++j) cj[j] = coloff[j0 + j < j_hi ? j0 + j : j0]; \
+    for (long long i0 = 0; i0 < M; i0 += 4) { \
+      const float* restrict a[4]; \
+      for (int i = 0; i < 4; ++i) a[i] = A + (i0 + i < M ? i0 + i : i0) * lda; \
+      lum_dc_v c[4][NJ]; \
+      _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) c[i][j] = (lum_dc_v){0}; \
+      for (long long r = r0; r < r1; ++r) { \
+        const float* restrict b[NJ]; \
+        _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) b[j] = planes + rowoff[r] + cj[j]; \
+        const long long k0 = r * OW; \
+        for (long long e = 0; e < full; e += 8) { \
+          lum_dc_v bv[NJ], av; \
+          _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) bv[j] = *(const lum_dc_v*)(b[j] + e); \
+          _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) { \
+            av = *(const lum_dc_v*)(a[i] + k0 + e); \
+            _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) c[i][j] += av * bv[j]; \
+          } \
+        } \
+        if (rest && k0 + full + 8 <= n_rows * OW) {  /* the row's last lanes, masked: both factors 0 past OW (never 0 x inf) */ \
+          lum_dc_v bv[NJ], av;  /* (the whole vector inside A's row of depth, whose next row of positions follows; the planes' slack) */ \
+          _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) bv[j] = (lum_dc_v)((lum_dc_vi)(*(const lum_dc_v*)(b[j] + full)) & tail); \
+          _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) { \
+            av = (lum_dc_v)((lum_dc_vi)(*(const lum_dc_v*)(a[i] + k0 + full)) & tail); \
+            _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) c[i][j] += av * bv[j]; \
+          } \
+        } else if (rest) {  /* the end of A's rows: through zero-filled copies, never past A's end (a row \
+                               of positions shorter than 4 needs more than the next row to fill a vector) */ \
+          float t[8] __attribute__((aligned(32))); \
+          lum_dc_v bv[NJ], av; \
+          for (int j = 0; j < NJ; ++j) { \
+            for (int l = 0; l < 8; ++l) t[l] = l < rest ? b[j][full + l] : 0.0f; \
+            bv[j] = *(const lum_dc_v*)t; \
+          } \
+          for (int i = 0; i < 4; ++i) { \
+            for (int l = 0; l < 8; ++l) t[l] = l < rest ? a[i][k0 + full + l] : 0.0f; \
+            av = *(const lum_dc_v*)t; \
+            _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) c[i][j] += av * bv[j]; \
+          } \
+        } \
+      } \
+      for (int i = 0; i < 4 && i0 + i < M; ++i) \
+        for (int j = 0; j < NJ && j0 + j < j_hi; ++j) { \
+          const lum_dc_v v = c[i][j]; \
+          const float sum = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); \
+          float* restrict dst = C + (i0 + i) * ldc + j0 + j; \
+          *dst = accumulate ? *dst + sum : sum; \
+        } \
+    } \
+  } \
 }
+LUM_DWGRAD(lum_dwgrad_4x3, 3)
+#if defined(__AVX512F__)
+LUM_DWGRAD(lum_dwgrad_4x6, 6)  /* 24 accumulators in AVX-512's 32 registers: A's block read half as often */
+#endif
 #if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif
