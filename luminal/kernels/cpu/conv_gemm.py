@@ -238,13 +238,12 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     # C written straight into the output, then the region on the unit's outputs: at these
     # shallow depths the BLAS's packing of both operands cost more than the products (README,
     # "Direct convolutions"). Each output is one FMA chain in k order whoever computes it; the
-    # columns past the last multiple of the micro-tile's go through the BLAS, for the same rows whatever the
+    # columns past the last multiple of 16 go through the BLAS, for the same rows whatever the
     # team. Not at precision "float64" (the BLAS's widened GEMM), nor for a transposed operand,
     # nor a weight past EPILOGUE_TILE_FLOATS (out of L2, the BLAS's packing pays).
-    # On AVX-512 the BLAS's kernels are as wide as the micro-tiles and these GEMMs ran faster there
-    # (MobileNet-shaped 1x1s at 112x112: 0.20 ms against 0.39 on one Xeon), so only AVX2's tiles.
-    micro = t == "float" and conv_direct.wanted() and _stored(a) and not _stored(b) and dc_kernels() == DC_KERNELS
-    mr, nr = micro_tile()
+    # AVX2's tiles only: on AVX-512 the BLAS's kernels are as wide and ran these faster (README).
+    micro = t == "float" and conv_direct.wanted() and _stored(a) and not _stored(b) and dc_kernels() is DC_KERNELS
+    mr, nr = DC_KERNELS[16], 16  # the micro-kernel's tile: rows x columns
 
     def units(pragma: str) -> str:  # batch element bz through the micro-kernel (rows in blocks only with `pragma`, across the team)
         return f"""const long long n_t = (N + T - 1) / T, per = {"(16 + n_t - 1) / n_t" if pragma else "1"};
@@ -305,7 +304,7 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     return;
   }}
   /* columns per tile: the tile's outputs and operand columns stay in cache (about {EPILOGUE_TILE_FLOATS} floats) */
-  const long long T = lum_max({max(64, 2 * nr) if micro else 64}, {EPILOGUE_TILE_FLOATS}LL / (M + K) / {nr if micro else 16} * {nr if micro else 16});
+  const long long T = lum_max(64, {EPILOGUE_TILE_FLOATS}LL / (M + K) / 16 * 16);
   if (lum_batch_parallel(n_batch, M, N, K)) {{
     #pragma omp parallel
     {{
@@ -324,13 +323,6 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
 }}
 """
     return code, inputs, symbols
-
-
-def micro_tile() -> tuple[int, int]:
-    """(rows, columns) of the micro-tile a 1x1 convolution's GEMM runs on: the library's
-    narrower (`steps.dc_kernels`), which leaves the fewest columns to the BLAS."""
-    nr = min(dc_kernels())
-    return dc_kernels()[nr], nr
 
 
 def _index_through(plan: Im2colGemm, idx: list[str]) -> list[str]:

@@ -57,10 +57,8 @@ def _mode() -> str:
 
 def wanted(blas_core: str | None) -> bool:
     """Whether to put our SGEMM in front of an OpenBLAS whose core name is `blas_core` (None: unknown):
-    on every CPU with AVX-512, whichever kernels OpenBLAS runs. Its AVX2 ones are half as wide; its
-    AVX-512 ones (SkylakeX) lost too, the two programs interleaved in one process on an Intel Xeon:
-    bert-small 17.2 -> 13.4 ms, minilm 19.8 -> 15.3, ResNet50 45.7 -> 42.4 (README, "The compiled
-    CPU backend")."""
+    on every CPU with AVX-512, whichever kernels OpenBLAS runs (its AVX-512 ones lost to it in the
+    models too: README, "The compiled CPU backend")."""
     mode = _mode()
     return mode != "blas" and cpu_has_avx512()
 

@@ -130,13 +130,12 @@ def column_split(shape, cols) -> int | None:
 # (`c/direct_conv.h`): 8 floats (AVX2, 16 registers), 16 where the library is built for AVX-512
 DC_KERNELS = {16: 6, 24: 4}
 DC_KERNELS_AVX512 = {32: 12, 48: 8}
-# a micro-tile's multiply-adds per second against the widest's, where they differ (one thread of a
-# Xeon with AVX-512, 64 and 32 channels at 28x28 and 56x56: 8 x 48 at 167 GFLOP/s, the machine's
-# peak, 12 x 32 at 145-149): the choice weighs wasted work by it
+_DC_ROWS = {**DC_KERNELS, **DC_KERNELS_AVX512}  # any micro-tile's output channels by its positions
+# a micro-tile's measured multiply-adds per second against the widest's, where lower (README,
+# "Direct convolutions"): the choice weighs wasted work by it
 DC_RATE = {32: 0.88}
-# on AVX-512, the default path (auto) keeps a convolution this shallow (an RGB stem: 3 x 3 x 3 = 27)
-# on the im2col tiles: the planes and the copy-out cost more than its few multiply-adds per output
-# (MobileNet-shaped stem at 112 x 112 on one Xeon: 0.21 ms direct, 0.13 im2col); `conv_direct.takes`
+# on AVX-512 the default path (auto) keeps a shallower convolution (an RGB stem: 27) on the im2col
+# tiles, where the planes and the copy-out cost more than its few products (`conv_direct.takes`)
 DC_AVX512_MIN_DEPTH = 64
 DC_SLACK = 64  # floats past the planes: the last micro-tile's lanes past the output read there
 
@@ -193,7 +192,7 @@ class DirectConv:
 
     @property
     def mr(self) -> int:
-        return {**DC_KERNELS, **DC_KERNELS_AVX512}[self.nr]
+        return _DC_ROWS[self.nr]
 
     @property
     def hq(self) -> int:

@@ -23,9 +23,8 @@ typedef int lum_dc_vi __attribute__((vector_size(32), aligned(4)));  /* lane mas
    tiling nor on the team. Micro-tiles of MR rows x NV vectors of LUM_DC_W positions, MR x NV
    accumulators (12 of 8 floats: with the NV loads of B and a broadcast, within AVX2's 16
    registers; 24 of 16 floats within AVX-512's 32); GCC keeps the fully unrolled arrays in
-   registers (MR row pointers spill a few GPRs; copying the rows into one interleaved run per
-   block of depth measured slower, 5-35%, than the spills cost). Rows past M repeat row 0:
-   read, never stored.
+   registers (MR row pointers spill a few GPRs, which cost less than copying the rows into one
+   interleaved run per block of depth). Rows past M repeat row 0: read, never stored.
    The depth runs in blocks of LUM_DCONV_KC: a block of B (KC x ne) stays in L2 while every row
    of A passes over it, and a micro-tile's rows of A (MR x KC) in L1 while it passes over the
    positions; a block resumes the chain from C as the last one stored it (the same bits: a float
@@ -76,9 +75,9 @@ LUM_DCONV(lum_dconv_4x24, 4, 3)  /* no wasted rows for 4k output channels, one l
    so each element is the same sum whatever the team. */
 #define LUM_DWGRAD(NAME, NJ) \
 static void NAME(long long M, const float* restrict A, long long lda, const float* restrict planes, \
-                           const long long* restrict rowoff, const long long* restrict coloff, long long OW, \
-                           long long n_rows, long long r0, long long r1, long long j_lo, long long j_hi, \
-                           float* restrict C, long long ldc, int accumulate) { \
+                 const long long* restrict rowoff, const long long* restrict coloff, long long OW, \
+                 long long n_rows, long long r0, long long r1, long long j_lo, long long j_hi, \
+                 float* restrict C, long long ldc, int accumulate) { \
   const long long full = OW / 8 * 8, rest = OW - full; \
   const lum_dc_vi tail = (lum_dc_vi){0, 1, 2, 3, 4, 5, 6, 7} < (lum_dc_vi){0} + (int)rest;  /* -1 in the lanes < rest */ \
   for (long long j0 = j_lo; j0 < j_hi; j0 += NJ) { \
