@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import luminal as lm
-from luminal import compile_cache, threadflags
+from luminal import compile_cache
 from luminal.demo import build_block, make_weights
 
 X = np.random.default_rng(0).standard_normal((2, 5, 64)).astype(np.float32)
@@ -366,58 +366,65 @@ def test_device_artifacts_of_other_kernel_code_are_refused(cache):
 def test_gc_paused_ages_what_it_allocated_and_keeps_it_collectable():
     """`gc_paused` hands its allocations to the oldest generation (no young collection walks
     them on resuming), cyclic garbage made inside is still collected, and a process's own frozen
-    objects stay frozen."""
-    import gc
+    objects stay frozen. In a fresh process: the collector's counts are process-wide, and a
+    thread an earlier test in this worker left running (a background build leaving its own pause)
+    would move them under the assertions."""
+    code = textwrap.dedent("""
+        import gc
+        from luminal.threadflags import gc_paused
 
-    class Cycle:
-        pass
+        class Cycle:
+            pass
 
-    def cycles(n):
-        made = []
-        for _ in range(n):
-            a, b = Cycle(), Cycle()
-            a.other, b.other = b, a
-            made.append(a)
-        return made
+        def cycles(n):
+            made = []
+            for _ in range(n):
+                a, b = Cycle(), Cycle()
+                a.other, b.other = b, a
+                made.append(a)
+            return made
 
-    assert gc.isenabled()
-    with compile_cache.gc_paused():
-        assert not gc.isenabled()
-        kept = cycles(5000)
-        garbage = cycles(5000)
-        del garbage
-    assert gc.isenabled()
-    assert gc.get_count()[0] < 5000  # not left to the next young collection
-    assert gc.collect() >= 10000  # the dropped cycles (4 objects each, dicts included) still go
-    del kept
-    gc.collect()
-    frozen = cycles(10)
-    gc.freeze()
-    try:
+        assert gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+            kept = cycles(5000)
+            garbage = cycles(5000)
+            del garbage
+        assert gc.isenabled()
+        assert gc.get_count()[0] < 5000, gc.get_count()  # not left to the next young collection
+        collected = gc.collect()
+        assert collected >= 10000, collected  # the dropped cycles (4 objects each, dicts included) still go
+        del kept
+        gc.collect()
+        frozen = cycles(10)
+        gc.freeze()
         before = gc.get_freeze_count()
-        with compile_cache.gc_paused():
+        with gc_paused():
             cycles(100)
-        assert gc.get_freeze_count() == before  # the process's frozen heap is not thawed
-    finally:
-        gc.unfreeze()
-        del frozen
+        assert gc.get_freeze_count() == before, (gc.get_freeze_count(), before)  # not thawed
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 def test_background_writes_leave_the_collector_to_the_users_threads():
     """The compile cache's writes on a background build thread run beside the user's threads:
     there `gc_paused` does not touch the process-wide collector, so a thread that turns it off
-    meanwhile is not overruled when the write ends."""
-    import gc
+    meanwhile is not overruled when the write ends. In a fresh process, as above."""
+    code = textwrap.dedent("""
+        import gc
+        from luminal import threadflags
 
-    assert gc.isenabled()
-    try:
+        assert gc.isenabled()
         with threadflags.gc_untouched(), threadflags.gc_paused():
             assert gc.isenabled()
             gc.disable()  # a user's thread, meanwhile
         assert not gc.isenabled()
-    finally:
-        gc.enable()
-
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 def test_numpy_writes_the_cache_after_the_first_call(tmp_path):
