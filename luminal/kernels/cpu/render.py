@@ -127,16 +127,29 @@ def matmul(node: Node, name: str):
     return kernel(name, node, inputs, symbols_of(node), False, code)
 
 
+_ATTENTION_OPTIONS = """#if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC target("fma")
+#pragma GCC optimize("fp-contract=fast")
+#ifdef __AVX512F__
+#pragma GCC target("prefer-vector-width=512")
+#endif
+#endif
+"""
+
+
 def attention(node: Node, name: str):
     """The shared generator's Attention kernel, its products contracted into FMAs where the CPU
     has them (`LUM_FMA`; the library is built with -ffp-contract=off for the elementwise kernels'
-    roundings, which a GEMM's tiles do not need: BLAS contracts too), GCC only."""
+    roundings, which a GEMM's tiles do not need: BLAS contracts too), GCC only. On AVX-512 its
+    softmax loops are 16 floats wide (the library's other loops keep 8, for AVX2's roundings): the
+    fused kernel's sums are its own, never the unfused graph's bit for bit, and its exp loops are
+    compute-bound (README, "Fused attention")."""
     from luminal.kernels.render import C, render_node
 
     specs = render_node(node, name, C)
     for k in specs:
-        k.source = ("#if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n"
-                    '#pragma GCC target("fma")\n#pragma GCC optimize("fp-contract=fast")\n#endif\n' + k.source
+        k.source = (_ATTENTION_OPTIONS + k.source
                     + "#if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n")
     return specs
 

@@ -84,9 +84,8 @@ def gemm_body(node: Node) -> tuple[str, str] | None:
     const long long ls = lum_max(lum_min(N, {BK}), 16), rows = lum_min(M, {BQ});  /* (as short as the problem) */
     float* sb = (float*)aligned_alloc(64, sizeof(float) * rows * ls);  /* S, then P: a query's keys as a row, ls apart */
     float* acc = (float*)aligned_alloc(64, sizeof(float) * rows * lum_max(DV, 16));
-    float* pv = (float*)aligned_alloc(64, sizeof(float) * rows * lum_max(DV, 16));
     float mrow[{BQ}], alpha[{BQ}], qm[{BQ}], km[{BK}];
-    double lrow[{BQ}];  /* the softmax's sums in double, as the unfused Softmax kernel sums */
+    double lrow[{BQ}];  /* the softmax's sums: a block's in float lanes, the blocks' in double */
     int badrow[{BQ}];
     {_exp_floor("float")}
     (void)qm; (void)km;
@@ -114,7 +113,7 @@ def gemm_body(node: Node) -> tuple[str, str] | None:
           }}
           badrow[i] |= bad;
           const float mn = mrow[i] > mb ? mrow[i] : mb;
-          double sum = 0;
+          float sum = 0;
           if (mn == {ninf}) {{  /* every score so far -inf: p = 0 (the row's end decides NaN or 0) */
             memset(s, 0, sizeof(float) * nk);
             alpha[i] = 1;
@@ -133,17 +132,19 @@ def gemm_body(node: Node) -> tuple[str, str] | None:
           mrow[i] = mn;
           lrow[i] = lrow[i] * alpha[i] + sum;
         }}
-        lum_sgemm(101, 111, v_mode == 1 ? 111 : 112, nq, DV, nk, 1.0f, sb, ls,
-                  v_mode == 1 ? v_at + j0 * v_s0 : v_at + j0, v_mode == 1 ? v_s0 : v_s1, 0.0f, pv, DV);  /* P V */
-        for (int i = 0; i < nq; ++i) {{  /* acc = acc * alpha + P V */
-          float* o = acc + (long long)i * DV; const float* x = pv + (long long)i * DV; const float al = alpha[i];
+        for (int i = 0; i < nq; ++i) {{  /* acc = acc * alpha, then acc += P V in the GEMM (beta 1: no copy of P V) */
+          const float al = alpha[i];
+          if (al == 1.0f) continue;
+          float* o = acc + (long long)i * DV;
           #pragma omp simd
-          for (long long c = 0; c < DV; ++c) o[c] = o[c] * al + x[c];  /* (exact at al = 1) */
+          for (long long c = 0; c < DV; ++c) o[c] = o[c] * al;
         }}
+        lum_sgemm(101, 111, v_mode == 1 ? 111 : 112, nq, DV, nk, 1.0f, sb, ls,
+                  v_mode == 1 ? v_at + j0 * v_s0 : v_at + j0, v_mode == 1 ? v_s0 : v_s1, 1.0f, acc, DV);  /* P V */
       }}
       {_store_rows(node, 'float')}
     }}
-    free(sb); free(acc); free(pv);
+    free(sb); free(acc);
   }}
   }}"""
     return modes + "\n  " + f"if ({cond})", block
