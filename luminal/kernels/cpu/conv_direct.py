@@ -175,7 +175,10 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
       #pragma omp parallel num_threads(lum_min(lum_threads, n_work))
       {{
       float* const tile = tiles + omp_get_thread_num() * MB * {te}LL;
-      #pragma omp for schedule(dynamic, 1)  /* any order: each output is one chain whoever computes it */
+      /* each thread the same contiguous run of units every call, its rows of the planes and of
+         the output near each other (dynamic hand-outs, which scatter a call's rows across the
+         cores' caches, measured slower: README); each output is one chain whoever computes it */
+      #pragma omp for schedule(static)
       for (long long wi = 0; wi < n_work; ++wi) {{
         const long long ti = wi % n_tiles, m0 = wi / n_tiles * MB, mn = lum_min(MB, M - m0);
         const long long e0 = ti * per * {g.nr}, ne = lum_min(per, chunks - ti * per) * {g.nr};
