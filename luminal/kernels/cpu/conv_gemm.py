@@ -263,9 +263,11 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
         # columns in tiles across the team, or one GEMM the BLAS splits
         whole = f"""lum_gemm_{g}(a_tr, b_tr, M, N, K, a_ptr, a_ld, b_ptr, b_ld, out + bz * M * N, N);
       {_epilogue_rows(plan, inputs, t, "0", "N", rows_pragma)}"""
+        # tiles to threads in a static schedule, the same contiguous run each call, as the direct
+        # convolution's units (`conv_direct.direct_path`: measured, README)
         if tiles:  # a large output: columns in tiles, each multiplied and through the region while in cache
             whole = f"""if (n_tiles > 1) {{
-        #pragma omp parallel for num_threads(lum_threads) schedule(dynamic, 1)
+        #pragma omp parallel for num_threads(lum_threads) schedule(static)
         for (long long ti = 0; ti < n_tiles; ++ti) {{
           const long long p0 = ti * T, nt = lum_min(T, N - p0);
           lum_gemm_{g}(a_tr, b_tr, M, nt, K, a_ptr, a_ld, b_ptr + (b_tr ? p0 * b_ld : p0), b_ld, out + bz * M * N + p0, N);
@@ -275,7 +277,7 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
         {whole}
       }}"""
         if micro:
-            par = "#pragma omp parallel for num_threads(lum_threads) schedule(dynamic, 1) if (n_units > 1)" if tiles else ""
+            par = "#pragma omp parallel for num_threads(lum_threads) schedule(static) if (n_units > 1)" if tiles else ""
             whole = f"""if (offs && !a_tr && !b_tr && !lum_f64 && M * K <= {EPILOGUE_TILE_FLOATS}LL) {{
         for (long long k = 0; k < K; ++k) offs[k] = k * b_ld;
         {units(par)}
