@@ -26,6 +26,7 @@ from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node
+from luminal.hlir.shape import contiguous_strides
 from luminal.kernels.render import cstyle
 from luminal.kernels.render.cexpr import c_dim, compute_type, index_type
 from luminal.kernels.render.cstyle import (
@@ -100,11 +101,14 @@ class Dialect:
         """The launches `render()` gives for `node` (CUDA: in 32- or 64-bit index math)."""
         return render()
 
-    def elements(self, shape, body_of, ordered: bool = False, vector: bool = False, work: int | object = 1) -> Part:
+    def elements(self, shape, body_of, ordered: bool = False, vector: bool = False, work: int | object = 1,
+                 ordered_along: int | None = None) -> Part:
         """`body_of(index names, flat index)` -> (statements, value or None) for every element of
         `shape`; a value is stored at `out[flat]`. `ordered`: the elements one after another, in
-        order (scatter's updates: duplicates resolve as in NumPy). `work`: per element, in units
-        of a simple element (a convolution's window: its terms)."""
+        order (scatter's updates: duplicates resolve as in NumPy); with `ordered_along` = axis, only
+        the elements that differ in that axis alone may touch the same place: each line along it
+        in order, the lines in any order (on any thread). `work`: per element, in units of a simple
+        element (a convolution's window: its terms)."""
         raise NotImplementedError
 
     def column_sums(self, shape, n, value: str, store) -> Part | None:
@@ -182,7 +186,7 @@ class CudaDialect(Dialect):
     def float_bits(self, bits: int, double: bool) -> str:
         return f"__longlong_as_double(0x{bits:016x}LL)" if double else f"__int_as_float(0x{bits:08x})"
 
-    def elements(self, shape, body_of, ordered=False, vector=False, work=1) -> Part:
+    def elements(self, shape, body_of, ordered=False, vector=False, work=1, ordered_along=None) -> Part:
         numel = sym.product(shape)
         if vector:
             found = _vector_elements(shape, body_of)
@@ -379,12 +383,30 @@ class CDialect(Dialect):
     def float_bits(self, bits: int, double: bool) -> str:
         return f"lum_f64_bits(0x{bits:016x}ULL)" if double else f"lum_f32_bits(0x{bits:08x}u)"
 
-    def elements(self, shape, body_of, ordered=False, vector=False, work=1) -> Part:
+    def elements(self, shape, body_of, ordered=False, vector=False, work=1, ordered_along=None) -> Part:
         def statement(idx, flat):
             stmts, value = body_of(idx, flat)
             store = [] if value is None else [f"out[{flat}] = {_store(value)};"]
             return "\n          ".join(([stmts] if stmts else []) + store)
 
+        if ordered and ordered_along is not None and len(shape) > 1:  # lines along the axis across the team, each in order
+            axis = ordered_along
+            others = [d for k, d in enumerate(shape) if k != axis]
+            onames, lines = unravel("o", others, "s")
+            names = onames[:axis] + ["j"] + onames[axis:]
+            strides = contiguous_strides(shape)
+            flat = " + ".join(f"{n} * {c_dim(st)}" for n, st in zip(names, strides))
+            setup = "\n    ".join(lines)
+            n_lines, n_el = c_dim(sym.product(others)), c_dim(sym.product(shape))
+            return Part(f"""const long long n_lines = {n_lines}, n_along = {c_dim(shape[axis])};
+  #pragma omp parallel for schedule(static) if (n_lines > 1 && {n_el} >= {PAR_MIN})
+  for (long long o = 0; o < n_lines; ++o) {{
+    {setup}
+    for (long long j = 0; j < n_along; ++j) {{
+      const long long e = {flat}; (void)e;
+      {statement(names, "e")}
+    }}
+  }}""")
         if ordered:  # one thread, in order
             names, lines = unravel("e", shape, "s")
             setup = "\n    ".join(lines)

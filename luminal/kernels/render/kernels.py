@@ -181,7 +181,9 @@ def scatter(node: Node, d: Dialect):
                 f"{d.update(kind, node.dtype, 'a', 'v', combine)} }}"), None
 
     copy = d.elements(node.shape, lambda idx, flat: ("", _read(data, idx)), vector=True)
-    return [copy, d.elements(index.shape, update, ordered=True)], True
+    # two updates of one place differ only in `axis` (the others index the output as they index
+    # `index`): lines along it in order, as NumPy applies them, and the lines on any thread
+    return [copy, d.elements(index.shape, update, ordered=True, ordered_along=axis)], True
 
 
 def concat(node: Node, d: Dialect):
