@@ -36,7 +36,6 @@ from luminal.kernels.cpu.steps import (
     DC_SLACK,
     DirectConv,
     dc_kernels,
-    dwgrad_cols,
 )
 from luminal.kernels.render.cstyle import pointer_of, read, unmasked, unravel, view_of
 from luminal.kernels.render.dialect import PAR_MIN
@@ -204,16 +203,17 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
   }}"""
 
 
-# A's block (M x positions) of a weight gradient's GEMM, 768 KiB: each block ends in a horizontal
-# sum per 4 x 3 tile, so few long blocks, though past L2 (measured: README, "Direct convolutions")
-WGRAD_BLOCK_FLOATS = 196608
+# a weight gradient's chunk of A transposed (positions x channels padded to the tile), 256 KiB:
+# transposed by the team between two barriers, then read by every thread's column tiles
+WGRAD_CHUNK_FLOATS = 65536
 
 
 def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str], after) -> str:
     """C run first in the fused kernel of a weight gradient's GEMM (`g.columns` False; `out`,
-    `scratch`, n_batch = 1, M, N, K in scope): dW = A B with B read from the phase planes
-    (`lum_dwgrad_4x3`, or 4x6 on AVX-512), blocks of rows of positions in order, the columns split across the team,
-    then the epilogue, then `return`."""
+    `scratch`, n_batch = 1, M, N, K in scope): dW = A B with B read from the phase planes, as
+    outer products with the channels in the vector lanes (`lum_dwgrad_op_*`, `c/direct_conv.h`):
+    chunks of positions in order, each chunk of A transposed by the team, the columns split
+    across it; then the epilogue, then `return`."""
     split = g.split
     rows, cols = copy.shape[:split - 1], copy.shape[split:]
     rnames, rlines = unravel("r", rows, "pr")
@@ -228,7 +228,35 @@ def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_set
     for d in rows:
         n_prow *= int(d)
     zero_r, zero_c = ["0"] * len(rows), ["0"] * len(cols)
-    nj = dwgrad_cols()  # columns per tile
+    wide = dc_kernels() is DC_KERNELS_AVX512  # 16-float vectors: 64 channels x 6 columns, or 32 x 8; else 16 x 6
+    kernel = "(M <= 32 ? lum_dwgrad_op_2x8 : lum_dwgrad_op_4x6)" if wide else "lum_dwgrad_op_2x6"
+    loop = f"""const long long R = {"M <= 32 ? 8 : 6" if wide else "6"}, n_jt = (N + R - 1) / R;  /* the kernel's columns a tile */
+      const long long MT = {"M <= 32 ? 32 : 64" if wide else "16"}, Mp = (M + MT - 1) / MT * MT, KK = {n_prow}LL * OW;
+      const long long CH = lum_max({WGRAD_CHUNK_FLOATS}LL / Mp / 64, 1) * 64;  /* positions a chunk */
+      float* const at = (float*)aligned_alloc(64, sizeof(float) * CH * Mp);
+      if (!at) {{ failed = 1; break; }}
+      #pragma omp parallel num_threads(lum_min(lum_threads, n_jt))
+      {{
+      const long long t = omp_get_thread_num(), team = omp_get_num_threads();
+      const long long j_lo = lum_min(N, n_jt * t / team * R), j_hi = lum_min(N, n_jt * (t + 1) / team * R);
+      float* const ct = j_hi > j_lo ? (float*)aligned_alloc(64, sizeof(float) * (j_hi - j_lo) * Mp) : NULL;
+      if (ct) memset(ct, 0, sizeof(float) * (j_hi - j_lo) * Mp);
+      else if (j_hi > j_lo) {{
+        #pragma omp atomic write
+        failed = 1;
+      }}
+      for (long long k0 = 0; k0 < KK; k0 += CH) {{  /* every thread meets each chunk's barriers */
+        const long long nk = lum_min(CH, KK - k0);
+        #pragma omp for schedule(static)  /* blocks of positions: a thread writes whole rows of at */
+        for (long long kb = 0; kb < nk; kb += 64) lum_wg_transpose(M, a_ptr, a_ld, k0, kb, lum_min(kb + 64, nk), at, Mp);
+        if (ct) {kernel}(Mp, at, k0, nk, planes, rowoff, coloff, OW, j_lo, j_hi, ct);
+        #pragma omp barrier
+      }}
+      if (ct) for (long long m = 0; m < M; ++m) for (long long j = j_lo; j < j_hi; ++j) out[bz * M * N + m * N + j] = ct[(j - j_lo) * Mp + m];
+      free(ct);
+      }}
+      free(at);
+      if (failed) break;"""
     return f"""long long* const rowoff = lum_f64 ? NULL : (long long*)malloc(sizeof(long long) * ({n_prow} + N));
   if (rowoff) {{  /* the direct path (conv_direct.py): the im2col matrix is never written */
     long long* const coloff = rowoff + {n_prow};
@@ -244,7 +272,7 @@ def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_set
       {" ".join(clines)}
       coloff[j] = {x_at(zero_r, cnames)};
     }}
-    const long long OW = {g.ow}, per = lum_max(1, {WGRAD_BLOCK_FLOATS}LL / M / OW);  /* rows of positions per block */
+    const long long OW = {g.ow};
     for (long long bz = 0; bz < n_batch && !failed; ++bz) {{
       {" ".join(blines)}
       const float* a_ptr; int a_tr; long long a_ld;
@@ -255,15 +283,7 @@ def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_set
         for (long long i = 0; i < M; ++i) for (long long k = 0; k < K; ++k) rows_copy[i * K + k] = a_ptr[k * a_ld + i];
         free(a_buf); a_buf = rows_copy; a_ptr = rows_copy; a_tr = 0; a_ld = K;
       }}
-      const long long n_jt = (N + {nj - 1}) / {nj};
-      #pragma omp parallel num_threads(lum_min(lum_threads, n_jt))
-      {{
-      const long long t = omp_get_thread_num(), team = omp_get_num_threads();
-      const long long j_lo = lum_min(N, n_jt * t / team * {nj}), j_hi = lum_min(N, n_jt * (t + 1) / team * {nj});
-      for (long long r0 = 0; r0 < {n_prow}LL; r0 += per)
-        lum_dwgrad_4x{nj}(M, a_ptr, a_ld, planes, rowoff, coloff, OW, {n_prow}LL, r0, lum_min(r0 + per, {n_prow}LL), j_lo, j_hi,
-                       out + bz * M * N, N, r0 > 0);
-      }}
+      {loop}
       {after("0", "N", f"#pragma omp parallel for if (M * N >= {PAR_MIN})")}
     }}
     free(rowoff); free(a_buf);

@@ -148,19 +148,14 @@ def dc_kernels() -> dict[int, int]:
     return DC_KERNELS_AVX512 if "-mavx512f" in build.machine_flags() else DC_KERNELS
 
 
-def dwgrad_cols() -> int:
-    """Columns (weights) per tile of a weight gradient's direct kernel (`lum_dwgrad_4x<n>`): 6 where
-    the library is built for AVX-512 (24 accumulators in its 32 registers), else 3."""
-    return 6 if dc_kernels() is DC_KERNELS_AVX512 else 3
-
-
 DC_TILE_CHUNKS = 8  # micro-tiles of positions per tile (a thread's unit of work) at most
 # a small image's convolution (at most this many micro-tiles of positions: 7x7, 14x14) splits its
 # output channels across the team instead (`DirectConv.block_rows`)
 DC_ROW_SPLIT_CHUNKS = 16
-# a weight gradient's direct GEMM for at most this many output channels: past it (small maps, rows
-# of 7-14 positions) the K-tiled im2col GEMM measured faster (README, "Direct convolutions")
-DC_WGRAD_MAX_ROWS = 64
+# a weight gradient's direct GEMM for at most this many output channels: past it (resnet-ish's 256
+# at 7x7: each thread's transposed columns of C, 1.2 MB, past L2) the K-tiled im2col GEMM measured
+# faster on AVX2 (README, "Direct convolutions")
+DC_WGRAD_MAX_ROWS = 128
 
 
 @dataclass(frozen=True)

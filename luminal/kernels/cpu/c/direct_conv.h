@@ -8,14 +8,12 @@
 #pragma GCC target("fma")
 #pragma GCC optimize("fp-contract=fast")  /* c += a * b is one FMA: a chain per output, as a GEMM's */
 #endif
-typedef float lum_dc_v __attribute__((vector_size(32), aligned(4)));  /* 8 floats, any alignment */
 #if defined(__AVX512F__)
 #define LUM_DC_W 16  /* floats per vector of the convolution's micro-tiles (steps.dc_kernels: the same) */
 #else
 #define LUM_DC_W 8
 #endif
 typedef float lum_dcw_v __attribute__((vector_size(4 * LUM_DC_W), aligned(4)));
-typedef int lum_dc_vi __attribute__((vector_size(32), aligned(4)));  /* lane masks */
 
 /* C[0:M, 0:ne] (rows ldc apart; ne a multiple of LUM_DC_W NV) = A[0:M, 0:K] (rows lda apart) times B,
    B[k, e] = src[off[k] + e]: the rows of B are runs of the phase planes, read in place. Every
@@ -66,75 +64,64 @@ LUM_DCONV(lum_dconv_8x48, 8, 3)  /* no wasted rows for 8k output channels, one l
 LUM_DCONV(lum_dconv_6x16, 6, 2)  /* the fewest wasted positions on small images (steps.DirectConv.nr) */
 LUM_DCONV(lum_dconv_4x24, 4, 3)  /* no wasted rows for 4k output channels, one load fewer per 12 FMAs */
 #endif
-/* A weight gradient's GEMM, C[0:M, j_lo:j_hi] (+)= A[0:M, k] B[k, j] over the rows of positions
-   r0 <= r < r1, k = r * OW + ow (A's rows lda apart, k contiguous), B[k, j] =
-   planes[rowoff[r] + coloff[j] + ow]: per weight, a dot product over contiguous runs of A and of
-   the planes. Tiles of 4 rows x 3 columns, 12 accumulators of 8 lanes over ow; a row's last
-   partial vector goes through zero-filled copies (never reading past A, never 0 x inf). The lanes
-   are summed in a fixed order and added to C (`accumulate`: C += the block's sums, else C = them),
-   so each element is the same sum whatever the team. */
-#define LUM_DWGRAD(NAME, NJ) \
-static void NAME(long long M, const float* restrict A, long long lda, const float* restrict planes, \
+/* A weight gradient's GEMM, C[0:M, j_lo:j_hi] = A[0:M, k] B[k, j] summed over the positions k =
+   r * OW + ow (A's rows lda apart, k contiguous; B[k, j] = planes[rowoff[r] + coloff[j] + ow]),
+   as outer products with the output channels in the vector lanes: per position, V vectors of
+   A's column k (M values) times R broadcast elements of B's row k, into V x R accumulators, so
+   no horizontal sums and no masked tails (a row of positions is any length).
+   The caller (`conv_direct.wgrad_path`) transposes A's columns a chunk of positions at a time
+   into `at` (k-major, rows Mp apart, M padded with zeros to the tile: `lum_wg_transpose`, the
+   team sharing the rows), then each thread runs the chunk for its columns j_lo..j_hi into its
+   `ct` (C's columns transposed: m contiguous, rows Mp apart), each element one chain of FMAs in
+   k order across the chunks: the bits depend neither on the chunks nor on the team (a thread
+   owns its columns). Within a chunk, blocks of LUM_WG_KB positions: a tile of MT = V x LUM_DC_W
+   channels passes over every column tile while its slice of `at` (LUM_WG_KB x MT) is in L1. */
+#define LUM_WG_KB 64
+static void lum_wg_transpose(long long M, const float* restrict A, long long lda, long long k0, long long kk_lo,
+                             long long kk_hi, float* restrict at, long long Mp) {  /* positions k0 + kk_lo .. kk_hi into rows of at */
+  for (long long m = 0; m < M; ++m) {
+    const float* restrict a = A + m * lda + k0;
+    for (long long kk = kk_lo; kk < kk_hi; ++kk) at[kk * Mp + m] = a[kk];
+  }
+  for (long long kk = kk_lo; kk < kk_hi; ++kk) for (long long m = M; m < Mp; ++m) at[kk * Mp + m] = 0.0f;
+}
+#define LUM_DWGRAD_OP(NAME, V, R) \
+static void NAME(long long Mp, const float* restrict at, long long k0, long long nk, const float* restrict planes, \
                  const long long* restrict rowoff, const long long* restrict coloff, long long OW, \
-                 long long n_rows, long long r0, long long r1, long long j_lo, long long j_hi, \
-                 float* restrict C, long long ldc, int accumulate) { \
-  const long long full = OW / 8 * 8, rest = OW - full; \
-  const lum_dc_vi tail = (lum_dc_vi){0, 1, 2, 3, 4, 5, 6, 7} < (lum_dc_vi){0} + (int)rest;  /* -1 in the lanes < rest */ \
-  for (long long j0 = j_lo; j0 < j_hi; j0 += NJ) { \
-    long long cj[NJ]; \
-    for (int j = 0; j < NJ; ++j) cj[j] = coloff[j0 + j < j_hi ? j0 + j : j0]; \
-    for (long long i0 = 0; i0 < M; i0 += 4) { \
-      const float* restrict a[4]; \
-      for (int i = 0; i < 4; ++i) a[i] = A + (i0 + i < M ? i0 + i : i0) * lda; \
-      lum_dc_v c[4][NJ]; \
-      _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) c[i][j] = (lum_dc_v){0}; \
-      for (long long r = r0; r < r1; ++r) { \
-        const float* restrict b[NJ]; \
-        _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) b[j] = planes + rowoff[r] + cj[j]; \
-        const long long k0 = r * OW; \
-        for (long long e = 0; e < full; e += 8) { \
-          lum_dc_v bv[NJ], av; \
-          _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) bv[j] = *(const lum_dc_v*)(b[j] + e); \
-          _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) { \
-            av = *(const lum_dc_v*)(a[i] + k0 + e); \
-            _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) c[i][j] += av * bv[j]; \
+                 long long j_lo, long long j_hi, float* restrict ct) { \
+  const long long MT = (long long)LUM_DC_W * V; \
+  long long boff[LUM_WG_KB];  /* a position's offset in the planes: its row's start + ow */ \
+  for (long long kb = 0; kb < nk; kb += LUM_WG_KB) { \
+    const int nb = (int)(nk - kb < LUM_WG_KB ? nk - kb : LUM_WG_KB); \
+    for (int kk = 0; kk < nb; ++kk) boff[kk] = rowoff[(k0 + kb + kk) / OW] + (k0 + kb + kk) % OW; \
+    for (long long m0 = 0; m0 < Mp; m0 += MT) \
+      for (long long j0 = j_lo; j0 < j_hi; j0 += R) { \
+        const float* restrict b[R]; \
+        _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) b[j] = planes + coloff[j0 + j < j_hi ? j0 + j : j0]; \
+        float* const cp = ct + (j0 - j_lo) * Mp + m0; \
+        lum_dcw_v c[V][R]; \
+        _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) \
+          c[v][j] = j0 + j < j_hi ? *(const lum_dcw_v*)(cp + j * Mp + v * LUM_DC_W) : (lum_dcw_v){0}; \
+        const float* restrict ap = at + kb * Mp + m0; \
+        for (int kk = 0; kk < nb; ++kk, ap += Mp) { \
+          const long long o = boff[kk]; \
+          lum_dcw_v av[V]; \
+          _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) av[v] = *(const lum_dcw_v*)(ap + v * LUM_DC_W); \
+          _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) { \
+            const float x = b[j][o]; \
+            _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) c[v][j] += av[v] * x; \
           } \
         } \
-        if (rest && k0 + full + 8 <= n_rows * OW) {  /* the row's last lanes, masked: both factors 0 past OW (never 0 x inf) */ \
-          lum_dc_v bv[NJ], av;  /* (the whole vector inside A's row of depth, whose next row of positions follows; the planes' slack) */ \
-          _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) bv[j] = (lum_dc_v)((lum_dc_vi)(*(const lum_dc_v*)(b[j] + full)) & tail); \
-          _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) { \
-            av = (lum_dc_v)((lum_dc_vi)(*(const lum_dc_v*)(a[i] + k0 + full)) & tail); \
-            _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) c[i][j] += av * bv[j]; \
-          } \
-        } else if (rest) {  /* the end of A's rows: through zero-filled copies, never past A's end (a row \
-                               of positions shorter than 4 needs more than the next row to fill a vector) */ \
-          float t[8] __attribute__((aligned(32))); \
-          lum_dc_v bv[NJ], av; \
-          for (int j = 0; j < NJ; ++j) { \
-            for (int l = 0; l < 8; ++l) t[l] = l < rest ? b[j][full + l] : 0.0f; \
-            bv[j] = *(const lum_dc_v*)t; \
-          } \
-          for (int i = 0; i < 4; ++i) { \
-            for (int l = 0; l < 8; ++l) t[l] = l < rest ? a[i][k0 + full + l] : 0.0f; \
-            av = *(const lum_dc_v*)t; \
-            _Pragma("GCC unroll 6") for (int j = 0; j < NJ; ++j) c[i][j] += av * bv[j]; \
-          } \
-        } \
+        _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) if (j0 + j < j_hi) \
+          _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) *(lum_dcw_v*)(cp + j * Mp + v * LUM_DC_W) = c[v][j]; \
       } \
-      for (int i = 0; i < 4 && i0 + i < M; ++i) \
-        for (int j = 0; j < NJ && j0 + j < j_hi; ++j) { \
-          const lum_dc_v v = c[i][j]; \
-          const float sum = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); \
-          float* restrict dst = C + (i0 + i) * ldc + j0 + j; \
-          *dst = accumulate ? *dst + sum : sum; \
-        } \
-    } \
   } \
 }
-LUM_DWGRAD(lum_dwgrad_4x3, 3)
-#if defined(__AVX512F__)
-LUM_DWGRAD(lum_dwgrad_4x6, 6)  /* 24 accumulators in AVX-512's 32 registers: A's block read half as often */
+#if LUM_DC_W == 16
+LUM_DWGRAD_OP(lum_dwgrad_op_4x6, 4, 6)  /* 64 channels x 6 columns: 24 accumulators of AVX-512's 32 */
+LUM_DWGRAD_OP(lum_dwgrad_op_2x8, 2, 8)  /* 32 channels (fewer: zero lanes) x 8 columns */
+#else
+LUM_DWGRAD_OP(lum_dwgrad_op_2x6, 2, 6)  /* 16 channels x 6 columns: 12 accumulators of AVX2's 16 */
 #endif
 #if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
