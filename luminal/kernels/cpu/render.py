@@ -19,6 +19,7 @@ from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import contiguous_strides
 from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.cpu.grouped import grouped_matmul
+from luminal.kernels.cpu.prelude import c_source
 from luminal.kernels.render.cexpr import c_dim, compute_type
 from luminal.kernels.render.cstyle import (
     KernelSpec,
@@ -149,7 +150,7 @@ def attention(node: Node, name: str):
 
     specs = render_node(node, name, C)
     for k in specs:
-        k.source = (_ATTENTION_OPTIONS + k.source
+        k.source = (c_source("attention_pv.h") + _ATTENTION_OPTIONS + k.source
                     + "#if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n")
     return specs
 

@@ -1,7 +1,9 @@
 """Attention's f32 C kernel on the CPU library's SGEMM (`lum_sgemm`: the BLAS, or luminal's AVX-512
 one in front of it): the online softmax of `attention.py`, with the two products of each block
 (S = Q·Kᵀ and P·V) as GEMM calls on the calling thread of the team, the way PyTorch's CPU flash
-attention does it. The register-tile kernel (`attention._c_body`) serves what this one does not:
+attention does it; P·V, where V's rows are contiguous and its width a multiple of the tile's,
+on a micro-kernel that reads P in place (`c/attention_pv.h`: a BLAS packs all of P, as large as
+the block's scores, every call). The register-tile kernel (`attention._c_body`) serves what this one does not:
 f64, f16/bf16 (their scores round to the half type), precision "float64", no BLAS, and operands
 no GEMM can read in place.
 
@@ -81,6 +83,9 @@ def gemm_body(node: Node) -> tuple[str, str] | None:
   lum_blas_one_thread();  /* the SGEMMs run on each thread of the team */
   #pragma omp parallel if ({par})
   {{
+    /* MKL on this thread of the team: one thread, whatever its global count (left to its dynamic
+       choice, the count, and so the bits, varied with the load of concurrent calls) */
+    const int outer_mkl = lum_mkl_threads_local ? lum_mkl_threads_local(1) : 0;
     const long long ls = lum_max(lum_min(N, {BK}), 16), rows = lum_min(M, {BQ});  /* (as short as the problem) */
     float* sb = (float*)aligned_alloc(64, sizeof(float) * rows * ls);  /* S, then P: a query's keys as a row, ls apart */
     float* acc = (float*)aligned_alloc(64, sizeof(float) * rows * lum_max(DV, 16));
@@ -139,12 +144,15 @@ def gemm_body(node: Node) -> tuple[str, str] | None:
           #pragma omp simd
           for (long long c = 0; c < DV; ++c) o[c] = o[c] * al;
         }}
-        lum_sgemm(101, 111, v_mode == 1 ? 111 : 112, nq, DV, nk, 1.0f, sb, ls,
-                  v_mode == 1 ? v_at + j0 * v_s0 : v_at + j0, v_mode == 1 ? v_s0 : v_s1, 1.0f, acc, DV);  /* P V */
+        if (v_mode == 1 && DV % LUM_PV_COLS == 0)  /* P V, P read in place (c/attention_pv.h) */
+          lum_attn_pv(nq, nk, DV, sb, ls, v_at + j0 * v_s0, v_s0, acc, DV);
+        else lum_sgemm(101, 111, v_mode == 1 ? 111 : 112, nq, DV, nk, 1.0f, sb, ls,
+                       v_mode == 1 ? v_at + j0 * v_s0 : v_at + j0, v_mode == 1 ? v_s0 : v_s1, 1.0f, acc, DV);
       }}
       {_store_rows(node, 'float')}
     }}
     free(sb); free(acc);
+    if (lum_mkl_threads_local) lum_mkl_threads_local(outer_mkl);
   }}
   }}"""
     return modes + "\n  " + f"if ({cond})", block
