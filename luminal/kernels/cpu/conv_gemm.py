@@ -310,7 +310,9 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
   if (lum_batch_parallel(n_batch, M, N, K)) {{
     #pragma omp parallel
     {{
+    const int mkl_ = lum_mkl_one();
     {batch_loop("#pragma omp for schedule(static)", "", False)}
+    lum_mkl_restore(mkl_);
     }}
   }} else {{
     /* an output past what L2 holds (a 1x1 conv at 112 x 112: 64 x 12544): tiles of T columns,

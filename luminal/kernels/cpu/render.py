@@ -120,7 +120,9 @@ def matmul(node: Node, name: str):
   if (lum_batch_parallel(n_batch, {m}, {n}, {k})) {{
     #pragma omp parallel
     {{
+    const int mkl_ = lum_mkl_one();
     {batch_loop("#pragma omp for schedule(static)")}
+    lum_mkl_restore(mkl_);
     }}
   }} else {{
     {batch_loop("")}

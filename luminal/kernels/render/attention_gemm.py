@@ -83,9 +83,7 @@ def gemm_body(node: Node) -> tuple[str, str] | None:
   lum_blas_one_thread();  /* the SGEMMs run on each thread of the team */
   #pragma omp parallel if ({par})
   {{
-    /* MKL on this thread of the team: one thread, whatever its global count (left to its dynamic
-       choice, the count, and so the bits, varied with the load of concurrent calls) */
-    const int outer_mkl = lum_mkl_threads_local ? lum_mkl_threads_local(1) : 0;
+    const int mkl_ = lum_mkl_one();  /* MKL on this thread of the team: one thread (prelude) */
     const long long ls = lum_max(lum_min(N, {BK}), 16), rows = lum_min(M, {BQ});  /* (as short as the problem) */
     float* sb = (float*)aligned_alloc(64, sizeof(float) * rows * ls);  /* S, then P: a query's keys as a row, ls apart */
     float* acc = (float*)aligned_alloc(64, sizeof(float) * rows * lum_max(DV, 16));
@@ -152,7 +150,7 @@ def gemm_body(node: Node) -> tuple[str, str] | None:
       {_store_rows(node, 'float')}
     }}
     free(sb); free(acc);
-    if (lum_mkl_threads_local) lum_mkl_threads_local(outer_mkl);
+    lum_mkl_restore(mkl_);
   }}
   }}"""
     return modes + "\n  " + f"if ({cond})", block

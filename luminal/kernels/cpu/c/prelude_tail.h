@@ -116,6 +116,11 @@ static void lum_blas_one_thread(void) {
    whose flag is the calling thread's (thread-local) */
 extern LUM_SHARED int lum_blas_in_team;
 extern LUM_SHARED int (*lum_mkl_threads_local)(int);
+/* MKL on a thread of the team: one thread of its own for a region's extent (the previous local
+   count back for lum_mkl_restore). Left alone, a thread's count follows MKL's global setting and
+   its dynamic choice, and a block's bits with it: concurrent calls of one model got other bits. */
+static int lum_mkl_one(void) { return lum_mkl_threads_local ? lum_mkl_threads_local(1) : 0; }
+static void lum_mkl_restore(int previous) { if (lum_mkl_threads_local) lum_mkl_threads_local(previous); }
 static int lum_batch_parallel(long long n_batch, long long M, long long N, long long K) {
   return lum_blas_in_team && !lum_f64 && n_batch > 1 && M * N * K < (1LL << 22) && lum_threads > 1;
 }
@@ -226,12 +231,14 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
     _Pragma("omp parallel for num_threads(team) schedule(static)") \
     for (long long blk = 0; blk < n_blocks; ++blk) { \
       const long long s0 = blk * per, w = lum_min(per, extent - s0); \
+      const int mkl_ = lum_mkl_one(); \
       if (by_rows) \
         GEMM(101, ta ? 112 : 111, tb ? 112 : 111, w, NN, K, (T)1, A + (ta ? s0 : s0 * lda), lda, B, ldb, (T)0, \
              C + s0 * ldc, ldc); \
       else \
         GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, w, K, (T)1, A, lda, B + (tb ? s0 * ldb : s0), ldb, (T)0, \
-             C + s0, ldc); } \
+             C + s0, ldc); \
+      lum_mkl_restore(mkl_); } \
   } \
   else if (GEMM) GEMM(101, ta ? 112 : 111, tb ? 112 : 111, M, NN, K, (T)1, A, lda, B, ldb, (T)0, C, ldc); \
   else lum_loop_gemm_##N(ta, tb, M, NN, K, A, lda, B, ldb, C, ldc); \
