@@ -350,8 +350,8 @@ def test_cpu_sgemm_path_on_each_blas_and_two_threads(blas, dv, monkeypatch, tmp_
     """The SGEMM kernel on torch's MKL and on NumPy's OpenBLAS (what an ONNX model without torch
     binds), each called from the team's threads: several blocks of queries and keys, a mask, GQA-like
     broadcast batch; two threads on one compiled graph get the single call's bits. P·V on the
-    micro-kernel where the value width is a multiple of its tile (64 of AVX-512's, 32 of AVX2's:
-    64 everywhere, 96 on AVX2), else the SGEMM; 300 queries and 1,100 keys leave partial tiles."""
+    micro-kernel where the library is built for AVX-512 and the value width is a multiple of its
+    tile (64), else the SGEMM; 300 queries and 1,100 keys leave partial tiles."""
     import threading
 
     from benchmarks.timing import wait_for_builds

@@ -1,8 +1,8 @@
 """Attention's f32 C kernel on the CPU library's SGEMM (`lum_sgemm`: the BLAS, or luminal's AVX-512
 one in front of it): the online softmax of `attention.py`, with the two products of each block
 (S = Q·Kᵀ and P·V) as GEMM calls on the calling thread of the team, the way PyTorch's CPU flash
-attention does it; P·V, where V's rows are contiguous and its width a multiple of the tile's,
-on a micro-kernel that reads P in place (`c/attention_pv.h`: a BLAS packs all of P, as large as
+attention does it; P·V, where the library is built for AVX-512, V's rows are contiguous and its
+width a multiple of the tile's, on a micro-kernel that reads P in place (`c/attention_pv.h`: a BLAS packs all of P, as large as
 the block's scores, every call). The register-tile kernel (`attention._c_body`) serves what this one does not:
 f64, f16/bf16 (their scores round to the half type), precision "float64", no BLAS, and operands
 no GEMM can read in place.
@@ -142,7 +142,7 @@ def gemm_body(node: Node) -> tuple[str, str] | None:
           #pragma omp simd
           for (long long c = 0; c < DV; ++c) o[c] = o[c] * al;
         }}
-        if (v_mode == 1 && DV % LUM_PV_COLS == 0)  /* P V, P read in place (c/attention_pv.h) */
+        if (LUM_PV_WANTED && v_mode == 1 && DV % LUM_PV_COLS == 0)  /* P V, P read in place (c/attention_pv.h) */
           lum_attn_pv(nq, nk, DV, sb, ls, v_at + j0 * v_s0, v_s0, acc, DV);
         else lum_sgemm(101, 111, v_mode == 1 ? 111 : 112, nq, DV, nk, 1.0f, sb, ls,
                        v_mode == 1 ? v_at + j0 * v_s0 : v_at + j0, v_mode == 1 ? v_s0 : v_s1, 1.0f, acc, DV);
