@@ -238,15 +238,18 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     # C written straight into the output, then the region on the unit's outputs: at these
     # shallow depths the BLAS's packing of both operands cost more than the products (README,
     # "Direct convolutions"). Each output is one FMA chain in k order whoever computes it; the
-    # columns past the last multiple of 16 go through the BLAS, for the same rows whatever the
-    # team. Not at precision "float64" (the BLAS's widened GEMM), nor for a transposed operand,
+    # columns past the last multiple of 16 go through one GEMM of all the rows first (a GEMM per
+    # unit gave other bits for units of other rows, which follow the team: MKL serves a few rows
+    # with other kernels than the skinny path's 16 or more). Not at precision "float64" (the BLAS's widened GEMM), nor for a transposed operand,
     # nor a weight past EPILOGUE_TILE_FLOATS (out of L2, the BLAS's packing pays).
     # AVX2's tiles only: on AVX-512 the BLAS's kernels are as wide and ran these faster (README).
     micro = t == "float" and conv_direct.wanted() and _stored(a) and not _stored(b) and dc_kernels() is DC_KERNELS
     mr, nr = DC_KERNELS[16], 16  # the micro-kernel's tile: rows x columns
 
     def units(pragma: str) -> str:  # batch element bz through the micro-kernel (rows in blocks only with `pragma`, across the team)
-        return f"""const long long n_t = (N + T - 1) / T, per = {"(16 + n_t - 1) / n_t" if pragma else "1"};
+        return f"""const long long N16 = N / {nr} * {nr};  /* the columns past it: one GEMM of all the rows, before the units' epilogues */
+        if (N16 < N) lum_gemm_{g}(0, 0, M, N - N16, K, a_ptr, a_ld, b_ptr + N16, b_ld, out + bz * M * N + N16, N);
+        const long long n_t = (N + T - 1) / T, per = {"(16 + n_t - 1) / n_t" if pragma else "1"};
         const long long MB = {mr} * (((M + {mr - 1}) / {mr} + per - 1) / per), n_units = n_t * ((M + MB - 1) / MB);
         {pragma}
         for (long long u = 0; u < n_units; ++u) {{
@@ -254,7 +257,6 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
           const long long m0 = u / n_t * MB, mn = lum_min(MB, M - m0);
           {t}* const c = out + (bz * M + m0) * N + p0;
           if (n16 > 0) lum_dconv_{mr}x{nr}(mn, K, a_ptr + m0 * a_ld, a_ld, b_ptr + p0, offs, c, N, n16);
-          if (n16 < nt) lum_gemm_{g}(0, 0, mn, nt - n16, K, a_ptr + m0 * a_ld, a_ld, b_ptr + p0 + n16, b_ld, c + n16, N);
           {_epilogue_rows(plan, inputs, t, "p0", "nt", "", ("m0", "m0 + mn"))}
         }}"""
 
