@@ -229,3 +229,29 @@ def test_max_pool_backward_matches_torch(kw, fill, device):
     (f(xe) * w).sum().backward()
     torch.testing.assert_close(xl.grad, xe.grad, equal_nan=True, rtol=1e-6, atol=1e-7)
     assert torch.equal(torch.signbit(xl.grad), torch.signbit(xe.grad))
+
+
+def test_a_convolution_whose_padding_and_kernel_became_symbolic_runs_eagerly_and_right():
+    """A second kernel shape and padding through one compiled function: Dynamo's automatic dynamic
+    shapes make them symbolic, which the convolution and its gradient do not lower. That graph
+    runs eagerly with a warning naming the op and why (a bare TypeError from sympy escaped to the
+    user before), and the answer is right."""
+    import torch._dynamo
+    from torch.func import grad
+
+    torch._dynamo.reset()
+    for xs, ws, pad in [((2, 3, 9, 1), (1, 3, 3, 1), (1, 0)), ((1, 5, 6, 6), (4, 5, 3, 3), (1, 1))]:
+        def loss(w, x):
+            return F.conv2d(x, w, None, 1, pad).square().sum()  # noqa: B023 - called within its iteration
+
+        w, x = torch.randn(*ws), torch.randn(*xs)
+        compiled = torch.compile(lambda w, x: grad(loss)(w, x), backend="luminal")
+        with torch.no_grad():
+            want = grad(loss)(w, x)
+            if ws[-1] == 1:
+                got = compiled(w, x)
+            else:
+                with pytest.warns(UserWarning, match=r"running graph .* eagerly: convolution.*symbolic"):
+                    got = compiled(w, x)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    torch._dynamo.reset()

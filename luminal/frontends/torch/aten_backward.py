@@ -61,6 +61,8 @@ def convolution_backward(cx, grad_out, x, weight, bias_sizes, stride, padding, d
     nsp = x.ndim - 2
     stride, padding, dilation = _per(stride, nsp), _per(padding, nsp), _per(dilation, nsp)
     output_padding = _per(output_padding, nsp)
+    if not all(sym.is_static(k) for k in weight.shape[2:]):  # (Dynamo's automatic dynamic shapes can make them so)
+        raise UnsupportedError(f"convolution_backward with a symbolic kernel size {tuple(weight.shape[2:])}")
     kernel = tuple(int(k) for k in weight.shape[2:])
     grad_in = grad_w = grad_b = None
     if transposed:  # y = conv_transpose(x, w): x's gradient is the plain conv of y's, w's the same correlation
@@ -73,8 +75,12 @@ def convolution_backward(cx, grad_out, x, weight, bias_sizes, stride, padding, d
         if output_mask[0]:
             spatial = x.shape[2:]
             out = grad_out.shape[2:]
-            extra = [int(sym.norm(spatial[i] - ((out[i] - 1) * stride[i] - 2 * padding[i]
-                                                + dilation[i] * (kernel[i] - 1) + 1))) for i in range(nsp)]
+            extra = [sym.norm(spatial[i] - ((out[i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (kernel[i] - 1) + 1))
+                     for i in range(nsp)]
+            if not all(sym.is_static(e) for e in extra):
+                raise UnsupportedError(f"convolution_backward's input gradient: the rows the strides leave out, {extra}, "
+                                       "are symbolic")
+            extra = [int(e) for e in extra]
             grad_in = conv_transpose(grad_out, weight, None, stride, padding, extra, dilation, groups)
         if output_mask[1]:
             grad_w = _weight_grad(x, grad_out, kernel, stride, padding, dilation, groups)

@@ -200,6 +200,11 @@ class FxImporter:
             return self._fix(g, node, out, val, (first, dtype, shape))
         except (UnsupportedError, ShapeError) as exc:
             raise type(exc)(f"{node.name} ({op_name(node.target)}): {exc}") from exc
+        except TypeError as exc:  # sympy's, where an op needs a static value and Dynamo made it a symbol
+            if "Cannot convert symbols to int" not in str(exc):  # (an int, padding or a kernel size changed between calls)
+                raise
+            raise UnsupportedError(f"{node.name} ({op_name(node.target)}): an argument luminal needs static is "
+                                   f"symbolic (Dynamo's dynamic shapes)") from exc
 
     def _fix(self, g, node, out, val, known=(None, None, None)):
         """Cast to the dtype torch reports and reconcile the shape (see the module docstring);
