@@ -208,9 +208,10 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
 WGRAD_CHUNK_FLOATS = 65536
 
 
-def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str], after) -> str:
+def wgrad_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str],
+               after) -> str:
     """C run first in the fused kernel of a weight gradient's GEMM (`g.columns` False; `out`,
-    `scratch`, n_batch = 1, M, N, K in scope): dW = A B with B read from the phase planes, as
+    `scratch`, n_batch = 1, M = `m`, N, K in scope): dW = A B with B read from the phase planes, as
     outer products with the channels in the vector lanes (`lum_dwgrad_op_*`, `c/direct_conv.h`):
     chunks of positions in order, each chunk of A transposed by the team, the columns split
     across it; then the epilogue, then `return`."""
@@ -228,10 +229,12 @@ def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_set
     for d in rows:
         n_prow *= int(d)
     zero_r, zero_c = ["0"] * len(rows), ["0"] * len(cols)
-    wide = dc_kernels() is DC_KERNELS_AVX512  # 16-float vectors: 64 channels x 6 columns, or 32 x 8; else 16 x 6
-    kernel = "(M <= 32 ? lum_dwgrad_op_2x8 : lum_dwgrad_op_4x6)" if wide else "lum_dwgrad_op_2x6"
-    loop = f"""const long long R = {"M <= 32 ? 8 : 6" if wide else "6"}, n_jt = (N + R - 1) / R;  /* the kernel's columns a tile */
-      const long long MT = {"M <= 32 ? 32 : 64" if wide else "16"}, Mp = (M + MT - 1) / MT * MT, KK = {n_prow}LL * OW;
+    # the tile: V vectors of channels x R columns (`c/direct_conv.h`): 64 x 6 on AVX-512's 16-float
+    # vectors, 32 x 8 for at most 32 channels; 16 x 6 on AVX2
+    wide = dc_kernels() is DC_KERNELS_AVX512
+    v, r = ((2, 8) if m <= 32 else (4, 6)) if wide else (2, 6)
+    loop = f"""const long long R = {r}, n_jt = (N + R - 1) / R;  /* the kernel's columns a tile */
+      const long long MT = {v * (16 if wide else 8)}, Mp = (M + MT - 1) / MT * MT, KK = {n_prow}LL * OW;
       const long long CH = lum_max({WGRAD_CHUNK_FLOATS}LL / Mp / 64, 1) * 64;  /* positions a chunk */
       float* const at = (float*)aligned_alloc(64, sizeof(float) * CH * Mp);
       if (!at) {{ failed = 1; break; }}
@@ -249,7 +252,7 @@ def wgrad_path(g: DirectConv, copy: Node, x_src: Node, inputs: list[Node], a_set
         const long long nk = lum_min(CH, KK - k0);
         #pragma omp for schedule(static)  /* blocks of positions: a thread writes whole rows of at */
         for (long long kb = 0; kb < nk; kb += 64) lum_wg_transpose(M, a_ptr, a_ld, k0, kb, lum_min(kb + 64, nk), at, Mp);
-        if (ct) {kernel}(Mp, at, k0, nk, planes, rowoff, coloff, OW, j_lo, j_hi, ct);
+        if (ct) lum_dwgrad_op_{v}x{r}(Mp, at, k0, nk, planes, rowoff, coloff, OW, j_lo, j_hi, ct);
         #pragma omp barrier
       }}
       if (ct) for (long long m = 0; m < M; ++m) for (long long j = j_lo; j < j_hi; ++j) out[bz * M * N + m * N + j] = ct[(j - j_lo) * Mp + m];

@@ -452,7 +452,7 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
     elif geometry.columns:
         direct = conv_direct.direct_path(geometry, int(node.shape[-2]), copy, x_src, inputs, a_setup, blines, after)
     else:
-        direct = conv_direct.wgrad_path(geometry, copy, x_src, inputs, a_setup, blines, after)
+        direct = conv_direct.wgrad_path(geometry, int(node.shape[-2]), copy, x_src, inputs, a_setup, blines, after)
     code = f"""{conv_direct.MICRO_KERNEL if geometry is not None else ""}static void {name}({', '.join(params)}) {{
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
   if (M <= 0 || N <= 0) return;

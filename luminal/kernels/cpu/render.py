@@ -152,7 +152,7 @@ def attention(node: Node, name: str):
 
     specs = render_node(node, name, C)
     for k in specs:
-        k.source = (c_source("attention_pv.h") + _ATTENTION_OPTIONS + k.source
+        k.source = (_ATTENTION_OPTIONS + c_source("attention_pv.h") + k.source
                     + "#if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n")
     return specs
 

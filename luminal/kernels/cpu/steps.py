@@ -152,9 +152,9 @@ DC_TILE_CHUNKS = 8  # micro-tiles of positions per tile (a thread's unit of work
 # a small image's convolution (at most this many micro-tiles of positions: 7x7, 14x14) splits its
 # output channels across the team instead (`DirectConv.block_rows`)
 DC_ROW_SPLIT_CHUNKS = 16
-# a weight gradient's direct GEMM for at most this many output channels: past it (resnet-ish's 256
-# at 7x7: each thread's transposed columns of C, 1.2 MB, past L2) the K-tiled im2col GEMM measured
-# faster on AVX2 (README, "Direct convolutions")
+# a weight gradient's direct GEMM for at most this many output channels: past it each thread's
+# transposed columns of C outgrow L2 and the K-tiled im2col GEMM measured faster (README, "Direct
+# convolutions")
 DC_WGRAD_MAX_ROWS = 128
 
 

@@ -5,16 +5,12 @@
    broadcasts, V's rows as vector loads. The keys run in blocks of LUM_PV_KC (a block of V, 32
    KiB at 64 columns, stays in L1 while every row tile passes over it), each block's products
    summed in registers from 0 and then added to C (chains of 128 terms, not of all the keys: a
-   block's sum rounds as a BLAS's panels do). GCC/Clang vector types, as wide as the build's (16 floats where the library
-   is built for AVX-512, else 8); DV a multiple of the tile's columns (the caller's test). Used where
-   the library is built for AVX-512 (`LUM_PV_WANTED`). */
+   block's sum rounds as a BLAS's panels do). GCC/Clang vector types, as wide as the build's (16
+   floats where the library is built for AVX-512, else 8); DV a multiple of the tile's columns
+   (the caller's test). Used where the library is built for AVX-512 (`LUM_PV_WANTED`). Included
+   inside the attention kernel's options (`cpu/render.attention`: FMAs, contraction). */
 #ifndef LUM_ATTENTION_PV_H
 #define LUM_ATTENTION_PV_H
-#if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC target("fma")
-#pragma GCC optimize("fp-contract=fast")
-#endif
 #if defined(__AVX512F__)
 #define LUM_PV_W 16
 #define LUM_PV_MR 6
@@ -22,7 +18,7 @@
 #else
 #define LUM_PV_W 8
 #define LUM_PV_MR 3
-#define LUM_PV_WANTED 0  /* built as AVX2 the BLAS's P·V measured faster (bert-long's shapes: 1.06 against 1.09-1.10x SDPA) */
+#define LUM_PV_WANTED 0  /* built as AVX2 the BLAS's P·V measured faster (README, "Fused attention") */
 #endif
 #define LUM_PV_NV 4  /* vectors of C's columns a tile: MR x 4 accumulators (24 of AVX-512's 32, 12 of AVX2's 16) */
 #define LUM_PV_COLS (LUM_PV_W * LUM_PV_NV)
@@ -58,7 +54,4 @@ static void lum_attn_pv(long long nq, long long nk, long long DV, const float* r
       }
   }
 }
-#if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
 #endif
