@@ -39,6 +39,7 @@ from luminal.errors import DeviceError, LuminalError, OptionError, UnsupportedEr
 from luminal.frontends.torch import fx_cache
 from luminal.frontends.torch.decompose import Decomposed, decompose_calls
 from luminal.frontends.torch.fx_import import FxImporter
+from luminal.frontends.torch.partition import partition
 from luminal.frontends.torch.view_outputs import aten_step, chain, replay, take_out_views, with_views
 from luminal.search import budget as search_budget
 
@@ -331,30 +332,9 @@ def _backend(gm: torch.fx.GraphModule, example_inputs, options: dict | None = No
 
     from luminal.frontends.torch.training_decomps import training_decompositions
 
-    # the joint graph split by torch's min-cut partitioner, as inductor does: what the backward
-    # needs is saved or recomputed, whichever moves fewer bytes, so no more is kept than eager keeps
+    # the joint graph split by torch's min-cut partitioner, as inductor does, with attention scores
+    # and cheap activations recomputed rather than saved (`partition`)
     compiler = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                            partition_fn=recompute_attention_scores,
+                            partition_fn=partition,
                             decompositions=training_decompositions())
     return compiler(gm, example_inputs)
-
-
-def recompute_attention_scores(joint, *args, **kwargs):
-    """torch's min-cut partition of the joint graph, with the forward's attention scores and
-    probabilities (`training_decomps.RECOMPUTE`) recomputed in the backward from Q, K and the
-    row log-sum-exp, as the flash kernel's backward does: saved, they are a (heads, length,
-    length) tensor per layer, where eager's flash attention saves none (min-cut alone never
-    recomputes a matmul, and the probabilities feed the backward's matmuls)."""
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-    from torch.utils.checkpoint import CheckpointPolicy
-
-    from luminal.frontends.torch.training_decomps import RECOMPUTE
-
-    backward: set = set()  # what depends on a tangent: the backward's nodes, never tagged
-    for node in joint.graph.nodes:
-        if (node.op == "placeholder" and node.name.startswith("tangents")) or any(a in backward for a in node.all_input_nodes):
-            backward.add(node)
-    for node in joint.graph.nodes:
-        if node not in backward and node.meta.get("custom", {}).get(RECOMPUTE):
-            node.meta["recompute"] = CheckpointPolicy.PREFER_RECOMPUTE
-    return min_cut_rematerialization_partition(joint, *args, **kwargs)

@@ -46,12 +46,13 @@ def _recomputed():
 @functools.lru_cache(maxsize=1)
 def training_decompositions() -> dict:
     """core ATen's table with the flash attention pair replaced (see the module docstring)."""
-    from torch._decomp import core_aten_decompositions
+    from torch._decomp import core_aten_decompositions, decomposition_table
 
     table = core_aten_decompositions()
     table = {op: table[op] for op in table}
     table[aten._scaled_dot_product_flash_attention_for_cpu.default] = flash_attention_for_cpu
     table[aten._scaled_dot_product_flash_attention_for_cpu_backward.default] = flash_attention_for_cpu_backward
+    table[aten._native_batch_norm_legit_functional.default] = decomposition_table[aten._native_batch_norm_legit_functional.default]
     return table
 
 
