@@ -109,7 +109,7 @@ def test_attention_gradients_with_the_training_table(kind):
 @pytest.mark.parametrize("kind", list(ATTENTION))
 def test_attention_gradients_on_luminal(kind, device):
     """Eager's gradients, and the backward recomputes the scores from Q, K and the row
-    log-sum-exp as the flash kernel's does (`dynamo.recompute_attention_scores`): no (batch,
+    log-sum-exp as the flash kernel's does (`partition.partition`): no (batch,
     heads, length, length) tensor is saved."""
     model, x = _attention(kind)
     eager = copy.deepcopy(model)

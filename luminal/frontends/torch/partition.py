@@ -8,15 +8,21 @@ made for it here, by tagging forward nodes `recompute` before it runs:
   and the row log-sum-exp, as the flash kernel's backward does; saved, they would be a (heads,
   length, length) tensor per layer where eager saves none (min-cut never recomputes a matmul,
   and the probabilities feed the backward's matmuls).
-- **Cheap activations over inputs the backward keeps anyway**: a pointwise op (GELU, the
-  residual add, a mask applied by multiplication, a copy) or a normalization (layer and batch
-  norm: one pass over the row) whose tensor inputs are weights, tensors the backward reads
-  itself, or other such activations. min-cut bans recomputing a node the backward must
+- **Cheap activations over tensors the backward keeps anyway**: a pointwise op (GELU, the
+  residual add, a mask applied by multiplication, a copy) or a layer or group norm (one pass
+  over the row) whose tensor inputs are parameters, tensors the backward reads itself, or other
+  such activations (views of them included). min-cut bans recomputing a node the backward must
   materialize (the GELU output feeds the weight gradient's matmul), which saves it beside its
-  input: for a BERT layer both the FFN's pre- and post-GELU tensors, 2 x 4 bytes x tokens x 4
-  x width. Recomputed, the backward writes it once more into its arena, where it lives only until
-  that matmul reads it. Random ops are never recomputed (the mask the backward uses is the one
-  the forward drew, saved), nor is anything with a mutable schema.
+  input: for a BERT layer both the FFN's pre- and post-GELU tensors. Recomputed, the backward
+  writes it once more into its arena, where it lives only until that matmul reads it. Batch
+  norm in training mode is decomposed (`training_decomps`: statistics, then a pointwise
+  normalization), so its normalized output and the ReLU after it are recomputed from the conv
+  output and the batch statistics the batch norm's backward keeps.
+  Never recomputed: random ops (the backward uses the mask the forward drew, saved), ops with a
+  mutable schema, and anything reading a buffer that is not a parameter (the forward may update
+  it in place, batch norm's running statistics; saved for a recomputation, torch's version
+  check would fail when the update is written back).
+Measured: `python -m benchmarks --training` (README, "Training").
 """
 
 from __future__ import annotations
@@ -27,13 +33,9 @@ import torch
 
 aten = torch.ops.aten
 
-# one pass over each row or channel, recomputed from the input the backward keeps for its own
+# one pass over each row or group, recomputed from the input the backward keeps for its own
 # gradient (mean and reciprocal deviation come out again bit for bit: the same kernel)
-NORMALIZATIONS = frozenset({
-    aten.native_layer_norm.default,
-    aten._native_batch_norm_legit_no_training.default,
-    aten.native_group_norm.default,
-})
+NORMALIZATIONS = frozenset({aten.native_layer_norm.default, aten.native_group_norm.default})
 
 
 def _cheap(node: torch.fx.Node) -> bool:

@@ -14,9 +14,14 @@ so both graphs are core ATen that luminal lowers:
     dQ = scale * dS K   dK = scale * dSᵀ Q
 
 The forward's scores and probabilities are annotated (`RECOMPUTE`, an FX node annotation) so
-that the partition (`dynamo.recompute_attention_scores`) recomputes them in the backward from
+that the partition (`partition.partition`) recomputes them in the backward from
 Q, K and the log-sum-exp, as the flash kernel does, rather than saving a (heads, length, length)
 tensor per layer.
+
+Batch norm in training mode (`_native_batch_norm_legit_functional`) takes torch's own
+decomposition: the batch statistics, then the normalization as pointwise ops, which the partition
+(`partition.py`) recomputes in the backward rather than saving the normalized tensor. Its backward
+is autograd's formula as before, and luminal lowered the op to the same computation.
 
 Grouped-query attention (fewer key/value heads than query heads) repeats K and V per group in
 the forward and sums the groups' gradients back. Dropout inside the flash op is refused, as
