@@ -8,44 +8,86 @@ made for it here, by tagging forward nodes `recompute` before it runs:
   and the row log-sum-exp, as the flash kernel's backward does; saved, they would be a (heads,
   length, length) tensor per layer where eager saves none (min-cut never recomputes a matmul,
   and the probabilities feed the backward's matmuls).
-- **Cheap activations over tensors the backward keeps anyway**: a pointwise op (GELU, the
-  residual add, a mask applied by multiplication, a copy) or a layer or group norm (one pass
-  over the row) whose tensor inputs are parameters, tensors the backward reads itself, or other
-  such activations (views of them included). min-cut bans recomputing a node the backward must
-  materialize (the GELU output feeds the weight gradient's matmul), which saves it beside its
-  input: for a BERT layer both the FFN's pre- and post-GELU tensors. Recomputed, the backward
-  writes it once more into its arena, where it lives only until that matmul reads it. Batch
-  norm in training mode is decomposed (`training_decomps`: statistics, then a pointwise
-  normalization), so its normalized output and the ReLU after it are recomputed from the conv
-  output and the batch statistics the batch norm's backward keeps.
-  Never recomputed: random ops (the backward uses the mask the forward drew, saved), ops with a
-  mutable schema, and anything reading a buffer that is not a parameter (the forward may update
-  it in place, batch norm's running statistics; saved for a recomputation, torch's version
-  check would fail when the update is written back).
+- **Cheap activations over tensors the backward keeps anyway**: a pointwise op (a residual add,
+  SiLU, a mask applied by multiplication, a copy) whose tensor inputs are parameters, tensors
+  the backward reads itself, or other such activations (views of them included). min-cut bans
+  recomputing a node the backward must materialize (a norm's output feeds the weight gradient's
+  matmul), which saves it beside its input. Recomputed, the backward writes it once more into
+  its arena, where it lives only until that matmul reads it. Norms are split so that only their
+  pointwise part is recomputed, over the row statistics their own backward keeps: a float32
+  layer norm here (`_split_layer_norms`), batch norm in training mode by its decomposition
+  (`training_decomps`), so its output and the ReLU after it come from the conv output again.
+  Never recomputed: GELU and erf (`COSTLY`), random ops (the backward uses the mask the forward
+  drew, saved), ops with a mutable schema, and anything reading a buffer that is not a
+  parameter (the forward may update it in place, batch norm's running statistics; saved for a
+  recomputation, torch's version check would fail when the update is written back).
 Measured: `python -m benchmarks --training` (README, "Training").
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import torch
 
 aten = torch.ops.aten
 
-# one pass over each row or group, recomputed from the input the backward keeps for its own
-# gradient (mean and reciprocal deviation come out again bit for bit: the same kernel)
-NORMALIZATIONS = frozenset({aten.native_layer_norm.default, aten.native_group_norm.default})
+# pointwise, but luminal evaluates erf as a polynomial with range selects: a BERT FFN's GELU costs
+# 1.5 ms at 1024 x 1408 on two threads, so recomputing it made the backward 3% slower
+COSTLY = frozenset({aten.gelu.default, aten.erf.default, aten.erfc.default, aten.erfinv.default})
 
 
 def _cheap(node: torch.fx.Node) -> bool:
     """A forward op that costs one memory-bound pass to run again, and gives the same bits."""
     target = node.target
-    if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable:
+    if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable or target in COSTLY:
         return False
     if torch.Tag.nondeterministic_seeded in target.tags:
         return False
-    return target in NORMALIZATIONS or torch.Tag.pointwise in target.tags
+    return torch.Tag.pointwise in target.tags
+
+
+def _call(graph: torch.fx.Graph, mode, op, *args) -> torch.fx.Node:
+    """A new node op(*args) at the graph's insertion point, its value (`meta["val"]`, which the
+    partitioner sizes nodes by) computed on the arguments' fake tensors."""
+    new = graph.call_function(op, args)
+    with mode:
+        new.meta["val"] = op(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args])
+    return new
+
+
+def _split_layer_norms(graph: torch.fx.Graph) -> None:
+    """Each float32 `native_layer_norm` whose output the forward uses gets that output rewritten as
+    the pointwise ops luminal lowers it to, ((x - mean) * rstd) * weight + bias, over the mean and
+    rstd the op returns (which its backward keeps): the same expression, so the forward's graph is
+    unchanged after luminal's common-subexpression merge, and the backward can recompute the
+    output in one elementwise pass rather than the whole norm (its two row reductions included)."""
+    from torch._guards import detect_fake_mode
+
+    for node in list(graph.nodes):
+        if node.target is not aten.native_layer_norm.default:
+            continue
+        x, _shape, weight, bias = node.args[:4]
+        val = x.meta.get("val")
+        outs = {u.args[1]: u for u in node.users if u.target is operator.getitem}
+        if val is None or val.dtype != torch.float32 or 0 not in outs or not outs[0].users:
+            continue
+        mode = detect_fake_mode([val])
+        call = functools.partial(_call, graph, mode)
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        first_use = min(outs[0].users, key=order.__getitem__)
+        if any(order[outs[i]] > order[first_use] for i in (1, 2) if i in outs):
+            continue
+        with graph.inserting_before(first_use):
+            stats = [outs[i] if i in outs else call(operator.getitem, node, i) for i in (1, 2)]
+            out = call(aten.mul.Tensor, call(aten.sub.Tensor, x, stats[0]), stats[1])
+            if weight is not None:
+                out = call(aten.mul.Tensor, out, weight)
+            if bias is not None:
+                out = call(aten.add.Tensor, out, bias)
+        outs[0].replace_all_uses_with(out)
+        graph.erase_node(outs[0])
 
 
 def _is_view(node: torch.fx.Node) -> bool:
@@ -70,6 +112,7 @@ def partition(joint, *args, num_fwd_outputs: int, **kwargs):
 
     from luminal.frontends.torch.training_decomps import RECOMPUTE
 
+    _split_layer_norms(joint.graph)
     nodes = list(joint.graph.nodes)
     outputs = next(n for n in reversed(nodes) if n.op == "output").args[0]
     forward: set = set()  # what the forward's outputs need (the backward's nodes are never tagged)
