@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not lm.devices.get("cpu").available, reason="no 
 
 # (x shape, weight shape, stride, padding, dilation)
 CASES = [
-    ((1, 32, 28, 28), (32, 32, 3, 3), 1, 1, 1),  # a ResNet stage: 4 x 24 micro-tiles
+    ((1, 32, 28, 28), (32, 32, 3, 3), 1, 1, 1),  # a ResNet stage: 4 x 24 micro-tiles, tiles per team (`lum_dc_per`)
     ((1, 3, 64, 64), (8, 3, 7, 7), 2, 3, 1),  # a stem: stride 2, phase planes
     ((2, 5, 13, 11), (7, 5, 3, 3), 1, 1, 1),  # a batch of 2; 7 channels out fill no micro-tile
     ((1, 8, 15, 17), (9, 8, 3, 5), 2, (1, 2), 1),  # a rectangular kernel, different paddings
@@ -170,7 +170,8 @@ def test_the_micro_tile_is_the_one_wasting_least():
     g = geometry(64, 28, 28)
     assert (g.wq, g.ext, g.planes_floats) == (30, 27 * 30 + 28, 8 * 30 * 30)
     # the scratch never depends on more threads than there are units of work
-    assert g.block_rows(64) == 64 and g.work(64) == -(-g.chunks // g.tile_chunks(64)) > 1
+    # (tiles of positions: as narrow as half of `tile_chunks`, the narrowest `lum_dc_per` takes per call)
+    assert g.block_rows(64) == 64 and g.work(64) == -(-g.chunks // -(-g.tile_chunks(64) // 2)) > 1
     assert g.scratch(64, 1000) == g.scratch(64, g.work(64)) > g.scratch(64, 1)
     # a small image, a deep weight: all positions per unit, the channels split (43 micro-tiles of
     # rows in blocks of 3), so the weight passes once, not once per tile of positions

@@ -158,8 +158,9 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
       {" ".join(rlines)}
       offs[R] = {_x_index(g, row_x)};
     }}
-    const long long chunks = {g.chunks}, per = {per}, n_tiles = (chunks + per - 1) / per;
-    const long long MB = {mb}, n_work = n_tiles * ((M + MB - 1) / MB);  /* tiles of positions x blocks of channels */
+    const long long chunks = {g.chunks}, MB = {mb}, blocks = (M + MB - 1) / MB;
+    const long long per = blocks > 1 ? {per} : lum_dc_per(chunks, {per}, lum_threads), n_tiles = (chunks + per - 1) / per;
+    const long long n_work = n_tiles * blocks;  /* tiles of positions x blocks of channels */
     for (long long bz = 0; bz < n_batch && !failed; ++bz) {{
       {" ".join(blines)}
       const float* a_ptr; int a_tr; long long a_ld;

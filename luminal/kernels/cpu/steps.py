@@ -232,16 +232,20 @@ class DirectConv:
         return -(-micro // 16) * self.mr
 
     def tile_chunks(self, m: int) -> int:
-        """Micro-tiles of positions per tile: all of them when the channels are split
-        (`block_rows`), else at least 16 tiles where there are positions for them. The team's
-        size never changes it (the scratch's bound)."""
+        """Micro-tiles of positions per tile at most: all of them when the channels are split
+        (`block_rows`), else at least 16 tiles where there are positions for them. Each call
+        takes between half of it and it, whichever balances its team best (`lum_dc_per` in
+        c/direct_conv.h; no bits change)."""
         if self.block_rows(m) < m:
             return self.chunks
         return min(DC_TILE_CHUNKS, max(1, -(-self.chunks // 16)))
 
     def work(self, m: int) -> int:
-        """Units of work: tiles of positions times blocks of channels."""
-        return -(-self.chunks // self.tile_chunks(m)) * -(-m // self.block_rows(m))
+        """Units of work at most: blocks of channels (all positions each), or tiles of positions
+        as narrow as `lum_dc_per` takes them."""
+        if self.block_rows(m) < m:
+            return -(-m // self.block_rows(m))
+        return -(-self.chunks // -(-self.tile_chunks(m) // 2))
 
     def scratch(self, m: int, team: int) -> int:
         """Floats: the planes, their slack, and (a convolution) a tile of a unit's channels x

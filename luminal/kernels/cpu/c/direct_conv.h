@@ -15,6 +15,25 @@
 #endif
 typedef float lum_dcw_v __attribute__((vector_size(4 * LUM_DC_W), aligned(4)));
 
+/* Micro-tiles of positions per tile of a convolution's units of work (conv_direct.py), chosen per
+   call for the team: the fewest micro-tiles on the busiest thread (OpenMP's static schedule gives
+   the first threads one unit more; the last unit, maybe partial, goes to the last thread), from
+   `cap` down to half of it (narrower tiles pass over A more often, measured slower; the scratch
+   holds a tile of `cap` for as many threads as there are units at half: `DirectConv.work`), ties
+   to the wider tile. 18 micro-tiles on 2 threads: tiles of 1, 9 a thread, where tiles of 2 gave
+   9 units, 5 and 4 (a 28 x 28 convolution 12% faster). A team of 1 keeps `cap`, and so do units that split
+   the channels instead (each takes all positions: `DirectConv.block_rows`). The tiling
+   changes no bits (each output is one chain in k order, whatever its tile). */
+static inline long long lum_dc_per(long long chunks, long long cap, long long threads) {
+  long long best = cap, best_load = -1;
+  for (long long p = cap; p >= (cap + 1) / 2; --p) {
+    const long long units = (chunks + p - 1) / p;
+    const long long load = lum_min((units + threads - 1) / threads * p, chunks);
+    if (best_load < 0 || load < best_load) { best = p; best_load = load; }
+  }
+  return best;
+}
+
 /* C[0:M, 0:ne] (rows ldc apart; ne a multiple of LUM_DC_W NV) = A[0:M, 0:K] (rows lda apart) times B,
    B[k, e] = src[off[k] + e]: the rows of B are runs of the phase planes, read in place. Every
    element of C is one chain of multiply-adds in k order from 0, so its bits depend neither on the
