@@ -124,3 +124,34 @@ def test_buffer_changed_in_place_is_not_saved_for_a_recomputation(device):
             return torch.sigmoid(self.linear(x) * self.scale)
 
     _check(Scaled(), torch.randn(4, 8), device)
+
+
+class _Norms(torch.nn.Module):
+    """Layer norms the split must keep exact: without weight and bias, over two dims, and one whose
+    output is also returned (a forward output as well as the next layer's input)."""
+
+    def __init__(self, affine: bool, dims: int):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+        self.norm = torch.nn.LayerNorm((5, 16)[-dims:], elementwise_affine=affine)
+        self.out = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = self.norm(self.linear(x))
+        return self.out(h), h
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("affine, dims", [(False, 1), (True, 2), (False, 2)])
+def test_split_layer_norms_keep_eager_gradients(device, affine, dims):
+    torch.manual_seed(0)
+    model = _Norms(affine, dims)
+    eager = copy.deepcopy(model)
+    x = torch.randn(4, 5, 16)
+    y, h = eager(x)
+    (y.square().sum() + h.sin().sum()).backward()
+    with runs_on_luminal(2) as served:
+        y, h = _compiled(model, device)(x)
+        (y.square().sum() + h.sin().sum()).backward()
+    assert _served_backward(served)
+    assert_grads_equal(_grads(model), _grads(eager))
