@@ -183,10 +183,14 @@ def gemm_epilogue(node: Node, users) -> GemmEpilogue | None:
 
 
 def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: str, pragma: str,
-                   rows=("0", "M")) -> str:
+                   rows=("0", "M"), runs=None) -> str:
     """C applying the region to columns p0 .. p0 + nt of rows (first, end) of batch element bz of
     the GEMM's output, in place in `out` (the region's buffer); its reads that stay put along a row
-    (a BatchNorm's per-channel scale and shift) into locals before the row's vector loop."""
+    (a BatchNorm's per-channel scale and shift) into locals before the row's vector loop.
+    `runs` (the direct convolution's copy-out, `conv_direct.direct_path`): (C opening a loop over
+    runs of columns inside each row, the run's first and end column, the GEMM's value there): the
+    region reads the product where it lies (a tile) and writes `out` once, instead of a copy into
+    `out` and a second pass over it."""
     region, mm = plan.rows, plan.matmul
     names, lines = unravel("row", region.shape[:-1], "y")
     idx = [*names, "pc"]
@@ -194,7 +198,8 @@ def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: 
     fixed = [s for s in region.src if view_of(s)[0] is not mm and not is_inline_scalar(view_of(s)[0])
              and sym.equal(view_of(s)[1].strides[-1], 0)]
     setup = " ".join(f"const {compute_type(s.dtype)} e{k} = {read(s, idx, pointer_of(s, inputs))};" for k, s in enumerate(fixed))
-    with lanes({id(s): f"e{k}" for k, s in enumerate(fixed)} | {id(s): "dst[pc]" for s in mine}):
+    opening, lo, hi, product = runs or ("{", p0, f"{p0} + {nt}", "dst[pc]")
+    with lanes({id(s): f"e{k}" for k, s in enumerate(fixed)} | {id(s): product for s in mine}):
         value = pointwise_value(region, idx, inputs)
     return f"""{pragma}
         for (long long mr = {rows[0]}; mr < {rows[1]}; ++mr) {{
@@ -202,8 +207,10 @@ def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: 
           {" ".join(lines)}
           {setup}
           {t}* restrict dst = out + row * N;
+          {opening}
           #pragma omp simd
-          for (long long pc = {p0}; pc < {p0} + {nt}; ++pc) dst[pc] = {store_value(region.dtype, value)};
+          for (long long pc = {lo}; pc < {hi}; ++pc) dst[pc] = {store_value(region.dtype, value)};
+          }}
         }}"""
 
 
@@ -399,8 +406,8 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
         inputs += [b for b in buffer_sources(epilogue.node) if b is not node and all(b is not x for x in inputs)]
         symbols = sorted(set(symbols) | set(symbols_of(epilogue.node)) | set(symbols_of(epilogue.rows)))
 
-    def after(p0: str, nt: str, pragma: str, rows=("0", "M")) -> str:  # the region on those columns of batch element bz
-        return "" if epilogue is None else _epilogue_rows(epilogue, inputs, t, p0, nt, pragma, rows)
+    def after(p0: str, nt: str, pragma: str, rows=("0", "M"), runs=None) -> str:  # the region on those columns of batch element bz
+        return "" if epilogue is None else _epilogue_rows(epilogue, inputs, t, p0, nt, pragma, rows, runs)
     params = [f"{t}* restrict out"] + [
         (f"{t}* restrict in{k}" if x is copy else f"const {C.ctype(x.dtype)}* restrict in{k}") for k, x in enumerate(inputs)]
     params += [f"long long d_{s}" for s in symbols]
