@@ -33,8 +33,8 @@ import torch
 
 aten = torch.ops.aten
 
-# pointwise, but luminal evaluates erf as a polynomial with range selects: a BERT FFN's GELU costs
-# 1.5 ms at 1024 x 1408 on two threads, so recomputing it made the backward 3% slower
+# pointwise, but luminal evaluates erf as two polynomials, an exp and a select: recomputing it costs
+# more time than the memory it saves is worth (README, "Training")
 COSTLY = frozenset({aten.gelu.default, aten.erf.default, aten.erfc.default, aten.erfinv.default})
 
 
@@ -65,6 +65,7 @@ def _split_layer_norms(graph: torch.fx.Graph) -> None:
     output in one elementwise pass rather than the whole norm (its two row reductions included)."""
     from torch._guards import detect_fake_mode
 
+    order = {n: i for i, n in enumerate(graph.nodes)}  # the nodes read below all predate the rewrites
     for node in list(graph.nodes):
         if node.target is not aten.native_layer_norm.default:
             continue
@@ -75,7 +76,6 @@ def _split_layer_norms(graph: torch.fx.Graph) -> None:
             continue
         mode = detect_fake_mode([val])
         call = functools.partial(_call, graph, mode)
-        order = {n: i for i, n in enumerate(graph.nodes)}
         first_use = min(outs[0].users, key=order.__getitem__)
         if any(order[outs[i]] > order[first_use] for i in (1, 2) if i in outs):
             continue

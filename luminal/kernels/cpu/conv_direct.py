@@ -5,8 +5,8 @@ Per call the input is rewritten once as phase planes (its padding included: the 
 the zeros), then tiles of output positions, one per thread, each multiply the weight by B read
 in place from the planes (`c/direct_conv.h`), and write the positions that exist out of the
 extended grid into the output, through the GEMM's epilogue region (BatchNorm, ReLU, a residual)
-on the way: the region reads the product from the tile and writes the output once (a copy and
-then the region over the output took a second pass: RGB stem 0.435 -> 0.339 ms). The im2col path fills every tile of B first and then hands it
+on the way: the region reads the product from the tile and writes the output once (not a copy
+and then a second pass of the region over the output). The im2col path fills every tile of B first and then hands it
 to a BLAS that packs it again: for a 32-channel 3x3 convolution that is two passes over nine
 times the input per product of K = 288 multiply-adds a column. The micro-kernel's vectors are as
 wide as the build's (8 floats on AVX2, 16 on AVX-512: `steps.dc_kernels`), and the direct path

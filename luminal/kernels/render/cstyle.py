@@ -37,7 +37,7 @@ code_for_op = {
     Op.SQRT: lambda t, x: f"sqrt{LIBM[t]}({x})",
     Op.RECIP: lambda t, x: f"(({t})1 / {x})",
     # bool or/and without short circuit (operands have no side effects, and both are 0 or 1): no
-    # branch, so GCC vectorizes the loop (a relu's gradient under `&&`/`||` ran scalar, 8x slower)
+    # branch, so GCC if-converts and vectorizes the loop (`&&`/`||` left some fused loops scalar)
     Op.ADD: lambda t, a, b: f"({a} | {b})" if t == "bool" else wrapping(t, a, "+", b),
     Op.MUL: lambda t, a, b: f"({a} & {b})" if t == "bool" else wrapping(t, a, "*", b),
     # C fmod for floats; integer % truncates like fmod, and x % 0 sets the error flag (2)

@@ -18,10 +18,10 @@ typedef float lum_dcw_v __attribute__((vector_size(4 * LUM_DC_W), aligned(4)));
 /* Micro-tiles of positions per tile of a convolution's units of work (conv_direct.py), chosen per
    call for the team: the fewest micro-tiles on the busiest thread (OpenMP's static schedule gives
    the first threads one unit more; the last unit, maybe partial, goes to the last thread), from
-   `cap` down to half of it (narrower tiles pass over A more often, measured slower; the scratch
+   `cap` down to half of it (narrower tiles pass over A more often; the scratch
    holds a tile of `cap` for as many threads as there are units at half: `DirectConv.work`), ties
    to the wider tile. 18 micro-tiles on 2 threads: tiles of 1, 9 a thread, where tiles of 2 gave
-   9 units, 5 and 4 (a 28 x 28 convolution 12% faster). A team of 1 keeps `cap`, and so do units that split
+   9 units, 5 and 4. A team of 1 keeps `cap`, and so do units that split
    the channels instead (each takes all positions: `DirectConv.block_rows`). The tiling
    changes no bits (each output is one chain in k order, whatever its tile). */
 static inline long long lum_dc_per(long long chunks, long long cap, long long threads) {
