@@ -59,13 +59,17 @@ def table(rows: list[dict]) -> str:
     def f(row, key, fmt="{:.2f}"):
         return fmt.format(row[key]) if key in row else "–"
 
-    lines = ["| model | tokens | eager ms | luminal cpu ms (×eager) | C build s | luminal numpy ms (×eager) | "
+    searched = any("cpu_search_ms" in r for r in rows)  # `--search`: one more column, the variant it chose
+    lines = ["| model | tokens | eager ms | luminal cpu ms (×eager) | "
+             + ("luminal cpu, search on, ms (×eager): chosen | " if searched else "") + "C build s | luminal numpy ms (×eager) | "
              "numpy float32 ms (×eager) | inductor ms (×eager) | onnxruntime ms (×eager) | luminal compile s (cpu) | "
              "inductor compile s | cpu max err | numpy max err |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|" + ("---|" if searched else "") + "---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        search = (f"{f(r, 'cpu_search_ms')} ({f(r, 'cpu_search_vs_eager')}): {r.get('cpu_search_chosen', '–')} | "
+                  if searched else "")
         lines.append(
-            f"| {r['model']} | {r['tokens']} | {f(r, 'eager_ms')} | {f(r, 'cpu_ms')} ({f(r, 'cpu_vs_eager')}) | "
+            f"| {r['model']} | {r['tokens']} | {f(r, 'eager_ms')} | {f(r, 'cpu_ms')} ({f(r, 'cpu_vs_eager')}) | {search}"
             f"{f(r, 'cpu_build_s')} | {f(r, 'numpy_ms')} ({f(r, 'numpy_vs_eager')}) | "
             f"{f(r, 'numpy_f32_ms')} ({f(r, 'numpy_f32_vs_eager')}) | "
             f"{f(r, 'inductor_ms')} ({f(r, 'inductor_vs_eager')}) | {f(r, 'onnxruntime_ms')} ({f(r, 'onnxruntime_vs_eager')}) | "
@@ -147,6 +151,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-readme", action="store_true")
     parser.add_argument("--models", nargs="+", metavar="NAME", help=f"only these models (of {', '.join(FULL)}); "
                         "no compile-time scaling, README untouched")
+    parser.add_argument("--search", type=float, metavar="SECONDS", help="also luminal with options={'search': SECONDS} "
+                        "(luminal.search), timed in the same rounds; results in cpu_..._search.*, README untouched")
     parser.add_argument("--cold-start", action="store_true", help="only the cold-start table (benchmarks/cold_start.py; "
                         "the options after --cold-start are that script's)")
     parser.add_argument("--onnx", action="store_true", help="only the ONNX table (benchmarks/onnx_bench.py; "
@@ -186,7 +192,8 @@ def main(argv=None) -> int:
             decode.append(bench_decode(name, make(base), example_inputs(base, DECODE_PROMPT)[0], DECODE_NEW))
             print("  " + ", ".join(f"{k}={v}" for k, v in decode[-1].items()), flush=True)
             continue
-        rows.append(bench_model(name, make(name), example_inputs(name), inductor=not opts.quick, onnx=not opts.quick))
+        rows.append(bench_model(name, make(name), example_inputs(name), inductor=not opts.quick, onnx=not opts.quick,
+                                search=opts.search))
         print("  " + ", ".join(f"{k}={v:.3g}" for k, v in rows[-1].items() if isinstance(v, float)), flush=True)
     if not opts.models:
         print("- compile-time scaling (Llama, hidden 64)", flush=True)
@@ -196,12 +203,15 @@ def main(argv=None) -> int:
     stem = "cpu_" + "_".join(opts.models) if opts.models else "cpu"  # a partial run keeps the full results
     if env["isa"] != "native":  # LUMINAL_ISA=avx2: results beside the native ones, the README table untouched
         stem += f"_{env['isa']}"
+    if opts.search is not None:
+        stem += "_search"
     (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1))
     markdown = (f"Measured {env['date']} on {env['platform']} ({env['cpu_model']}), {env['cpu_count']} threads "
                 f"(onnxruntime's intra-op threads too), ISA {env['isa']} (torch's {env['torch_cpu_capability']}), "
                 f"{describe_blas(env)}, torch {env['torch']}, onnxruntime {env['onnxruntime']}, "
                 f"numpy {env['numpy']}, egglog {env['egglog']} (`python -m benchmarks`, {elapsed:.0f} s). "
-                "Batch 1; medians.\n\n" + (table(rows) if rows else "")
+                "Batch 1; medians." + (f" Search on: a budget of {opts.search:g} s per graph." if opts.search else "")
+                + "\n\n" + (table(rows) if rows else "")
                 + (("\n\nDecode: greedy `generate()` with the KV cache, eager against `luminal.compile_forward` "
                     "(device cpu); per new token, prefill included:\n\n" + decode_table(decode)) if decode else "")
                 + "\n\nCompile time over depth (one process: from the second "
@@ -212,9 +222,9 @@ def main(argv=None) -> int:
     if opts.models:
         markdown = markdown.split("\n\nCompile time over depth")[0]  # no scaling in a partial run
     (RESULTS / f"{stem}.md").write_text(markdown + "\n")
-    if not opts.models and env["isa"] == "native" and plot(rows, RESULTS / "cpu.png"):
+    if not opts.models and env["isa"] == "native" and opts.search is None and plot(rows, RESULTS / "cpu.png"):
         markdown += "\n\n![latency](benchmarks/results/cpu.png)"
-    if not opts.no_readme and not opts.quick and not opts.models and env["isa"] == "native":
+    if not opts.no_readme and not opts.quick and not opts.models and env["isa"] == "native" and opts.search is None:
         update_readme(markdown)
     print(markdown)
     print(f"wrote {RESULTS}/{stem}.json, {stem}.md{', cpu.png' if not opts.models else ''} in {elapsed:.0f} s")

@@ -36,8 +36,11 @@ def _err(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
 
 
-def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool = True) -> dict:
-    """A forward pass without KV cache (prefill-shaped), batch 1."""
+def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool = True,
+                search: float | None = None) -> dict:
+    """A forward pass without KV cache (prefill-shaped), batch 1. `search`: also luminal with
+    `options={"search": search}` (`luminal.search`: the device's variants timed on this machine,
+    the fastest that matches the reference kept), timed in the same rounds ("cpu_search")."""
     import luminal
 
     x = args[0]
@@ -77,6 +80,18 @@ def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool
                 traceback.print_exc()
         timed = {"eager": lambda: model(*args), "cpu": lambda: compiled(*args),
                  "numpy": lambda: reference(*args), "numpy_f32": numpy_f32}
+        if search is not None:
+            t0 = time.perf_counter()
+            searched = luminal.compile(model, args, device="cpu", options={"search": search})
+            wait_for_builds()
+            row["cpu_search_compile_s"] = time.perf_counter() - t0
+            row["cpu_search_max_err"] = _err(_first(searched(*args)), ref)
+            found = searched.report().search or {}
+            row["cpu_search_chosen"] = found.get("chosen") or "default"
+            row["cpu_search_cached"] = bool(found.get("cached"))
+            row["cpu_search_candidates"] = [{k: c.get(k) for k in ("choices", "status", "ms")}
+                                            for c in found.get("candidates", [])]
+            timed["cpu_search"] = lambda: searched(*args)
         if session is not None:
             timed["onnxruntime"] = lambda: session.run(None, feed)
         medians = interleaved_medians(timed)
@@ -94,7 +109,7 @@ def bench_model(name: str, model, args: tuple, inductor: bool = True, onnx: bool
             fast(*args)
             row["inductor_compile_s"] = time.perf_counter() - t0
             row["inductor_ms"] = median_latency(lambda: fast(*args)) * 1e3
-    for k in ("cpu", "numpy", "numpy_f32", "inductor", "onnxruntime"):
+    for k in ("cpu", "cpu_search", "numpy", "numpy_f32", "inductor", "onnxruntime"):
         if f"{k}_ms" in row:
             row[f"{k}_vs_eager"] = row[f"{k}_ms"] / row["eager_ms"]
     return row
