@@ -330,6 +330,8 @@ def test_a_padded_operand_is_read_in_place_with_the_copys_bits(fused, monkeypatc
     pads = [st for st in steps if st.output.op in (Op.CONTIGUOUS, Op.SELECT)]
     assert len(pads) == len(names) - 1 and all(st.absorbed for st in pads), [(st.name, st.absorbed) for st in pads]
     assert "pd0_0[" in compiled.runtime.source  # the strided rows' phase rows of the unpadded input
+    # stride 1: the rows with a window row in the padding staged too, one vector loop each
+    assert compiled.runtime.source.count("a window row outside the input: its rows staged") >= 3
     got = dict(zip(names, compiled(feeds)))
     monkeypatch.setattr(cpu_conv, "window_pad", lambda *a: None)
     monkeypatch.setattr(conv_gemm, "window_pad", lambda *a: None)
@@ -354,3 +356,21 @@ def test_a_padded_copy_read_by_flat_planes_is_written(fused):
     steps = compiled.runtime.program.steps
     assert [st.absorbed for st in steps if st.output.op is Op.CONTIGUOUS] == [False]
     assert "pd0_" not in compiled.runtime.source
+
+
+def test_border_rows_past_the_staging_limit_test_each_term(fused, monkeypatch):
+    """A stride-1 row too wide to stage (`conv.PHASE_MAX`) keeps the tested terms at the top and
+    bottom rows; either way the bits are those of the kernel reading the padded copy."""
+    rng = np.random.default_rng(5)
+    x = _values(rng, (1, 2, 4, 3000))
+    x[:, :, 0, :2] = [np.nan, np.inf]
+    w = rng.standard_normal((2, 1, 3, 3)).astype(np.float32)
+    g = lm.Graph("wide")
+    g.output(nn.conv(g.input("x", x.shape), g.constant(w), None, 1, 1, 1, 2), "y")
+    compiled = g.compile(device="cpu")
+    assert "its rows staged" not in compiled.runtime.source
+    got = compiled({"x": x})[0]
+    monkeypatch.setattr(cpu_conv, "window_pad", lambda *a: None)
+    monkeypatch.setattr(conv_gemm, "window_pad", lambda *a: None)
+    np.testing.assert_array_equal(got.view(np.uint32), g.compile(device="cpu")({"x": x})[0].view(np.uint32))
+    _close(got, g.run({"x": x})[0], "a 3000-wide row on cpu vs the NumPy runtime")

@@ -352,9 +352,25 @@ def _border_split_body(node: Node, inputs: list[Node], rows: list[str], inner: s
     c_lo = min(width, max(0, lo_w - min(xs)))  # the outputs whose every term is inside the input
     c_hi = max(c_lo, min(width, hi_w - max(xs)))
     stored, stored_m = store_value(out_dtype, value), store_value(out_dtype, value_m)
+    # a row with a window row outside the input (the top and bottom rows of a padded 3x3: 2 of 112
+    # at 112 x 112, which as tested terms took a quarter of the layer's time): its window rows
+    # staged with the fill (`_padded_rows`, as strided rows are), then one vector loop; the same
+    # values in the same order. Past PHASE_MAX staged elements (a very wide row), tested terms.
+    staged = None
+    if row_conds and len(_padded_groups(node, pad, pr)) * (width + max(xs) + 1) <= PHASE_MAX:
+        lines, staged_read = _padded_rows(node, inputs, rows, inner, pad)
+        _, stmts_s, value_s = hoisted_element(node, rows + [inner], inputs, inner, staged_read)
+        if epilogue is not None:
+            _, value_s = epilogue(rows + [inner], value_s, {nd - 1})
+        staged = f"""{{  /* a window row outside the input: its rows staged */
+          {lines}
+          {_row_loop(inner, "0", "n_in", stmts_s, store_value(out_dtype, value_s), True)}
+        }}"""
+    inside = " && ".join(row_conds) or "1"
     return f"""{setup}
         {C.ctype(out_dtype)}* restrict dst = out + row * n_in;
-        const int inside = {' && '.join(row_conds) or '1'};  /* every window row of this output row in the input */
+        const int inside = {inside};  /* every window row of this output row in the input */
+        if ({"inside" if staged else "1"}) {{
         const long long c_lo = inside ? {c_lo}LL : n_in, c_hi = inside ? {c_hi}LL : n_in;
         const long long c_8 = c_lo + (c_hi - c_lo) / 8 * 8;
         {_row_loop(inner, "0", "c_lo", stmts_m, stored_m, False)}
@@ -362,7 +378,14 @@ def _border_split_body(node: Node, inputs: list[Node], rows: list[str], inner: s
         /* the rest as the last 8, again (the same values: no scalar tail beside the borders) */
         const long long c_t = c_hi - c_lo >= 8 ? c_hi - 8 : c_8;
         {_row_loop(inner, "c_t", "c_hi", stmts, stored, True)}
-        {_row_loop(inner, "c_hi", "n_in", stmts_m, stored_m, False)}"""
+        {_row_loop(inner, "c_hi", "n_in", stmts_m, stored_m, False)}
+        }}{" else " + staged if staged else ""}"""
+
+
+def _padded_groups(node: Node, pad: WindowPad, pr: _PadReads) -> list[tuple]:
+    """The values of the window axes that do not move along the row (`_padded_rows`' groups)."""
+    r = node.arg[1]
+    return list(itertools.product(*(range(pr.kernel[a]) for a in range(r) if a != pad.axis)))
 
 
 def _flat_plane(node: Node) -> tuple[Node, int] | None:
