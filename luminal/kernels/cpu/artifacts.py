@@ -108,12 +108,13 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
 def _fused_steps(sched) -> dict[int, CStep]:
     """The steps `program.render_program` fuses (a convolution's im2col GEMM), by id of their node,
     named as it names them."""
-    from luminal.kernels.cpu.program import _fused_step, _fusions, step_of
+    from luminal.kernels.cpu.program import _fused_step, _fusions, in_place_concats, step_of
 
     plans, absorbed = _fusions(sched)
+    in_place = in_place_concats(sched, absorbed)
     steps = {}
     for node in sched.nodes:
-        found = _fused_step(node, plans, absorbed)
+        found = _fused_step(node, plans, absorbed, in_place)
         if found is not None:
             steps[id(node)] = step_of(found, node, id(node) in absorbed)[1]
     return steps

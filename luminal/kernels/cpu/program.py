@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 
 from luminal.hlir.ops import Node
-from luminal.kernels.cpu import build, conv_direct, conv_gemm, gemm_avx512
+from luminal.kernels.cpu import build, concat_in_place, conv_direct, conv_gemm, gemm_avx512
 from luminal.kernels.cpu.prelude import PRELUDE, SHARED
 from luminal.kernels.cpu.render import SPECIAL, _operand
 from luminal.kernels.cpu.steps import CProgram, CStep
@@ -102,12 +102,19 @@ def _fusions(schedule: Schedule) -> tuple[dict[int, conv_gemm.Im2colGemm | conv_
     return plans, absorbed
 
 
-def _fused_step(node: Node, plans, absorbed) -> KernelSpec | None:
-    """The kernel of a node `_fusions` fused or absorbed (under a placeholder name), else None."""
+def in_place_concats(schedule: Schedule, absorbed: set[int]) -> set[int]:
+    """The CONCATs whose operands are computed inside their buffer (`concat_in_place`): their
+    steps do nothing."""
+    return {id(holder) for holder, _ in concat_in_place.aliases(schedule, absorbed).values()}
+
+
+def _fused_step(node: Node, plans, absorbed, in_place=frozenset()) -> KernelSpec | None:
+    """The kernel of a node `_fusions` fused or absorbed, or a CONCAT done in place (under a
+    placeholder name), else None."""
     if id(node) in plans:
         with rendering(C):
             code, inputs, symbols = conv_gemm.fused_kernel(plans[id(node)], "@KERNEL@", _operand)
-    elif id(node) in absorbed:
+    elif id(node) in absorbed or id(node) in in_place:
         code, inputs, symbols = conv_gemm.noop_kernel(node, "@KERNEL@"), [], []
     else:
         return None
@@ -125,11 +132,12 @@ def render_program(outputs: list[Node], conv: str | None = None) -> CProgram:
     `conv`: the convolutions' path (`Choices.conv`; None: the default's)."""
     schedule = Schedule.build(outputs)
     plans, absorbed = _fusions(schedule)
+    in_place = in_place_concats(schedule, absorbed)
     bodies: dict[str, tuple[str, CStep]] = {}
     steps: list[CStep] = []
     with conv_direct.chosen(conv):
         for node in schedule.nodes:  # one step per node (a scatter's copy and updates are one function)
-            k = _fused_step(node, plans, absorbed) or render_node(node, "@KERNEL@", C, SPECIAL)[0]
+            k = _fused_step(node, plans, absorbed, in_place) or render_node(node, "@KERNEL@", C, SPECIAL)[0]
             code, step = step_of(k, node, id(node) in absorbed)
             bodies.setdefault(step.name, (code, step))
             steps.append(step)

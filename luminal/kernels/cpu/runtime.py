@@ -34,7 +34,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
-from luminal.kernels.cpu import build, donation, gemm_avx512, isa
+from luminal.kernels.cpu import build, concat_in_place, donation, gemm_avx512, isa
 from luminal.kernels.cpu.artifacts import ARTIFACTS_FORMAT, code_version, restore
 from luminal.kernels.cpu.choices import DEFAULT, Choices, conv_path
 from luminal.kernels.cpu.output_pool import POOL
@@ -309,6 +309,13 @@ class CpuRuntime(Runtime):
             for b in st.inputs:
                 last[id(b)] = i
         self.intervals = [(first[id(n)], last.get(id(n), first[id(n)])) for n in self.intermediates]
+        # CONCATs done in place (`concat_in_place`): (operand, outermost result, byte offset) by
+        # intermediate index; the result's buffer alive over its operands' lifetimes
+        found = concat_in_place.aliases(sched, {id(st.output) for st in program.steps if st.absorbed})
+        index = {id(n): k for k, n in enumerate(self.intermediates)}
+        self._aliases = [(index[k], index[id(h)], at) for k, (h, at) in concat_in_place.resolved(found).items()
+                         if k in index and id(h) in index]
+        self.intervals = concat_in_place.merged_intervals(self.intermediates, self.intervals, found)
         # per intermediate, None, or for an absorbed node the (K, N, M, batch) of the fused GEMM whose tile
         # scratch its buffer is (`steps.im2col_scratch`): the MatMul reading it as its B operand,
         # whichever step runs that GEMM (its own, or its epilogue region's); or () when it is no
@@ -417,8 +424,10 @@ class CpuRuntime(Runtime):
             return max(floats, direct.scratch(m_rows, team) if direct is not None else 0) * n.dtype.itemsize
 
         sizes = [nbytes(n, s) for n, s in zip(self.intermediates, self._tile_scratch)]
+        for k, _, _ in self._aliases:  # inside a CONCAT's buffer: no room of its own
+            sizes[k] = 0
         layout = plan_arena(sizes, self.intervals)
-        offsets = np.array(layout.offsets or (0,), np.int64)
+        offsets = self._aliased(np.array(layout.offsets or (0,), np.int64))
         dims = np.array([bindings[s] for s in self.program.symbols] or [0], np.int64)
         out_shapes = [shape(n) for n in self._declared]
         # arrays kept: addresses stay valid; `key` names the layout in a donation's plan
@@ -450,9 +459,11 @@ class CpuRuntime(Runtime):
         if placed is None:
             out_bytes = [int(np.prod(s, dtype=np.int64)) * np.dtype(dt).itemsize
                          for s, dt in zip(out_shapes, self._out_dtypes)]
-            movable = [k for k, scratch in enumerate(self._tile_scratch) if scratch is None]  # a fused GEMM's scratch stays
+            pinned = {k for a in self._aliases for k in a[:2]}  # a CONCAT done in place and its operands stay
+            movable = [k for k, scratch in enumerate(self._tile_scratch) if scratch is None and k not in pinned]  # a fused GEMM's scratch stays
             placed = donation.place(self._liveness, {j: ins[j].nbytes for j in donors}, out_bytes, sizes,
                                     self.intervals, movable)
+            self._aliased(placed.offsets)
             with self._lock:
                 if len(self._donation_plans) >= BINDINGS_KEPT:
                     self._donation_plans.clear()
@@ -464,6 +475,12 @@ class CpuRuntime(Runtime):
             self.donated_intermediates += len(placed.intermediates)
             self.donation_arena_bytes = max(self.donation_arena_bytes, placed.total)
         return placed
+
+    def _aliased(self, offsets: np.ndarray) -> np.ndarray:
+        """`offsets` (in place) with each in-place CONCAT's operands inside its buffer."""
+        for k, holder, at in self._aliases:
+            offsets[k] = offsets[holder] + at
+        return offsets
 
     def run(self, ins: list, bindings: dict, donated=()) -> list[np.ndarray]:
         team, f64 = self._threads or threads(), self.arithmetic.precision == "float64"
