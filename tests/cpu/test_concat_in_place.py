@@ -74,6 +74,26 @@ def test_a_fire_modules_concat_is_done_in_place_with_the_copys_bits(monkeypatch)
     np.testing.assert_allclose(got[0], g.run(feeds)[0], rtol=1e-5, atol=1e-5)
 
 
+def test_an_operand_read_through_a_view_that_only_renames_its_dims(monkeypatch):
+    """A 1x1 conv's GEMM result, (1, 1, C, H*W), read by the CONCAT as (1, C, H, W): the GEMM
+    writes into the CONCAT's buffer. A transposed operand keeps the copy."""
+    g, shapes = _fire(expand=32)
+    feeds = _feeds(shapes)
+    x, s, e1 = (g.inputs[k] for k in ("x", "s", "e1"))
+    from luminal.builder.tensor import Tensor
+    sq = nn.conv(Tensor(g, x), Tensor(g, s), None, 1, 0, 1, 1)
+    a = nn.conv(sq, Tensor(g, e1), None, 1, 0, 1, 1)  # no activation: the GEMM's own buffer, viewed
+    g.output(F.concat([a, sq.exp()], 1).sum(1), "plain")
+    t = (sq * 2.0).relu()
+    g.output(F.concat([t.permute((0, 1, 3, 2)), sq.sigmoid()], 1).sum(1), "moved")  # its own second operand
+    fast = g.compile(device="cpu")
+    assert _noop_concats(fast.runtime) == 2  # the fire module's and the plain one's, not the moved one's
+    got = fast(feeds)
+    _same_bits(got, _without(monkeypatch, g)(feeds))
+    for a_, b_ in zip(got, g.run(feeds)):
+        np.testing.assert_allclose(a_, b_, rtol=1e-5, atol=1e-5)
+
+
 def test_three_operands_an_operand_read_again_and_a_restored_runtime(monkeypatch):
     g = lm.Graph("three")
     x = g.input("x", (1, 64, 8, 8))

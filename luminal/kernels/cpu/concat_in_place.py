@@ -3,14 +3,14 @@
 A CONCAT along a dim with nothing but ones before it (a batch-1 image's channels: SqueezeNet's
 fire modules, Inception's branches, DenseNet's growth) holds each operand as one contiguous run
 of its buffer. When every operand is an intermediate buffer of its own (computed by a step, read
-as it is: no view), each operand's buffer is placed inside the result's, at its run (`aliases`),
+as it lies: itself, or a view that only renames its dims), each operand's buffer is placed inside the result's, at its run (`aliases`),
 the result's lifetime stretched over the operands' (`merged_intervals`), and the CONCAT's step
 does nothing (`program.render_program` renders it as a no-op). A chain of binary CONCATs (three
 or more operands) nests: an inner result placed inside the outer one. The bytes are the same
 bytes the copy would have written, so are the bits.
 
 Not for a result or an operand the graph returns (each output has its own array), one read through
-a view, a node a fused kernel absorbs (no buffer of its own), an operand read twice by the same
+a view that moves its elements, a node a fused kernel absorbs (no buffer of its own), an operand read twice by the same
 CONCAT, or an offset that is not a multiple of the arena's alignment (a kernel may rely on it).
 Symbolic shapes keep the copy.
 """
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Node, Op
+from luminal.hlir.shape import contiguous_strides
 from luminal.kernels.arena import ALIGN
+from luminal.kernels.render.cstyle import view_of
 
 
 def aliases(schedule, absorbed: set[int]) -> dict[int, tuple[Node, int]]:
@@ -31,10 +33,11 @@ def aliases(schedule, absorbed: set[int]) -> dict[int, tuple[Node, int]]:
         if n.op is not Op.CONCAT or id(n) in outputs or id(n) in absorbed or not _static(n):
             continue
         axis = int(n.arg)
-        if any(int(d) != 1 for d in n.shape[:axis]) or len({id(s) for s in n.src}) != len(n.src):
+        bases = [_buffer(s) for s in n.src]
+        if any(int(d) != 1 for d in n.shape[:axis]) or None in bases or len({id(b) for b in bases}) != len(bases):
             continue
         ok, offset, runs = True, 0, []
-        for s in n.src:
+        for s in bases:
             if (id(s) not in computed or id(s) in outputs or id(s) in absorbed or id(s) in found
                     or s.dtype is not n.dtype or not _static(s) or offset % ALIGN):
                 ok = False
@@ -45,6 +48,20 @@ def aliases(schedule, absorbed: set[int]) -> dict[int, tuple[Node, int]]:
             for s, at in runs:
                 found[id(s)] = (n, at)
     return found
+
+
+def _buffer(s: Node) -> Node | None:
+    """The buffer operand `s` is, read as it lies (itself, or under a view that only renames its
+    dims: a GEMM's (1, 1, C, H*W) result read as (1, C, H, W)), else None."""
+    if s.op is not Op.VIEW:
+        return s
+    base, st = view_of(s)
+    if not (_static(base) and _static(s)) or _count(base) != _count(s) or st.mask is not None:
+        return None
+    if not sym.equal(st.offset, 0) or not all(sym.equal(d, 1) or sym.equal(w, c) for d, w, c in
+                                               zip(st.shape, st.strides, contiguous_strides(st.shape))):
+        return None
+    return base
 
 
 def _static(n: Node) -> bool:
