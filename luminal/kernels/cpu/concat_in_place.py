@@ -3,7 +3,7 @@
 A CONCAT along a dim with nothing but ones before it (a batch-1 image's channels: SqueezeNet's
 fire modules, Inception's branches, DenseNet's growth) holds each operand as one contiguous run
 of its buffer. When every operand is an intermediate buffer of its own (computed by a step, read
-as it lies: itself, or a view that only renames its dims), each operand's buffer is placed inside the result's, at its run (`aliases`),
+as it lies: itself, or a view that only renames its dims), each operand's buffer is placed inside the result's, at its run (`aliases`, `placements`),
 the result's lifetime stretched over the operands' (`merged_intervals`), and the CONCAT's step
 does nothing (`program.render_program` renders it as a no-op). A chain of binary CONCATs (three
 or more operands) nests: an inner result placed inside the outer one. The bytes are the same
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Node, Op
-from luminal.hlir.shape import contiguous_strides
 from luminal.kernels.arena import ALIGN
 from luminal.kernels.render.cstyle import view_of
 
@@ -56,10 +55,7 @@ def _buffer(s: Node) -> Node | None:
     if s.op is not Op.VIEW:
         return s
     base, st = view_of(s)
-    if not (_static(base) and _static(s)) or _count(base) != _count(s) or st.mask is not None:
-        return None
-    if not sym.equal(st.offset, 0) or not all(sym.equal(d, 1) or sym.equal(w, c) for d, w, c in
-                                               zip(st.shape, st.strides, contiguous_strides(st.shape))):
+    if not (_static(base) and _static(s)) or _count(base) != _count(s) or not st.is_contiguous():
         return None
     return base
 
@@ -69,31 +65,28 @@ def _static(n: Node) -> bool:
 
 
 def _count(n: Node) -> int:
-    total = 1
-    for d in n.shape:
-        total *= int(d)
-    return total
+    return int(sym.product(n.shape))
 
 
-def resolved(found: dict[int, tuple[Node, int]]) -> dict[int, tuple[Node, int]]:
-    """Each operand's outermost holder and its byte offset there (a nested CONCAT's operand is
-    inside the inner result, which is inside the outer one)."""
-    out = {}
+def placements(schedule, absorbed: set[int], intermediates: list[Node]) -> list[tuple[int, int, int]]:
+    """(operand, outermost result, byte offset there), as indices into `intermediates`: a nested
+    CONCAT's operand is inside the inner result, which is inside the outer one."""
+    found = aliases(schedule, absorbed)
+    index = {id(n): k for k, n in enumerate(intermediates)}
+    out = []
     for k, (holder, at) in found.items():
         while id(holder) in found:
             holder, extra = found[id(holder)]
             at += extra
-        out[k] = (holder, at)
+        if k in index and id(holder) in index:
+            out.append((index[k], index[id(holder)], at))
     return out
 
 
-def merged_intervals(intermediates: list[Node], intervals: list[tuple[int, int]], found) -> list[tuple[int, int]]:
+def merged_intervals(intervals: list[tuple[int, int]], placed) -> list[tuple[int, int]]:
     """`intervals` with each outermost result alive from the first of its operands' steps to the
     last read of any of them (an operand may be read after the CONCAT too)."""
-    index = {id(n): k for k, n in enumerate(intermediates)}
     merged = list(intervals)
-    for k, (holder, _) in resolved(found).items():
-        if k in index and id(holder) in index:
-            h, c = index[id(holder)], index[k]
-            merged[h] = (min(merged[h][0], intervals[c][0]), max(merged[h][1], intervals[c][1]))
+    for k, h, _ in placed:
+        merged[h] = (min(merged[h][0], intervals[k][0]), max(merged[h][1], intervals[k][1]))
     return merged

@@ -264,7 +264,7 @@ def _padded_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pa
     pr = _pad_reads(node, inputs, pad)
     t, s, xs, lo_w, hi_w, fill = pr.t, pad.s, pr.xs, pr.lo_w, pr.hi_w, pr.fill
     others = [a for a in range(r) if a != pad.axis]
-    groups = list(itertools.product(*(range(pr.kernel[a]) for a in others)))
+    groups = _padded_groups(node, pad, pr)
     width = int(node.shape[-1])
     length = {p: width + max(x // s for x in xs if x % s == p) for p in sorted({x % s for x in xs})}
     lines = []
@@ -352,10 +352,10 @@ def _border_split_body(node: Node, inputs: list[Node], rows: list[str], inner: s
     c_lo = min(width, max(0, lo_w - min(xs)))  # the outputs whose every term is inside the input
     c_hi = max(c_lo, min(width, hi_w - max(xs)))
     stored, stored_m = store_value(out_dtype, value), store_value(out_dtype, value_m)
-    # a row with a window row outside the input (the top and bottom rows of a padded 3x3: 2 of 112
-    # at 112 x 112, which as tested terms took a quarter of the layer's time): its window rows
-    # staged with the fill (`_padded_rows`, as strided rows are), then one vector loop; the same
-    # values in the same order. Past PHASE_MAX staged elements (a very wide row), tested terms.
+    # a row with a window row outside the input (a padded 3x3's top and bottom rows): its window
+    # rows staged with the fill (`_padded_rows`, as strided rows are), then one vector loop rather
+    # than a scalar loop testing each term; the same values in the same order. Past PHASE_MAX
+    # staged elements (a very wide row), tested terms.
     staged = None
     if row_conds and len(_padded_groups(node, pad, pr)) * (width + max(xs) + 1) <= PHASE_MAX:
         lines, staged_read = _padded_rows(node, inputs, rows, inner, pad)

@@ -311,11 +311,9 @@ class CpuRuntime(Runtime):
         self.intervals = [(first[id(n)], last.get(id(n), first[id(n)])) for n in self.intermediates]
         # CONCATs done in place (`concat_in_place`): (operand, outermost result, byte offset) by
         # intermediate index; the result's buffer alive over its operands' lifetimes
-        found = concat_in_place.aliases(sched, {id(st.output) for st in program.steps if st.absorbed})
-        index = {id(n): k for k, n in enumerate(self.intermediates)}
-        self._aliases = [(index[k], index[id(h)], at) for k, (h, at) in concat_in_place.resolved(found).items()
-                         if k in index and id(h) in index]
-        self.intervals = concat_in_place.merged_intervals(self.intermediates, self.intervals, found)
+        self._aliases = concat_in_place.placements(sched, {id(st.output) for st in program.steps if st.absorbed},
+                                                   self.intermediates)
+        self.intervals = concat_in_place.merged_intervals(self.intervals, self._aliases)
         # per intermediate, None, or for an absorbed node the (K, N, M, batch) of the fused GEMM whose tile
         # scratch its buffer is (`steps.im2col_scratch`): the MatMul reading it as its B operand,
         # whichever step runs that GEMM (its own, or its epilogue region's); or () when it is no
