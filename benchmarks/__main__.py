@@ -25,9 +25,10 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import ort_isa
 from benchmarks.cpu import bench_decode, bench_model, compile_scaling
 from benchmarks.models import example_inputs, make
-from benchmarks.timing import cpu_environment, describe_blas
+from benchmarks.timing import cpu_environment, describe_blas, describe_isa
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent.parent / "README.md"
@@ -43,7 +44,6 @@ def environment() -> dict:
     import numpy
 
     import luminal
-    from luminal.kernels.cpu import isa
 
     try:
         egglog_version = version("egglog")
@@ -52,7 +52,7 @@ def environment() -> dict:
     return {"python": platform.python_version(), "machine": platform.machine(), "cpu_count": torch.get_num_threads(),
             "platform": platform.platform(), "torch": torch.__version__, "numpy": numpy.__version__,
             "luminal": luminal.__version__, "egglog": egglog_version, **cpu_environment(),
-            "isa": isa.name(), "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def table(rows: list[dict]) -> str:
@@ -179,6 +179,7 @@ def main(argv=None) -> int:
 
         return cold_start.main(argv[argv.index("--cold-start") + 1:])
     opts = parser.parse_args(argv)
+    ort_isa.apply()  # LUMINAL_ISA=avx2: onnxruntime's AVX2 kernels too, before it loads
     cold_inductor()
     RESULTS.mkdir(exist_ok=True)
     started = time.perf_counter()
@@ -207,7 +208,7 @@ def main(argv=None) -> int:
         stem += "_search"
     (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1))
     markdown = (f"Measured {env['date']} on {env['platform']} ({env['cpu_model']}), {env['cpu_count']} threads "
-                f"(onnxruntime's intra-op threads too), ISA {env['isa']} (torch's {env['torch_cpu_capability']}), "
+                f"(onnxruntime's intra-op threads too), ISA {describe_isa(env)}, "
                 f"{describe_blas(env)}, torch {env['torch']}, onnxruntime {env['onnxruntime']}, "
                 f"numpy {env['numpy']}, egglog {env['egglog']} (`python -m benchmarks`, {elapsed:.0f} s). "
                 "Batch 1; medians." + (f" Search on: a budget of {opts.search:g} s per graph." if opts.search else "")

@@ -51,7 +51,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.timing import cpu_environment, describe_blas, interleaved_medians, wait_for_builds
+from benchmarks import ort_isa
+from benchmarks.timing import cpu_environment, describe_blas, describe_isa, interleaved_medians, wait_for_builds
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
@@ -260,6 +261,7 @@ def main(argv=None) -> int:
         import torch  # noqa: F401
     if not opts.warm:
         os.environ["LUMINAL_CACHE_DIR"] = tempfile.mkdtemp(prefix="luminal-onnx-bench-")
+    ort_isa.apply()  # LUMINAL_ISA=avx2: onnxruntime's AVX2 kernels too, before it loads
     started = time.perf_counter()
     real = real_models(opts.heavy)
     sklearn = sklearn_models() if not (opts.light or opts.real) else {}
@@ -301,7 +303,7 @@ def main(argv=None) -> int:
     how = f"torch {torch_version} loaded, " if torch_version else "torch not loaded, "
     markdown = (f"Measured {env['date']} on {env['platform']} ({env['cpu_model']}), {env['threads']} threads, {how}"
                 f"{describe_blas(env)}, "
-                f"ISA {env['isa']}, onnxruntime {env['onnxruntime']}, load average {env['load_avg'][0]:.1f} at the end "
+                f"ISA {describe_isa(env)}, onnxruntime {env['onnxruntime']}, load average {env['load_avg'][0]:.1f} at the end "
                 f"(`python -m benchmarks.onnx_bench{' --with-torch' if opts.with_torch else ''}`, {elapsed:.0f} s). "
                 f"Batch 1 (the sklearn group: 256 rows); medians in alternating rounds; ** marks a ratio above {TARGET:g}x. "
                 f"{within} of {len(rows)} within {TARGET:g}x.\n\n" + table(rows))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import statistics
+import sys
 import time
 
 
@@ -78,6 +79,7 @@ def cpu_environment() -> dict:
     """What decides the CPU rows besides the code: the CPU's model, the BLAS behind luminal's
     GEMMs and who serves its SGEMM, an OpenBLAS kernel pinned by OPENBLAS_CORETYPE, the ISA
     luminal builds for, onnxruntime's version."""
+    from benchmarks import ort_isa
     from luminal.kernels.cpu import isa, runtime
 
     model = None
@@ -91,8 +93,25 @@ def cpu_environment() -> dict:
     except importlib.metadata.PackageNotFoundError:
         ort = None
     blas = runtime.blas()
+    ort_kernels = ort_isa.state()
     return {"cpu_model": model, "isa": isa.name(), "blas": blas.kind, "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
-            "openblas_core": blas.core, "sgemm": blas.gemm, "onnxruntime": ort}
+            "openblas_core": blas.core, "sgemm": blas.gemm, "onnxruntime": ort, "onnxruntime_isa": ort_kernels["isa"],
+            "onnxruntime_isa_how": ort_kernels["why"], "torch_cpu_capability": _torch_capability()}
+
+
+def _torch_capability() -> str | None:
+    """The kernels torch's ATen dispatches to, where torch is loaded (not loaded here for it)."""
+    torch = sys.modules.get("torch")
+    return torch.backends.cpu.get_cpu_capability() if torch is not None else None
+
+
+def describe_isa(env: dict) -> str:
+    """'avx2 (torch's AVX2, onnxruntime's avx2: CPUID masked ...)': the ISA each library ran with, for
+    a results header (`benchmarks/ort_isa.py`)."""
+    parts = [f"torch's {env['torch_cpu_capability']}"] if env.get("torch_cpu_capability") else []
+    if env.get("onnxruntime_isa"):
+        parts.append(f"onnxruntime's {env['onnxruntime_isa']}" + (f": {env['onnxruntime_isa_how']}" if env["isa"] != "native" else ""))
+    return env["isa"] + (f" ({', '.join(parts)})" if parts else "")
 
 
 def describe_blas(env: dict) -> str:
