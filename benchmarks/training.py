@@ -42,7 +42,11 @@ In each:
   median CPU time, `step_cpu_ms`: the process's threads together, less moved than wall time by
   other processes' load on a shared machine);
 - "peak MB": the process's peak resident memory during those timed steps less its resident memory
-  right after the model and the batch were built (before any compile). The peak is the kernel's
+  right after the model and the batch were built (before any compile). Every configuration first
+  imports the libraries any of them compiles with (`LIBRARIES`: Dynamo, aot_autograd, inductor's
+  compile entry and decompositions, luminal's torch frontend, optimizer and C backend, egglog;
+  about 100 MB resident, the JSON's `libraries_mb`), before that level is read: library code is
+  not a training step's memory, and without it eager alone would not pay for it. The peak is the kernel's
   own high-water mark: `VmHWM` of /proc/self/status, reset by writing 5 to /proc/self/clear_refs
   right before the timed steps (after `gc.collect()` and glibc's `malloc_trim(0)`, so heap freed
   by the compile is not counted), read right after them; where clear_refs cannot be written a
@@ -55,8 +59,9 @@ In each:
   (pass: at most 1e-4). The JSON also has every step's loss; the parent compares the last
   step's with the eager process's (`last_loss_rel_diff_vs_eager_run`: a check on the gradients and
   the optimizer steps of all 12 steps, not only on the first forward).
-aot_eager compiles nothing (Dynamo and aot_autograd around eager kernels): its peak is the floor
-under any torch.compile backend's (their graphs, fake tensors and guards). After its timed steps
+aot_eager compiles nothing (Dynamo and aot_autograd around eager kernels, saving what their default
+partition saves): its peak is what torch.compile's own machinery costs (graphs, fake tensors,
+guards) without a compiler's choices. After its timed steps
 the luminal process also times `ROUNDS` alternating rounds of an eager copy of the model and the
 compiled one (`alternating_rounds`): both under the same moments of a shared machine, a steadier
 ratio than that of two processes run minutes apart.
@@ -146,6 +151,26 @@ def _trim_heap() -> None:
         pass
 
 
+# what any configuration's compile imports, imported by every configuration before its baseline:
+# library code and tables are not a training step's memory, and eager would otherwise be the only
+# process not paying for them
+LIBRARIES = ("torch._dynamo", "torch._functorch.aot_autograd", "torch._functorch.partitioners",
+             "torch._inductor.compile_fx", "torch._inductor.decomposition", "luminal.frontends.torch.dynamo",
+             "luminal.egraph.pipeline", "luminal.kernels.cpu.program", "luminal.kernels.cpu.runtime", "egglog")
+
+
+def load_libraries() -> float:
+    """Import `LIBRARIES`; the MB of resident memory that took (`libraries_mb` in the JSON)."""
+    import importlib
+
+    _trim_heap()
+    before = _status_kb("VmRSS")
+    for module in LIBRARIES:
+        importlib.import_module(module)
+    _trim_heap()
+    return (_status_kb("VmRSS") - before) / 1024
+
+
 def build(name: str):
     """(the model wrapped to return its training loss, in train() mode; the batch)."""
     import torch
@@ -198,6 +223,7 @@ def worker(name: str, config: str, steps: int) -> dict:
     import torch
 
     row: dict = {"model": name, "config": config, "threads": torch.get_num_threads()}
+    row["libraries_mb"] = load_libraries()  # before the baseline, in every configuration alike
     module, batch = build(name)
     _trim_heap()
     base = _status_kb("VmRSS") * 1024
@@ -436,6 +462,8 @@ def render(result: dict) -> str:
     machine = f" ({env['cpu_model']})" if env.get("cpu_model") else ""  # (older JSONs lack the CPU and ISA)
     isa = (f", ISA {env['isa']} (torch's {env.get('torch_cpu_capability') or '?'}), BLAS {env.get('blas') or '?'}"
            if env.get("isa") else "")
+    # (JSONs before the same-imports baseline lack libraries_mb)
+    libraries = max((run.get("libraries_mb", 0) for r in rows for run in r.get("runs", {}).values()), default=0)
     markdown = (f"Measured {env['date']} on {env['platform']}{machine}, {env['cpu_count']} threads{isa}, torch {env['torch']}, "
                 f"egglog {env['egglog']} (`python -m benchmarks --training`, {result['elapsed_s']:.0f} s; load "
                 f"average {env['loadavg_start'][0]:.2f} before, {env['loadavg_end'][0]:.2f} after). One training "
@@ -444,8 +472,11 @@ def render(result: dict) -> str:
                 "configuration in its own process. Alternating rounds: in the luminal process after its timed "
                 f"steps, an eager copy and the compiled model take turns, {ROUNDS} rounds of one step each (medians; "
                 "the steadier ratio on a shared machine). Peak MB: resident memory's peak during the timed steps "
-                "above the level after building the model (optimizer state included); aot_eager (Dynamo and "
-                "aot_autograd around eager kernels, no compiler) is the floor any torch.compile backend pays. "
+                "above the level after building the model (optimizer state included)"
+                + (f", every process having first imported the libraries any configuration compiles with "
+                   f"(Dynamo, aot_autograd, inductor, luminal, egglog: {libraries:.0f} MB resident, not counted)"
+                   if libraries else "")
+                + "; aot_eager: Dynamo and aot_autograd around eager kernels, no compiler. "
                 "Compile s: the first 2 steps, cold caches.\n\n" + table(rows))
     if env["loadavg_start"][0] >= 1.0:  # before this run's own processes: someone else's load
         markdown += (f"\n\nOther processes were running (load average {env['loadavg_start'][0]:.2f} on "
