@@ -13,9 +13,7 @@ wide as the build's (8 floats on AVX2, 16 on AVX-512: `steps.dc_kernels`), and t
 takes the convolutions to the rate of a large GEMM on both (README: "The compiled CPU backend"). Not at precision "float64", which keeps
 the im2col path's widened GEMM.
 
-The same micro-kernel runs the column tiles of a 1x1 convolution's GEMM with its epilogue
-(`conv_gemm.gemm_epilogue_kernel`), B's rows the input's channel planes in place: AVX2's tiles only
-(on AVX-512 the BLAS's kernels are as wide and ran those GEMMs faster).
+A 1x1 convolution is a plain GEMM on the BLAS, its epilogue fused (`conv_gemm.gemm_epilogue_kernel`).
 
 `LUMINAL_CONV`: "auto" (default: direct on x86 with AVX2 and FMA, AVX-512 included, where it was
 measured; im2col tiles and the BLAS elsewhere), "direct" (wherever the shape
