@@ -16,7 +16,7 @@ from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
-from luminal.hlir.shape import contiguous_strides
+from luminal.hlir.shape import ShapeTracker, contiguous_strides
 from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.cpu.grouped import grouped_matmul
 from luminal.kernels.cpu.prelude import c_source
@@ -72,8 +72,36 @@ def _operand(x: Node, which: str, bnames, rows, cols, inputs, t) -> tuple[str, s
     }}""", "view"
 
 
+def _folded_rows(node: Node) -> Node | None:
+    """A batch of GEMMs against one B (B's batch strides all 0: an LSTM's input projection over
+    its time steps, (T, 1, K) @ (K, 4H)) whose A rows run on at one stride across the batch: A
+    as one (batch * M, K) matrix view, so the batch is one GEMM reading B once instead of one
+    GEMV per element (T passes over the weight); None where that does not hold. Static shapes
+    and strides only; the output (batch, M, N), contiguous, is that GEMM's (batch * M, N)."""
+    a, b = node.src
+    batch = node.shape[:-2]
+    if not batch or not all(sym.is_static(d) for d in (*node.shape, a.shape[-1])) or int(sym.product(batch)) <= 1:
+        return None
+    if compute_type(node.dtype) not in ("float", "double") or node.dtype.ctype != compute_type(node.dtype):
+        return None
+    b_st, (a_base, a_st) = view_of(b)[1], view_of(a)
+    if b_st.mask is not None or a_st.mask is not None:
+        return None
+    if not all(sym.equal(w, 0) or sym.equal(d, 1) for d, w in zip(b_st.shape[:-2], b_st.strides[:-2])):
+        return None
+    if not all(sym.is_static(w) for w in (*a_st.strides, a_st.offset)):
+        return None
+    rows = [(int(d), int(w)) for d, w in zip(a_st.shape[:-1], a_st.strides[:-1]) if int(d) != 1]
+    if any(w != w2 * d2 for (_, w), (d2, w2) in zip(rows, rows[1:])):
+        return None
+    n_rows = int(sym.product(node.shape[:-1]))
+    st = ShapeTracker((n_rows, a_st.shape[-1]), (rows[-1][1] if rows else 0, int(a_st.strides[-1])), int(a_st.offset))
+    return Node(Op.VIEW, a.dtype, st.shape, (a_base,), st)
+
+
 def matmul(node: Node, name: str):
-    """The extern GEMM step: one BLAS call per batch element (loops for integers)."""
+    """The extern GEMM step: one BLAS call per batch element (loops for integers), or one for the
+    whole batch where its elements share B (`_folded_rows`)."""
     a, b = node.src
     if node.dtype is DType.BOOL:
         raise UnsupportedError("MatMul on bool")
@@ -82,6 +110,20 @@ def matmul(node: Node, name: str):
     g = _GEMM[t]
     batch = node.shape[:-2]
     m, n, k = (c_dim(d) for d in (node.shape[-2], node.shape[-1], a.shape[-1]))
+    folded = _folded_rows(node)
+    if folded is not None:
+        rows = c_dim(folded.shape[0])
+        a_setup, _ = _operand(folded, "a", [], folded.shape[0], folded.shape[1], inputs, t)
+        b_setup, _ = _operand(b, "b", ["0"] * len(batch), b.shape[-2], b.shape[-1], inputs, t)
+        return kernel(name, node, inputs, symbols_of(node), False, f"""if ({n} <= 0) return;
+  if ({k} <= 0) {{ for (long long q = 0; q < {rows} * {n}; ++q) out[q] = 0; return; }}
+  {t}* a_buf = NULL;
+  {t}* b_buf = NULL;
+  const {t}* a_ptr; const {t}* b_ptr; int a_tr, b_tr; long long a_ld, b_ld;
+  {a_setup}
+  {b_setup}
+  lum_gemm_{g}(a_tr, b_tr, {rows}, {n}, {k}, a_ptr, a_ld, b_ptr, b_ld, out, {n});
+  free(a_buf); free(b_buf);""")
     bnames, blines = unravel("bz", batch, "z")
     a_setup, _ = _operand(a, "a", bnames, a.shape[-2], a.shape[-1], inputs, t)
     b_setup, _ = _operand(b, "b", bnames, b.shape[-2], b.shape[-1], inputs, t)
