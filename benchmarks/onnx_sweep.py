@@ -36,7 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.timing import interleaved_medians
+from benchmarks import ort_isa
+from benchmarks.timing import cpu_environment, describe_isa, interleaved_medians
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
@@ -116,6 +117,7 @@ def main(argv=None) -> int:
         cold = tempfile.TemporaryDirectory(prefix="luminal-onnx-sweep-")
         atexit.register(cold.cleanup)
         os.environ["LUMINAL_CACHE_DIR"] = cold.name
+    ort_isa.apply()  # LUMINAL_ISA=avx2: onnxruntime's AVX2 kernels too, before it loads
     sweep = _sweep_module()
     todo = [e for e in sweep.MANIFEST if opts.heavy or opts.models or not e.get("heavy")]
     if opts.models:
@@ -137,11 +139,11 @@ def main(argv=None) -> int:
     elapsed = time.perf_counter() - started
     assert "torch" not in sys.modules, "the sweep measures an ONNX user's process, without torch"
     env = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "platform": platform.platform(),
-           "cpu_count": os.cpu_count()}
+           "cpu_count": os.cpu_count(), **cpu_environment()}
     matched = sum(1 for r in rows if r.get("ok"))
     ran = sum(1 for r in rows if "ok" in r)
     cmd = "python -m benchmarks.onnx_sweep" + (" " + " ".join(sys.argv[1:] if argv is None else argv)).rstrip()
-    markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} cores, luminal device "
+    markdown = (f"Measured {env['date']} on {env['platform']}, {env['cpu_count']} cores, ISA {describe_isa(env)}, luminal device "
                 f"{opts.device!r}, onnxruntime {importlib.metadata.version('onnxruntime')} (`{cmd}`, {elapsed:.0f} s, "
                 "torch not loaded). "
                 f"{matched} of {ran} models run match onnxruntime at every shape. Compile s: the compile plus the "
@@ -149,6 +151,7 @@ def main(argv=None) -> int:
                 "luminal / onnxruntime.\n\n" + table(rows))
     RESULTS.mkdir(exist_ok=True)
     stem = "onnx_sweep" + ("_" + "_".join(opts.models) if opts.models else "") + ("" if opts.device == "cpu" else f"_{opts.device}")
+    stem += "" if env["isa"] == "native" else f"_{env['isa']}"  # LUMINAL_ISA=avx2: beside the native results
     (RESULTS / f"{stem}.md").write_text(markdown + "\n")
     print(markdown)
     print(f"wrote {RESULTS}/{stem}.md in {elapsed:.0f} s")

@@ -96,3 +96,15 @@ def test_symbolic_batch_keeps_the_loop():
     for t in (1, 5):
         feeds = {"x": rng.standard_normal((t, 1, 8)).astype(np.float32), "w": rng.standard_normal((8, 6)).astype(np.float32)}
         np.testing.assert_allclose(cg(feeds)[0], feeds["x"] @ feeds["w"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,b_shape", [((5, 0, 4), (4, 3)), ((5, 2, 0), (0, 3))], ids=["m0", "k0"])
+def test_empty_rows_or_depth(shape, b_shape):
+    """M = 0 (nothing to write) and K = 0 (zeros), as NumPy."""
+    g = lm.Graph("empty")
+    g.output(g.input("x", shape) @ g.input("w", b_shape), "y")
+    feeds = {"x": np.ones(shape, np.float32), "w": np.ones(b_shape, np.float32)}
+    got = g.compile(device="cpu")(feeds)[0]
+    want = feeds["x"] @ feeds["w"]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)

@@ -80,7 +80,8 @@ def _folded_rows(node: Node) -> Node | None:
     and strides only; the output (batch, M, N), contiguous, is that GEMM's (batch * M, N)."""
     a, b = node.src
     batch = node.shape[:-2]
-    if not batch or not all(sym.is_static(d) for d in (*node.shape, a.shape[-1])) or int(sym.product(batch)) <= 1:
+    if not batch or not all(sym.is_static(d) for d in (*node.shape, a.shape[-1])) or int(sym.product(batch)) <= 1 \
+            or int(sym.product(node.shape)) == 0:
         return None
     if compute_type(node.dtype) not in ("float", "double") or node.dtype.ctype != compute_type(node.dtype):
         return None
