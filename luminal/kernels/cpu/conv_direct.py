@@ -13,7 +13,9 @@ wide as the build's (8 floats on AVX2, 16 on AVX-512: `steps.dc_kernels`), and t
 takes the convolutions to the rate of a large GEMM on both (README: "The compiled CPU backend"). Not at precision "float64", which keeps
 the im2col path's widened GEMM.
 
-A 1x1 convolution is a plain GEMM on the BLAS, its epilogue fused (`conv_gemm.gemm_epilogue_kernel`).
+The same micro-kernel runs a grouped 1x1 convolution's GEMMs with their epilogue, a group per
+thread (`conv_gemm.gemm_epilogue_kernel`), B's rows the input's channel planes in place: AVX2's
+tiles only. An ungrouped 1x1 convolution is a BLAS GEMM on both ISAs (measured faster).
 
 `LUMINAL_CONV`: "auto" (default: direct on x86 with AVX2 and FMA, AVX-512 included, where it was
 measured; im2col tiles and the BLAS elsewhere), "direct" (wherever the shape

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Node, Op
+from luminal.hlir.ops import ConstantArray, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
 from luminal.kernels.cpu import conv_direct
 from luminal.kernels.cpu.conv import (
@@ -37,12 +37,14 @@ from luminal.kernels.cpu.conv import (
     window_pad,
 )
 from luminal.kernels.cpu.steps import (
+    DC_KERNELS,
     K_TILE_ROWS_C,
     K_TILED_C,
     TILE_FLOATS,
     TILE_MIN,
     TILE_PAR,
     column_split,
+    dc_kernels,
     direct_conv,
     through,
 )
@@ -212,13 +214,16 @@ def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: 
         }}"""
 
 
+def _stored(x: Node) -> bool:
+    """`x` reads a weight stored in the graph (a CONSTANT array)."""
+    base = view_of(x)[0]
+    return base.op is Op.CONSTANT and isinstance(base.arg, ConstantArray)
+
+
 def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, list[Node], list[str]]:
     """(code, inputs, symbols) of a plain GEMM (`render.matmul`'s, the same calls, so the same
     bits) whose batch elements each go through the region as soon as the GEMM has written them.
-    `operand`: the C dialect's GEMM operand setup (`render._operand`). A 1x1 convolution's GEMM
-    stays on the BLAS on every ISA: on AVX2 the direct convolution's micro-kernel, which ran it
-    until 2026-12-05, measured slower than the BLAS's tiles since their static schedule (README,
-    "Direct convolutions")."""
+    `operand`: the C dialect's GEMM operand setup (`render._operand`)."""
     node, region = plan.matmul, plan.node
     a, b = node.src
     t = compute_type(node.dtype)
@@ -231,6 +236,35 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     bnames, blines = unravel("bz", batch, "z")
     a_setup, _ = operand(a, "a", bnames, a.shape[-2], a.shape[-1], inputs, t)
     b_setup, _ = operand(b, "b", bnames, b.shape[-2], b.shape[-1], inputs, t)
+
+    # a grouped 1x1 convolution's GEMMs (A a stored weight with a block per group, B computed:
+    # not a linear layer's, whose weight is B) through the direct convolution's micro-kernel
+    # where it runs (`conv_direct.wanted`), each group on its thread: B's rows are the input's
+    # channel planes, read in place (off[k] = k * b_ld), C written straight into the output,
+    # then the region on the group's outputs. Each output is one FMA chain in k order whoever
+    # computes it; the columns past the last multiple of 16 go through one GEMM of all the rows
+    # first. Not at precision "float64" (the BLAS's widened GEMM), nor for a transposed operand,
+    # nor a weight past EPILOGUE_TILE_FLOATS. Grouped and AVX2's tiles only: an ungrouped 1x1
+    # convolution measured faster on the BLAS's tiles on both ISAs, ShuffleNet's grouped ones
+    # faster here (README, "Direct convolutions").
+    a_st = view_of(a)[1]
+    grouped = any(not sym.equal(w, 0) and not sym.equal(d, 1) for d, w in zip(a_st.shape[:-2], a_st.strides[:-2]))
+    micro = t == "float" and grouped and conv_direct.wanted() and _stored(a) and not _stored(b) and dc_kernels() is DC_KERNELS
+    mr, nr = DC_KERNELS[16], 16  # the micro-kernel's tile: rows x columns
+
+    def units(pragma: str) -> str:  # batch element bz through the micro-kernel (rows in blocks only with `pragma`, across the team)
+        return f"""const long long N16 = N / {nr} * {nr};  /* the columns past it: one GEMM of all the rows, before the units' epilogues */
+        if (N16 < N) lum_gemm_{g}(0, 0, M, N - N16, K, a_ptr, a_ld, b_ptr + N16, b_ld, out + bz * M * N + N16, N);
+        const long long n_t = (N + T - 1) / T, per = {"(16 + n_t - 1) / n_t" if pragma else "1"};
+        const long long MB = {mr} * (((M + {mr - 1}) / {mr} + per - 1) / per), n_units = n_t * ((M + MB - 1) / MB);
+        {pragma}
+        for (long long u = 0; u < n_units; ++u) {{
+          const long long p0 = u % n_t * T, nt = lum_min(T, N - p0), n16 = nt / {nr} * {nr};
+          const long long m0 = u / n_t * MB, mn = lum_min(MB, M - m0);
+          {t}* const c = out + (bz * M + m0) * N + p0;
+          if (n16 > 0) lum_dconv_{mr}x{nr}(mn, K, a_ptr + m0 * a_ld, a_ld, b_ptr + p0, offs, c, N, n16);
+          {_epilogue_rows(plan, inputs, t, "p0", "nt", "", ("m0", "m0 + mn"))}
+        }}"""
 
     def batch_loop(pragma: str, rows_pragma: str, tiles: bool) -> str:  # as `render.matmul`'s, each element then through the region
         # tiles False: each batch element on its thread (`pragma` shares them out); True: the
@@ -250,8 +284,17 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
       }} else {{
         {whole}
       }}"""
+        if micro:
+            par = "#pragma omp parallel for num_threads(lum_threads) schedule(static) if (n_units > 1)" if tiles else ""
+            whole = f"""if (offs && !a_tr && !b_tr && !lum_f64 && M * K <= {EPILOGUE_TILE_FLOATS}LL) {{
+        for (long long k = 0; k < K; ++k) offs[k] = k * b_ld;
+        {units(par)}
+      }} else {{
+        {whole}
+      }}"""
         return f"""{t}* a_buf = NULL;
     {t}* b_buf = NULL;
+    {"long long* const offs = (long long*)malloc(sizeof(long long) * K);  /* B's rows for the micro-kernel */" if micro else ""}
     {pragma}
     for (long long bz = 0; bz < n_batch; ++bz) {{
       {" ".join(blines)}
@@ -260,9 +303,9 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
       {b_setup}
       {whole}
     }}
-    free(a_buf); free(b_buf);"""
+    free(a_buf); free(b_buf);{" free(offs);" if micro else ""}"""
 
-    code = f"""{signature(name, region, inputs, symbols, False)} {{
+    code = f"""{conv_direct.MICRO_KERNEL if micro else ""}{signature(name, region, inputs, symbols, False)} {{
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {{
