@@ -51,6 +51,9 @@ def apply() -> dict:
     if "cpuid_fault" not in flags:
         _state.update(isa="native", why="no CPUID faulting on this CPU: onnxruntime keeps its AVX-512 kernels")
         return state()
+    if build.compiler() is None:
+        _state.update(isa="native", why="no C compiler to build the CPUID mask: onnxruntime keeps its AVX-512 kernels")
+        return state()
     lib = ctypes.CDLL(str(build.build(SOURCE.read_text())))
     lib.lum_cpuid7_ebx.restype = ctypes.c_uint
     lib.lum_cpuid_answered.restype = ctypes.c_long

@@ -1,7 +1,7 @@
 """`benchmarks/ort_isa.py`: under `LUMINAL_ISA=avx2` the benchmarks make onnxruntime pick its AVX2
 kernels by answering CPUID without AVX-512. Each case runs in a fresh interpreter (the mask is the
 process's, and onnxruntime must load after it). What the mask can do depends on the CPU (AVX-512,
-CPUID faulting): every case states the outcome for each kind of CPU, none is skipped."""
+CPUID faulting) and on a C compiler: every case states the outcome for each, none is skipped."""
 
 import os
 import signal
@@ -10,6 +10,8 @@ import sys
 import textwrap
 
 import pytest
+
+from luminal.kernels.cpu import build
 
 pytest.importorskip("onnxruntime")
 
@@ -68,6 +70,8 @@ def test_avx2_masks_cpuid_and_onnxruntime_still_computes(tmp_path):
         assert out["STATE"] == "avx2 | the CPU has no AVX-512"
     elif "cpuid_fault" not in flags:
         assert out["STATE"].startswith("native | no CPUID faulting")
+    elif build.compiler() is None:
+        assert out["STATE"].startswith("native | no C compiler")
     else:
         assert out["STATE"] == "avx2 | CPUID masked (benchmarks/ort_isa.py)"
         assert out["AVX512F"] == "False"
