@@ -29,6 +29,15 @@ def contiguous_strides(shape) -> tuple[Dim, ...]:
     return tuple(reversed(strides))
 
 
+def merged_stride(shape, strides) -> Dim | None:
+    """The stride of dims (outermost first) read as one dim, size-1 dims skipped: the innermost
+    kept dim's (0 when every dim is 1), or None when they do not step as one row-major run."""
+    dims = [(d, w) for d, w in zip(shape, strides) if not sym.equal(d, 1)]
+    if not all(sym.equal(w, sym.norm(w2 * d2)) for (_, w), (d2, w2) in zip(dims, dims[1:])):
+        return None
+    return dims[-1][1] if dims else 0
+
+
 @dataclass(frozen=True)
 class ShapeTracker:
     shape: tuple[Dim, ...]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import ConstantArray, Node, Op
-from luminal.hlir.shape import ShapeTracker, contiguous_strides
+from luminal.hlir.shape import ShapeTracker, contiguous_strides, merged_stride
 from luminal.kernels.cpu import conv_direct
 from luminal.kernels.cpu.conv import (
     _EPILOGUES,
@@ -174,10 +174,10 @@ def gemm_epilogue(node: Node, users) -> GemmEpilogue | None:
         if is_inline_scalar(base):
             srcs.append(s)
             continue
-        inner = [(d, w) for d, w in zip(st.shape[split:], st.strides[split:]) if not sym.equal(d, 1)]
-        if st.mask is not None or not all(sym.equal(w, sym.norm(w2 * d2)) for (_, w), (d2, w2) in zip(inner, inner[1:])):
+        stride = merged_stride(st.shape[split:], st.strides[split:])
+        if st.mask is not None or stride is None:
             return None
-        merged = ShapeTracker((*st.shape[:split], cols), (*st.strides[:split], inner[-1][1] if inner else 0), st.offset)
+        merged = ShapeTracker((*st.shape[:split], cols), (*st.strides[:split], stride), st.offset)
         srcs.append(Node(Op.VIEW, s.dtype, merged.shape, (base,), merged))
     return GemmEpilogue(mm, gemm, node, Node(node.op, node.dtype, (*shape[:split], cols), tuple(srcs), node.arg))
 

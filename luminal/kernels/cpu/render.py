@@ -16,7 +16,7 @@ from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
-from luminal.hlir.shape import ShapeTracker, contiguous_strides
+from luminal.hlir.shape import ShapeTracker, contiguous_strides, merged_stride
 from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.cpu.grouped import grouped_matmul
 from luminal.kernels.cpu.prelude import c_source
@@ -92,11 +92,11 @@ def _folded_rows(node: Node) -> Node | None:
         return None
     if not all(sym.is_static(w) for w in (*a_st.strides, a_st.offset)):
         return None
-    rows = [(int(d), int(w)) for d, w in zip(a_st.shape[:-1], a_st.strides[:-1]) if int(d) != 1]
-    if any(w != w2 * d2 for (_, w), (d2, w2) in zip(rows, rows[1:])):
+    row_stride = merged_stride(a_st.shape[:-1], a_st.strides[:-1])
+    if row_stride is None:
         return None
     n_rows = int(sym.product(node.shape[:-1]))
-    st = ShapeTracker((n_rows, a_st.shape[-1]), (rows[-1][1] if rows else 0, int(a_st.strides[-1])), int(a_st.offset))
+    st = ShapeTracker((n_rows, a_st.shape[-1]), (int(row_stride), int(a_st.strides[-1])), int(a_st.offset))
     return Node(Op.VIEW, a.dtype, st.shape, (a_base,), st)
 
 
@@ -116,8 +116,7 @@ def matmul(node: Node, name: str):
         rows = c_dim(folded.shape[0])
         a_setup, _ = _operand(folded, "a", [], folded.shape[0], folded.shape[1], inputs, t)
         b_setup, _ = _operand(b, "b", ["0"] * len(batch), b.shape[-2], b.shape[-1], inputs, t)
-        return kernel(name, node, inputs, symbols_of(node), False, f"""if ({n} <= 0) return;
-  if ({k} <= 0) {{ for (long long q = 0; q < {rows} * {n}; ++q) out[q] = 0; return; }}
+        return kernel(name, node, inputs, symbols_of(node), False, f"""if ({k} <= 0) {{ for (long long q = 0; q < {rows} * {n}; ++q) out[q] = 0; return; }}
   {t}* a_buf = NULL;
   {t}* b_buf = NULL;
   const {t}* a_ptr; const {t}* b_ptr; int a_tr, b_tr; long long a_ld, b_ld;
