@@ -2,6 +2,7 @@
 they use, against onnxruntime: labels exactly, probabilities and scores within 1e-5, on the
 NumPy runtime (the spec) and the C backend."""
 
+import math
 import warnings
 
 import numpy as np
@@ -244,6 +245,22 @@ def test_zipmap_string_labels_returns_dicts():
     assert compiled.output_names == ["m"] and compiled.outputs[0].dtype == np.dtype(object)
     assert "maps" in repr(compiled) and compiled.input_names == ["x"]
     _same(got, _ort(model, {"x": x}))
+
+
+@pytest.mark.parametrize("labels", [
+    ["it's", 'say "no"', "a\\b", "{r0}", "line\nbreak", "ünï", ""],  # written into the generated maker as reprs
+    [-(2**62), 0, 7, 2**62],
+    ["same", "other", "same"],  # a duplicate keeps the last column, as dict(zip()) does
+])
+def test_zipmap_labels_any_text_and_duplicates(labels):
+    from luminal.frontends.onnx.zipmap import MapOutput, to_maps
+
+    x = RNG.standard_normal((5, len(labels))).astype(np.float32)
+    x[0, 0], x[1, 0], x[2, -1] = np.nan, -np.inf, -0.0  # the last column always keeps its key
+    got = to_maps(x, MapOutput(0, "m", tuple(labels)))
+    want = [dict(zip(labels, row)) for row in x.tolist()]
+    assert repr(got) == repr(want)  # keys, their order and values, NaN and -0.0 included
+    assert math.copysign(1.0, got[2][labels[-1]]) == -1.0 and all(type(v) is float for g in got for v in g.values())
 
 
 @pytest.mark.parametrize("device", ["numpy", "cpu"])
