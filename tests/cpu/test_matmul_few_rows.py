@@ -1,0 +1,74 @@
+"""A few rows times a weight stored as its rows (C = A B^T, M <= 8, B at least 32 x 16: a GRU
+step at a small batch, a few tokens through a linear layer): `lum_few_rows_gemm` in the prelude,
+each block of four of B's rows read once for every row of A, blocks split across the team from
+2^15 of B's elements. Against the NumPy runtime: small integers exactly, NaN/inf propagated, B
+rows not a multiple of four, f64, set_precision("float64"), and the same bits on one thread as on
+two (every element is one dot product in one order whatever the split)."""
+
+import numpy as np
+import pytest
+
+import luminal as lm
+from luminal.kernels.cpu import build
+
+pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
+
+
+def _graphs(n: int, k: int):
+    g = lm.Graph("few_rows")
+    a, w = g.input("a", ("m", k)), g.input("w", (n, k))
+    g.output(a @ w.T, "f32")
+    g.output(a.cast(lm.f64) @ w.cast(lm.f64).T, "f64")
+    g.output(a[:, ::2] @ w[:, ::2].T, "strided")  # copies first, then the same loop
+    return g.compile(device="cpu"), g.compile(device="numpy")
+
+
+@pytest.mark.parametrize("n,k", [(32, 16), (35, 31), (770, 300)])  # 770 x 300: past the team split
+def test_few_rows_match_numpy(n, k):
+    cpu, ref = _graphs(n, k)
+    rng = np.random.default_rng(n)
+    for m in (2, 3, 5, 8, 9):  # 9: past the loop's rows, the BLAS
+        feeds = {"a": rng.integers(-3, 4, (m, k)).astype(np.float32), "w": rng.integers(-3, 4, (n, k)).astype(np.float32)}
+        for name, out, want in zip(("f32", "f64", "strided"), cpu(feeds), ref(feeds)):
+            assert out.dtype == want.dtype and out.shape == want.shape, name
+            np.testing.assert_array_equal(out, want, err_msg=f"{name} m={m}")  # small integers: exact
+        feeds["a"][1, 3], feeds["w"][5, 7], feeds["w"][n - 1, 2] = np.nan, np.inf, -np.inf
+        for name, out, want in zip(("f32", "f64", "strided"), cpu(feeds), ref(feeds)):
+            np.testing.assert_array_equal(np.isnan(out), np.isnan(want), err_msg=f"{name} NaN m={m}")
+            np.testing.assert_array_equal(out[~np.isnan(out)], want[~np.isnan(want)], err_msg=f"{name} inf m={m}")
+
+
+def test_few_rows_bits_do_not_depend_on_the_team():
+    torch = pytest.importorskip("torch")  # the team follows torch's thread count when torch is loaded
+    cpu, _ = _graphs(770, 300)
+    rng = np.random.default_rng(2)
+    feeds = {"a": rng.standard_normal((5, 300)).astype(np.float32), "w": rng.standard_normal((770, 300)).astype(np.float32)}
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = cpu(feeds)
+        torch.set_num_threads(2)
+        two = cpu(feeds)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+    want = feeds["a"].astype(np.float64) @ feeds["w"].astype(np.float64).T
+    np.testing.assert_allclose(one[0], want, rtol=1e-5, atol=1e-4)
+
+
+def test_float64_precision_in_few_rows():
+    """1e8 + 1 - 1e8: 1 under set_precision("float64") (f64 accumulation), 0 in f32."""
+    g = lm.Graph()
+    a, w = g.input("a", (3, 24)), g.input("w", (40, 24))
+    g.output(a @ w.T)
+    cpu = g.compile(device="cpu")
+    row = np.zeros(24, np.float32)
+    row[:3] = [1e8, 1.0, -1e8]
+    feeds = {"a": np.tile(row, (3, 1)), "w": np.ones((40, 24), np.float32)}
+    np.testing.assert_array_equal(cpu(feeds)[0], np.zeros((3, 40), np.float32))
+    previous = lm.set_precision("float64")
+    try:
+        np.testing.assert_array_equal(cpu(feeds)[0], np.ones((3, 40), np.float32))
+    finally:
+        lm.set_precision(previous)
