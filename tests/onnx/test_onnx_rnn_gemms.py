@@ -58,7 +58,8 @@ def test_recurrences_are_gemms_with_onnxruntime_values(op, direction, batch, len
     dirs = 2 if direction == "bidirectional" else 1
     recurrent = 2 if op == "GRU" and not attrs else 1  # without linear_before_reset, r * h comes first
     # one projection, then one or two per step; the first step's product with the zero state no
-    # initial_h means may stay a broadcast product and sum (0 * R is not folded: R may hold inf)
+    # initial_h means is computed at import (`test_first_step_product_...` below); a GRU without
+    # linear_before_reset keeps (r * 0) @ R^T there, r being the input's
     low, high = 1 + dirs * (SEQ - 1) * recurrent, 1 + dirs * SEQ * recurrent
     assert low <= ops.count(Op.MAT_MUL) <= high, ops
     assert ops.count(Op.KAHAN_SUM) + ops.count(Op.SUM_REDUCE) <= dirs * recurrent, ops
@@ -105,3 +106,66 @@ def test_embedding_projection_is_a_table_lookup(transpose):
     assert ops.count(Op.MAT_MUL) == 2 * (SEQ - 1), ops  # the recurrent GEMMs only: no projection
     with pytest.raises(IndexOutOfRange):
         compiled(np.full(with_inf.shape, 11, np.int64))
+
+
+def _with_initial(op, batch, initial: str, r_special: bool):
+    """A bidirectional `op` whose initial state is `initial`: "absent" (zeros), "given" (an
+    initializer, `_H0`) or "input"; R with an inf and a NaN where `r_special`."""
+    rng = np.random.default_rng(6)
+    gates = {"GRU": 3, "LSTM": 4, "RNN": 1}[op]
+    r = rng.standard_normal((2, gates * HID, HID)).astype(np.float32) * 0.5
+    if r_special:
+        r[0, 1, 2], r[1, 0, 3] = np.inf, np.nan
+    inits = [numpy_helper.from_array(rng.standard_normal((2, gates * HID, INP)).astype(np.float32) * 0.5, "W"),
+             numpy_helper.from_array(r, "R"),
+             numpy_helper.from_array(rng.standard_normal((2, 2 * gates * HID)).astype(np.float32) * 0.5, "B")]
+    inputs = [oh.make_tensor_value_info("x", TP.FLOAT, [SEQ, batch, INP])]
+    names = ["x", "W", "R", "B", ""]
+    if initial == "given":
+        inits.append(numpy_helper.from_array(_H0, "h0"))
+        names.append("h0")
+    elif initial == "input":
+        inputs.append(oh.make_tensor_value_info("h0", TP.FLOAT, [2, batch, HID]))
+        names.append("h0")
+    outs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
+    attrs = {"linear_before_reset": 1} if op == "GRU" else {}
+    node = oh.make_node(op, names, outs, hidden_size=HID, direction="bidirectional", **attrs)
+    graph = oh.make_graph([node], "g", inputs, [oh.make_tensor_value_info(o, TP.FLOAT, ["d"] * (4 if o == "y" else 3)) for o in outs], inits)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 14)], ir_version=8)
+
+
+_H0 = np.random.default_rng(8).standard_normal((2, 2, HID)).astype(np.float32)
+
+
+@pytest.mark.parametrize("op", ["GRU", "LSTM", "RNN"])
+@pytest.mark.parametrize("initial,batch", [("absent", "b"), ("absent", 2), ("given", 2)])
+@pytest.mark.parametrize("r_special", [False, True], ids=["finite", "inf_nan_in_R"])
+def test_first_step_product_with_a_constant_state_is_computed_once(op, initial, batch, r_special):
+    """H0 @ R^T of the first step is a constant when H0 is (zeros when absent, an initializer):
+    computed at import (float64, rounded once), so the graph has one recurrent product fewer per
+    direction and no broadcast product and sum of 0 * R. Values: onnxruntime's; with inf/NaN in R
+    (where onnxruntime's own GRU and LSTM give other NaN patterns, even for a state fed at run
+    time) those of the same model with the state fed at run time, whose product the graph
+    computes (0 * inf is NaN in both)."""
+    model = _with_initial(op, batch, initial, r_special)
+    compiled = lo.compile(model, device="cpu")
+    fed = lo.compile(_with_initial(op, batch, "input", r_special), device="cpu")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    for n in ((1, 3) if batch == "b" else (2,)):
+        feeds = {"x": rng.standard_normal((SEQ, n, INP)).astype(np.float32)}
+        got = compiled(feeds)
+        want = fed({**feeds, "h0": _H0 if initial == "given" else np.zeros((2, n, HID), np.float32)})
+        if not r_special:
+            for w, o in zip(want, sess.run(None, feeds)):  # the fed graph is onnxruntime's too
+                np.testing.assert_allclose(w, o, rtol=1e-5, atol=1e-6)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+            np.testing.assert_allclose(g[~np.isnan(g)], w[~np.isnan(w)], rtol=1e-5, atol=1e-6)
+        if r_special:
+            assert np.isnan(got[0]).any()
+    for graph, first_folded in ((compiled, True), (fed, False)):
+        ops = [nd.op for nd in toposort(graph.compiled.outputs)]
+        assert ops.count(Op.MAT_MUL) == 1 + 2 * (SEQ - first_folded), ops  # the projection, then one a step
+        assert ops.count(Op.KAHAN_SUM) + ops.count(Op.SUM_REDUCE) == 0, ops

@@ -23,6 +23,7 @@ from luminal.builder import functional as F
 from luminal.frontends.onnx.errors import NeedsShape, OnnxImportError
 from luminal.frontends.onnx.registry import onnx_op
 from luminal.hlir import symbolic as sym
+from luminal.hlir.ops import Op
 
 MAX_STEPS = 4096  # an unrolled recurrence's steps: more compile too slowly (the graph grows with the length)
 # The host-stepped cell's private domain (`staged_rnn.py`): the same ops with X already projected,
@@ -33,6 +34,7 @@ PROJECTED = "ai.luminal.projected"
 
 class TooManySteps(OnnxImportError):
     """A recurrence longer than MAX_STEPS asked to unroll: `recurrence="auto"` steps it on the host instead."""
+PRODUCT_MAX = 1 << 24  # elements of a weight read by a constant state's product (`_constant_product`)
 LOOKUP_MAX = 1 << 22  # elements of a precomputed embedding-projection table (16 MB of f32)
 
 
@@ -207,9 +209,52 @@ def _recurrent(h, r):
     h[m, 1, k] * r[1, n, k] reads r with r's own shape: the view is dropped and the MatMul rule,
     which matches views, finds no GEMM (a 512x128 product and sum per step): spelled r @ h^T,
     transposed back, the same dot products as a GEMV."""
+    known = _constant_product(h, r)
+    if known is not None:
+        return known
     if sym.equal(h.shape[0], 1):
         return r.matmul(h.T).T
     return h.matmul(r.T)
+
+
+def _constant_source(t):
+    """The CONSTANT node `t` reads through views and copies only (a weight's slice, a zero state
+    broadcast to (batch, hidden)), or None."""
+    node = t.node
+    for _ in range(16):
+        if node.op is Op.CONSTANT:
+            return node
+        if node.op not in (Op.VIEW, Op.CONTIGUOUS) or len(node.src) != 1:
+            return None
+        node = node.src[0]
+    return None
+
+
+def _constant_product(h, r):
+    """h @ r^T computed now, as a constant, when the state h is a constant (the first step's,
+    zeros when the model gives none) and r a weight: a product the graph would otherwise compute
+    every call (the romanizer's encoder: 0 * R and its sum, 98K elements a direction and gate,
+    55 us a call). In float64, rounded once; NaN and inf in either propagate as the product's
+    would (0 * inf is NaN). A state of symbolic batch is a broadcast scalar: one row, expanded.
+    None where h or r depends on an input, or neither dtype is float32/float64."""
+    h_src, r_src = _constant_source(h), _constant_source(r)
+    if h_src is None or r_src is None or h.dtype.numpy not in (np.float32, np.float64) or r.dtype != h.dtype:
+        return None
+    if not all(sym.is_static(d) for d in r.shape) or int(np.prod([int(d) for d in r.shape])) > PRODUCT_MAX:
+        return None
+    from luminal.runtime import NumpyRuntime
+
+    (r_now,) = NumpyRuntime([r.node])({})
+    if all(sym.is_static(d) for d in h.shape):
+        (h_now,) = NumpyRuntime([h.node])({})
+        rows = h_now
+    elif not h_src.shape and isinstance(h_src.arg, (int, float, np.number)) and not isinstance(h_src.arg, bool):  # F.full: a scalar at (batch, hidden)
+        rows = np.full((1, h.shape[-1]), h_src.arg, h.dtype.numpy)
+    else:
+        return None
+    product = (np.asarray(rows, np.float64) @ np.asarray(r_now, np.float64).T).astype(h.dtype.numpy)
+    out = h.graph.constant(product, h.dtype)
+    return out if product.shape[0] == h.shape[0] else out.expand((h.shape[0], product.shape[1]))
 
 
 @onnx_op("RNN", domain=PROJECTED)
