@@ -58,14 +58,15 @@ def test_few_rows_bits_do_not_depend_on_the_team():
 
 
 def test_float64_precision_in_few_rows():
-    """1e8 + 1 - 1e8: 1 under set_precision("float64") (f64 accumulation), 0 in f32."""
+    """1e8 + 1 - 1e8: 1 under set_precision("float64") (f64 accumulation), 0 in f32 in any order
+    of summation (1 - 1e8 rounds to -1e8 in f32, as 1e8 + 1 to 1e8)."""
     g = lm.Graph()
-    a, w = g.input("a", (3, 24)), g.input("w", (40, 24))
+    a, w = g.input("a", (3, 48)), g.input("w", (40, 48))
     g.output(a @ w.T)
     cpu = g.compile(device="cpu")
-    row = np.zeros(24, np.float32)
-    row[:3] = [1e8, 1.0, -1e8]
-    feeds = {"a": np.tile(row, (3, 1)), "w": np.ones((40, 24), np.float32)}
+    row = np.zeros(48, np.float32)
+    row[[0, 16, 32]] = [1e8, 1.0, -1e8]  # one vector lane at every width (8 or 16 floats)
+    feeds = {"a": np.tile(row, (3, 1)), "w": np.ones((40, 48), np.float32)}
     np.testing.assert_array_equal(cpu(feeds)[0], np.zeros((3, 40), np.float32))
     previous = lm.set_precision("float64")
     try:

@@ -13,5 +13,6 @@ def c_source(name: str) -> str:
     return (C_DIR / name).read_text()
 
 
-PRELUDE = c_source("prelude_head.h") + PHILOX_C.format(q="static inline") + c_source("prelude_tail.h")
+PRELUDE = (c_source("prelude_head.h") + PHILOX_C.format(q="static inline") + c_source("prelude_tail.h")
+           + c_source("few_rows.h"))
 SHARED = c_source("shared.c")  # the BLAS entry points: in the library that owns them (program.py)

@@ -161,13 +161,10 @@ LUM_LOOP_GEMM(long long, ll)
 LUM_SKINNY_GEMM(float, f32)
 LUM_SKINNY_GEMM(double, d)
 /* C (M x NN) = A B^T for a few rows (M <= 8: a GRU or LSTM step at a small batch, a few tokens
-   through a linear layer whose weight B is stored as its rows, out x in). BLAS packs B first, and a
-   gemv a row reads B M times on one thread (a GRU step at batch 2, 768 x 256: 37 us; MKL's sgemm
-   15; this loop 9). Here each block of four of B's rows is read once, from memory or L2, and
-   dotted with every row of A from L1, four independent sums at a time; the blocks are split
-   across the call's team where `par`, the same rows to the same thread every call, so a model's
-   weights stay in the cores' L2 between calls. Every element is one dot product in one order
-   whatever the split: the bits do not depend on the team. */
+   through a linear layer whose weight B is stored as its rows): the float32 one is few_rows.h's
+   (vector types, FMAs), this loop the float64 one, each block of four of B's rows read once for
+   every row of A, blocks split across the team where `par`, one dot product an element in one
+   order whatever the split. */
 #define LUM_FEW_ROWS_GEMM(T, N) static void lum_few_rows_gemm_##N(long long M, long long NN, long long K, \
     const T* A, long long lda, const T* Bt, long long ldb, T* C, long long ldc, int par) { \
   _Pragma("omp parallel for num_threads(lum_threads) schedule(static) if (par)") \
@@ -188,8 +185,9 @@ LUM_SKINNY_GEMM(double, d)
         _Pragma("omp simd reduction(+:s0)") \
         for (long long k = 0; k < K; ++k) s0 += a[k] * b0[k]; \
         C[i * ldc + j] = s0; } } } }
-LUM_FEW_ROWS_GEMM(float, f32)
 LUM_FEW_ROWS_GEMM(double, d)
+static void lum_few_rows_gemm_f32(long long M, long long NN, long long K, const float* A, long long lda,
+                                  const float* Bt, long long ldb, float* C, long long ldc, int par);  /* few_rows.h */
 /* M == 1 or N == 1 (one token's linear layers in decode) is a matrix-vector product: gemv reads
    the matrix once, where gemm packs it first (5x slower for a 1408 x 512 weight) */
 /* Which SGEMM serves a call: luminal's AVX-512 one when it stands in front of the BLAS
