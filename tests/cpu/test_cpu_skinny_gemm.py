@@ -1,8 +1,8 @@
-"""GEMMs of 2 to 8 columns (`lum_skinny_gemm` in the prelude: each row of A dotted with the few
-rows of B^T, rows split across the team when large; B plain is packed first): the NumPy
-runtime's values for B transposed, plain and strided, NaN/inf propagated, the row split, f64,
-set_precision("float64"), and the strided-conv form that reaches it (an STFT as a Conv1d of
-one input channel, a 512-tap kernel and hop 160, as openWakeWord's melspectrogram)."""
+"""GEMMs of 2 to 8 columns (the prelude's few-rows loop on C^T = B^T A^T: each row of A dotted
+with the few rows of B^T, A's rows split across the team when large; B plain is packed first):
+the NumPy runtime's values for B transposed, plain and strided, NaN/inf propagated, the row
+split, f64, set_precision("float64"), and the strided-conv form that reaches it (an STFT as a
+Conv1d of one input channel, a 512-tap kernel and hop 160, as openWakeWord's melspectrogram)."""
 
 import numpy as np
 import pytest
@@ -42,14 +42,15 @@ def test_few_columns_match_numpy(n):
 
 
 def test_float64_precision_in_few_columns():
-    """1e8 + 1 - 1e8: 1 under set_precision("float64") (f64 accumulation), 0 in f32."""
+    """1e8 + 1 - 1e8: 1 under set_precision("float64") (f64 accumulation), 0 in f32 in any order
+    of summation (1 - 1e8 rounds to -1e8 in f32, as 1e8 + 1 to 1e8)."""
     g = lm.Graph()
-    a, v = g.input("a", (32, 24)), g.input("v", (24, 3))
+    a, v = g.input("a", (32, 48)), g.input("v", (48, 3))
     g.output(a @ v)
     cpu = g.compile(device="cpu")
-    row = np.zeros(24, np.float32)
-    row[:3] = [1e8, 1.0, -1e8]
-    feeds = {"a": np.tile(row, (32, 1)), "v": np.ones((24, 3), np.float32)}
+    row = np.zeros(48, np.float32)
+    row[[0, 16, 32]] = [1e8, 1.0, -1e8]  # one vector lane at every width (8 or 16 floats)
+    feeds = {"a": np.tile(row, (32, 1)), "v": np.ones((48, 3), np.float32)}
     np.testing.assert_array_equal(cpu(feeds)[0], np.zeros((32, 3), np.float32))
     previous = lm.set_precision("float64")
     try:

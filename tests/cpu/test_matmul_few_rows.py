@@ -1,4 +1,4 @@
-"""A few rows times a weight stored as its rows (C = A B^T, M <= 8, B at least 32 x 16: a GRU
+"""A few rows times a weight stored as its rows (C = A B^T, M <= 16, B at least 32 x 16: a GRU
 step at a small batch, a few tokens through a linear layer): `lum_few_rows_gemm` in the prelude,
 each block of four of B's rows read once for every row of A, blocks split across the team from
 2^15 of B's elements. Against the NumPy runtime: small integers exactly, NaN/inf propagated, B
@@ -27,7 +27,7 @@ def _graphs(n: int, k: int):
 def test_few_rows_match_numpy(n, k):
     cpu, ref = _graphs(n, k)
     rng = np.random.default_rng(n)
-    for m in (2, 3, 5, 8, 9):  # 9: past the loop's rows, the BLAS
+    for m in (2, 3, 5, 7, 8, 14, 17):  # tiles of 4, 2 and 1 rows; 17: past the loop's rows, the BLAS
         feeds = {"a": rng.integers(-3, 4, (m, k)).astype(np.float32), "w": rng.integers(-3, 4, (n, k)).astype(np.float32)}
         for name, out, want in zip(("f32", "f64", "strided"), cpu(feeds), ref(feeds)):
             assert out.dtype == want.dtype and out.shape == want.shape, name

@@ -1,7 +1,7 @@
-/* C (M x NN) = A B^T in float32 for a few rows of A (M <= 8) and B stored as its rows (a linear
+/* C (M x NN) = A B^T in float32 for a few rows of A (M <= 16) and B stored as its rows (a linear
    layer's weight, out x in): `lum_few_rows_gemm_f32`, which `LUM_BLAS_GEMM` calls (prelude_tail.h;
    the float64 one is the plain loop there). Each block of four of B's rows is read once, from
-   memory or L2, for every row of A; two rows of A at a time, eight vector sums of the products
+   memory or L2, for every row of A; four rows of A at a time (two on AVX2), a vector sum of the products
    along K (FMAs where the CPU has them, as a BLAS's), each summed across its lanes as a tree of
    halves, then K's last K % W terms in order. GCC/Clang vector types, no intrinsics: 16 floats
    where the library is built for AVX-512, else 8. The blocks are split across the call's team
@@ -20,8 +20,10 @@
 #endif
 #if defined(__AVX512F__)
 #define LUM_FR_W 16
+#define LUM_FR_MR 4  /* rows of A a step: MR x 4 sums, MR loads of A and 4 of B for 4 MR FMAs (24 of 32 registers) */
 #else
 #define LUM_FR_W 8
+#define LUM_FR_MR 2  /* AVX2's 16 registers: 8 sums */
 #endif
 typedef float lum_fr_v __attribute__((vector_size(4 * LUM_FR_W), aligned(4)));
 typedef float lum_fr_v4 __attribute__((vector_size(16), aligned(4)));
@@ -34,33 +36,42 @@ static inline float lum_fr_sum(lum_fr_v v) {  /* the lanes' sum, halves added do
   q[0] += q[1];
   return (q[0][0] + q[0][2]) + (q[0][1] + q[0][3]);
 }
+/* rows i.. i + mr - 1 of A (mr a constant where it is inlined: the loops unroll, the sums stay in
+   registers) times B's rows b[0..3], the first nb of them stored */
+static inline __attribute__((always_inline)) void lum_fr_tile(const int mr, long long i, long long K, long long KV,
+    const float* A, long long lda, const float* const* b, int nb, float* C, long long ci, long long cj, long long j0) {
+  const float* a[LUM_FR_MR];
+  _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r) a[r] = A + (i + r) * lda;
+  lum_fr_v acc[LUM_FR_MR][4];
+  _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r) _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
+    acc[r][q] = (lum_fr_v){0};
+  for (long long k = 0; k < KV; k += LUM_FR_W) {
+    lum_fr_v x[LUM_FR_MR];
+    _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r) x[r] = *(const lum_fr_v*)(a[r] + k);
+    _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) {
+      const lum_fr_v v = *(const lum_fr_v*)(b[q] + k);
+      _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r) acc[r][q] += x[r] * v;
+    }
+  }
+  _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r)
+    _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) if (q < nb) {
+      float s = lum_fr_sum(acc[r][q]);
+      for (long long k = KV; k < K; ++k) s += a[r][k] * b[q][k];
+      C[(i + r) * ci + (j0 + q) * cj] = s;
+    }
+}
 static void lum_few_rows_gemm_f32(long long M, long long NN, long long K, const float* A, long long lda,
-                                  const float* Bt, long long ldb, float* C, long long ldc, int par) {
+                                  const float* Bt, long long ldb, float* C, long long ci, long long cj, int par) {
   const long long KV = K / LUM_FR_W * LUM_FR_W;
   _Pragma("omp parallel for num_threads(lum_threads) schedule(static) if (par)")
   for (long long j0 = 0; j0 < NN; j0 += 4) {
     const int nb = NN - j0 < 4 ? (int)(NN - j0) : 4;
     const float* b[4];
     for (int q = 0; q < 4; ++q) b[q] = Bt + (j0 + (q < nb ? q : nb - 1)) * ldb;  /* past NN: the last row again, never stored */
-    for (long long i = 0; i < M; i += 2) {
-      const float* a[2] = {A + i * lda, A + (i + 1 < M ? i + 1 : i) * lda};
-      lum_fr_v acc[2][4];
-      _Pragma("GCC unroll 2") for (int r = 0; r < 2; ++r) _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
-        acc[r][q] = (lum_fr_v){0};  /* (unrolled: the sums stay in registers) */
-      for (long long k = 0; k < KV; k += LUM_FR_W) {
-        const lum_fr_v x0 = *(const lum_fr_v*)(a[0] + k), x1 = *(const lum_fr_v*)(a[1] + k);
-        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) {
-          const lum_fr_v v = *(const lum_fr_v*)(b[q] + k);
-          acc[0][q] += x0 * v; acc[1][q] += x1 * v;
-        }
-      }
-      _Pragma("GCC unroll 2") for (int r = 0; r < 2; ++r) if (i + r < M)
-        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) if (q < nb) {
-          float s = lum_fr_sum(acc[r][q]);
-          for (long long k = KV; k < K; ++k) s += a[r][k] * b[q][k];
-          C[(i + r) * ldc + j0 + q] = s;
-        }
-    }
+    long long i = 0;
+    for (; i + LUM_FR_MR <= M; i += LUM_FR_MR) lum_fr_tile(LUM_FR_MR, i, K, KV, A, lda, b, nb, C, ci, cj, j0);
+    for (; i + 2 <= M; i += 2) lum_fr_tile(2, i, K, KV, A, lda, b, nb, C, ci, cj, j0);
+    for (; i < M; ++i) lum_fr_tile(1, i, K, KV, A, lda, b, nb, C, ci, cj, j0);
   }
 }
 #if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)

@@ -135,38 +135,15 @@ LUM_LOOP_GEMM(float, f)
 LUM_LOOP_GEMM(double, d)
 LUM_LOOP_GEMM(int, i)
 LUM_LOOP_GEMM(long long, ll)
-/* C (M x NN) = A B^T for a few columns (2 <= NN <= 8: a strided conv's output positions, an STFT's
-   frames, a small batch): A's rows read once, each dotted with the NN rows of B^T (op(B)^T's rows
-   ldb apart, or packed from B's columns) in cache. BLAS packs the whole of A first: 46 us for a
-   257 x 512 by 512 x 5 product that this loop does in 20. Rows split across the call's team. */
-#define LUM_SKINNY_GEMM(T, N) static void lum_skinny_gemm_##N(long long M, long long NN, long long K, const T* A, \
-    long long lda, const T* Bt, long long ldb, T* C, long long ldc) { \
-  _Pragma("omp parallel for num_threads(lum_threads) if (lum_threads > 1 && M * NN * K >= (1LL << 20) && !omp_in_parallel())") \
-  for (long long i = 0; i < M; ++i) { \
-    const T* a = A + i * lda; \
-    long long j = 0; \
-    for (; j + 4 <= NN; j += 4) { \
-      const T *b0 = Bt + j * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb; \
-      T s0 = 0, s1 = 0, s2 = 0, s3 = 0; \
-      _Pragma("omp simd reduction(+:s0, s1, s2, s3)") \
-      for (long long k = 0; k < K; ++k) { const T x = a[k]; s0 += x * b0[k]; s1 += x * b1[k]; s2 += x * b2[k]; s3 += x * b3[k]; } \
-      C[i * ldc + j] = s0; C[i * ldc + j + 1] = s1; C[i * ldc + j + 2] = s2; C[i * ldc + j + 3] = s3; \
-    } \
-    for (; j < NN; ++j) { \
-      const T* b0 = Bt + j * ldb; T s0 = 0; \
-      _Pragma("omp simd reduction(+:s0)") \
-      for (long long k = 0; k < K; ++k) s0 += a[k] * b0[k]; \
-      C[i * ldc + j] = s0; \
-    } } }
-LUM_SKINNY_GEMM(float, f32)
-LUM_SKINNY_GEMM(double, d)
-/* C (M x NN) = A B^T for a few rows (M <= 8: a GRU or LSTM step at a small batch, a few tokens
-   through a linear layer whose weight B is stored as its rows): the float32 one is few_rows.h's
-   (vector types, FMAs), this loop the float64 one, each block of four of B's rows read once for
-   every row of A, blocks split across the team where `par`, one dot product an element in one
-   order whatever the split. */
+/* C = A B^T for a few rows of A (M <= 16, 8 in float64: a GRU or LSTM step at a small batch, a few tokens
+   through a linear layer whose weight B is stored as its rows), element (i, j) at C[i * ci + j * cj]
+   so that the same loop serves a few columns (C^T = B A^T: a strided conv's output positions, an
+   STFT's frames; BLAS packed all of the weight first, 46 us for a 257 x 512 by 512 x 5 product).
+   The float32 one is few_rows.h's (vector types, FMAs); this loop the float64 one: each block of
+   four of B's rows read once for every row of A, blocks split across the team where `par`, one
+   dot product an element in one order whatever the split. */
 #define LUM_FEW_ROWS_GEMM(T, N) static void lum_few_rows_gemm_##N(long long M, long long NN, long long K, \
-    const T* A, long long lda, const T* Bt, long long ldb, T* C, long long ldc, int par) { \
+    const T* A, long long lda, const T* Bt, long long ldb, T* C, long long ci, long long cj, int par) { \
   _Pragma("omp parallel for num_threads(lum_threads) schedule(static) if (par)") \
   for (long long j0 = 0; j0 < NN; j0 += 4) { \
     if (j0 + 4 <= NN) { \
@@ -176,18 +153,18 @@ LUM_SKINNY_GEMM(double, d)
         T s0 = 0, s1 = 0, s2 = 0, s3 = 0; \
         _Pragma("omp simd reduction(+:s0, s1, s2, s3)") \
         for (long long k = 0; k < K; ++k) { const T x = a[k]; s0 += x * b0[k]; s1 += x * b1[k]; s2 += x * b2[k]; s3 += x * b3[k]; } \
-        T* c = C + i * ldc + j0; \
-        c[0] = s0; c[1] = s1; c[2] = s2; c[3] = s3; } \
+        T* c = C + i * ci + j0 * cj; \
+        c[0] = s0; c[cj] = s1; c[2 * cj] = s2; c[3 * cj] = s3; } \
     } else for (long long j = j0; j < NN; ++j) { \
       const T* b0 = Bt + j * ldb; \
       for (long long i = 0; i < M; ++i) { \
         const T* a = A + i * lda; T s0 = 0; \
         _Pragma("omp simd reduction(+:s0)") \
         for (long long k = 0; k < K; ++k) s0 += a[k] * b0[k]; \
-        C[i * ldc + j] = s0; } } } }
+        C[i * ci + j * cj] = s0; } } } }
 LUM_FEW_ROWS_GEMM(double, d)
 static void lum_few_rows_gemm_f32(long long M, long long NN, long long K, const float* A, long long lda,
-                                  const float* Bt, long long ldb, float* C, long long ldc, int par);  /* few_rows.h */
+                                  const float* Bt, long long ldb, float* C, long long ci, long long cj, int par);  /* few_rows.h */
 /* M == 1 or N == 1 (one token's linear layers in decode) is a matrix-vector product: gemv reads
    the matrix once, where gemm packs it first (5x slower for a 1408 x 512 weight) */
 /* Which SGEMM serves a call: luminal's AVX-512 one when it stands in front of the BLAS
@@ -224,8 +201,8 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
         GEMV(101, 111, lum_min(per, NN - s0), K, (T)1, B + s0 * ldb, ldb, A, ta ? lda : 1, (T)0, C + s0, 1); \
     } else GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A, ta ? lda : 1, (T)0, C, 1); \
   } \
-  else if (M <= 8 && tb && !ta && NN >= 32 && K >= 16)  /* split from 2^17 of B's elements, as a gemv */ \
-    lum_few_rows_gemm_##N(M, NN, K, A, lda, B, ldb, C, ldc, \
+  else if (M <= (sizeof(T) == 4 ? 16 : 8) && tb && !ta && NN >= 32 && K >= 16)  /* f32 M = 14, 768 x 256: 31 us, OpenBLAS 73 */ \
+    lum_few_rows_gemm_##N(M, NN, K, A, lda, B, ldb, C, ldc, 1, \
                           lum_threads > 1 && NN * K >= (1LL << 15) && !omp_in_parallel()); \
   else if (GEMV && M <= 4 && !lum_blas_in_team)  /* OpenBLAS: a row at a time (sgemm at M = 2 took 124 us, 2 gemv 36) */ \
     for (long long i = 0; i < M; ++i) \
@@ -238,12 +215,13 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
         GEMV(101, 111, lum_min(per, M - s0), K, (T)1, A + s0 * lda, lda, B, tb ? 1 : ldb, (T)0, C + s0 * ldc, ldc); \
     } else GEMV(101, ta ? 112 : 111, ta ? K : M, ta ? M : K, (T)1, A, lda, B, tb ? 1 : ldb, (T)0, C, ldc); \
   } \
-  else if (!ta && NN >= 2 && NN <= 8 && K >= 16 && M >= 16) { \
-    if (tb) lum_skinny_gemm_##N(M, NN, K, A, lda, B, ldb, C, ldc); \
+  else if (!ta && NN >= 2 && NN <= 8 && K >= 16 && M >= 16) {  /* C^T = op(B)^T A^T: A's rows as B's */ \
+    const int par_ = lum_threads > 1 && M * K >= (1LL << 15) && !omp_in_parallel();  /* A: the rows read once */ \
+    if (tb) lum_few_rows_gemm_##N(NN, M, K, B, ldb, A, lda, C, 1, ldc, par_); \
     else {  /* B's NN columns as rows: a small copy */ \
       T* bt = (T*)malloc(sizeof(T) * NN * K); \
       for (long long k = 0; k < K; ++k) for (long long j = 0; j < NN; ++j) bt[j * K + k] = B[k * ldb + j]; \
-      lum_skinny_gemm_##N(M, NN, K, A, lda, bt, K, C, ldc); \
+      lum_few_rows_gemm_##N(NN, M, K, bt, K, A, lda, C, 1, ldc, par_); \
       free(bt); } \
   } \
   else if (GEMM && lum_threads > 1 && M * NN * K >= lum_min(1LL << 21, (1LL << 18) * lum_threads) \
