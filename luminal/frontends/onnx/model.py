@@ -78,7 +78,8 @@ class OnnxModel:
         # (input, axis) of every dynamic dim: a call with one of them 0 compiles statically
         self._dynamic_axes = [(i.name, axis) for i in inputs for axis, d in enumerate(i.shape) if not isinstance(d, int)]
         self._specs = [_spec(i) for i in inputs]  # what checking a call's arrays needs, worked out once
-        self._casts: tuple = (None, [])  # (the graph last called, [(input, dtype)] it takes): `__call__`
+        self._casts: tuple = (None,)  # (the graph last called, [(input, dtype)] it takes, the outputs' dtypes, its
+        # boundary layout): `__call__`
         self._host_form = host_form  # callable -> the host-stepped model (None: no such form, or it failed)
         self._host = None  # that model, once built
         self._unrolled: dict = {}  # key -> graph compiled unrolled under "auto" (kept: see the docstring)
@@ -117,7 +118,10 @@ class OnnxModel:
         return f"<luminal.onnx model ({ins}) -> ({outs})>"
 
     def _feeds(self, args, kwargs) -> dict:
-        feeds = gather_feeds(self.input_names, args, kwargs)
+        if len(args) == 1 and not kwargs and type(args[0]) is dict:  # the caller's dict, read, never changed
+            feeds = args[0]
+        else:
+            feeds = gather_feeds(self.input_names, args, kwargs)
         specs = self._specs
         if self.defaults or len(feeds) != len(specs) or any(spec[0] not in feeds for spec in specs):
             names, default_names = self.input_names, self._default_names  # (lists built per access)
@@ -169,7 +173,9 @@ class OnnxModel:
         self._check_assumptions(compiled, arrays)
         casts = self._casts  # one read: another thread may store its own graph's meanwhile
         if casts[0] is not compiled:
-            casts = self._casts = (compiled, [(n.arg, n.dtype.numpy) for n in compiled.inputs])
+            kinds = [o.dtype for o in self.outputs]
+            casts = self._casts = (compiled, [(n.arg, n.dtype.numpy) for n in compiled.inputs], kinds,
+                                   getattr(compiled, "boundary_layout", None))
         feeds = {}
         for name, dtype in casts[1]:
             arr = arrays[name]
@@ -182,14 +188,14 @@ class OnnxModel:
             raise
         except Exception as exc:  # noqa: BLE001 - report, never crash
             raise OnnxError(f"running the model failed: {type(exc).__name__}: {exc}") from exc
-        results = list(results)
-        for i, axis, j in compiled.ragged:  # data-dependent lengths: cut the padding
-            results[i] = results[i][(slice(None),) * axis + (slice(0, int(results[j])),)]
-        layout = getattr(compiled, "boundary_layout", None)
-        if layout is not None:  # sequences as lists, empty optionals as None
-            return boundary.regroup(results, layout)
-        return [r.astype(o.dtype, copy=False) if o.dtype is not None and r.dtype != o.dtype else r
-                for r, o in zip(results, self.outputs)]
+        if compiled.ragged:
+            results = list(results)
+            for i, axis, j in compiled.ragged:  # data-dependent lengths: cut the padding
+                results[i] = results[i][(slice(None),) * axis + (slice(0, int(results[j])),)]
+        if casts[3] is not None:  # sequences as lists, empty optionals as None
+            return boundary.regroup(list(results), casts[3])
+        return [r if dtype is None or r.dtype == dtype else r.astype(dtype, copy=False)
+                for r, dtype in zip(results, casts[2])]
 
     run = __call__
 

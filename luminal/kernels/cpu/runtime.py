@@ -354,6 +354,7 @@ class CpuRuntime(Runtime):
         # file's sizes fail as a call)
         self._fixed = all(sym.is_static(d) for n in [*self.inputs, *self.outputs, *self.intermediates] for d in n.shape)
         self._static = None
+        self._last_layout = None  # symbolic dims: (the last call's dims, team and precision; its layout)
         self._liveness = donation.Liveness.of(program.steps, sched.inputs, sched.outputs)
         self._donation_plans: dict[tuple, donation.Placement] = {}
         self.donated_outputs = 0  # outputs written into donated inputs, over all calls
@@ -484,9 +485,13 @@ class CpuRuntime(Runtime):
         team, f64 = self._threads or threads(), self.arithmetic.precision == "float64"
         layout = self._static
         if layout is None or layout[0] != (team, f64):
-            layout = ((team, f64), self._layout(bindings, team, f64))
             if self._fixed:
-                self._static = layout
+                layout = self._static = ((team, f64), self._layout(bindings, team, f64))
+            else:  # the last call's dims again (one read: another thread may store its own meanwhile)
+                key = (*bindings.items(), team, f64)
+                layout = self._last_layout
+                if layout is None or layout[0] != key:
+                    layout = self._last_layout = (key, self._layout(bindings, team, f64))
         hit = layout[1]
         total, offsets, _, out_shapes, _, _, dims_at = hit
         ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
@@ -515,18 +520,22 @@ class CpuRuntime(Runtime):
             if tmps is None or mine["tmps_of"] is not offsets or mine["tmps_at"] != shared["arena_at"]:
                 tmps = mine["tmps"] = offsets.astype(np.uint64) + np.uint64(shared["arena_at"])
                 mine["tmps_of"], mine["tmps_at"] = offsets, shared["arena_at"]  # held: never another layout's
+                mine["tmps_ptr"] = tmps.ctypes.data  # (a .ctypes read costs about a microsecond)
         bufs = mine.get("bufs")
         if bufs is None:
             bufs = mine["bufs"] = (ctypes.c_void_p * len(self._template)).from_buffer_copy(self._template)
+            mine["err"] = err = ctypes.c_int(0)
+            mine["err_ref"] = ctypes.byref(err)
         k = self._n_weights
         for i, a in enumerate(addresses):
             bufs[k + i] = a
         k += self._n_inputs
         for i, o in enumerate(outs):
             bufs[k + i] = _address(o)
-        err = ctypes.c_int(0)
-        self._run(self._table_at, self._n_steps, bufs, dims_at, tmps.ctypes.data, ctypes.byref(err), team,
-                  None if self._seconds is None else self._seconds.ctypes.data, f64)
+        err = mine["err"]  # this thread's flag, cleared for the call
+        err.value = 0
+        self._run(self._table_at, self._n_steps, bufs, dims_at, tmps.ctypes.data if placed is not None else mine["tmps_ptr"],
+                  mine["err_ref"], team, None if self._seconds is None else self._seconds.ctypes.data, f64)
         if err.value:
             if err.value & 2 and not err.value & 1:
                 raise DivisionByZero("integer division or remainder by zero (flagged by the compiled C)")
