@@ -1,9 +1,10 @@
-"""A few rows times a weight stored as its rows (C = A B^T, M <= 16, B at least 32 x 16: a GRU
-step at a small batch, a few tokens through a linear layer): `lum_few_rows_gemm` in the prelude,
+"""A few rows times a weight: stored as its rows (C = A B^T, M <= 16, B at least 32 x 16: a GRU
+step at a small batch, a few tokens through a linear layer; `lum_few_rows_gemm` in the prelude,
 each block of four of B's rows read once for every row of A, blocks split across the team from
-2^15 of B's elements. Against the NumPy runtime: small integers exactly, NaN/inf propagated, B
-rows not a multiple of four, f64, set_precision("float64"), and the same bits on one thread as on
-two (every element is one dot product in one order whatever the split)."""
+2^15 of B's elements), or plain (C = A B, M <= 4, an ONNX MatMul's weight: `lum_few_rows_nn`,
+blocks of columns across the team, each element a chain over k in order). Against the NumPy
+runtime: small integers exactly, NaN/inf propagated, sizes not a multiple of the vectors, A
+transposed, f64, set_precision("float64"), and the same bits on one thread as on two."""
 
 import numpy as np
 import pytest
@@ -73,3 +74,52 @@ def test_float64_precision_in_few_rows():
         np.testing.assert_array_equal(cpu(feeds)[0], np.ones((3, 40), np.float32))
     finally:
         lm.set_precision(previous)
+
+
+def _plain_graphs(n: int, k: int):
+    """B stored plain (K x N, an ONNX MatMul's weight): the axpy form (`lum_few_rows_nn`), A's rows
+    read in place or A transposed (its elements m apart)."""
+    g = lm.Graph("few_rows_nn")
+    a, at, w = g.input("a", ("m", k)), g.input("at", (k, "m")), g.input("w", (k, n))
+    g.output(a @ w, "plain")
+    g.output(at.T @ w, "a_transposed")
+    g.output(a.cast(lm.f64) @ w.cast(lm.f64), "f64")
+    return g.compile(device="cpu"), g.compile(device="numpy")
+
+
+@pytest.mark.parametrize("n,k", [(32, 16), (35, 31), (2100, 40)])  # 2100: the one-row form's tasks, a ragged last one
+def test_few_rows_times_plain_b_match_numpy(n, k):
+    cpu, ref = _plain_graphs(n, k)
+    rng = np.random.default_rng(k)
+    for m in (1, 2, 3, 4, 5):  # 5: past the loop's rows, the GEMM
+        a = rng.integers(-3, 4, (m, k)).astype(np.float32)
+        feeds = {"a": a, "at": np.ascontiguousarray(a.T), "w": rng.integers(-3, 4, (k, n)).astype(np.float32)}
+        for name, out, want in zip(("plain", "a_transposed", "f64"), cpu(feeds), ref(feeds)):
+            assert out.dtype == want.dtype and out.shape == want.shape, name
+            np.testing.assert_array_equal(out, want, err_msg=f"{name} m={m}")
+        feeds["a"][0, 3] = feeds["at"][3, 0] = np.nan
+        feeds["w"][5, n - 1], feeds["w"][7, 0] = np.inf, -np.inf
+        for name, out, want in zip(("plain", "a_transposed", "f64"), cpu(feeds), ref(feeds)):
+            np.testing.assert_array_equal(np.isnan(out), np.isnan(want), err_msg=f"{name} NaN m={m}")
+            np.testing.assert_array_equal(out[~np.isnan(out)], want[~np.isnan(want)], err_msg=f"{name} inf m={m}")
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_few_rows_times_plain_b_bits_do_not_depend_on_the_team(m):
+    torch = pytest.importorskip("torch")
+    cpu, _ = _plain_graphs(2100, 300)
+    rng = np.random.default_rng(m)
+    a = rng.standard_normal((m, 300)).astype(np.float32)
+    feeds = {"a": a, "at": np.ascontiguousarray(a.T), "w": rng.standard_normal((300, 2100)).astype(np.float32)}
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = cpu(feeds)
+        torch.set_num_threads(2)
+        two = cpu(feeds)
+    finally:
+        torch.set_num_threads(before)
+    for x, y in zip(one, two):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(one[0], one[1])  # A read in place or transposed: the same sums
+    np.testing.assert_allclose(one[0], a.astype(np.float64) @ feeds["w"].astype(np.float64), rtol=1e-5, atol=1e-4)

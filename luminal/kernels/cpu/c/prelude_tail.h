@@ -165,6 +165,25 @@ LUM_LOOP_GEMM(long long, ll)
 LUM_FEW_ROWS_GEMM(double, d)
 static void lum_few_rows_gemm_f32(long long M, long long NN, long long K, const float* A, long long lda,
                                   const float* Bt, long long ldb, float* C, long long ci, long long cj, int par);  /* few_rows.h */
+/* C = op(A) B for a few rows of op(A) and B stored plain, K x NN (an ONNX MatMul's weight, in x out):
+   each output a sum over k in order, from 0, of A's element times B's row k (the axpy form), the
+   columns in blocks split across the team where `par`, so each element's bits do not depend on
+   the split. One gemv_n a row read all of B on one thread (OpenBLAS's form does not split without
+   changing the bits: `lum_gemv_block`). The float32 one is few_rows.h's (vector types, FMAs). */
+#define LUM_FEW_ROWS_NN(T, N) static void lum_few_rows_nn_##N(long long M, long long NN, long long K, const T* A, \
+    long long sam, long long sak, const T* B, long long ldb, T* C, long long ldc, int par) { \
+  _Pragma("omp parallel for num_threads(lum_threads) schedule(static) if (par)") \
+  for (long long c0 = 0; c0 < NN; c0 += 64) { \
+    const long long cn = lum_min(64, NN - c0); \
+    for (long long i = 0; i < M; ++i) { \
+      T acc[64] = {0}; \
+      for (long long k = 0; k < K; ++k) { \
+        const T x = A[i * sam + k * sak]; const T* b = B + k * ldb + c0; \
+        _Pragma("omp simd") for (long long j = 0; j < cn; ++j) acc[j] += x * b[j]; } \
+      for (long long j = 0; j < cn; ++j) C[i * ldc + c0 + j] = acc[j]; } } }
+LUM_FEW_ROWS_NN(double, d)
+static void lum_few_rows_nn_f32(long long M, long long NN, long long K, const float* A, long long sam, long long sak,
+                                const float* B, long long ldb, float* C, long long ldc, int par);  /* few_rows.h */
 /* M == 1 or N == 1 (one token's linear layers in decode) is a matrix-vector product: gemv reads
    the matrix once, where gemm packs it first (5x slower for a 1408 x 512 weight) */
 /* Which SGEMM serves a call: luminal's AVX-512 one when it stands in front of the BLAS
@@ -193,7 +212,12 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
                          const T* B, long long ldb, T* C, long long ldc) { \
   const __typeof__(PICK(0, 0)) GEMM = PICK(tb, M); \
   lum_blas_one_thread(); \
-  if (GEMV && M == 1) {  /* C[1 x N] = a . op(B): op(B)^T a, a's elements lda apart when transposed */ \
+  if (M <= 4 && !tb && NN >= 32 && K >= 16 && (M > 1 || NN * K >= (1LL << 15)))  /* f32 M = 1, 512 x 2048: \
+      144 us (one gemv_n) -> 62; M = 2, 512 x 256: 13.6 -> 6.7. From M = 8 the GEMM is as fast (AVX2's \
+      register tiles of 2 rows: slower) */ \
+    lum_few_rows_nn_##N(M, NN, K, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, C, ldc, \
+                        lum_threads > 1 && NN * K >= (1LL << 15) && !omp_in_parallel()); \
+  else if (GEMV && M == 1) {  /* C[1 x N] = a . op(B): op(B)^T a, a's elements lda apart when transposed */ \
     const long long per = tb ? lum_gemv_block(NN, K) : 0; \
     if (per) {  /* op(B)^T = B's rows: block s0.. of them */ \
       _Pragma("omp parallel for num_threads(lum_threads) schedule(static)") \
