@@ -169,3 +169,19 @@ def test_first_step_product_with_a_constant_state_is_computed_once(op, initial, 
         ops = [nd.op for nd in toposort(graph.compiled.outputs)]
         assert ops.count(Op.MAT_MUL) == 1 + 2 * (SEQ - first_folded), ops  # the projection, then one a step
         assert ops.count(Op.KAHAN_SUM) + ops.count(Op.SUM_REDUCE) == 0, ops
+
+
+def test_constant_product_refuses_a_padded_state():
+    """A state padded from a broadcast scalar is not that scalar everywhere (the padding reads as
+    zero): no import-time product is made from the scalar alone. An unpadded one at a symbolic
+    batch is one row, h @ R^T, expanded."""
+    import luminal as lm
+    from luminal.frontends.onnx.ops_rnn import _constant_product, _constant_source
+
+    g = lm.Graph()
+    w = np.arange(24, dtype=np.float32).reshape(6, 4)
+    r = g.constant(w)
+    assert _constant_product(g.scalar(1.0, lm.f32).expand(("b", 3)).pad([(0, 0), (0, 1)]), r) is None
+    product = _constant_product(g.scalar(0.5, lm.f32).expand(("b", 4)), r)
+    assert product is not None and [str(d) for d in product.shape] == ["b", "6"]
+    np.testing.assert_array_equal(_constant_source(product).arg.array.reshape(-1), 0.5 * w.sum(1))

@@ -219,12 +219,15 @@ def _recurrent(h, r):
 
 def _constant_source(t):
     """The CONSTANT node `t` reads through views and copies only (a weight's slice, a zero state
-    broadcast to (batch, hidden)), or None."""
+    broadcast to (batch, hidden)), or None; None too through a padded view (its padding reads as
+    zero, not as the constant)."""
     node = t.node
     for _ in range(16):
         if node.op is Op.CONSTANT:
             return node
         if node.op not in (Op.VIEW, Op.CONTIGUOUS) or len(node.src) != 1:
+            return None
+        if node.op is Op.VIEW and node.arg.mask is not None:
             return None
         node = node.src[0]
     return None
