@@ -123,3 +123,35 @@ def test_few_rows_times_plain_b_bits_do_not_depend_on_the_team(m):
         np.testing.assert_array_equal(x, y)
     np.testing.assert_array_equal(one[0], one[1])  # A read in place or transposed: the same sums
     np.testing.assert_allclose(one[0], a.astype(np.float64) @ feeds["w"].astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+def test_two_threads_on_one_model_of_few_rows_get_their_own_answers():
+    import threading
+
+    cpu, _ = _graphs(770, 300)
+    plain, _ = _plain_graphs(2100, 40)
+    rng = np.random.default_rng(9)
+    cases = []
+    for m in (3, 1):
+        a = rng.standard_normal((m, 300)).astype(np.float32)
+        feeds = {"a": a, "w": rng.standard_normal((770, 300)).astype(np.float32)}
+        b = rng.standard_normal((m, 40)).astype(np.float32)
+        pfeeds = {"a": b, "at": np.ascontiguousarray(b.T), "w": rng.standard_normal((40, 2100)).astype(np.float32)}
+        cases.append((feeds, cpu(feeds), pfeeds, plain(pfeeds)))
+    errors = []
+
+    def worker(k):
+        feeds, want, pfeeds, pwant = cases[k]
+        try:
+            for _ in range(30):
+                for got, w in zip(cpu(feeds) + plain(pfeeds), want + pwant):
+                    np.testing.assert_array_equal(got, w)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (0, 1, 0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
