@@ -1,9 +1,9 @@
 /* C (M x NN) = A B^T in float32 for a few rows of A (M <= 16) and B stored as its rows (a linear
    layer's weight, out x in): `lum_few_rows_gemm_f32`, which `LUM_BLAS_GEMM` calls (prelude_tail.h;
    the float64 one is the plain loop there). Each block of four of B's rows is read once, from
-   memory or L2, for every row of A; four rows of A at a time (two on AVX2), a vector sum of the products
-   along K (FMAs where the CPU has them, as a BLAS's), each summed across its lanes as a tree of
-   halves, then K's last K % W terms in order. GCC/Clang vector types, no intrinsics: 16 floats
+   memory or L2, for every row of A; four rows of A at a time (two on AVX2), then single rows, a
+   vector sum of the products along K (FMAs where the CPU has them, as a BLAS's), each summed
+   across its lanes as a tree of halves, then K's last K % W terms in order. GCC/Clang vector types, no intrinsics: 16 floats
    where the library is built for AVX-512, else 8. The blocks are split across the call's team
    where `par`, the same rows to the same thread every call, so a model's weights stay in the
    cores' L2 between calls; every element is computed the same way whatever the split, so the bits
@@ -53,9 +53,12 @@ static inline __attribute__((always_inline)) void lum_fr_tile(const int mr, long
       _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r) acc[r][q] += x[r] * v;
     }
   }
-  _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r)
-    _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) if (q < nb) {
-      float s = lum_fr_sum(acc[r][q]);
+  float sum[LUM_FR_MR][4];
+  _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r) _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
+    sum[r][q] = lum_fr_sum(acc[r][q]);
+  _Pragma("GCC unroll 1") for (int r = 0; r < mr; ++r)  /* K's last terms and the stores: a loop, not unrolled code */
+    for (int q = 0; q < nb; ++q) {
+      float s = sum[r][q];
       for (long long k = KV; k < K; ++k) s += a[r][k] * b[q][k];
       C[(i + r) * ci + (j0 + q) * cj] = s;
     }
@@ -69,40 +72,31 @@ static void lum_few_rows_gemm_f32(long long M, long long NN, long long K, const 
     const float* b[4];
     for (int q = 0; q < 4; ++q) b[q] = Bt + (j0 + (q < nb ? q : nb - 1)) * ldb;  /* past NN: the last row again, never stored */
     long long i = 0;
-    for (; i + LUM_FR_MR <= M; i += LUM_FR_MR) lum_fr_tile(LUM_FR_MR, i, K, KV, A, lda, b, nb, C, ci, cj, j0);
-    for (; i + 2 <= M; i += 2) lum_fr_tile(2, i, K, KV, A, lda, b, nb, C, ci, cj, j0);
+    for (; i + LUM_FR_MR <= M; i += LUM_FR_MR) lum_fr_tile(LUM_FR_MR, i, K, KV, A, lda, b, nb, C, ci, cj, j0);  /* then single rows */
     for (; i < M; ++i) lum_fr_tile(1, i, K, KV, A, lda, b, nb, C, ci, cj, j0);
   }
 }
 /* C = op(A) B, B plain (K x NN): blocks of 4 vectors of columns, across the team where `par`; per
-   block the rows of op(A) in tiles of LUM_FR_MR (4, 2, 1), each element a chain of FMAs over k in
-   order from 0 (the columns past the last whole vector: the same chain, one column at a time) */
+   block the rows of op(A) in tiles of LUM_FR_MR (4 on AVX-512, 2 on AVX2) and of 1 (no others: every
+   library calling a GEMM may compile this code, 0.23 -> 0.39 s with it), each element a
+   chain of FMAs over k in order from 0 (the columns past the last whole block: the same chain, one
+   column at a time, so the same bits) */
 static inline __attribute__((always_inline)) void lum_fr_nn_tile(const int mr, long long i, long long K,
-    const float* A, long long sam, long long sak, const float* B, long long ldb, float* C, long long ldc,
-    long long c0, long long nv) {
+    const float* A, long long sam, long long sak, const float* B, long long ldb, float* C, long long ldc, long long c0) {
   lum_fr_v acc[LUM_FR_MR][4];
   _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r) _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q)
     acc[r][q] = (lum_fr_v){0};
-  if (nv == 4)
-    for (long long k = 0; k < K; ++k) {
-      const float* b = B + k * ldb + c0;
-      lum_fr_v v[4];
-      _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) v[q] = *(const lum_fr_v*)(b + q * LUM_FR_W);
-      _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r) {
-        const float x = A[(i + r) * sam + k * sak];
-        _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) acc[r][q] += x * v[q];
-      }
+  for (long long k = 0; k < K; ++k) {
+    const float* b = B + k * ldb + c0;
+    lum_fr_v v[4];
+    _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) v[q] = *(const lum_fr_v*)(b + q * LUM_FR_W);
+    _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r) {
+      const float x = A[(i + r) * sam + k * sak];
+      _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) acc[r][q] += x * v[q];
     }
-  else
-    for (long long k = 0; k < K; ++k) {
-      const float* b = B + k * ldb + c0;
-      _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r) {
-        const float x = A[(i + r) * sam + k * sak];
-        for (int q = 0; q < nv; ++q) acc[r][q] += x * *(const lum_fr_v*)(b + q * LUM_FR_W);
-      }
-    }
+  }
   _Pragma("GCC unroll 4") for (int r = 0; r < mr; ++r)
-    for (int q = 0; q < nv; ++q) memcpy(C + (i + r) * ldc + c0 + q * LUM_FR_W, &acc[r][q], sizeof(lum_fr_v));
+    _Pragma("GCC unroll 4") for (int q = 0; q < 4; ++q) memcpy(C + (i + r) * ldc + c0 + q * LUM_FR_W, &acc[r][q], sizeof(lum_fr_v));
 }
 /* one row of op(A) (a matrix-vector product): the sums of a task's columns in L1, B's rows k read
    whole across them, one after another (the register tiles read 256 bytes of each row, a page
@@ -127,17 +121,15 @@ static void lum_fr_nn_row(long long NN, long long K, const float* A, long long s
 static void lum_few_rows_nn_f32(long long M, long long NN, long long K, const float* A, long long sam, long long sak,
                                 const float* B, long long ldb, float* C, long long ldc, int par) {
   if (M == 1) { lum_fr_nn_row(NN, K, A, sak, B, ldb, C, par); return; }
-  const long long CB = 4 * LUM_FR_W, NV = NN / LUM_FR_W * LUM_FR_W;  /* whole vectors of columns */
+  const long long CB = 4 * LUM_FR_W, NB = NN / CB * CB;  /* whole blocks of columns */
   _Pragma("omp parallel for num_threads(lum_threads) schedule(static) if (par)")
-  for (long long c0 = 0; c0 < NV; c0 += CB) {
-    const long long nv = lum_min(CB, NV - c0) / LUM_FR_W;
+  for (long long c0 = 0; c0 < NB; c0 += CB) {
     long long i = 0;
-    for (; i + LUM_FR_MR <= M; i += LUM_FR_MR) lum_fr_nn_tile(LUM_FR_MR, i, K, A, sam, sak, B, ldb, C, ldc, c0, nv);
-    for (; i + 2 <= M; i += 2) lum_fr_nn_tile(2, i, K, A, sam, sak, B, ldb, C, ldc, c0, nv);
-    for (; i < M; ++i) lum_fr_nn_tile(1, i, K, A, sam, sak, B, ldb, C, ldc, c0, nv);
+    for (; i + LUM_FR_MR <= M; i += LUM_FR_MR) lum_fr_nn_tile(LUM_FR_MR, i, K, A, sam, sak, B, ldb, C, ldc, c0);
+    for (; i < M; ++i) lum_fr_nn_tile(1, i, K, A, sam, sak, B, ldb, C, ldc, c0);
   }
   for (long long i = 0; i < M; ++i)
-    for (long long j = NV; j < NN; ++j) {
+    for (long long j = NB; j < NN; ++j) {
       float s = 0;
       for (long long k = 0; k < K; ++k) s += A[i * sam + k * sak] * B[k * ldb + j];
       C[i * ldc + j] = s;
