@@ -39,21 +39,28 @@ def test_few_rows_match_numpy(n, k):
             np.testing.assert_array_equal(out[~np.isnan(out)], want[~np.isnan(want)], err_msg=f"{name} inf m={m}")
 
 
-def test_few_rows_bits_do_not_depend_on_the_team():
-    torch = pytest.importorskip("torch")  # the team follows torch's thread count when torch is loaded
-    cpu, _ = _graphs(770, 300)
-    rng = np.random.default_rng(2)
-    feeds = {"a": rng.standard_normal((5, 300)).astype(np.float32), "w": rng.standard_normal((770, 300)).astype(np.float32)}
+def _on_one_and_two_threads(compiled, feeds) -> list:
+    """`compiled(feeds)` on a team of one and of two (the team follows torch's thread count when
+    torch is loaded), asserted the same bit for bit; the first."""
+    torch = pytest.importorskip("torch")
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = cpu(feeds)
+        one = compiled(feeds)
         torch.set_num_threads(2)
-        two = cpu(feeds)
+        two = compiled(feeds)
     finally:
         torch.set_num_threads(before)
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
+    return one
+
+
+def test_few_rows_bits_do_not_depend_on_the_team():
+    cpu, _ = _graphs(770, 300)
+    rng = np.random.default_rng(2)
+    feeds = {"a": rng.standard_normal((5, 300)).astype(np.float32), "w": rng.standard_normal((770, 300)).astype(np.float32)}
+    one = _on_one_and_two_threads(cpu, feeds)
     want = feeds["a"].astype(np.float64) @ feeds["w"].astype(np.float64).T
     np.testing.assert_allclose(one[0], want, rtol=1e-5, atol=1e-4)
 
@@ -106,21 +113,11 @@ def test_few_rows_times_plain_b_match_numpy(n, k):
 
 @pytest.mark.parametrize("m", [1, 3])
 def test_few_rows_times_plain_b_bits_do_not_depend_on_the_team(m):
-    torch = pytest.importorskip("torch")
     cpu, _ = _plain_graphs(2100, 300)
     rng = np.random.default_rng(m)
     a = rng.standard_normal((m, 300)).astype(np.float32)
     feeds = {"a": a, "at": np.ascontiguousarray(a.T), "w": rng.standard_normal((300, 2100)).astype(np.float32)}
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = cpu(feeds)
-        torch.set_num_threads(2)
-        two = cpu(feeds)
-    finally:
-        torch.set_num_threads(before)
-    for x, y in zip(one, two):
-        np.testing.assert_array_equal(x, y)
+    one = _on_one_and_two_threads(cpu, feeds)
     np.testing.assert_array_equal(one[0], one[1])  # A read in place or transposed: the same sums
     np.testing.assert_allclose(one[0], a.astype(np.float64) @ feeds["w"].astype(np.float64), rtol=1e-5, atol=1e-4)
 
