@@ -118,10 +118,7 @@ class OnnxModel:
         return f"<luminal.onnx model ({ins}) -> ({outs})>"
 
     def _feeds(self, args, kwargs) -> dict:
-        if len(args) == 1 and not kwargs and type(args[0]) is dict:  # the caller's dict, read, never changed
-            feeds = args[0]
-        else:
-            feeds = gather_feeds(self.input_names, args, kwargs)
+        feeds = gather_feeds(self.input_names, args, kwargs)
         specs = self._specs
         if self.defaults or len(feeds) != len(specs) or any(spec[0] not in feeds for spec in specs):
             names, default_names = self.input_names, self._default_names  # (lists built per access)
@@ -173,9 +170,8 @@ class OnnxModel:
         self._check_assumptions(compiled, arrays)
         casts = self._casts  # one read: another thread may store its own graph's meanwhile
         if casts[0] is not compiled:
-            kinds = [o.dtype for o in self.outputs]
-            casts = self._casts = (compiled, [(n.arg, n.dtype.numpy) for n in compiled.inputs], kinds,
-                                   getattr(compiled, "boundary_layout", None))
+            casts = self._casts = (compiled, [(n.arg, n.dtype.numpy) for n in compiled.inputs],
+                                   [o.dtype for o in self.outputs], getattr(compiled, "boundary_layout", None))
         feeds = {}
         for name, dtype in casts[1]:
             arr = arrays[name]

@@ -34,6 +34,8 @@ PROJECTED = "ai.luminal.projected"
 
 class TooManySteps(OnnxImportError):
     """A recurrence longer than MAX_STEPS asked to unroll: `recurrence="auto"` steps it on the host instead."""
+
+
 PRODUCT_MAX = 1 << 24  # elements of a weight read by a constant state's product (`_constant_product`)
 LOOKUP_MAX = 1 << 22  # elements of a precomputed embedding-projection table (16 MB of f32)
 
@@ -236,8 +238,7 @@ def _constant_source(t):
 def _constant_product(h, r):
     """h @ r^T computed now, as a constant, when the state h is a constant (the first step's,
     zeros when the model gives none) and r a weight: a product the graph would otherwise compute
-    every call (the romanizer's encoder: 0 * R and its sum, 98K elements a direction and gate,
-    55 us a call). In float64, rounded once; NaN and inf in either propagate as the product's
+    every call (a broadcast product and sum of 0 * R per direction). In float64, rounded once; NaN and inf in either propagate as the product's
     would (0 * inf is NaN). A state of symbolic batch is a broadcast scalar: one row, expanded.
     None where h or r depends on an input, or neither dtype is float32/float64."""
     h_src, r_src = _constant_source(h), _constant_source(r)
@@ -251,7 +252,8 @@ def _constant_product(h, r):
     if all(sym.is_static(d) for d in h.shape):
         (h_now,) = NumpyRuntime([h.node])({})
         rows = h_now
-    elif not h_src.shape and isinstance(h_src.arg, (int, float, np.number)) and not isinstance(h_src.arg, bool):  # F.full: a scalar at (batch, hidden)
+    elif not h_src.shape and isinstance(h_src.arg, (int, float, np.number)) and not isinstance(h_src.arg, bool):
+        # F.full: a scalar broadcast to (batch, hidden)
         rows = np.full((1, h.shape[-1]), h_src.arg, h.dtype.numpy)
     else:
         return None

@@ -91,9 +91,10 @@ class IOInfo:
 
 def gather_feeds(names: list[str], args: tuple, kwargs: dict, one_dict: bool = True) -> dict:
     """A model call's inputs by name: one dict of them (when `one_dict`), or positional values in
-    the order of `names` plus keywords; OnnxInputError for too many or doubly given inputs."""
+    the order of `names` plus keywords; OnnxInputError for too many or doubly given inputs. A dict
+    given alone is returned itself: callers read it, never change it."""
     if one_dict and len(args) == 1 and isinstance(args[0], dict):
-        return dict(args[0], **kwargs)
+        return args[0] if not kwargs else dict(args[0], **kwargs)
     if len(args) > len(names):
         raise OnnxInputError(f"{len(args)} positional inputs given, the model takes {len(names)}: {names}")
     feeds = dict(zip(names, args))

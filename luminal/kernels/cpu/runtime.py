@@ -520,7 +520,7 @@ class CpuRuntime(Runtime):
             if tmps is None or mine["tmps_of"] is not offsets or mine["tmps_at"] != shared["arena_at"]:
                 tmps = mine["tmps"] = offsets.astype(np.uint64) + np.uint64(shared["arena_at"])
                 mine["tmps_of"], mine["tmps_at"] = offsets, shared["arena_at"]  # held: never another layout's
-                mine["tmps_ptr"] = tmps.ctypes.data  # (a .ctypes read costs about a microsecond)
+                mine["tmps_ptr"] = tmps.ctypes.data  # (read once: `.ctypes` is slow beside a small call)
         bufs = mine.get("bufs")
         if bufs is None:
             bufs = mine["bufs"] = (ctypes.c_void_p * len(self._template)).from_buffer_copy(self._template)

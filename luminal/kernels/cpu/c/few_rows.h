@@ -3,11 +3,11 @@
    the float64 one is the plain loop there). Each block of four of B's rows is read once, from
    memory or L2, for every row of A; four rows of A at a time (two on AVX2), then single rows, a
    vector sum of the products along K (FMAs where the CPU has them, as a BLAS's), each summed
-   across its lanes as a tree of halves, then K's last K % W terms in order. GCC/Clang vector types, no intrinsics: 16 floats
-   where the library is built for AVX-512, else 8. The blocks are split across the call's team
-   where `par`, the same rows to the same thread every call, so a model's weights stay in the
-   cores' L2 between calls; every element is computed the same way whatever the split, so the bits
-   do not depend on the team. A GRU step at batch 2 (768 x 256): one gemv a row 37 us, MKL 15. */
+   across its lanes as a tree of halves, then K's last K % W terms in order. GCC/Clang vector
+   types, no intrinsics: 16 floats where the library is built for AVX-512, else 8. The blocks are
+   split across the call's team where `par`, the same rows to the same thread every call, so a
+   model's weights stay in the cores' L2 between calls; every element is computed the same way
+   whatever the split, so the bits do not depend on the team (figures: README, the CPU backend). */
 #ifndef LUM_FEW_ROWS_H
 #define LUM_FEW_ROWS_H
 #if defined(LUM_FMA) && defined(__GNUC__) && !defined(__clang__)
@@ -77,8 +77,8 @@ static void lum_few_rows_gemm_f32(long long M, long long NN, long long K, const 
   }
 }
 /* C = op(A) B, B plain (K x NN): blocks of 4 vectors of columns, across the team where `par`; per
-   block the rows of op(A) in tiles of LUM_FR_MR (4 on AVX-512, 2 on AVX2) and of 1 (no others: every
-   library calling a GEMM may compile this code, 0.23 -> 0.39 s with it), each element a
+   block the rows of op(A) in tiles of LUM_FR_MR (4 on AVX-512, 2 on AVX2) and of 1 (no others:
+   every library calling a GEMM may compile this code), each element a
    chain of FMAs over k in order from 0 (the columns past the last whole block: the same chain, one
    column at a time, so the same bits) */
 static inline __attribute__((always_inline)) void lum_fr_nn_tile(const int mr, long long i, long long K,
@@ -100,8 +100,8 @@ static inline __attribute__((always_inline)) void lum_fr_nn_tile(const int mr, l
 }
 /* one row of op(A) (a matrix-vector product): the sums of a task's columns in L1, B's rows k read
    whole across them, one after another (the register tiles read 256 bytes of each row, a page
-   apart at 2048 columns: 1 x 512 x 2048 in 62 us against 65, 1024 x 4096 451 against 626). The
-   same chain of FMAs an element, so the same bits as the tiles'. */
+   apart in a wide B: slower when B streams from memory). The same chain of FMAs an element, so
+   the same bits as the tiles'. */
 static void lum_fr_nn_row(long long NN, long long K, const float* A, long long sak, const float* B, long long ldb,
                           float* C, int par) {
   const long long CW = lum_min(2048, lum_max(64, (NN / 4 + 15) / 16 * 16));  /* at least 4 tasks from 256 columns */

@@ -138,7 +138,7 @@ LUM_LOOP_GEMM(long long, ll)
 /* C = A B^T for a few rows of A (M <= 16, 8 in float64: a GRU or LSTM step at a small batch, a few tokens
    through a linear layer whose weight B is stored as its rows), element (i, j) at C[i * ci + j * cj]
    so that the same loop serves a few columns (C^T = B A^T: a strided conv's output positions, an
-   STFT's frames; BLAS packed all of the weight first, 46 us for a 257 x 512 by 512 x 5 product).
+   STFT's frames; a BLAS packs all of the weight first).
    The float32 one is few_rows.h's (vector types, FMAs); this loop the float64 one: each block of
    four of B's rows read once for every row of A, blocks split across the team where `par`, one
    dot product an element in one order whatever the split. */
@@ -212,9 +212,8 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
                          const T* B, long long ldb, T* C, long long ldc) { \
   const __typeof__(PICK(0, 0)) GEMM = PICK(tb, M); \
   lum_blas_one_thread(); \
-  if (M <= 4 && !tb && NN >= 32 && K >= 16 && (M > 1 || NN * K >= (1LL << 15)))  /* f32 M = 1, 512 x 2048: \
-      144 us (one gemv_n) -> 62; M = 2, 512 x 256: 13.6 -> 6.7. From M = 8 the GEMM is as fast (AVX2's \
-      register tiles of 2 rows: slower) */ \
+  if (M <= 4 && !tb && NN >= 32 && K >= 16 && (M > 1 || NN * K >= (1LL << 15)))  /* from 8 rows the GEMM \
+      is as fast, on AVX2 faster (README) */ \
     lum_few_rows_nn_##N(M, NN, K, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, C, ldc, \
                         lum_threads > 1 && NN * K >= (1LL << 15) && !omp_in_parallel()); \
   else if (GEMV && M == 1) {  /* C[1 x N] = a . op(B): op(B)^T a, a's elements lda apart when transposed */ \
@@ -225,7 +224,7 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
         GEMV(101, 111, lum_min(per, NN - s0), K, (T)1, B + s0 * ldb, ldb, A, ta ? lda : 1, (T)0, C + s0, 1); \
     } else GEMV(101, tb ? 111 : 112, tb ? NN : K, tb ? K : NN, (T)1, B, ldb, A, ta ? lda : 1, (T)0, C, 1); \
   } \
-  else if (M <= (sizeof(T) == 4 ? 16 : 8) && tb && !ta && NN >= 32 && K >= 16)  /* f32 M = 14, 768 x 256: 31 us, OpenBLAS 73 */ \
+  else if (M <= (sizeof(T) == 4 ? 16 : 8) && tb && !ta && NN >= 32 && K >= 16)  /* faster than the BLAS's small-M sgemm */ \
     lum_few_rows_gemm_##N(M, NN, K, A, lda, B, ldb, C, ldc, 1, \
                           lum_threads > 1 && NN * K >= (1LL << 15) && !omp_in_parallel()); \
   else if (GEMV && M <= 4 && !lum_blas_in_team)  /* OpenBLAS: a row at a time (sgemm at M = 2 took 124 us, 2 gemv 36) */ \
