@@ -207,6 +207,29 @@ class CompiledGraph:
         finally:
             gate.first_call_over()
 
+    def bound_call(self, feeds: dict):
+        """(input names, call) for calls whose arrays have exactly `feeds`' dtypes and shapes, given
+        as a list in the names' order, C-contiguous NumPy arrays (the caller checks each call's):
+        the C runtime's binding and layout done once (`CpuRuntime.bound`), not per call. None where
+        there is none: another runtime, a C library still building, a graph that draws a seed per
+        call or whose first call is not over, `feeds` the runtime would convert."""
+        bound = getattr(self.runtime, "bound", None)
+        gate = self._after_first
+        if bound is None or self.rng_seed is not None or (gate is not None and not gate.over()):
+            return None
+        got = bound({k: v for k, v in feeds.items() if k not in self.unused_inputs})
+        if got is None:
+            return None
+        names, run = got
+        lock = self._calls_lock
+
+        def call(arrays: list) -> list:
+            with lock:
+                self.calls += 1
+            return run(arrays)
+
+        return names, call
+
     def wait_writes(self) -> None:
         """Until the compile cache's writes that wait for the first call (`WriteBehind`) are done
         (the first call's wait included; at once where there are none)."""

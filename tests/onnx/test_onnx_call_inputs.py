@@ -104,3 +104,124 @@ def test_inputs_found_while_compiling_do_not_compile_twice():
     assert len(cpu._cache) == 1 and cpu.compiled.calls == 2  # the same graph served both calls
     np.testing.assert_array_equal(first, np.tile(x, 8))
     np.testing.assert_array_equal(second, first)
+
+
+def _scale_shift():
+    """y = x * w + 1 and the row sums of y: x (n, 3), w (3,)."""
+    one = oh.make_tensor("one", TP.FLOAT, [], [1.0])
+    nodes = [oh.make_node("Mul", ["x", "w"], ["p"]), oh.make_node("Add", ["p", "one"], ["y"]),
+             oh.make_node("ReduceSum", ["y", "axes"], ["r"], keepdims=0)]
+    axes = oh.make_tensor("axes", TP.INT64, [1], [1])
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", TP.FLOAT, ["n", 3]),
+                                       oh.make_tensor_value_info("w", TP.FLOAT, [3])],
+                          [oh.make_tensor_value_info("y", TP.FLOAT, ["n", 3]), oh.make_tensor_value_info("r", TP.FLOAT, ["n"])],
+                          initializer=[one, axes])
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=8)
+
+
+def _expect(x, w):
+    y = np.asarray(x, np.float32) * np.asarray(w, np.float32) + np.float32(1)
+    return y, y.sum(axis=1, dtype=np.float64)
+
+
+def _check(got, x, w):
+    y, r = _expect(x, w)
+    np.testing.assert_array_equal(got[0], y)
+    np.testing.assert_allclose(got[1], r, rtol=1e-6)
+    assert got[0].dtype == np.float32 and got[1].dtype == np.float32
+
+
+def test_a_signature_called_twice_is_bound_and_anything_else_takes_the_full_path():
+    """The second call running with the same input dtypes and shapes binds the C for them
+    (`model._Bound`); calls that differ in any way (shape, dtype, layout, names, type) take the
+    full path, with its conversions and its errors, and the results are the same either way."""
+    cpu = lo.compile(_scale_shift(), device="cpu")
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((5, 3), np.float32), rng.standard_normal(3, np.float32)
+    _check(cpu(x, w), x, w)
+    assert cpu._bound is None  # one call: nothing bound yet
+    _check(cpu({"x": x, "w": w}), x, w)
+    assert cpu._bound is not None
+    calls = cpu.compiled.calls
+    first = cpu(x, w)
+    x2 = rng.standard_normal((5, 3), np.float32)
+    second = cpu({"w": w, "x": x2})  # a dict in another order, the same signature
+    _check(first, x, w)  # not overwritten by the next call
+    _check(second, x2, w)
+    assert cpu.compiled.calls == calls + 2  # the bound calls are counted (`luminal.stats()`)
+    # another shape, another dtype, a strided view, a subclass, an extra or a missing name
+    x3 = rng.standard_normal((7, 3), np.float32)
+    _check(cpu(x3, w), x3, w)
+    _check(cpu(x, w), x, w)
+    strided = rng.standard_normal((5, 6), np.float32)[:, ::2]
+    _check(cpu(strided, w), strided, w)
+    _check(cpu(np.ma.masked_array(x), w), x, w)  # a subclass: converted on the full path
+    readonly = np.frombuffer(x.tobytes(), np.float32).reshape(5, 3)
+    _check(cpu(readonly, w), x, w)
+    with pytest.raises(lo.InputError, match="dtype"):
+        cpu(x.astype(np.float64), w)
+    with pytest.raises(lo.InputError, match="dtype"):
+        cpu(x, w.astype(">f4"))  # byte order is part of the dtype
+    with pytest.raises(lo.InputError, match="unknown"):
+        cpu({"x": x, "w": w, "z": w})
+    with pytest.raises(lo.InputError, match="missing"):
+        cpu({"x": x})
+    with pytest.raises(lo.InputError):
+        cpu(x)
+    _check(cpu(x=x, w=w), x, w)
+    _check(cpu(x, w), x, w)
+
+
+def test_a_bound_model_follows_the_precision_and_serves_two_threads():
+    import threading
+
+    from luminal.precision import set_precision
+
+    graph = oh.make_graph([oh.make_node("MatMul", ["a", "b"], ["c"])], "g",
+                          [oh.make_tensor_value_info("a", TP.FLOAT, ["n", 3]), oh.make_tensor_value_info("b", TP.FLOAT, [3, 1])],
+                          [oh.make_tensor_value_info("c", TP.FLOAT, ["n", 1])])
+    matmul = lo.compile(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=8), device="cpu")
+    a, b = np.array([[1e8, 1.0, -1e8]], np.float32), np.ones((3, 1), np.float32)  # 1 in float64, 0 or 1 in f32
+    in_f32 = matmul(a, b)[0]
+    np.testing.assert_array_equal(matmul(a, b)[0], in_f32)
+    assert matmul._bound is not None
+    previous = set_precision("float64")
+    try:
+        assert matmul(a, b)[0][0, 0] == 1.0  # computed at the precision set now, not the one bound
+    finally:
+        set_precision(previous)
+    np.testing.assert_array_equal(matmul(a, b)[0], in_f32)
+    cpu = lo.compile(_scale_shift(), device="cpu")
+    rng = np.random.default_rng(1)
+    inputs = [(rng.standard_normal((64, 3), np.float32), rng.standard_normal(3, np.float32)) for _ in range(2)]
+    for xi, wi in inputs:
+        cpu(xi, wi)
+    errors = []
+
+    def worker(xi, wi):
+        try:
+            for _ in range(200):
+                _check(cpu(xi, wi), xi, wi)
+        except Exception as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=args) for args in inputs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_a_bool_input_is_never_bound():
+    """A bool array's bytes are checked every call (`binding.proper_bools`): a 0/255 mask must
+    read as 1, so such a model keeps the full path."""
+    graph = oh.make_graph([oh.make_node("Cast", ["b"], ["y"], to=TP.FLOAT)], "g",
+                          [oh.make_tensor_value_info("b", TP.BOOL, ["n"])], [oh.make_tensor_value_info("y", TP.FLOAT, ["n"])])
+    cpu = lo.compile(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=8), device="cpu")
+    good = np.array([True, False, True])
+    cpu(good)
+    cpu(good)
+    assert cpu._bound is None
+    raw = np.array([255, 0, 7], np.uint8).view(np.bool_)
+    np.testing.assert_array_equal(cpu(raw)[0], [1.0, 0.0, 1.0])

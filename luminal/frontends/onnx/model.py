@@ -78,6 +78,8 @@ class OnnxModel:
         # (input, axis) of every dynamic dim: a call with one of them 0 compiles statically
         self._dynamic_axes = [(i.name, axis) for i in inputs for axis, d in enumerate(i.shape) if not isinstance(d, int)]
         self._specs = [_spec(i) for i in inputs]  # what checking a call's arrays needs, worked out once
+        self._bound: _Bound | None = None  # the fast call of one signature (`_arm`)
+        self._last_sig = None  # the input dtypes and shapes of the last call that could arm it
         self._casts: tuple = (None,)  # (the graph last called, [(input, dtype)] it takes, the outputs' dtypes, its
         # boundary layout): `__call__`
         self._host_form = host_form  # callable -> the host-stepped model (None: no such form, or it failed)
@@ -157,6 +159,11 @@ class OnnxModel:
         return [d.name for d in self.defaults]
 
     def __call__(self, *args, **kwargs) -> list[np.ndarray]:
+        bound = self._bound
+        if bound is not None and not kwargs:  # the arrays of the signature last called twice running
+            results = bound(args)
+            if results is not None:
+                return results
         arrays = self._feeds(args, kwargs)
         overrides = {n: arrays.pop(n) for n in self._default_names if n in arrays} if self.defaults else {}
         compiled = self.compiled
@@ -176,14 +183,9 @@ class OnnxModel:
         for name, dtype in casts[1]:
             arr = arrays[name]
             feeds[name] = arr if arr.dtype == dtype else arr.astype(dtype)
-        try:
-            results = compiled(feeds)
-        except InputError as exc:
-            raise OnnxInputError(str(exc)) from None
-        except LuminalError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - report, never crash
-            raise OnnxError(f"running the model failed: {type(exc).__name__}: {exc}") from exc
+        results = _running(compiled, feeds)
+        if not (self.value_inputs or self.shape_inputs or zero_dim or overrides):
+            self._arm(compiled, arrays, feeds, results, casts)
         if compiled.ragged:
             results = list(results)
             for i, axis, j in compiled.ragged:  # data-dependent lengths: cut the padding
@@ -194,6 +196,24 @@ class OnnxModel:
                 for r, dtype in zip(results, casts[2])]
 
     run = __call__
+
+    def _arm(self, compiled, arrays: dict, feeds: dict, results: list, casts: tuple) -> None:
+        """After a plain call (one graph for every value, no overrides): the second call running
+        with the same input dtypes and shapes binds the graph's C for them (`_Bound`), when its
+        inputs went in uncast and its outputs come out as they are."""
+        names = self.input_names
+        sig = tuple((arrays[n].dtype, arrays[n].shape) for n in names)
+        if sig != self._last_sig:
+            self._last_sig = sig
+            return
+        if (compiled.ragged or casts[3] is not None or any(feeds[k] is not arrays[k] for k in feeds)
+                or any(dt.kind == "O" for dt, _ in sig)
+                or any(dt is not None and r.dtype != dt for r, dt in zip(results, casts[2]))):
+            return
+        got = compiled.bound_call(feeds)
+        if got is not None:
+            order, call = got
+            self._bound = _Bound(names, sig, [names.index(k) for k in order], compiled, call)
 
     def _check_assumptions(self, compiled, arrays):
         if not compiled.assumptions:
@@ -311,6 +331,50 @@ class OnnxModel:
                     raise
                 self.value_inputs = tuple(sorted(set(self.value_inputs) | values))
                 self.shape_inputs = tuple(sorted(set(self.shape_inputs) | shapes))
+
+
+def _running(compiled, feeds):
+    """`compiled(feeds)`, its failures as ONNX errors."""
+    try:
+        return compiled(feeds)
+    except InputError as exc:
+        raise OnnxInputError(str(exc)) from None
+    except LuminalError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - report, never crash
+        raise OnnxError(f"running the model failed: {type(exc).__name__}: {exc}") from exc
+
+
+class _Bound:
+    """An `OnnxModel` call for one signature (each input's dtype and shape): a dict of exactly the
+    inputs, or the inputs in order, each a C-contiguous NumPy array of that signature, goes straight
+    to the graph's C bound for it (`CompiledGraph.bound_call`: no checks, binding or layout per
+    call); anything else returns None, and the full path takes it (its checks, casts and errors).
+    For a model of a few microseconds a call, those were most of the call (README, "ONNX")."""
+
+    __slots__ = ("names", "sig", "pick", "compiled", "call")
+
+    def __init__(self, names: list[str], sig: tuple, pick: list[int], compiled, call):
+        self.names, self.sig, self.pick, self.compiled, self.call = names, sig, pick, compiled, call
+
+    def __call__(self, args: tuple) -> list | None:
+        names = self.names
+        if len(args) == 1 and type(args[0]) is dict:
+            feeds = args[0]
+            if len(feeds) != len(names):
+                return None
+            try:
+                arrays = [feeds[n] for n in names]
+            except KeyError:
+                return None
+        elif len(args) == len(names):
+            arrays = args
+        else:
+            return None
+        for a, (dtype, shape) in zip(arrays, self.sig):
+            if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+                return None
+        return _running(self.call, [arrays[i] for i in self.pick])
 
 
 def _deps(graph, exc: NeedsValue) -> tuple[set[str], set[str]]:

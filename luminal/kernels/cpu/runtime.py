@@ -483,6 +483,34 @@ class CpuRuntime(Runtime):
 
     def run(self, ins: list, bindings: dict, donated=()) -> list[np.ndarray]:
         team, f64 = self._threads or threads(), self.arithmetic.precision == "float64"
+        hit = self._hit(bindings, team, f64)
+        ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
+        return self._launch(ins, bindings, hit, team, f64, donated)
+
+    def bound(self, feeds: dict):
+        """(input names, call) for calls whose arrays have exactly `feeds`' dtypes and shapes and are
+        C-contiguous NumPy arrays, given as a list in the names' order: the binding and the layout
+        worked out here, once, not per call; the caller checks each call's arrays against
+        `feeds`'. None where that does not hold for `feeds` itself (an input converted or copied
+        on binding: not an array, not C-contiguous, 0-d) or for a bool input (its bytes are
+        checked every call, `proper_bools`)."""
+        arrays, bindings = bind_inputs(self.inputs, feeds)
+        names = [n.arg for n in self.inputs]
+        if any(arrays[k] is not feeds[k] or arrays[k].dtype == np.bool_ for k in names):
+            return None
+        team, f64 = self._threads or threads(), self.arithmetic.precision == "float64"
+        hit = self._hit(bindings, team, f64)
+        key = (team, f64)
+
+        def call(ins: list) -> list[np.ndarray]:
+            if (self._threads or threads(), self.arithmetic.precision == "float64") != key:
+                return self.run(ins, bindings)  # torch's thread count or the precision changed since
+            return self._launch(ins, bindings, hit, team, f64)
+
+        return names, call
+
+    def _hit(self, bindings: dict, team: int, f64: bool) -> tuple:
+        """The layout of a call with these dims (`_layout`), the last call's kept."""
         layout = self._static
         if layout is None or layout[0] != (team, f64):
             if self._fixed:
@@ -492,9 +520,11 @@ class CpuRuntime(Runtime):
                 layout = self._last_layout
                 if layout is None or layout[0] != key:
                     layout = self._last_layout = (key, self._layout(bindings, team, f64))
-        hit = layout[1]
+        return layout[1]
+
+    def _launch(self, ins: list, bindings: dict, hit: tuple, team: int, f64: bool, donated=()) -> list[np.ndarray]:
+        """Run the C on C-contiguous `ins` (their dims `bindings`) with layout `hit`."""
         total, offsets, _, out_shapes, _, _, dims_at = hit
-        ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
         addresses = [_address(a) for a in ins]
         placed = self._placement(ins, addresses, hit, donated) if donated else None
         if placed is not None:

@@ -274,6 +274,11 @@ class TieredRuntime(Runtime):
     def run(self, ins: list, bindings: dict):
         return self.wait().run(ins, bindings)
 
+    def bound(self, feeds: dict):
+        """The C runtime's `bound` once it serves calls directly; None before."""
+        compiled = self._served
+        return None if compiled is None else compiled.bound(feeds)
+
     def report_lines(self) -> list[str]:
         if not self._ready.is_set():
             return ["  cpu: the C library is building in the background; "
