@@ -193,9 +193,11 @@ def _forest(c, x, a: dict, prefix: str, n_out: int, agg: str = "SUM"):
         has[s, k] = True
     ft, rows, n_trees = x.dtype, x.shape[0], len(roots)
     feats = np.where(modes == LEAF, 0, np.asarray(a["nodes_featureids"], np.int64))  # a leaf reads feature 0, unused
+    # a node's two successors side by side (true at 2k, false at 2k + 1): the step is one gather at
+    # 2 * node + !go, its index computed in the comparison's kernel, not two gathers and a select
     tab = {"feat": _const(c, feats, I64), "split": _const(c, values, ft),
-           "mode": _const(c, modes, I64), "miss": _const(c, miss, DType.BOOL), "t": _const(c, nxt_t, I64),
-           "f": _const(c, nxt_f, I64)}
+           "mode": _const(c, modes, I64), "miss": _const(c, miss, DType.BOOL),
+           "next": _const(c, np.stack([nxt_t, nxt_f], axis=1).reshape(-1), I64)}
     state = _const(c, roots, I64).reshape((1, n_trees)).expand((rows, n_trees))
     branch_modes = sorted(set(modes[modes != LEAF].tolist()))
     compare = {0: "le", 1: "lt", 2: "ge", 3: "gt", 4: "eq", 5: "ne"}
@@ -215,7 +217,7 @@ def _forest(c, x, a: dict, prefix: str, n_out: int, agg: str = "SUM"):
                 go = F.where(mode.eq(m), cmp, go)
         if miss.any():
             go = go.logical_or(at("miss", state).logical_and(v.isnan()))
-        state = F.where(go, at("t", state), at("f", state))
+        state = at("next", state.mul(2).add(go.logical_not().cast(I64)))
     flat = state.reshape(-1)
     per_tree = _const(c, w, ft).index_select(0, flat).reshape((rows, n_trees, n_out))
     score = per_tree.min(1) if agg == "MIN" else per_tree.max(1) if agg == "MAX" else per_tree.sum(1)
