@@ -29,7 +29,7 @@ the outputs. Writes
 The measuring process does not import torch, as an ONNX user's would not (the light models are
 exported by a child process): luminal's threads are the CPU count and its GEMMs the OpenBLAS
 NumPy ships. `--with-torch` imports torch first, as a process that also runs PyTorch would: the
-C backend then takes torch's thread count and the MKL inside torch (`luminal/kernels/cpu/runtime.py`).
+C backend then takes torch's thread count and the MKL inside torch (`luminal/kernels/cpu/blas_libs.py`).
 """
 
 from __future__ import annotations
@@ -85,10 +85,10 @@ def _vision_helpers():
 
 
 def threads() -> int:
-    """luminal's thread count in this process (`luminal.kernels.cpu.runtime.threads`)."""
-    from luminal.kernels.cpu import runtime
+    """luminal's thread count in this process (`luminal.kernels.cpu.blas_libs.threads`)."""
+    from luminal.kernels.cpu import blas_libs
 
-    return runtime.threads()
+    return blas_libs.threads()
 
 
 def light_model(name: str) -> tuple[Path, dict]:

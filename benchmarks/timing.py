@@ -80,7 +80,7 @@ def cpu_environment() -> dict:
     GEMMs and who serves its SGEMM, an OpenBLAS kernel pinned by OPENBLAS_CORETYPE, the ISA
     luminal builds for, onnxruntime's version."""
     from benchmarks import ort_isa
-    from luminal.kernels.cpu import isa, runtime
+    from luminal.kernels.cpu import blas_libs, isa
 
     model = None
     try:
@@ -92,7 +92,7 @@ def cpu_environment() -> dict:
         ort = importlib.metadata.version("onnxruntime")
     except importlib.metadata.PackageNotFoundError:
         ort = None
-    blas = runtime.blas()
+    blas = blas_libs.blas()
     ort_kernels = ort_isa.state()
     return {"cpu_model": model, "isa": isa.name(), "blas": blas.kind, "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
             "openblas_core": blas.core, "sgemm": blas.gemm, "onnxruntime": ort, "onnxruntime_isa": ort_kernels["isa"],

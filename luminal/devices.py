@@ -100,8 +100,8 @@ def _cpu_runtime(device, outputs, artifacts=None, choices=None, tiered=True, **_
 
 def _cpu_variants() -> list:
     """The `cpu` device's candidate choices here, the default first (`kernels/cpu/choices.py`)."""
+    from luminal.kernels.cpu.blas_libs import blas, threads
     from luminal.kernels.cpu.choices import conv_path, variants
-    from luminal.kernels.cpu.runtime import blas, threads
 
     bound = blas()
     return variants(threads(), bound.front_for("avx512") is not None, "avx512" if bound.front else "blas", conv_path(None))

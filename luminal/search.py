@@ -225,7 +225,7 @@ def lines(search: dict) -> list[str]:
 def machine() -> str:
     """What a choice depends on besides the graph: CPU model, cores, team, ISA, BLAS."""
     from luminal.kernels.cpu import build
-    from luminal.kernels.cpu.runtime import blas, threads
+    from luminal.kernels.cpu.blas_libs import blas, threads
 
     model = ""
     try:

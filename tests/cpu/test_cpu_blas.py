@@ -1,4 +1,4 @@
-"""The two BLASes the cpu backend binds (`runtime._Blas`): the MKL inside PyTorch (Fortran
+"""The two BLASes the cpu backend binds (`blas_libs._Blas`): the MKL inside PyTorch (Fortran
 `sgemm_`, adapted to row-major by the prelude; its threads are the OpenMP team's, so a batch of
 small GEMMs runs one per thread) and NumPy's OpenBLAS (ILP64 cblas). Every GEMM form gives the
 NumPy runtime's answer on both, and the batch-parallel path keeps set_precision("float64")."""
@@ -9,7 +9,8 @@ import torch  # noqa: F401  (loaded: the MKL inside it is what `LUMINAL_BLAS=mkl
 
 import luminal as lm
 from luminal.kernels.cpu import build
-from luminal.kernels.cpu.runtime import CpuRuntime, blas
+from luminal.kernels.cpu.blas_libs import blas
+from luminal.kernels.cpu.runtime import CpuRuntime
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
 
@@ -71,7 +72,7 @@ def test_without_torch_the_default_is_numpys_openblas():
     import subprocess
     import sys
 
-    code = ("import sys, luminal.kernels.cpu.runtime as r; b = r.blas(); "
+    code = ("import sys, luminal.kernels.cpu.runtime; from luminal.kernels.cpu.blas_libs import blas; b = blas(); "
             "print(b.kind, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["openblas", "False"]
@@ -164,12 +165,12 @@ def test_conv_tiles_in_parallel_keep_their_bits(blas_kind, gemm, monkeypatch, ci
     kernels: 2% of elements, one ulp or so), as it did before under the prelude's column split,
     so there the two agree to rounding. Both give the NumPy runtime's answer."""
     from luminal.builder import nn
-    from luminal.kernels.cpu import gemm_avx512, runtime
+    from luminal.kernels.cpu import blas_libs, gemm_avx512, runtime
 
     if gemm == "avx512" and not gemm_avx512.cpu_has_avx512():
         pytest.skip("no AVX-512")
     monkeypatch.setenv("LUMINAL_GEMM", gemm)
-    monkeypatch.setattr(runtime, "_BLAS", {})
+    monkeypatch.setattr(blas_libs, "_BLAS", {})
     rng = np.random.default_rng(11)
     x = rng.standard_normal((1, cin, side, side)).astype(np.float32)
     w = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32) * 0.2

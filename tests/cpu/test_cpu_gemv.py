@@ -7,7 +7,7 @@ import pytest
 
 import luminal as lm
 from luminal.kernels.cpu import build
-from luminal.kernels.cpu.runtime import blas
+from luminal.kernels.cpu.blas_libs import blas
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
 
@@ -97,10 +97,10 @@ def test_a_large_gemv_split_across_the_team_keeps_its_bits(monkeypatch, dtype, k
     thread and two give the same bits, for M = 1 and N = 1, each operand plain or transposed (the
     axpy forms, whose OpenBLAS kernel rounds differently per block size, 14 of 203 outputs at
     K = 2048, run whole), output counts that do not divide evenly."""
-    from luminal.kernels.cpu import runtime
+    from luminal.kernels.cpu import blas_libs, runtime
 
     monkeypatch.setenv("LUMINAL_BLAS", "openblas")
-    monkeypatch.setattr(runtime, "_BLAS", {})
+    monkeypatch.setattr(blas_libs, "_BLAS", {})
     dt = lm.f32 if dtype == np.float32 else lm.f64
     g = lm.Graph("gemv-team")
     x, xt = g.input("x", (1, k), dt), g.input("xt", (k, 1), dt)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import luminal as lm
-from luminal.kernels.cpu import build, gemm_avx512, runtime
+from luminal.kernels.cpu import blas_libs, build, gemm_avx512, runtime
 
 needs_avx512 = pytest.mark.skipif(build.compiler() is None or not gemm_avx512.cpu_has_avx512(),
                                   reason="no C compiler, or a CPU without AVX-512")
@@ -25,7 +25,7 @@ def openblas_sgemm():
     """OpenBLAS's own cblas_sgemm address (LUMINAL_GEMM=blas: nothing in front of it)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LUMINAL_GEMM", "blas")
-        b = runtime._Blas("openblas")
+        b = blas_libs._Blas("openblas")
     if b.kind != "openblas":
         pytest.skip("NumPy's OpenBLAS was not found")
     return b.sgemm
@@ -146,7 +146,7 @@ def test_compiled_graphs_use_it_and_match_the_numpy_runtime(monkeypatch):
     narrower): a conv-shaped product, a product with few columns split into row blocks across
     the team, and a transposed weight, against the NumPy runtime."""
     monkeypatch.setenv("LUMINAL_GEMM", "avx512")
-    monkeypatch.setattr(runtime, "_BLAS", {})
+    monkeypatch.setattr(blas_libs, "_BLAS", {})
     monkeypatch.setenv("LUMINAL_BLAS", "openblas")  # NumPy's OpenBLAS even when torch (its MKL) is loaded
     g = lm.Graph("gemm512")
     w, x, v = g.input("w", (96, 576)), g.input("x", (576, "n")), g.input("v", ("n", 576))
@@ -167,7 +167,7 @@ def test_a_linear_layer_over_a_prompt_matches_the_numpy_runtime(monkeypatch):
     """tokens x 512 by a 700 x 512 weight, transposed: B packed a panel at a time in each thread's
     block of columns; NaN, inf and -0.0 in both operands, no tokens at all, and a few."""
     monkeypatch.setenv("LUMINAL_GEMM", "avx512")
-    monkeypatch.setattr(runtime, "_BLAS", {})
+    monkeypatch.setattr(blas_libs, "_BLAS", {})
     monkeypatch.setenv("LUMINAL_BLAS", "openblas")
     g = lm.Graph("prompt")
     t, w = g.input("t", ("n", 512)), g.input("w", (700, 512))
@@ -229,7 +229,7 @@ def test_a_calls_bits_do_not_depend_on_the_team(monkeypatch, m, kind):
         pytest.importorskip("torch")  # the MKL inside it
     monkeypatch.setenv("LUMINAL_GEMM", "avx512")
     monkeypatch.setenv("LUMINAL_BLAS", kind)
-    monkeypatch.setattr(runtime, "_BLAS", {})
+    monkeypatch.setattr(blas_libs, "_BLAS", {})
     g = lm.Graph("team")
     x, w, v = g.input("x", ("m", 4096)), g.input("w", (30, 4096)), g.input("v", (4096, 200))
     g.output(x @ w.T, "transposed")  # more rows than columns: row blocks

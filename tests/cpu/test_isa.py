@@ -74,9 +74,9 @@ def test_this_run_is_the_isa_it_says():
         return
     assert torch.backends.cpu.get_cpu_capability() in ("AVX2", "DEFAULT")
     assert not gemm_avx512.cpu_has_avx512()
-    from luminal.kernels.cpu import runtime
+    from luminal.kernels.cpu import blas_libs
 
-    assert runtime.blas().gemm != "luminal-avx512"
+    assert blas_libs.blas().gemm != "luminal-avx512"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/cpuinfo")

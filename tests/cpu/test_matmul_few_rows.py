@@ -8,6 +8,7 @@ transposed, f64, set_precision("float64"), and the same bits on one thread as on
 
 import numpy as np
 import pytest
+from graph_helpers import hammer
 
 import luminal as lm
 from luminal.kernels.cpu import build
@@ -123,8 +124,6 @@ def test_few_rows_times_plain_b_bits_do_not_depend_on_the_team(m):
 
 
 def test_two_threads_on_one_model_of_few_rows_get_their_own_answers():
-    import threading
-
     cpu, _ = _graphs(770, 300)
     plain, _ = _plain_graphs(2100, 40)
     rng = np.random.default_rng(9)
@@ -135,20 +134,10 @@ def test_two_threads_on_one_model_of_few_rows_get_their_own_answers():
         b = rng.standard_normal((m, 40)).astype(np.float32)
         pfeeds = {"a": b, "at": np.ascontiguousarray(b.T), "w": rng.standard_normal((40, 2100)).astype(np.float32)}
         cases.append((feeds, cpu(feeds), pfeeds, plain(pfeeds)))
-    errors = []
 
-    def worker(k):
+    def check(k):
         feeds, want, pfeeds, pwant = cases[k]
-        try:
-            for _ in range(30):
-                for got, w in zip(cpu(feeds) + plain(pfeeds), want + pwant):
-                    np.testing.assert_array_equal(got, w)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for got, w in zip(cpu(feeds) + plain(pfeeds), want + pwant):
+            np.testing.assert_array_equal(got, w)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in (0, 1, 0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    hammer(check, [[k] * 30 for k in (0, 1, 0, 1)])

@@ -26,7 +26,7 @@ def _omp():
 
 def _mkl_threads():
     """MKL's (inside torch) thread count on this thread: its thread-local setting, else global."""
-    from luminal.kernels.cpu.runtime import blas
+    from luminal.kernels.cpu.blas_libs import blas
 
     b = blas()
     if b.kind != "mkl":

@@ -4,6 +4,7 @@ subclasses give the NumPy runtime's results, and wrong ones raise the named erro
 
 import numpy as np
 import pytest
+from graph_helpers import hammer
 from onnx import TensorProto as TP
 from onnx import helper as oh
 
@@ -173,8 +174,6 @@ def test_a_signature_called_twice_is_bound_and_anything_else_takes_the_full_path
 
 
 def test_a_bound_model_follows_the_precision_and_serves_two_threads():
-    import threading
-
     from luminal.precision import set_precision
 
     graph = oh.make_graph([oh.make_node("MatMul", ["a", "b"], ["c"])], "g",
@@ -196,21 +195,7 @@ def test_a_bound_model_follows_the_precision_and_serves_two_threads():
     inputs = [(rng.standard_normal((64, 3), np.float32), rng.standard_normal(3, np.float32)) for _ in range(2)]
     for xi, wi in inputs:
         cpu(xi, wi)
-    errors = []
-
-    def worker(xi, wi):
-        try:
-            for _ in range(200):
-                _check(cpu(xi, wi), xi, wi)
-        except Exception as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=args) for args in inputs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    hammer(lambda args: _check(cpu(*args), *args), [[args] * 200 for args in inputs])
 
 
 def test_a_bool_input_is_never_bound():

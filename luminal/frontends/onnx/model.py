@@ -213,7 +213,7 @@ class OnnxModel:
         got = compiled.bound_call(feeds)
         if got is not None:
             order, call = got
-            self._bound = _Bound(names, sig, [names.index(k) for k in order], compiled, call)
+            self._bound = _Bound(names, sig, [names.index(k) for k in order], call)
 
     def _check_assumptions(self, compiled, arrays):
         if not compiled.assumptions:
@@ -352,10 +352,10 @@ class _Bound:
     call); anything else returns None, and the full path takes it (its checks, casts and errors).
     For a model of a few microseconds a call, those were most of the call (README, "ONNX")."""
 
-    __slots__ = ("names", "sig", "pick", "compiled", "call")
+    __slots__ = ("names", "sig", "pick", "call")
 
-    def __init__(self, names: list[str], sig: tuple, pick: list[int], compiled, call):
-        self.names, self.sig, self.pick, self.compiled, self.call = names, sig, pick, compiled, call
+    def __init__(self, names: list[str], sig: tuple, pick: list[int], call):
+        self.names, self.sig, self.pick, self.call = names, sig, pick, call
 
     def __call__(self, args: tuple) -> list | None:
         names = self.names

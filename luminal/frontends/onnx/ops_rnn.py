@@ -238,8 +238,8 @@ def _constant_source(t):
 def _constant_product(h, r):
     """h @ r^T computed now, as a constant, when the state h is a constant (the first step's,
     zeros when the model gives none) and r a weight: a product the graph would otherwise compute
-    every call (a broadcast product and sum of 0 * R per direction). In float64, rounded once; NaN and inf in either propagate as the product's
-    would (0 * inf is NaN). A state of symbolic batch is a broadcast scalar: one row, expanded.
+    every call (a broadcast product and sum of 0 * R per direction). In float64, rounded once; NaN
+    and inf in either propagate as the product's would (0 * inf is NaN). A state of symbolic batch is a broadcast scalar: one row, expanded.
     None where h or r depends on an input, or neither dtype is float32/float64."""
     h_src, r_src = _constant_source(h), _constant_source(r)
     if h_src is None or r_src is None or h.dtype.numpy not in (np.float32, np.float64) or r.dtype != h.dtype:

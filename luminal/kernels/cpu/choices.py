@@ -23,7 +23,7 @@ CONV_MODES = ("auto", *CONVS)
 
 @dataclass(frozen=True)
 class Choices:
-    threads: int | None = None  # the OpenMP/BLAS team per call; None: `runtime.threads()`
+    threads: int | None = None  # the OpenMP/BLAS team per call; None: `blas_libs.threads()`
     gemm: str | None = None  # who serves f32 GEMMs (`GEMMS`); None: `LUMINAL_GEMM`'s choice (auto)
     conv: str | None = None  # the convolutions' path (`CONVS`, `conv_path`); None: `LUMINAL_CONV`'s (auto)
 

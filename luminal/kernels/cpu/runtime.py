@@ -9,7 +9,7 @@ call, `lum_run` over the launch table (`steps.launch_table`) with the GIL releas
 - A call given donated inputs (a backward's saved activations) writes outputs and intermediates
   into them once they are read for the last time (`donation.py`): the driver takes a pointer per
   intermediate (`tmps`), in the arena or in a donor.
-- OpenMP and the BLAS (`_Blas`) get `threads()`; the precision is read per call (README: "The
+- OpenMP and the BLAS (`blas_libs.py`) get `threads()`; the precision is read per call (README: "The
   compiled CPU backend").
 - `artifacts()` (the library's key and the launch table, plain JSON) lets a later process load the
   library without rendering C, checked against the library's kernels and the graph.
@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import glob
-import logging
 import os
-import sys
 import threading
 import warnings
 from pathlib import Path
@@ -34,8 +31,9 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
-from luminal.kernels.cpu import build, concat_in_place, donation, gemm_avx512, isa
+from luminal.kernels.cpu import build, concat_in_place, donation
 from luminal.kernels.cpu.artifacts import ARTIFACTS_FORMAT, code_version, restore
+from luminal.kernels.cpu.blas_libs import blas, threads
 from luminal.kernels.cpu.choices import DEFAULT, Choices, conv_path
 from luminal.kernels.cpu.output_pool import POOL
 from luminal.kernels.cpu.steps import direct_conv, im2col_scratch, launch_table, written_in_place
@@ -44,7 +42,6 @@ from luminal.runtime.binding import bind_inputs, index_error
 from luminal.runtime.protocol import Runtime
 from luminal.threadflags import in_background
 
-LOG = logging.getLogger("luminal")
 _ARENA = threading.local()  # per thread: the intermediates' buffer of whichever graph it runs (see above)
 BINDINGS_KEPT = 256  # resolved arena layouts kept per runtime (least recently used dropped first)
 _warned: set[str] = set()
@@ -101,133 +98,6 @@ def _compiled(outputs, artifacts: dict | None, reference, arithmetic: Arithmetic
         warning = (f"build:{build.compiler()}", 'device="cpu": the C compiler failed; running the NumPy reference '
                                                 "runtime instead:\n" + "\n".join(first))
     return (reference if reference is not None else NumpyRuntime(outputs, arithmetic=arithmetic)), warning
-
-
-# --- BLAS: PyTorch's MKL when torch is loaded, else the OpenBLAS NumPy ships ---------------------
-class _Blas:
-    """The GEMM/GEMV entry points the C code calls, found at run time (no link-time dependency): the
-    MKL inside PyTorch when torch is imported (its threads are the loops' libgomp team: one pool, not
-    two fighting over the cores), else NumPy's ILP64 OpenBLAS; maybe with `gemm_avx512` in front."""
-
-    def __init__(self, kind: str):
-        self.kind = kind  # "mkl", "openblas" or "none" (loops)
-        self.sgemm = self.dgemm = self.sgemv = self.dgemv = self.set_threads_ptr = None  # what the C code calls
-        self.path = None
-        self.core = None  # OpenBLAS's kernels (its core name: "Haswell", "SkylakeX", ...)
-        self.gemm = "blas"  # who serves sgemm: the BLAS, or "luminal-avx512" in front of it (gemm_avx512.py)
-        self.front = None  # luminal's AVX-512 sgemm, when it stands in front of `sgemm`
-        if kind != "mkl" or not self._find_mkl():  # a forced MKL without torch loaded: OpenBLAS
-            self.kind = "openblas" if self._find_openblas() else "none"
-
-    def _find_mkl(self) -> bool:
-        torch = sys.modules.get("torch")
-        lib_dir = os.path.join(os.path.dirname(getattr(torch, "__file__", "") or ""), "lib")
-        path = os.path.join(lib_dir, "libtorch_cpu.so")
-        if not os.path.exists(path):
-            return False
-        try:
-            lib = ctypes.CDLL(path)  # already loaded by `import torch`: the same handle
-            found = [ctypes.cast(getattr(lib, f"{n}_"), ctypes.c_void_p).value for n in ("sgemm", "dgemm", "sgemv", "dgemv")]
-        except (OSError, AttributeError):
-            return False
-        if not all(found):
-            return False
-        self.sgemm, self.dgemm, self.sgemv, self.dgemv = found
-        setter = getattr(lib, "MKL_Set_Num_Threads_Local", None)  # C API (by value); torch sets MKL's global count: ours is per call
-        self.set_threads_ptr = None if setter is None else ctypes.cast(setter, ctypes.c_void_p).value
-        self.path = path
-        if gemm_avx512.wanted_over_mkl():  # MKL runs its AVX2 code on an AMD CPU with AVX-512
-            fallback = blas_of("openblas").sgemm  # for what the prelude never asks (alpha, beta, column-major)
-            self.front = gemm_avx512.sgemm(fallback) if fallback else None
-            if self.front is not None:
-                self.gemm = "luminal-avx512"
-        return True
-
-    def _find_openblas(self) -> bool:
-        libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-        for path in sorted(glob.glob(os.path.join(libs, "*openblas*.so*"))):
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            for prefix, suffix in (("scipy_", "64_"), ("", "64_")):  # the C code passes 64-bit ints: ILP64 only
-                try:
-                    self.sgemm = ctypes.cast(getattr(lib, f"{prefix}cblas_sgemm{suffix}"), ctypes.c_void_p).value
-                    self.dgemm = ctypes.cast(getattr(lib, f"{prefix}cblas_dgemm{suffix}"), ctypes.c_void_p).value
-                except AttributeError:
-                    continue
-                for name in ("sgemv", "dgemv"):  # optional: gemm serves matrix-vector products without them
-                    fn = getattr(lib, f"{prefix}cblas_{name}{suffix}", None)
-                    setattr(self, name, None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value)
-                setter = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
-                if setter is not None:
-                    self.set_threads_ptr = ctypes.cast(setter, ctypes.c_void_p).value
-                self.path = path
-                core = getattr(lib, f"{prefix}openblas_get_corename{suffix}", None)  # as chosen at load time
-                if core is not None:
-                    core.restype = ctypes.c_char_p
-                    self.core = (core() or b"").decode(errors="replace") or None
-                if isa.mismatched_blas(self.core):  # it chose its kernels when NumPy loaded it
-                    LOG.warning("LUMINAL_ISA=%s, but NumPy's OpenBLAS runs its %s (AVX-512) kernels: set "
-                                "OPENBLAS_CORETYPE=Haswell before importing numpy", isa.name(), self.core)
-                if gemm_avx512.wanted(self.core):  # on any AVX-512 CPU, whichever kernels OpenBLAS runs
-                    self.front = gemm_avx512.sgemm(self.sgemm)
-                    if self.front is not None:
-                        self.gemm = "luminal-avx512"
-                return True
-        self.sgemm = self.dgemm = None
-        return False
-
-    def front_for(self, gemm: str | None) -> int | None:
-        """The SGEMM put in front of this BLAS for the choice `gemm` (`choices.GEMMS`; None: the
-        default's): luminal's AVX-512 one, or None (the BLAS's own serves)."""
-        if gemm is None or self.front is not None:
-            return None if gemm == "blas" else self.front
-        if gemm == "blas" or not gemm_avx512.cpu_has_avx512():
-            return None
-        fallback = blas_of("openblas").sgemm if self.kind == "mkl" else self.sgemm
-        return gemm_avx512.sgemm(fallback) if fallback else None
-
-    def bind(self, lib, gemm: str | None = None) -> None:
-        """Point the library `lib`'s GEMM entry points at this BLAS (`gemm`: `front_for`'s choice)."""
-        if self.kind == "mkl":
-            lib.lum_set_fortran_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.sgemv, self.dgemv,
-                                                                    self.set_threads_ptr)))
-        else:
-            lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.set_threads_ptr,
-                                                            self.sgemv, self.dgemv)))
-        front = self.front_for(gemm)
-        if front is not None:
-            lib.lum_set_sgemm_front(ctypes.c_void_p(front))
-
-
-_BLAS: dict[str, _Blas] = {}
-
-
-def blas() -> _Blas:
-    """The BLAS a runtime built now binds: MKL once torch is imported (see `_Blas`)."""
-    want = os.environ.get("LUMINAL_BLAS", "").strip().lower()
-    if want not in ("mkl", "openblas"):
-        want = "mkl" if "torch" in sys.modules else "openblas"
-    return blas_of(want)
-
-
-def blas_of(kind: str) -> _Blas:
-    """The `_Blas` of `kind` ("mkl" or "openblas"), found once per process."""
-    if kind not in _BLAS:
-        _BLAS[kind] = _Blas(kind)
-    return _BLAS[kind]
-
-
-_CPUS = max(1, os.cpu_count() or 1)  # read once: os.cpu_count() per call is a measurable part of a small model's call
-
-
-def threads() -> int:
-    """OpenMP/BLAS threads: torch's setting when torch is loaded (no oversubscription beside it)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "get_num_threads"):
-        return max(1, int(torch.get_num_threads()))
-    return _CPUS
 
 
 def _address(a: np.ndarray) -> int:
@@ -481,8 +351,12 @@ class CpuRuntime(Runtime):
             offsets[k] = offsets[holder] + at
         return offsets
 
+    def _team_and_f64(self) -> tuple[int, bool]:
+        """A call starting now: its team (the choice's, else `threads()`) and whether it computes at float64."""
+        return self._threads or threads(), self.arithmetic.precision == "float64"
+
     def run(self, ins: list, bindings: dict, donated=()) -> list[np.ndarray]:
-        team, f64 = self._threads or threads(), self.arithmetic.precision == "float64"
+        team, f64 = self._team_and_f64()
         hit = self._hit(bindings, team, f64)
         ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins]
         return self._launch(ins, bindings, hit, team, f64, donated)
@@ -498,12 +372,11 @@ class CpuRuntime(Runtime):
         names = [n.arg for n in self.inputs]
         if any(arrays[k] is not feeds[k] or arrays[k].dtype == np.bool_ for k in names):
             return None
-        team, f64 = self._threads or threads(), self.arithmetic.precision == "float64"
+        team, f64 = key = self._team_and_f64()
         hit = self._hit(bindings, team, f64)
-        key = (team, f64)
 
         def call(ins: list) -> list[np.ndarray]:
-            if (self._threads or threads(), self.arithmetic.precision == "float64") != key:
+            if self._team_and_f64() != key:
                 return self.run(ins, bindings)  # torch's thread count or the precision changed since
             return self._launch(ins, bindings, hit, team, f64)
 
