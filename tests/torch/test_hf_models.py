@@ -82,6 +82,79 @@ def test_llama_kv_cache_pytree_outputs():
         assert_same(lg.values, lw.values)
 
 
+CACHED = ["llama", "qwen3", "mistral", "phi3", "gemma3", "gpt2"]  # decoders whose cache torch.export traces
+
+
+@pytest.mark.parametrize("name", CACHED)
+def test_export_with_the_default_cache(name):
+    """luminal.compile of a causal LM called as its config says (use_cache=True): the logits and
+    the DynamicCache, every key and value, as eager returns them (`hf_caches`: the cache registered
+    as a pytree for torch.export)."""
+    from torch.utils._pytree import tree_flatten
+
+    model = make(name)
+    kw = example(name, use_cache=None)  # no use_cache argument: the config's default, True
+    assert model.config.use_cache
+    with torch.no_grad():
+        want = model(**kw)
+        got = luminal.compile(model, (), kw)(**kw)
+    assert_same(got.logits, want.logits)
+    assert type(got.past_key_values) is type(want.past_key_values)
+    got_kv, got_spec = tree_flatten(got.past_key_values)
+    want_kv, want_spec = tree_flatten(want.past_key_values)
+    assert got_spec == want_spec and len(got_kv) == 2 * 2  # keys and values of both layers
+    for g, w in zip(got_kv, want_kv):
+        assert_same(g, w)
+    assert got.past_key_values.get_seq_length() == want.past_key_values.get_seq_length() == kw["input_ids"].shape[1]
+
+
+def test_saved_model_returns_the_cache(tmp_path):
+    """A compiled causal LM with its cache, saved and loaded: the output structure, DynamicCache included."""
+    model = make("llama")
+    kw = example("llama", use_cache=None)
+    with torch.no_grad():
+        want = model(**kw)
+        path = luminal.compile(model, (), kw).save(tmp_path / "llama.lum")
+    got = luminal.load(path)(**kw)
+    assert_same(got.logits, want.logits)
+    for lw, lg in zip(want.past_key_values.layers, got.past_key_values.layers):
+        assert_same(lg.keys, lw.keys)
+        assert_same(lg.values, lw.values)
+
+
+def test_cache_registration_never_imports_transformers():
+    import subprocess
+    import sys
+
+    code = ("import sys; from luminal.frontends.torch import hf_caches; hf_caches.register(); "
+            "assert 'transformers' not in sys.modules, 'imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", ["t5", "mixtral"])
+def test_export_with_a_cache_torch_cannot_decompose(name):
+    """An encoder-decoder's or a mixture-of-experts model's cache: torch's run_decompositions fails
+    on the empty tensors it lifts; a named error saying what to do, never torch's SpecViolationError."""
+    model = make(name)
+    kw = example(name, use_cache=None)
+    kw["use_cache"] = True
+    with pytest.raises(luminal.UnsupportedError, match="use_cache=False"):
+        luminal.compile(model, (), kw)
+
+
+def test_export_output_of_an_unknown_type_is_named():
+    class Box:  # not a pytree node
+        def __init__(self, t):
+            self.t = t
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return Box(x * 2)
+
+    with pytest.raises(luminal.UnsupportedError, match=r"output of type .*Box.*register_pytree_node"):
+        luminal.compile(M(), (torch.ones(3),))
+
+
 def test_llama_mark_dynamic_one_graph():
     """torch._dynamo.mark_dynamic on the sequence dim: one luminal graph serves every length."""
     model, _, _ = family("llama")

@@ -38,7 +38,7 @@ from torch.utils import _pytree as pytree
 
 from luminal import devices
 from luminal.errors import InputError, UnsupportedError
-from luminal.frontends.torch import fx_cache
+from luminal.frontends.torch import fx_cache, hf_caches
 from luminal.frontends.torch.backward import needs_grad, training_call, training_reports
 from luminal.frontends.torch.decompose import decompose_graph
 from luminal.frontends.torch.fx_import import FxImporter
@@ -106,9 +106,12 @@ def _unbacked_sources(graph) -> str:
 
 
 def _export(model, args, kwargs, spec):
-    """torch.export, with its data-dependent-control-flow failure as a luminal error."""
+    """torch.export (Hugging Face caches registered as pytrees first: `hf_caches`), with the failures a
+    user can fix (data-dependent control flow, an input or output type that is no pytree) as luminal
+    errors."""
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
+    hf_caches.register()  # a Hugging Face model's KV cache in its output: a pytree torch.export can trace
     try:
         with torch.no_grad():
             return torch.export.export(model, args, kwargs, dynamic_shapes=spec)
@@ -119,6 +122,11 @@ def _export(model, args, kwargs, spec):
             f"value){_last_frame(str(exc))}, which torch.export cannot trace: {first}\nUse torch.compile(model, backend=\"luminal\") "
             "instead: it graph-breaks around the branch and runs the rest on luminal (or write the branch "
             "as torch.where / torch.cond).") from exc
+    except RuntimeError as exc:  # an input or output type that is not a pytree: named, with what to do
+        error = hf_caches.unknown_type_error(exc, model)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def _state_owners(model, ep) -> list[tuple]:
@@ -347,6 +355,7 @@ class CompiledModel:
             gm = None if mutates else decompose_graph(ep.graph_module)
         if gm is not None:
             return ep, gm, gm.meta["luminal_lowering"]
+        from torch._export.verifier import SpecViolationError
         from torch.fx.experimental.symbolic_shapes import PendingUnbackedSymbolNotFound
 
         try:
@@ -357,6 +366,12 @@ class CompiledModel:
                 "with data-dependent sizes (torch's PendingUnbackedSymbolNotFound); they come from: "
                 f"{_unbacked_sources(ep.graph)}."
                 "\nUse torch.compile(model, backend=\"luminal\"): it graph-breaks there") from exc
+        except SpecViolationError as exc:  # torch's re-trace drops tensors the model built while traced
+            raise UnsupportedError(
+                f"torch.export traced the model, but torch's run_decompositions() fails on it: {exc} (a tensor "
+                "the model creates while it runs, which torch.export lifts to a constant: a Hugging Face "
+                "cache's empty layers with use_cache=True, in an encoder-decoder or a mixture-of-experts "
+                "model). Call it with use_cache=False, or use torch.compile(model, backend=\"luminal\")") from exc
         return ep, ep.graph_module, "run_decompositions"
 
     def __call__(self, *args, **kwargs):

@@ -68,6 +68,9 @@ def structured(meta: dict, flat: list):
     flat = [torch.tensor(r) if isinstance(r, np.generic) else r for r in flat]
     if meta.get("out_spec") is None:
         return flat
+    from luminal.frontends.torch import hf_caches
+
+    hf_caches.register()  # a saved Hugging Face model's cache: its type registered as at the save
     try:
         spec = treespec_loads(meta["out_spec"])
     except NotImplementedError as exc:  # a container type not registered here (its package not imported)
