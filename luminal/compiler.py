@@ -230,6 +230,21 @@ class CompiledGraph:
 
         return names, call
 
+    def pack_weights(self) -> None:
+        """Let the runtime keep its stored float32 weights that GEMMs read as B (linear layers')
+        packed once instead of packing them every call (`CpuRuntime.pack_weights`; a no-op on
+        runtimes without it). For frontends that own their weights or see their in-place changes
+        and then call `weights_changed()`: ONNX models, `luminal.compile` (torch's version counters)."""
+        pack = getattr(self.runtime, "pack_weights", None)
+        if pack is not None:
+            pack()
+
+    def weights_changed(self) -> None:
+        """A stored weight changed in place: weights packed once are packed anew at the next call."""
+        changed = getattr(self.runtime, "weights_changed", None)
+        if changed is not None:
+            changed()
+
     def wait_writes(self) -> None:
         """Until the compile cache's writes that wait for the first call (`WriteBehind`) are done
         (the first call's wait included; at once where there are none)."""

@@ -449,6 +449,7 @@ def _build(proto, specialize, device, optimize, shapes=None, notes=(), search=No
         ragged=[(i, importer.ragged[o][0], len(flat) + k) for k, (i, o) in enumerate(ragged)], search=search,
     )
     compiled.boundary_layout = layout  # None: every output a tensor
+    compiled.pack_weights()  # the initializers are the importer's copies: never changed, packed once
     return compiled, inputs, outputs, out_tensors  # out_tensors: None for a sequence or an empty optional
 
 

@@ -284,6 +284,24 @@ class CompiledModel:
         n = self._in_spec.child(0).num_children if self._in_spec.num_children == 2 else -1
         self._positional = n if n >= 0 and pytree.tree_flatten((tuple(range(n)), {}))[1] == self._in_spec else -1
         self.compiled = self._imported.compiled
+        # the weights luminal reads in place, their linear layers' packed once (`CompiledGraph.pack_weights`):
+        # an in-place change (torch's version counter) has them packed anew at the next call
+        self._versioned = tuple(t for t in self._constants.values() if isinstance(t, torch.Tensor))
+        self._versions = [t._version for t in self._versioned]
+        self.compiled.pack_weights()
+
+    def weights_changed(self) -> None:
+        """A weight was written in place past torch's version counter (`p.data.copy_()`, a NumPy
+        view): the next call packs the linear layers' weights anew (`CompiledGraph.pack_weights`).
+        Changes through torch (`with torch.no_grad(): p.mul_(2)`, `load_state_dict`) need no call."""
+        self.compiled.weights_changed()
+
+    def _weights_seen(self) -> None:
+        """Tell the runtime when a weight changed in place since the last call (`weights_changed`)."""
+        versions = [t._version for t in self._versioned]
+        if versions != self._versions:
+            self._versions = versions
+            self.compiled.weights_changed()
 
     def _read_signature(self, ep):
         self.exported = ep
@@ -389,6 +407,7 @@ class CompiledModel:
         by_name = dict(zip(self._user_inputs, flat))
         self._check(by_name)
         if not needs_grad(flat, self._owner_tensors):
+            self._weights_seen()
             return pytree.tree_unflatten(self._run(by_name), self._out_spec)
         self._check_tensors(by_name)
         if self._trainer is None:  # grad mode: the joint graph, forward and backward compiled (backward.py)

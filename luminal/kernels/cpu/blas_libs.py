@@ -112,6 +112,9 @@ class _Blas:
         front = self.front_for(gemm)
         if front is not None:
             lib.lum_set_sgemm_front(ctypes.c_void_p(front))
+            packing = gemm_avx512.packing()
+            if packing is not None:  # its weights packed once per runtime (the prelude's lum_gemm_fw)
+                lib.lum_set_sgemm_packed(ctypes.c_void_p(packing[0]), ctypes.c_void_p(packing[1]))
 
 
 _BLAS: dict[str, _Blas] = {}

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import ConstantArray, Node, Op
+from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides, merged_stride
 from luminal.kernels.cpu import conv_direct
 from luminal.kernels.cpu.conv import (
@@ -36,6 +36,7 @@ from luminal.kernels.cpu.conv import (
     window_epilogue_kernel,
     window_pad,
 )
+from luminal.kernels.cpu.render import gemm_call, stored_weight
 from luminal.kernels.cpu.steps import (
     DC_KERNELS,
     K_TILE_ROWS_C,
@@ -214,12 +215,6 @@ def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: 
         }}"""
 
 
-def _stored(x: Node) -> bool:
-    """`x` reads a weight stored in the graph (a CONSTANT array)."""
-    base = view_of(x)[0]
-    return base.op is Op.CONSTANT and isinstance(base.arg, ConstantArray)
-
-
 def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, list[Node], list[str]]:
     """(code, inputs, symbols) of a plain GEMM (`render.matmul`'s, the same calls, so the same
     bits) whose batch elements each go through the region as soon as the GEMM has written them.
@@ -249,7 +244,7 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     # faster here (README, "Direct convolutions").
     a_st = view_of(a)[1]
     grouped = any(not sym.equal(w, 0) and not sym.equal(d, 1) for d, w in zip(a_st.shape[:-2], a_st.strides[:-2]))
-    micro = t == "float" and grouped and conv_direct.wanted() and _stored(a) and not _stored(b) and dc_kernels() is DC_KERNELS
+    micro = t == "float" and grouped and conv_direct.wanted() and stored_weight(a) and not stored_weight(b) and dc_kernels() is DC_KERNELS
     mr, nr = DC_KERNELS[16], 16  # the micro-kernel's tile: rows x columns
 
     def units(pragma: str) -> str:  # batch element bz through the micro-kernel (rows in blocks only with `pragma`, across the team)
@@ -269,7 +264,7 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     def batch_loop(pragma: str, rows_pragma: str, tiles: bool) -> str:  # as `render.matmul`'s, each element then through the region
         # tiles False: each batch element on its thread (`pragma` shares them out); True: the
         # columns in tiles across the team, or one GEMM the BLAS splits
-        whole = f"""lum_gemm_{g}(a_tr, b_tr, M, N, K, a_ptr, a_ld, b_ptr, b_ld, out + bz * M * N, N);
+        whole = f"""{gemm_call(node, b, "M, N, K, a_ptr, a_ld, b_ptr, b_ld, out + bz * M * N, N")}
       {_epilogue_rows(plan, inputs, t, "0", "N", rows_pragma)}"""
         # tiles to threads in a static schedule, the same contiguous run each call, as the direct
         # convolution's units (`conv_direct.direct_path`: measured, README)
@@ -305,6 +300,9 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     }}
     free(a_buf); free(b_buf);{" free(offs);" if micro else ""}"""
 
+    # a linear layer's (B a stored weight): one GEMM, its weight's panels packed once (`render.gemm_call`)
+    linear = gemm_call(node, b, "").startswith("lum_gemm_fw")
+    tiles_when = "0" if linear else f"!lum_f64 && M * N >= {EPILOGUE_TILED_MIN}LL && M * K <= {EPILOGUE_TILE_FLOATS}LL"
     code = f"""{conv_direct.MICRO_KERNEL if micro else ""}{signature(name, region, inputs, symbols, False)} {{
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
   if (M <= 0 || N <= 0) return;
@@ -328,7 +326,7 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
        "float64". Only when A is as small (a conv's weights): the BLAS packs all of A for every
        tile, so a linear layer over many tokens runs whole (split across the team by the
        prelude), the region after. */
-    const long long n_tiles = !lum_f64 && M * N >= {EPILOGUE_TILED_MIN}LL && M * K <= {EPILOGUE_TILE_FLOATS}LL
+    const long long n_tiles = {tiles_when}
                               ? (N + T - 1) / T : 1;
     {batch_loop("", f"#pragma omp parallel for if (M * N >= {PAR_MIN})", True)}
   }}

@@ -111,6 +111,17 @@ def sgemm(fallback: int) -> int | None:
         return _loaded[fallback]
 
 
+_packing: dict[str, int] = {}  # the packed-weight entry points of the loaded library (`packing`)
+
+
+def packing() -> tuple[int, int, int] | None:
+    """(pack, packed GEMM, free) addresses of the loaded library's entry points for weights packed
+    once per runtime (the prelude's `lum_gemm_fw`; `CpuRuntime.pack_weights`); None before
+    `sgemm` loaded it or where it could not."""
+    with _lock:
+        return tuple(_packing[k] for k in ("pack", "gemm", "free")) if _packing else None
+
+
 def _load(fallback: int) -> int | None:
     address = None
     try:
@@ -118,6 +129,9 @@ def _load(fallback: int) -> int | None:
         if lib.lum_gemm512_ok():
             lib.lum_gemm512_set_fallback(ctypes.c_void_p(fallback))
             address = ctypes.cast(lib.lum_gemm512_sgemm, ctypes.c_void_p).value
+            _packing.update({k: ctypes.cast(getattr(lib, f), ctypes.c_void_p).value for k, f in
+                             (("pack", "lum_gemm512_pack"), ("gemm", "lum_gemm512_sgemm_packed"),
+                              ("free", "lum_gemm512_pack_free"))})
     except (build.CpuBuildError, OSError) as exc:  # a compiler without AVX-512 support: the BLAS, correct as ever
         LOG.debug("luminal's AVX-512 SGEMM is not available: %s", exc)
     return address

@@ -33,8 +33,10 @@ const int lum_kernel_count = @COUNT@;
 const int lum_kernel_arity[] = {@ARITY@};  /* pointers, dims and err flag of each kernel */
 const char lum_kernel_names[] = "@NAMES@";
 void lum_run(const long long* table, long long n_steps, void* const* bufs, const long long* dims, void* const* tmps,
-             int* err, int threads, double* seconds, int f64) {
+             int* err, int threads, double* seconds, int f64, long long* pack_table, long long pack_entries) {
   lum_f64 = f64;
+  lum_pack_table = pack_table;  /* the runtime's packed weights (`lum_gemm_fw`), for this call */
+  lum_pack_entries = pack_entries;
   /* The OpenMP settings are the calling thread's, shared with torch's libgomp: restored on return
      (dynamic teams left on made torch's oneDNN bf16 GEMMs return NaNs). */
   const int outer_threads = omp_get_max_threads(), outer_dynamic = omp_get_dynamic();
@@ -62,6 +64,7 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
     }
     t += 3 + np + nd;
   }
+  lum_pack_table = NULL;
   omp_set_dynamic(outer_dynamic);
   omp_set_num_threads(outer_threads);
   if (lum_mkl_threads_local) lum_mkl_threads_local(outer_mkl);
@@ -157,10 +160,15 @@ _GEMMS = (("f", "float"), ("d", "double"))
 GEMM_OBJECT = "\n".join([PRELUDE, *(
     f"LUM_SHARED void lum_ext_gemm_{n}(int ta, int tb, long long M, long long N, long long K, const {t}* A, "
     f"long long lda, const {t}* B, long long ldb, {t}* C, long long ldc) "
-    f"{{ lum_gemm_{n}(ta, tb, M, N, K, A, lda, B, ldb, C, ldc); }}" for n, t in _GEMMS)])
+    f"{{ lum_gemm_{n}(ta, tb, M, N, K, A, lda, B, ldb, C, ldc); }}" for n, t in _GEMMS),
+    "LUM_SHARED void lum_ext_gemm_fw(int stored, int ta, int tb, long long M, long long N, long long K, const float* A, "
+    "long long lda, const float* B, long long ldb, float* C, long long ldc) "
+    "{ lum_gemm_fw(stored, ta, tb, M, N, K, A, lda, B, ldb, C, ldc); }"])
 GEMM_LINKED = "".join(
     f"LUM_SHARED void lum_ext_gemm_{n}(int, int, long long, long long, long long, const {t}*, long long, "
-    f"const {t}*, long long, {t}*, long long);\n#define lum_gemm_{n} lum_ext_gemm_{n}\n" for n, t in _GEMMS)
+    f"const {t}*, long long, {t}*, long long);\n#define lum_gemm_{n} lum_ext_gemm_{n}\n" for n, t in _GEMMS) + (
+    "LUM_SHARED void lum_ext_gemm_fw(int, int, int, long long, long long, long long, const float*, long long, "
+    "const float*, long long, float*, long long);\n#define lum_gemm_fw lum_ext_gemm_fw\n")
 
 
 build.LINKED["lum_ext_gemm_"] = GEMM_OBJECT

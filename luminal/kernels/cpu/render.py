@@ -15,7 +15,7 @@ from __future__ import annotations
 from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Node, Op
+from luminal.hlir.ops import ConstantArray, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides, merged_stride
 from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.cpu.grouped import grouped_matmul
@@ -43,6 +43,24 @@ def kernel(name: str, node: Node, inputs: list[Node], symbols: list[str], err: b
 
 
 _GEMM = {"float": "f", "double": "d", "int": "i", "long long": "ll"}
+
+
+def stored_weight(x: Node) -> bool:
+    """`x` reads a weight stored in the graph (a CONSTANT array)."""
+    base = view_of(x)[0]
+    return base.op is Op.CONSTANT and isinstance(base.arg, ConstantArray)
+
+
+def gemm_call(node: Node, b: Node, args: str) -> str:
+    """The C call of a GEMM step computing `node` = A @ `b` (`args`: the operands as `_operand` set
+    them up, then M, N, K, A, lda, B, ldb, C, ldc): a float32 GEMM whose B is a stored weight goes
+    through `lum_gemm_fw`, which reads the weight's panels packed once per runtime (the prelude;
+    only where B is the weight itself, not the copy `_operand` made: `b_buf`), any other through
+    `lum_gemm_<t>`."""
+    t = compute_type(node.dtype)
+    if t == "float" and node.dtype.ctype == t and stored_weight(b):
+        return f"lum_gemm_fw(b_ptr != b_buf, a_tr, b_tr, {args});"
+    return f"lum_gemm_{_GEMM[t]}(a_tr, b_tr, {args});"
 
 
 def _operand(x: Node, which: str, bnames, rows, cols, inputs, t) -> tuple[str, str]:
@@ -108,7 +126,6 @@ def matmul(node: Node, name: str):
         raise UnsupportedError("MatMul on bool")
     inputs = buffer_sources(node)
     t = compute_type(node.dtype)
-    g = _GEMM[t]
     batch = node.shape[:-2]
     m, n, k = (c_dim(d) for d in (node.shape[-2], node.shape[-1], a.shape[-1]))
     folded = _folded_rows(node)
@@ -122,7 +139,7 @@ def matmul(node: Node, name: str):
   const {t}* a_ptr; const {t}* b_ptr; int a_tr, b_tr; long long a_ld, b_ld;
   {a_setup}
   {b_setup}
-  lum_gemm_{g}(a_tr, b_tr, {rows}, {n}, {k}, a_ptr, a_ld, b_ptr, b_ld, out, {n});
+  {gemm_call(node, b, f"{rows}, {n}, {k}, a_ptr, a_ld, b_ptr, b_ld, out, {n}")}
   free(a_buf); free(b_buf);""")
     bnames, blines = unravel("bz", batch, "z")
     a_setup, _ = _operand(a, "a", bnames, a.shape[-2], a.shape[-1], inputs, t)
@@ -142,7 +159,7 @@ def matmul(node: Node, name: str):
       const {t}* a_ptr; const {t}* b_ptr; int a_tr, b_tr; long long a_ld, b_ld;
       {a_setup}
       {b_setup}
-      lum_gemm_{g}(a_tr, b_tr, {m}, {n}, {k}, a_ptr, a_ld, b_ptr, b_ld, {c_ptr}, {n});
+      {gemm_call(node, b, f"{m}, {n}, {k}, a_ptr, a_ld, b_ptr, b_ld, {c_ptr}, {n}")}
       {store}
     }}
     free(a_buf); free(b_buf); free(c_buf);"""

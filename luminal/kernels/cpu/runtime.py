@@ -22,6 +22,7 @@ import ctypes
 import os
 import threading
 import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
-from luminal.kernels.cpu import build, concat_in_place, donation
+from luminal.kernels.cpu import build, concat_in_place, donation, gemm_avx512
 from luminal.kernels.cpu.artifacts import ARTIFACTS_FORMAT, code_version, restore
 from luminal.kernels.cpu.blas_libs import blas, threads
 from luminal.kernels.cpu.choices import DEFAULT, Choices, conv_path
@@ -206,7 +207,9 @@ class CpuRuntime(Runtime):
         self._run = lib.lum_run
         self._run.restype = None
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+                              ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                              ctypes.c_longlong]
+        self._pack = None  # the table of weights packed once (`pack_weights`): (array, its address, entries)
         self._lib = lib
         self._table = np.array(launch_table(program, lambda n: slot[id(n)]) or [0], np.int64)
         self._table_at = self._table.ctypes.data
@@ -437,13 +440,37 @@ class CpuRuntime(Runtime):
             bufs[k + i] = _address(o)
         err = mine["err"]  # this thread's flag, cleared for the call
         err.value = 0
+        pack = self._pack  # held to the call's end: a table `weights_changed` replaced is freed after it
         self._run(self._table_at, self._n_steps, bufs, dims_at, tmps.ctypes.data if placed is not None else mine["tmps_ptr"],
-                  mine["err_ref"], team, None if self._seconds is None else self._seconds.ctypes.data, f64)
+                  mine["err_ref"], team, None if self._seconds is None else self._seconds.ctypes.data, f64,
+                  *((pack[1], pack[2]) if pack is not None else (None, 0)))
         if err.value:
             if err.value & 2 and not err.value & 1:
                 raise DivisionByZero("integer division or remainder by zero (flagged by the compiled C)")
             raise index_error(self.outputs, bindings, "the compiled C")
         return outs
+
+    def pack_weights(self) -> bool:
+        """From the next call on, the GEMMs whose B is a stored float32 weight (a linear layer's) read
+        it from panels packed on its first use and kept (the prelude's `lum_gemm_fw`) instead of
+        packing it every call: the same bits, one more copy of those weights in memory. Only with
+        luminal's AVX-512 SGEMM (`self.gemm`) and not with LUMINAL_PACK_WEIGHTS=0. For a frontend
+        that owns its weights or sees their in-place changes, and calls `weights_changed()` after
+        one (packed panels would not see it). Whether packing is on."""
+        packing = gemm_avx512.packing()
+        if self.gemm != "luminal-avx512" or packing is None or os.environ.get("LUMINAL_PACK_WEIGHTS", "1") == "0":
+            return False
+        entries = 8 * self._n_weights + 64  # a weight's views and batch slices each take one
+        table = np.zeros(8 * entries, np.int64)
+        weakref.finalize(table, _free_packed, packing[2], table.ctypes.data, entries)
+        self._pack = (table, table.ctypes.data, entries)
+        return True
+
+    def weights_changed(self) -> None:
+        """A stored weight changed in place: the next call packs anew (a fresh table; calls under
+        way finish on theirs, freed after them)."""
+        if self._pack is not None:
+            self.pack_weights()
 
     def profile(self, top: int = 15) -> list[tuple[str, float, int]]:
         """(kernel, seconds, steps) summed over the calls so far, slowest first (`profile=True` only)."""
@@ -472,3 +499,8 @@ class CpuRuntime(Runtime):
                 "donated_outputs": self.donated_outputs, "donated_intermediates": self.donated_intermediates,
                 "donation_arena_bytes": int(self.donation_arena_bytes),
                 "library": str(self.library_path)}
+
+
+def _free_packed(free: int, table: int, entries: int) -> None:
+    """Free a dropped table's packed weights (`CpuRuntime.pack_weights`; its array's finalizer)."""
+    ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_longlong)(free)(table, entries)

@@ -279,6 +279,20 @@ class TieredRuntime(Runtime):
         compiled = self._served
         return None if compiled is None else compiled.bound(feeds)
 
+    def pack_weights(self) -> None:
+        """`CpuRuntime.pack_weights` on the C runtime once built (now, if it is); the NumPy runtime
+        serving meanwhile packs nothing."""
+        def pack(runtime, _seconds):
+            if hasattr(runtime, "pack_weights"):  # not the NumPy runtime a failed build leaves
+                runtime.pack_weights()
+
+        self.when_built(pack)
+
+    def weights_changed(self) -> None:
+        compiled = self._compiled
+        if compiled is not None and hasattr(compiled, "weights_changed"):
+            compiled.weights_changed()
+
     def report_lines(self) -> list[str]:
         if not self._ready.is_set():
             return ["  cpu: the C library is building in the background; "

@@ -13,6 +13,15 @@ typedef void (*lum_threads_fn)(int);
 #define LUM_SHARED __attribute__((visibility("hidden")))
 extern LUM_SHARED lum_sgemm_fn lum_sgemm;
 extern LUM_SHARED lum_sgemm_fn lum_sgemm_blas;  /* the BLAS's own when luminal's AVX-512 SGEMM is lum_sgemm */
+/* luminal's AVX-512 SGEMM on weights packed once (gemm_avx512.c); NULL where it is not in front */
+typedef void (*lum_pack_fn)(int, long long, long long, const float*, long long, float*);
+typedef int (*lum_packed_gemm_fn)(int, long long, long long, long long, const float*, long long, const float*, float*,
+                                  long long);
+extern LUM_SHARED lum_pack_fn lum_gemm512_pack_b;
+extern LUM_SHARED lum_packed_gemm_fn lum_gemm512_packed;
+/* the calling runtime's table of packed weights (`lum_gemm_fw`), set by the driver per call */
+extern LUM_SHARED __thread long long* lum_pack_table;
+extern LUM_SHARED __thread long long lum_pack_entries;
 extern LUM_SHARED lum_dgemm_fn lum_dgemm;
 extern LUM_SHARED lum_sgemv_fn lum_sgemv;
 extern LUM_SHARED lum_dgemv_fn lum_dgemv;
@@ -333,6 +342,67 @@ static void lum_gemm_f(int ta, int tb, long long M, long long N, long long K, co
 }
 #define lum_gemm_i lum_loop_gemm_i
 #define lum_gemm_ll lum_loop_gemm_ll
+/* Weights packed once: a GEMM whose B is a weight stored in the graph (a linear layer's), with
+   luminal's AVX-512 SGEMM in front of the BLAS, reads B from panels packed on the runtime's first
+   call instead of packing (transposing) it every call: the table (`lum_pack_table`, one per
+   runtime, CpuRuntime.pack_weights) maps the weight's address and view to its panels. The
+   table's entries, 8 words: address, N, K, ldb, tb, panels, state (0 free, 1 being packed, 2
+   ready, 3 failed). A thread finding an entry being packed computes this call unpacked; the
+   frontend that owns the weights replaces the table when they change in place. NULL: unpacked. */
+static const float* lum_packed_weight(int tb, long long N, long long K, const float* B, long long ldb) {
+  long long* const t = lum_pack_table;
+  const long long n = lum_pack_entries, key = (long long)(uintptr_t)B;
+  if (!t || n <= 0 || !lum_gemm512_pack_b) return NULL;
+  const unsigned long long h = ((unsigned long long)key >> 6) * 0x9E3779B97F4A7C15ULL;
+  for (long long probe = 0; probe < n; ++probe) {
+    long long* const e = t + 8 * (long long)((h + (unsigned long long)probe) % (unsigned long long)n);
+    long long seen = __atomic_load_n(&e[0], __ATOMIC_ACQUIRE);
+    if (seen == 0) {
+      long long expected = 0;
+      if (__atomic_compare_exchange_n(&e[0], &expected, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        e[1] = N; e[2] = K; e[3] = ldb; e[4] = tb;
+        const size_t bytes = ((size_t)((N + 31) / 32 * 32 * K) * sizeof(float) + 63) / 64 * 64;
+        float* p = (float*)aligned_alloc(64, bytes);
+        if (p) lum_gemm512_pack_b(tb ? 112 : 111, N, K, B, ldb, p);
+        e[5] = (long long)(uintptr_t)p;
+        __atomic_store_n(&e[6], p ? 2 : 3, __ATOMIC_RELEASE);
+        return p;
+      }
+      seen = expected;
+    }
+    if (seen != key) continue;
+    if (__atomic_load_n(&e[6], __ATOMIC_ACQUIRE) != 2) return NULL;  /* being packed, or failed */
+    if (e[1] == N && e[2] == K && e[3] == ldb && e[4] == tb) return (const float*)(uintptr_t)e[5];
+    /* the same address in another view: its own entry further on */
+  }
+  return NULL;  /* the table is full */
+}
+/* lum_gemm_f for a B that is a stored weight read in place (`stored`; not a copy the kernel made):
+   from its packed panels where lum_packed_weight gives them and the call would run luminal's
+   SGEMM anyway (from 32 rows and columns; not at precision "float64"), split across the team as
+   lum_gemm_f splits it (columns in multiples of the panels' 32); the same bits as lum_gemm_f. */
+static void lum_gemm_fw(int stored, int ta, int tb, long long M, long long NN, long long K, const float* A, long long lda,
+                        const float* B, long long ldb, float* C, long long ldc) {
+  const float* bp = NULL;
+  if (stored && !lum_f64 && lum_gemm512_packed && lum_sgemm_blas && M >= 32 && NN >= 32 && K >= 16)
+    bp = lum_packed_weight(tb, NN, K, B, ldb);
+  if (!bp) { lum_gemm_f(ta, tb, M, NN, K, A, lda, B, ldb, C, ldc); return; }
+  const int team = lum_threads, by_rows = M > NN;
+  if (team > 1 && M * NN * K >= lum_min(1LL << 21, (1LL << 18) * team) && !omp_in_parallel()) {
+    const long long extent = by_rows ? M : NN, unit = by_rows ? 16 : 32;
+    const long long per = ((extent + team - 1) / team + unit - 1) / unit * unit, n_blocks = (extent + per - 1) / per;
+    #pragma omp parallel for num_threads(team) schedule(static)
+    for (long long blk = 0; blk < n_blocks; ++blk) {
+      const long long s0 = blk * per, w = lum_min(per, extent - s0);
+      const float* a = by_rows ? A + (ta ? s0 : s0 * lda) : A;
+      if (by_rows ? lum_gemm512_packed(ta ? 112 : 111, w, NN, K, a, lda, bp, C + s0 * ldc, ldc)
+                  : lum_gemm512_packed(ta ? 112 : 111, M, w, K, A, lda, bp + s0 * K, C + s0, ldc))
+        lum_sgemm(101, ta ? 112 : 111, tb ? 112 : 111, by_rows ? w : M, by_rows ? NN : w, K, 1.0f, a, lda,
+                  by_rows ? B : B + (tb ? s0 * ldb : s0), ldb, 0.0f, by_rows ? C + s0 * ldc : C + s0, ldc);
+    }
+  } else if (lum_gemm512_packed(ta ? 112 : 111, M, NN, K, A, lda, bp, C, ldc))
+    lum_sgemm(101, ta ? 112 : 111, tb ? 112 : 111, M, NN, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+}
 /* exp(x) for x in [-87, 0], its result a normal float, in under 1 ulp: x = n ln2 + r (Cody-Waite's
    two-part ln2, n rounded by adding and taking 1.5 * 2^23), exp(r) by Cephes expf's degree-6
    polynomial, 2^n as the exponent field. Inline, so an `omp simd` loop vectorizes it without a
