@@ -123,3 +123,48 @@ def test_a_large_gemv_split_across_the_team_keeps_its_bits(monkeypatch, dtype, k
     x64, xt64, w64, v64 = (feeds[s].astype(np.float64) for s in ("x", "xt", "w", "v"))
     for got, want in zip(one, [x64 @ w64.T, x64 @ v64, w64 @ xt64, v64.T @ xt64]):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+class _Recorder:
+    """A stand-in library: the calls `_Blas.bind` makes, by name."""
+
+    def __init__(self):
+        self.calls = {}
+
+    def __getattr__(self, name):
+        return lambda *args: self.calls.setdefault(name, []).append(args)
+
+
+@pytest.mark.parametrize("kind,vendor,own", [("mkl", "AuthenticAMD", 1), ("mkl", "GenuineIntel", 0),
+                                             ("openblas", "AuthenticAMD", 0), ("mkl", "", 1)])
+def test_own_gemv_where_mkl_runs_off_intel(monkeypatch, kind, vendor, own):
+    """A row times a transposed weight goes through the few-rows loops where the BLAS is MKL on a
+    CPU that is not Intel's (its sgemv 2.4-2.7x slower there), else through the BLAS's sgemv."""
+    from luminal.kernels.cpu import blas_libs, gemm_avx512
+
+    monkeypatch.setattr(gemm_avx512, "vendor", lambda: vendor)
+    b = blas_libs._Blas.__new__(blas_libs._Blas)  # its fields only: no library looked up
+    b.kind, b.sgemm = kind, None
+    b.dgemm = b.sgemv = b.dgemv = b.set_threads_ptr = b.front = None
+    lib = _Recorder()
+    b.bind(lib, "blas")
+    assert [int(a[0].value) for a in lib.calls["lum_set_own_gemv"]] == [own]
+
+
+@pytest.mark.parametrize("vendor", ["AuthenticAMD", "GenuineIntel"])
+def test_one_row_linear_either_way(monkeypatch, vendor):
+    """The same layer through both paths (MKL's sgemv where torch is loaded, or the few-rows loops):
+    float32's accuracy either way, at one row and at a batch of rows."""
+    from luminal.kernels.cpu import gemm_avx512
+    from luminal.kernels.cpu.runtime import CpuRuntime
+
+    monkeypatch.setattr(gemm_avx512, "vendor", lambda: vendor)
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((1000, 512)).astype(np.float32)
+    g = lm.Graph("fc")
+    g.output(g.input("x", ("m", 512)) @ g.constant(w).T, "y")
+    runtime = CpuRuntime(g.compile(device="numpy").outputs)
+    for m in (1, 3):
+        x = rng.standard_normal((m, 512)).astype(np.float32)
+        want = x.astype(np.float64) @ w.T.astype(np.float64)
+        np.testing.assert_allclose(runtime({"x": x})[0], want, rtol=1e-4, atol=1e-4)

@@ -192,14 +192,14 @@ def test_a_linear_layer_over_a_prompt_matches_the_numpy_runtime(monkeypatch):
 def test_in_front_of_mkl_only_where_mkl_runs_narrower(monkeypatch):
     monkeypatch.setattr(gemm_avx512, "cpu_has_avx512", lambda: True)
     monkeypatch.delenv("LUMINAL_GEMM", raising=False)
-    monkeypatch.setattr(gemm_avx512, "_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(gemm_avx512, "vendor", lambda: "AuthenticAMD")
     assert gemm_avx512.wanted_over_mkl()  # MKL's AVX2 code on AMD
-    monkeypatch.setattr(gemm_avx512, "_vendor", lambda: "GenuineIntel")
+    monkeypatch.setattr(gemm_avx512, "vendor", lambda: "GenuineIntel")
     assert not gemm_avx512.wanted_over_mkl()  # MKL's own AVX-512 kernels
     monkeypatch.setenv("LUMINAL_GEMM", "avx512")
     assert gemm_avx512.wanted_over_mkl()
     monkeypatch.setenv("LUMINAL_GEMM", "blas")
-    monkeypatch.setattr(gemm_avx512, "_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(gemm_avx512, "vendor", lambda: "AuthenticAMD")
     assert not gemm_avx512.wanted_over_mkl()
 
 

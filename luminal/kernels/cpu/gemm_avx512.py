@@ -68,10 +68,11 @@ def wanted_over_mkl() -> bool:
     mode = _mode()
     if mode == "blas" or not cpu_has_avx512():
         return False
-    return mode == "avx512" or _vendor() == "AuthenticAMD"
+    return mode == "avx512" or vendor() == "AuthenticAMD"
 
 
-def _vendor() -> str:
+def vendor() -> str:
+    """The CPU's vendor string ("GenuineIntel", "AuthenticAMD"; "" where /proc/cpuinfo lacks one)."""
     return build.cpu_info()[1]
 
 

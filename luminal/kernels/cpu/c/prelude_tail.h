@@ -26,6 +26,10 @@ extern LUM_SHARED lum_dgemm_fn lum_dgemm;
 extern LUM_SHARED lum_sgemv_fn lum_sgemv;
 extern LUM_SHARED lum_dgemv_fn lum_dgemv;
 extern LUM_SHARED lum_threads_fn lum_blas_set_threads;
+/* 1: a row times a transposed B (a linear layer in decode) through the few-rows loops, not the
+   BLAS's sgemv: MKL's on an AMD CPU (blas_libs.py; 512 x 1000: 43 against 18 us, 1024 x 4096:
+   416 against 156, on a Zen 4 with AVX-512 as with LUMINAL_ISA=avx2; OpenBLAS's is level with them) */
+extern LUM_SHARED int lum_own_gemv;
 extern LUM_SHARED int lum_blas_threads;
 /* the call's team size and precision: per calling thread (two threads may run calls at once),
    read on it, never inside a parallel region */
@@ -225,7 +229,8 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
       is as fast, on AVX2 faster (README) */ \
     lum_few_rows_nn_##N(M, NN, K, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, C, ldc, \
                         lum_threads > 1 && NN * K >= (1LL << 15) && !omp_in_parallel()); \
-  else if (GEMV && M == 1) {  /* C[1 x N] = a . op(B): op(B)^T a, a's elements lda apart when transposed */ \
+  else if (GEMV && M == 1 && !(sizeof(T) == 4 && lum_own_gemv && tb && !ta && NN >= 32 && K >= 16)) { \
+    /* C[1 x N] = a . op(B): op(B)^T a, a's elements lda apart when transposed */ \
     const long long per = tb ? lum_gemv_block(NN, K) : 0; \
     if (per) {  /* op(B)^T = B's rows: block s0.. of them */ \
       _Pragma("omp parallel for num_threads(lum_threads) schedule(static)") \

@@ -3,7 +3,8 @@ LUM_SHARED lum_dgemm_fn lum_dgemm;
 LUM_SHARED lum_sgemv_fn lum_sgemv;
 LUM_SHARED lum_dgemv_fn lum_dgemv;
 LUM_SHARED lum_threads_fn lum_blas_set_threads;
-LUM_SHARED int lum_blas_threads = -1, lum_blas_in_team;
+LUM_SHARED int lum_blas_threads = -1, lum_blas_in_team, lum_own_gemv;
+void lum_set_own_gemv(int own) { lum_own_gemv = own; }
 LUM_SHARED __thread int lum_threads = 1, lum_f64;
 void lum_set_blas(void* sgemm, void* dgemm, void* set_threads, void* sgemv, void* dgemv) {
   lum_sgemm = (lum_sgemm_fn)sgemm; lum_dgemm = (lum_dgemm_fn)dgemm; lum_blas_set_threads = (lum_threads_fn)set_threads;
