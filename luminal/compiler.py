@@ -234,7 +234,8 @@ class CompiledGraph:
         """Let the runtime keep its stored float32 weights that GEMMs read as B (linear layers')
         packed once instead of packing them every call (`CpuRuntime.pack_weights`; a no-op on
         runtimes without it). For frontends that own their weights or see their in-place changes
-        and then call `weights_changed()`: ONNX models, `luminal.compile` (torch's version counters)."""
+        and then call `weights_changed()`: ONNX models, `luminal.compile` (torch's version counters),
+        loaded `.lum` files."""
         pack = getattr(self.runtime, "pack_weights", None)
         if pack is not None:
             pack()

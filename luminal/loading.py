@@ -47,6 +47,7 @@ def load(path, device: str = "cpu", trust_binaries: bool = False, precision: str
     compiled = CompiledGraph(inputs, outputs, meta["output_names"], runtime, report, device=entry,
                              frontend_meta=meta.get("frontend", {}), rng_seed=by_name.get(RNG_SEED_INPUT),
                              weight_mode="seeded" if meta.get("weight_specs") else "embed")
+    compiled.pack_weights()  # the weights are the file's, read-only: linear layers' packed once
     if compiled.frontend_meta.get("frontend") == "torch.export":  # called like the model it came from
         from luminal.frontends.torch.saved import LoadedModel
 

@@ -168,3 +168,15 @@ def test_onnx_model_packs_its_initializers():
     runtime = getattr(runtime, "_compiled", None) or runtime  # a tiered runtime's C
     assert _used(runtime) == 1
     assert onnx is not None
+
+
+@needs_avx512
+def test_loaded_model_packs_its_weights(tmp_path):
+    g, w, b = _graph(64, 80, 200, True)
+    path = g.compile(device="cpu").save(tmp_path / "linear.lum")
+    loaded = lm.load(path)
+    x = np.random.default_rng(6).standard_normal((64, 80)).astype(np.float32)
+    for _ in range(2):
+        np.testing.assert_allclose(loaded({"x": x})[0], x @ w.T + b, rtol=1e-4, atol=1e-4)
+    runtime = getattr(loaded.runtime, "_compiled", None) or loaded.runtime  # a tiered runtime's C
+    assert _used(runtime) == 1
