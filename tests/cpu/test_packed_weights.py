@@ -118,6 +118,7 @@ def test_float64_precision_is_not_packed():
     assert _used(packed) == 0
 
 
+@needs_avx512
 def test_switched_off(monkeypatch):
     monkeypatch.setenv("LUMINAL_PACK_WEIGHTS", "0")
     g, _, _ = _graph(64, 48, 96, True)

@@ -109,7 +109,7 @@ class _Blas:
         else:
             lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.set_threads_ptr,
                                                             self.sgemv, self.dgemv)))
-        # MKL's sgemv off Intel CPUs is 2.4-2.7x slower than the prelude's few-rows loops (`lum_own_gemv`)
+        # MKL's sgemv off Intel CPUs is slower than the prelude's few-rows loops (`lum_own_gemv`, README)
         lib.lum_set_own_gemv(ctypes.c_int(int(self.kind == "mkl" and gemm_avx512.vendor() != "GenuineIntel")))
         front = self.front_for(gemm)
         if front is not None:

@@ -36,7 +36,7 @@ from luminal.kernels.cpu.conv import (
     window_epilogue_kernel,
     window_pad,
 )
-from luminal.kernels.cpu.render import gemm_call, stored_weight
+from luminal.kernels.cpu.render import gemm_call, packs_weight, stored_weight
 from luminal.kernels.cpu.steps import (
     DC_KERNELS,
     K_TILE_ROWS_C,
@@ -300,9 +300,8 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     }}
     free(a_buf); free(b_buf);{" free(offs);" if micro else ""}"""
 
-    # a linear layer's (B a stored weight): one GEMM, its weight's panels packed once (`render.gemm_call`)
-    linear = gemm_call(node, b, "").startswith("lum_gemm_fw")
-    tiles_when = "0" if linear else f"!lum_f64 && M * N >= {EPILOGUE_TILED_MIN}LL && M * K <= {EPILOGUE_TILE_FLOATS}LL"
+    # a linear layer's (B a stored weight): one GEMM, its weight's panels packed once (`render.packs_weight`)
+    tiles_when = "0" if packs_weight(node, b) else f"!lum_f64 && M * N >= {EPILOGUE_TILED_MIN}LL && M * K <= {EPILOGUE_TILE_FLOATS}LL"
     code = f"""{conv_direct.MICRO_KERNEL if micro else ""}{signature(name, region, inputs, symbols, False)} {{
   const long long n_batch = {c_dim(sym.product(batch))}, M = {m}, N = {n}, K = {k};
   if (M <= 0 || N <= 0) return;

@@ -51,16 +51,21 @@ def stored_weight(x: Node) -> bool:
     return base.op is Op.CONSTANT and isinstance(base.arg, ConstantArray)
 
 
+def packs_weight(node: Node, b: Node) -> bool:
+    """Whether the GEMM computing `node` = A @ `b` is a float32 one whose B is a stored weight (a
+    linear layer's): its call goes through `lum_gemm_fw`, which reads the weight's panels packed
+    once per runtime (the prelude)."""
+    t = compute_type(node.dtype)
+    return t == "float" and node.dtype.ctype == t and stored_weight(b)
+
+
 def gemm_call(node: Node, b: Node, args: str) -> str:
     """The C call of a GEMM step computing `node` = A @ `b` (`args`: the operands as `_operand` set
-    them up, then M, N, K, A, lda, B, ldb, C, ldc): a float32 GEMM whose B is a stored weight goes
-    through `lum_gemm_fw`, which reads the weight's panels packed once per runtime (the prelude;
-    only where B is the weight itself, not the copy `_operand` made: `b_buf`), any other through
-    `lum_gemm_<t>`."""
-    t = compute_type(node.dtype)
-    if t == "float" and node.dtype.ctype == t and stored_weight(b):
+    them up, then M, N, K, A, lda, B, ldb, C, ldc): `lum_gemm_fw` where `packs_weight` (only where
+    B is the weight itself, not the copy `_operand` made: `b_buf`), else `lum_gemm_<t>`."""
+    if packs_weight(node, b):
         return f"lum_gemm_fw(b_ptr != b_buf, a_tr, b_tr, {args});"
-    return f"lum_gemm_{_GEMM[t]}(a_tr, b_tr, {args});"
+    return f"lum_gemm_{_GEMM[compute_type(node.dtype)]}(a_tr, b_tr, {args});"
 
 
 def _operand(x: Node, which: str, bnames, rows, cols, inputs, t) -> tuple[str, str]:

@@ -246,10 +246,7 @@ void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long lon
 }
 
 /* A weight packed once for every call (`lum_gemm_fw`, the prelude): op(B) (K x N) as panels of NR
-   columns and all K rows, panel p at Bp + p * NR * K, its row k at + k * NR, columns past N zeros.
-   The floats it takes: */
-long long lum_gemm512_packed_floats(long long N, long long K) { return (N + NR - 1) / NR * NR * K; }
-
+   columns and all K rows, panel p at Bp + p * NR * K, its row k at + k * NR, columns past N zeros */
 void lum_gemm512_pack(int transb, long long N, long long K, const float* B, long long ldb, float* Bp) {
   const long long rs = transb == 112 ? 1 : ldb, cs = transb == 112 ? ldb : 1;
   for (long long j0 = 0; j0 < N; j0 += NR) lum_pack_b(K, lum_mini(NR, N - j0), B + j0 * cs, rs, cs, Bp + j0 * K);
@@ -257,9 +254,9 @@ void lum_gemm512_pack(int transb, long long N, long long K, const float* B, long
 
 /* C[M x N] (rows ldc apart) = op(A) . B for B packed by lum_gemm512_pack, from the panel at Bp (N
    columns of it) on the calling thread: the kernels and K blocks of lum_gemm512_sgemm, so each
-   element is the same chain of fused multiply-adds in k order, the same bits, without B's packing
-   per call (a linear layer's weight streamed from memory and transposed into panels each call:
-   128 x 1408 x 512 on 2 threads 1.12 -> 0.92 ms). 0, or -1 when out of memory (nothing written). */
+   element is the same chain of fused multiply-adds in k order, the same bits, without transposing
+   a weight streamed from memory into panels every call (README). 0, or -1 when out of memory
+   (nothing written). */
 int lum_gemm512_sgemm_packed(int transa, long long M, long long N, long long K, const float* A, long long lda,
                              const float* Bp, float* C, long long ldc) {
   if (M <= 0 || N <= 0) return 0;

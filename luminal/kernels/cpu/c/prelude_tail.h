@@ -27,8 +27,7 @@ extern LUM_SHARED lum_sgemv_fn lum_sgemv;
 extern LUM_SHARED lum_dgemv_fn lum_dgemv;
 extern LUM_SHARED lum_threads_fn lum_blas_set_threads;
 /* 1: a row times a transposed B (a linear layer in decode) through the few-rows loops, not the
-   BLAS's sgemv: MKL's on an AMD CPU (blas_libs.py; 512 x 1000: 43 against 18 us, 1024 x 4096:
-   416 against 156, on a Zen 4 with AVX-512 as with LUMINAL_ISA=avx2; OpenBLAS's is level with them) */
+   BLAS's sgemv, which is slower there: MKL's on a CPU not Intel's (blas_libs.py; README) */
 extern LUM_SHARED int lum_own_gemv;
 extern LUM_SHARED int lum_blas_threads;
 /* the call's team size and precision: per calling thread (two threads may run calls at once),
@@ -220,6 +219,15 @@ static long long lum_gemv_block(long long outputs, long long K) {
   if (lum_blas_in_team || lum_threads <= 1 || outputs < 32 || outputs * K < (1LL << 17) || omp_in_parallel()) return 0;
   return ((outputs + lum_threads - 1) / lum_threads + 15) / 16 * 16;
 }
+/* Whether a GEMM runs split across the team in blocks of C: from 2^18 multiply-adds a thread (2^21
+   at most), not inside a parallel region (`LUM_BLAS_GEMM`, `lum_gemm_fw`); and a block's extent:
+   the team's share of `extent`, rounded up to a multiple of `unit` */
+static inline int lum_gemm_splits(long long M, long long NN, long long K) {
+  return lum_threads > 1 && M * NN * K >= lum_min(1LL << 21, (1LL << 18) * lum_threads) && !omp_in_parallel();
+}
+static inline long long lum_gemm_block(long long extent, int team, long long unit) {
+  return ((extent + team - 1) / team + unit - 1) / unit * unit;
+}
 #define LUM_BLAS_GEMM(T, N, PICK, GEMV) \
 static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K, const T* A, long long lda, \
                          const T* B, long long ldb, T* C, long long ldc) { \
@@ -261,9 +269,7 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
       lum_few_rows_gemm_##N(NN, M, K, bt, K, A, lda, C, 1, ldc, par_); \
       free(bt); } \
   } \
-  else if (GEMM && lum_threads > 1 && M * NN * K >= lum_min(1LL << 21, (1LL << 18) * lum_threads) \
-           && (NN >= 32 || M >= 64) \
-           && !omp_in_parallel()) { \
+  else if (GEMM && (NN >= 32 || M >= 64) && lum_gemm_splits(M, NN, K)) { \
     /* The BLAS (or luminal's AVX-512 SGEMM) single-threaded on blocks of C (multiples of 16), one \
        per thread of the loops' team, from 2^18 multiply-adds per thread (2^21 at most). MKL too: \
        in the team's region it runs on its calling thread, faster than its own threads (README), \
@@ -273,7 +279,7 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
        once in all; ResNet50's 7x7 stage, 512 x 49 x 4608, read all of A per thread) */ \
     const int team = lum_threads, by_rows = M > NN; \
     const long long extent = by_rows ? M : NN; \
-    const long long per = ((extent + team - 1) / team + 15) / 16 * 16, n_blocks = (extent + per - 1) / per; \
+    const long long per = lum_gemm_block(extent, team, 16), n_blocks = (extent + per - 1) / per; \
     _Pragma("omp parallel for num_threads(team) schedule(static)") \
     for (long long blk = 0; blk < n_blocks; ++blk) { \
       const long long s0 = blk * per, w = lum_min(per, extent - s0); \
@@ -366,7 +372,7 @@ static const float* lum_packed_weight(int tb, long long N, long long K, const fl
       long long expected = 0;
       if (__atomic_compare_exchange_n(&e[0], &expected, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
         e[1] = N; e[2] = K; e[3] = ldb; e[4] = tb;
-        const size_t bytes = ((size_t)((N + 31) / 32 * 32 * K) * sizeof(float) + 63) / 64 * 64;
+        const size_t bytes = ((size_t)((N + 31) / 32 * 32 * K) * sizeof(float) + 63) / 64 * 64;  /* 32: NR, the panels' width */
         float* p = (float*)aligned_alloc(64, bytes);
         if (p) lum_gemm512_pack_b(tb ? 112 : 111, N, K, B, ldb, p);
         e[5] = (long long)(uintptr_t)p;
@@ -393,9 +399,9 @@ static void lum_gemm_fw(int stored, int ta, int tb, long long M, long long NN, l
     bp = lum_packed_weight(tb, NN, K, B, ldb);
   if (!bp) { lum_gemm_f(ta, tb, M, NN, K, A, lda, B, ldb, C, ldc); return; }
   const int team = lum_threads, by_rows = M > NN;
-  if (team > 1 && M * NN * K >= lum_min(1LL << 21, (1LL << 18) * team) && !omp_in_parallel()) {
-    const long long extent = by_rows ? M : NN, unit = by_rows ? 16 : 32;
-    const long long per = ((extent + team - 1) / team + unit - 1) / unit * unit, n_blocks = (extent + per - 1) / per;
+  if (lum_gemm_splits(M, NN, K)) {
+    const long long extent = by_rows ? M : NN;
+    const long long per = lum_gemm_block(extent, team, by_rows ? 16 : 32), n_blocks = (extent + per - 1) / per;
     #pragma omp parallel for num_threads(team) schedule(static)
     for (long long blk = 0; blk < n_blocks; ++blk) {
       const long long s0 = blk * per, w = lum_min(per, extent - s0);
