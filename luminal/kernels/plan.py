@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass
 
+from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import ConstantArray, Node, Op, toposort
 from luminal.kernels.cublas import GemmDesc
 from luminal.kernels.render import CUDA, CUDA_SPECIAL, KernelSpec, render_node
@@ -54,6 +55,8 @@ def launch_order(final: list[Node]) -> list[Node]:
       last of the nodes it reads from outside that set is there: its buffer lives the whole call
       anyway, what it reads can be freed, and its private chain is made just before it (not
       when the chain's own operands are, which holds it until the output's other operands come);
+    - a node that only outputs' private nodes read, several outputs' (`_shared_by_outputs`), is
+      made just before the first of those outputs that can be made, not where the walk meets it;
     - a view as soon as its operand is there: it costs nothing."""
     walk = toposort(final)
     depth: dict[int, int] = {}
@@ -99,50 +102,118 @@ def launch_order(final: list[Node]) -> list[Node]:
     for n in order:
         if id(n) in owner:
             groups.setdefault(owner[id(n)], []).append(n)
+    shared = _shared_by_outputs(order, users, owner, outputs)
     waiting: dict[int, int] = {}  # group (by its output) or view -> operands from outside not yet launched
     readers: dict[int, list[int]] = {}  # node -> the groups and views waiting on it
+    pulled: dict[int, list[Node]] = {}  # group -> the shared nodes it makes first, if still not made
+    walk_position = {id(n): i for i, n in enumerate(order)}
     for key, members in groups.items():
         inside = {id(m) for m in members}
-        outside = {id(s) for m in members for s in m.src if id(s) not in inside}
+        outside: set[int] = set()
+        stack = [s for m in members for s in m.src if id(s) not in inside]
+        mine: dict[int, Node] = {}
+        while stack:  # through shared operands to what they read
+            s = stack.pop()
+            if id(s) in shared:
+                if id(s) not in mine:
+                    mine[id(s)] = s
+                    stack.extend(s.src)
+            else:
+                outside.add(id(s))
         waiting[key] = len(outside)
+        pulled[key] = sorted(mine.values(), key=lambda n: walk_position[id(n)])
         for s in outside:
             readers.setdefault(s, []).append(key)
-    views = {id(n): n for n in order if n.op is Op.VIEW and id(n) not in owner}
+    views = {id(n): n for n in order if n.op is Op.VIEW and id(n) not in owner and id(n) not in shared}
     for key, v in views.items():
         waiting[key] = 1
         readers.setdefault(id(v.src[0]), []).append(key)
+    pending = {key: len(nodes) for key, nodes in pulled.items()}  # group -> its shared nodes not yet made
+    pullers: dict[int, list[int]] = {}  # shared node -> the groups that read it
+    for key, nodes in pulled.items():
+        for m in nodes:
+            pullers.setdefault(id(m), []).append(key)
+    demanded: set[int] = set()  # the groups whose shared operands were asked for
     launched: list[Node] = []
     done: set[int] = set()
 
-    def launch(n: Node) -> None:
-        ready = collections.deque([n])
+    def demand(key: int) -> list[Node]:
+        """A group that waits on nothing else: the shared nodes it reads still to make, or once
+        they are made, its members (`launch` adds them after the last)."""
+        demanded.add(key)
+        return groups[key] if not pending[key] else [m for m in pulled[key] if id(m) not in done]
+
+    def launch(first: list[Node]) -> None:
+        ready = collections.deque(first)
         while ready:
             m = ready.popleft()
             if id(m) in done:
                 continue
             launched.append(m)
             done.add(id(m))
+            for key in pullers.get(id(m), ()):
+                pending[key] -= 1
+                if not pending[key] and not waiting[key]:  # its last shared operand: the group, next
+                    ready.extendleft(reversed(groups[key]))
             for key in readers.get(id(m), ()):
                 waiting[key] -= 1
                 if not waiting[key]:
-                    ready.extend(groups[key] if key in groups else (views[key],))
+                    ready.extend(demand(key) if key in groups else (views[key],))
 
+    for n in order:  # there from the start: all of them before any group is made (a group
+        if n.op in (Op.INPUT, Op.CONSTANT):  # made at the first would pull shared nodes that others wait on)
+            launched.append(n)
+            done.add(id(n))
+            for key in readers.get(id(n), ()):
+                waiting[key] -= 1
+    # what reads nothing from outside but inputs (an iota's output, a view of an input; a group whose
+    # other operands are all shared): the groups with the fewest shared operands first (along a
+    # chain of shared nodes that several groups read, each group as soon as its part is there)
+    floating = sorted((key for key in groups if not waiting[key]), key=lambda key: len(pulled[key]))
+    for key in floating:
+        if key not in demanded:
+            launch(demand(key))
+    for key in views:
+        if not waiting[key]:
+            launch([views[key]])
     for n in order:
-        if n.op in (Op.INPUT, Op.CONSTANT):  # there from the start
-            launch(n)
-    for key, members in groups.items():
-        if not waiting[key]:  # a group that reads nothing (an iota's output)
-            for m in members:
-                launch(m)
-    for n in order:
-        if id(n) not in done and id(n) not in owner and id(n) not in views:
-            launch(n)
+        if id(n) not in done and id(n) not in owner and id(n) not in views and id(n) not in shared:
+            launch([n])
     # every node once, after its operands: each group's outside operands precede its output in
     # the walk, so a node outside the groups never waits on one (checked: the plan depends on it)
     position = {id(n): i for i, n in enumerate(launched)}
     if len(position) != len(order) or any(position[id(s)] >= position[id(n)] for n in launched for s in n.src):
         raise AssertionError("launch_order: a node launched before its operands, or not at all")
     return launched
+
+
+def _shared_by_outputs(order: list[Node], users: dict[int, list[Node]], owner: dict[int, int],
+                       outputs: set[int]) -> set[int]:
+    """The nodes read only by outputs' private nodes and by one another, private to no one output,
+    that free nothing by being made early: each is made when the first group that reads it can be
+    (its other operands there), just before it, not where the walk meets it. (A backward's layer
+    norm output, recomputed from its saved input, read by the query, key and value weights'
+    gradients: made where the walk met it, near the end, it kept every layer's gradients of the
+    attention's inputs alive until then.) "Frees nothing": every operand that is not an input or a
+    weight (or a view of one) is no larger than the node, so waiting cannot hold a larger buffer
+    alive in its place."""
+    def no_larger(s: Node, n: Node) -> bool:
+        base = s
+        while base.op is Op.VIEW:
+            base = base.src[0]
+        if base.op in (Op.INPUT, Op.CONSTANT):  # alive the whole call anyway
+            return True
+        a, b = sym.product(s.shape), sym.product(n.shape)
+        return int(a) <= int(b) if sym.is_static(a) and sym.is_static(b) else sym.equal(a, b)
+
+    shared: set[int] = set()
+    for n in reversed(order):  # readers first
+        i = id(n)
+        if (i not in owner and i not in outputs and n.op not in (Op.INPUT, Op.CONSTANT) and users.get(i)
+                and all(id(u) in owner or id(u) in shared for u in users[i])
+                and all(no_larger(s, n) for s in n.src)):
+            shared.add(i)
+    return shared
 
 
 @dataclass
