@@ -127,6 +127,21 @@ def test_blocks_of_rows_or_columns_are_the_whole_calls_answer(ours, n):
 
 
 @needs_avx512
+@pytest.mark.parametrize("n,k", [(200, 70), (900, 64), (2500, 40)])  # A in place, B in place, B packed
+def test_rows_left_over_by_twelve_row_blocks_are_the_same_bits(ours, n, k):
+    """The rows a 12-row block leaves over run the 4- or 8-row kernels (the fewest that hold them):
+    every row is the same chain of multiply-adds as inside a 12-row block, special values too."""
+    rng = np.random.default_rng(n + k)
+    a, b = rng.standard_normal((60, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    a[3, 1], b[5, n - 1], a[50, 2] = np.nan, np.inf, -0.0
+    whole = _gemm(ours, a, b)
+    _close(whole[4:, :-1], a[4:], b[:, :-1])  # away from the NaN's row and the infinity's column
+    for rows in range(1, 25):  # 1-4, 5-8, 9-12 left over after 0 or 1 block of 12
+        for r0 in (0, 36):
+            np.testing.assert_array_equal(_gemm(ours, a[r0:r0 + rows], b), whole[r0:r0 + rows])
+
+
+@needs_avx512
 @pytest.mark.parametrize("tb", [False, True])
 def test_one_row_block_rounds_as_several(ours, tb):
     """Up to 192 rows B is packed a panel at a time, past them all of a K block at once: the same

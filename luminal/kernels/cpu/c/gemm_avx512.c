@@ -100,55 +100,62 @@ static void lum_pack_a(long long mc, long long kc, const float* A, long long rs,
   }
 }
 
-#define LUM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define LUM_ROWS4(X, P) X(0, P) X(1, P) X(2, P) X(3, P)
+#define LUM_ROWS8(X, P) LUM_ROWS4(X, P) X(4, P) X(5, P) X(6, P) X(7, P)
+#define LUM_ROWS12(X, P) LUM_ROWS8(X, P) X(8, P) X(9, P) X(10, P) X(11, P)
 
 /* C[0:mr, 0:nr] (rows ldc apart) = (accumulate ? C : 0) + a . b over kc: b an NR-column panel, a
    an MR-row panel (LUM_A_PACKED: MR floats per k) or MR rows of A itself (LUM_A_ROWS: rows lda
    apart, k contiguous; rows past mr read row 0, never stored). The sums run in k order from C's
-   value, so a product split into K blocks rounds as one unsplit chain of fused multiply-adds. */
+   value, so a product split into K blocks rounds as one unsplit chain of fused multiply-adds.
+   Each is made for 4, 8 and 12 rows (ROWS), the fewest that hold mr (`LUM_BY_ROWS`): a block of
+   4 rows left over (a 1x1 conv's 16 or 64 output channels) runs a third of the multiply-adds,
+   not all 12 rows' (the same bits: every row is its own chain). */
 #define LUM_A_PACKED(i) (a[MR * k + i])
 #define LUM_A_ROWS(i) (a##i[k])
-#define LUM_KERNEL(NAME, A_AT, B_AT) \
+#define LUM_KERNEL(NAME, ROWS, A_AT, B_AT) \
 static void NAME(long long kc, const float* restrict a, long long lda, const float* restrict b, long long ldb, \
                  float* C, long long ldc, int accumulate, long long mr, long long nr) { \
   const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1); \
   const __mmask16 m1 = nr >= 32 ? 0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0; \
-  LUM_ROWS(LUM_ROW_POINTER) \
-  LUM_ROWS(LUM_INIT) \
+  ROWS(LUM_ROW_POINTER, ) \
+  ROWS(LUM_INIT, ) \
   if (nr <= 16) {  /* a last panel of at most 16 columns: half the multiply-adds */ \
     _Pragma("GCC unroll 4") \
     for (long long k = 0; k < kc; ++k) { \
       const __m512 b0 = B_AT(0, m0); \
-      LUM_ROWS_FMA_HALF(A_AT) \
+      ROWS(LUM_FMA_HALF, A_AT) \
     } \
   } else { \
     _Pragma("GCC unroll 4") \
     for (long long k = 0; k < kc; ++k) { \
       const __m512 b0 = B_AT(0, m0), b1 = B_AT(16, m1); \
-      LUM_ROWS_FMA(A_AT) \
+      ROWS(LUM_FMA, A_AT) \
     } \
   } \
-  if (mr == MR && nr == NR) { LUM_ROWS(LUM_STORE) } \
-  else { LUM_ROWS(LUM_STORE_M) } \
+  if (mr == MR && nr == NR) { ROWS(LUM_STORE, ) } \
+  else { ROWS(LUM_STORE_M, ) } \
 }
-#define LUM_ROW_POINTER(i) const float* restrict a##i = a + (i < mr ? i : 0) * lda; (void)a##i;
-#define LUM_INIT(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps(); \
+#define LUM_ROW_POINTER(i, P) const float* restrict a##i = a + (i < mr ? i : 0) * lda; (void)a##i;
+#define LUM_INIT(i, P) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps(); \
   if (accumulate && i < mr) { c##i##0 = _mm512_maskz_loadu_ps(m0, C + i * ldc); c##i##1 = _mm512_maskz_loadu_ps(m1, C + i * ldc + 16); }
-#define LUM_FMA(A_AT, i) { const __m512 x = _mm512_set1_ps(A_AT(i)); \
+#define LUM_FMA(i, A_AT) { const __m512 x = _mm512_set1_ps(A_AT(i)); \
     c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0); c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1); }
-#define LUM_ROWS_FMA(A_AT) LUM_FMA(A_AT, 0) LUM_FMA(A_AT, 1) LUM_FMA(A_AT, 2) LUM_FMA(A_AT, 3) LUM_FMA(A_AT, 4) \
-  LUM_FMA(A_AT, 5) LUM_FMA(A_AT, 6) LUM_FMA(A_AT, 7) LUM_FMA(A_AT, 8) LUM_FMA(A_AT, 9) LUM_FMA(A_AT, 10) LUM_FMA(A_AT, 11)
-#define LUM_FMA_HALF(A_AT, i) { c##i##0 = _mm512_fmadd_ps(_mm512_set1_ps(A_AT(i)), b0, c##i##0); }
-#define LUM_ROWS_FMA_HALF(A_AT) LUM_FMA_HALF(A_AT, 0) LUM_FMA_HALF(A_AT, 1) LUM_FMA_HALF(A_AT, 2) LUM_FMA_HALF(A_AT, 3) \
-  LUM_FMA_HALF(A_AT, 4) LUM_FMA_HALF(A_AT, 5) LUM_FMA_HALF(A_AT, 6) LUM_FMA_HALF(A_AT, 7) LUM_FMA_HALF(A_AT, 8) \
-  LUM_FMA_HALF(A_AT, 9) LUM_FMA_HALF(A_AT, 10) LUM_FMA_HALF(A_AT, 11)
-#define LUM_STORE(i) _mm512_storeu_ps(C + i * ldc, c##i##0); _mm512_storeu_ps(C + i * ldc + 16, c##i##1);
-#define LUM_STORE_M(i) if (i < mr) { _mm512_mask_storeu_ps(C + i * ldc, m0, c##i##0); _mm512_mask_storeu_ps(C + i * ldc + 16, m1, c##i##1); }
+#define LUM_FMA_HALF(i, A_AT) { c##i##0 = _mm512_fmadd_ps(_mm512_set1_ps(A_AT(i)), b0, c##i##0); }
+#define LUM_STORE(i, P) _mm512_storeu_ps(C + i * ldc, c##i##0); _mm512_storeu_ps(C + i * ldc + 16, c##i##1);
+#define LUM_STORE_M(i, P) if (i < mr) { _mm512_mask_storeu_ps(C + i * ldc, m0, c##i##0); _mm512_mask_storeu_ps(C + i * ldc + 16, m1, c##i##1); }
 #define LUM_B_PACKED(h, m) _mm512_load_ps(b + NR * k + h)
 #define LUM_B_ROWS(h, m) _mm512_maskz_loadu_ps(m, b + ldb * k + h)
-LUM_KERNEL(lum_kernel_packed, LUM_A_PACKED, LUM_B_PACKED)
-LUM_KERNEL(lum_kernel_a_rows, LUM_A_ROWS, LUM_B_PACKED)
-LUM_KERNEL(lum_kernel_b_rows, LUM_A_PACKED, LUM_B_ROWS)
+#define LUM_BY_ROWS(NAME, A_AT, B_AT) \
+  LUM_KERNEL(NAME##4, LUM_ROWS4, A_AT, B_AT) LUM_KERNEL(NAME##8, LUM_ROWS8, A_AT, B_AT) \
+  LUM_KERNEL(NAME##12, LUM_ROWS12, A_AT, B_AT) \
+static void NAME(long long kc, const float* restrict a, long long lda, const float* restrict b, long long ldb, \
+                 float* C, long long ldc, int accumulate, long long mr, long long nr) { \
+  (mr <= 4 ? NAME##4 : mr <= 8 ? NAME##8 : NAME##12)(kc, a, lda, b, ldb, C, ldc, accumulate, mr, nr); \
+}
+LUM_BY_ROWS(lum_kernel_packed, LUM_A_PACKED, LUM_B_PACKED)
+LUM_BY_ROWS(lum_kernel_a_rows, LUM_A_ROWS, LUM_B_PACKED)
+LUM_BY_ROWS(lum_kernel_b_rows, LUM_A_PACKED, LUM_B_ROWS)
 
 static float* lum_alloc(long long n) {
   return (float*)aligned_alloc(64, (size_t)((n * sizeof(float) + 63) / 64 * 64));
