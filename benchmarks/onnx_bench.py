@@ -35,6 +35,7 @@ C backend then takes torch's thread count and the MKL inside torch (`luminal/ker
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib.metadata
 import importlib.util
 import json
@@ -178,6 +179,7 @@ def real_models(heavy: bool = False) -> dict[str, tuple[Path, dict]]:
     spec.loader.exec_module(sweep)
     site = Path(sysconfig.get_paths()["purelib"])
     entries = tomllib.loads(MANIFEST.read_text())["model"]
+    stems = collections.Counter(Path(e["path"]).stem for e in entries)
     found = {}
     for entry in entries:
         if entry.get("heavy") and not heavy:
@@ -188,7 +190,11 @@ def real_models(heavy: bool = False) -> dict[str, tuple[Path, dict]]:
         except importlib.metadata.PackageNotFoundError:
             continue
         stem = Path(entry["path"]).stem
-        found[entry["package"] if stem == "model" else stem] = (site / entry["path"],
+        if stem == "model":
+            stem = entry["package"]
+        elif stems[stem] > 1:  # two generations' rec.onnx: their folders below the package's (ppocrv5-rec)
+            stem = "-".join(p for p in Path(entry["path"]).parent.parts[1:] if p != "models")
+        found[stem] = (site / entry["path"],
                                                                  sweep._feeds(entry["inputs"], 0, np.random.default_rng(0)))
     return found
 
@@ -244,7 +250,7 @@ def table(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.onnx_bench")
     parser.add_argument("--models", nargs="+", metavar="NAME", help="only these models (light: "
-                        f"{', '.join(LIGHT)}; suite: {', '.join(SUITE)}; real: the stems of real_models.toml's paths, or the package where the stem is 'model')")
+                        f"{', '.join(LIGHT)}; suite: {', '.join(SUITE)}; real: the stems of real_models.toml's paths, or the package where the stem is 'model', or where two share a stem their folders below the package's, joined by '-')")
     parser.add_argument("--light", action="store_true", help="the light models only (both groups)")
     parser.add_argument("--real", action="store_true", help="the real-model sweep only")
     parser.add_argument("--heavy", action="store_true", help="the manifest's heavy models too")
