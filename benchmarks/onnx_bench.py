@@ -194,8 +194,7 @@ def real_models(heavy: bool = False) -> dict[str, tuple[Path, dict]]:
             stem = entry["package"]
         elif stems[stem] > 1:  # two generations' rec.onnx: their folders below the package's (ppocrv5-rec)
             stem = "-".join(p for p in Path(entry["path"]).parent.parts[1:] if p != "models")
-        found[stem] = (site / entry["path"],
-                                                                 sweep._feeds(entry["inputs"], 0, np.random.default_rng(0)))
+        found[stem] = (site / entry["path"], sweep._feeds(entry["inputs"], 0, np.random.default_rng(0)))
     return found
 
 

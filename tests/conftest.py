@@ -23,3 +23,16 @@ import luminal.kernels.cpu.isa as _isa  # noqa: E402 - after the snapshot above
 if _late and (_unset := [k for k in _isa.library_environment() if k not in _env]):
     raise RuntimeError(f"LUMINAL_ISA={_isa.name()}: {', '.join(_late)} was imported before tests/conftest.py; "
                        f"set {', '.join(_unset)} in the environment instead")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def one_library(monkeypatch):
+    """Whether a library links the GEMM object is the machine's load's choice while the object is
+    not built (a fresh cache folder; `kernels/cpu/program.py`): held one way, so two renders of one
+    graph are one library whatever the load between them."""
+    from luminal.kernels.cpu import build
+
+    monkeypatch.setattr(build, "spare_core", lambda: True)

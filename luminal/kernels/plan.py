@@ -191,12 +191,11 @@ def _shared_by_outputs(order: list[Node], users: dict[int, list[Node]], owner: d
                        outputs: set[int]) -> set[int]:
     """The nodes read only by outputs' private nodes and by one another, private to no one output,
     that free nothing by being made early: each is made when the first group that reads it can be
-    (its other operands there), just before it, not where the walk meets it. (A backward's layer
-    norm output, recomputed from its saved input, read by the query, key and value weights'
-    gradients: made where the walk met it, near the end, it kept every layer's gradients of the
-    attention's inputs alive until then.) "Frees nothing": every operand that is not an input or a
-    weight (or a view of one) is no larger than the node, so waiting cannot hold a larger buffer
-    alive in its place."""
+    (its other operands there), just before it, not where the walk meets it, which can be the
+    walk's end (a backward's recomputed layer norm output, read by the query, key and value
+    weights' gradients, held each layer's activation gradients alive until then). "Frees
+    nothing": every operand that is not an input or a weight (or a view of one) is no larger than
+    the node, so waiting cannot hold a larger buffer alive in its place."""
     def no_larger(s: Node, n: Node) -> bool:
         base = s
         while base.op is Op.VIEW:

@@ -172,9 +172,8 @@ def test_two_threads_get_their_own_answers():
     assert not errors, errors[0]
 
 
-def test_a_second_build_is_a_verified_cache_hit(tmp_path, monkeypatch):
+def test_a_second_build_is_a_verified_cache_hit(tmp_path, monkeypatch, one_library):
     monkeypatch.setenv("LUMINAL_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(build, "spare_core", lambda: True)  # linking the GEMM object: never the load's choice
     other = lm.Graph()  # the libraries a process builds once, on its first runtime, built first (run
     other.output(other.input("y", (3,)).exp())  # alone, this test would count them)
     CpuRuntime(other.output_nodes)

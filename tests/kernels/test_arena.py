@@ -167,7 +167,7 @@ def test_launch_order_makes_a_shared_recomputation_when_its_first_reader_can_be(
     """A value recomputed from saved inputs and read by several outputs (a backward's layer norm
     output, read by the query, key and value weights' gradients) belongs to no one output: made
     where the walk met it, at the walk's end, it held every layer's activation gradient alive until
-    then (bert-small's backward needed 46 MB of intermediates, 20 made when first needed)."""
+    then."""
     from luminal.kernels.plan import Schedule, launch_order
 
     g = lm.Graph()

@@ -393,8 +393,7 @@ static const float* lum_packed_weight(int tb, long long N, long long K, const fl
    SGEMM anyway (from 32 columns; from 32 rows, or from 5 where B is not transposed: below, the
    few-rows loops and the BLAS; not at precision "float64"), split across the team as lum_gemm_f
    splits it (columns in multiples of the panels' 32); the same bits as lum_gemm_f. A few rows
-   gain most: read in place, B's K rows are as many strided streams, slow from memory (an OCR
-   model's 20 x 80 x 6906 classifier, its 2.2 MB weight from memory: 0.41 -> 0.13 ms, C harness). */
+   gain most: read in place, B's K rows are as many strided streams from memory (README). */
 static void lum_gemm_fw(int stored, int ta, int tb, long long M, long long NN, long long K, const float* A, long long lda,
                         const float* B, long long ldb, float* C, long long ldc) {
   const float* bp = NULL;
