@@ -121,4 +121,6 @@ def describe_blas(env: dict) -> str:
     if env["blas"] == "openblas":
         text += f" (kernel {env.get('openblas_core')}" + (f", OPENBLAS_CORETYPE={env['openblas_coretype']}"
                                                           if env.get("openblas_coretype") else "") + ")"
-    return text + (", SGEMM luminal's AVX-512 kernel" if env.get("sgemm") == "luminal-avx512" else "")
+    sgemm = env.get("sgemm") or ""
+    kernel = {"luminal-avx512": "AVX-512", "luminal-avx2": "AVX2"}.get(sgemm)
+    return text + (f", SGEMM luminal's {kernel} kernel" if kernel else "")

@@ -30,7 +30,7 @@ Each configuration (eager, `torch.compile(backend="aot_eager")`, `torch.compile(
 `torch.compile(backend="luminal", options={"device": "cpu"})`) runs in its own fresh Python process, so imports, compile caches and
 peak memory are per configuration; the compile caches start empty (inductor's as in
 `python -m benchmarks`: `cold_inductor`; luminal's in a new `LUMINAL_CACHE_DIR`, where luminal's
-per-machine C objects, its GEMM entry points and AVX-512 SGEMM, are built before the model is
+per-machine C objects, its GEMM entry points and SGEMM, are built before the model is
 compiled, as any earlier compile on the machine leaves them: `per_machine_objects_s` in the JSON).
 In each:
 - "compile s": the wall time of the first 2 steps (Dynamo, aot_autograd, the backend's compile of
@@ -238,15 +238,15 @@ def worker(name: str, config: str, steps: int) -> dict:
     elif config == "luminal":
         import luminal  # noqa: F401 - registers the backend
         from luminal.kernels.cpu import build as cpu_build
-        from luminal.kernels.cpu import gemm_avx512, program
+        from luminal.kernels.cpu import program, sgemm
 
-        # the per-machine C objects (the GEMM entry points, luminal's AVX-512 SGEMM): built once per
+        # the per-machine C objects (the GEMM entry points, luminal's SGEMM): built once per
         # machine and cached, as any earlier compile leaves them. Cold, a library built while they
         # build takes the prelude's slower GEMMs for the life of the process
         t0 = time.perf_counter()
         cpu_build.compiled_object(program.GEMM_OBJECT)
-        if gemm_avx512.cpu_has_avx512():
-            gemm_avx512._build()
+        if sgemm.isa() is not None:
+            sgemm._build()
         row["per_machine_objects_s"] = time.perf_counter() - t0
         torch._dynamo.reset()
         module = torch.compile(module, backend="luminal", options={"device": "cpu"})

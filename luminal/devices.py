@@ -104,7 +104,7 @@ def _cpu_variants() -> list:
     from luminal.kernels.cpu.choices import conv_path, variants
 
     bound = blas()
-    return variants(threads(), bound.front_for("avx512") is not None, "avx512" if bound.front else "blas", conv_path(None))
+    return variants(threads(), bound.front_for("luminal") is not None, "luminal" if bound.front else "blas", conv_path(None))
 
 
 def _cpu_prepare() -> None:

@@ -159,7 +159,7 @@ def test_torch_and_onnx_frontends_search(cache, tmp_path):
 
 
 def test_choices_reach_the_runtime(cache):
-    from luminal.kernels.cpu import gemm_avx512
+    from luminal.kernels.cpu import sgemm
     from luminal.kernels.cpu.runtime import CpuRuntime
 
     g = _graph(40)
@@ -172,10 +172,11 @@ def test_choices_reach_the_runtime(cache):
     assert blas.library_path == default.library_path  # one build; the other GEMM binds a copy of it
     assert list(default.library_path.parent.glob(f"{default.library_path.stem}.blas*"))
     runtimes = [default, one, blas]
-    if gemm_avx512.cpu_has_avx512():
-        ours = CpuRuntime(optimized, choices=Choices(gemm="avx512"))
-        assert ours.gemm == "luminal-avx512"
+    if sgemm.isa() is not None:
+        ours = CpuRuntime(optimized, choices=Choices(gemm="luminal"))
+        assert ours.gemm == f"luminal-{sgemm.isa()}"
         runtimes.append(ours)
+    assert Choices.from_json({"gemm": "avx512"}) == Choices(gemm="luminal")  # its name in older caches
     for rt in runtimes:
         np.testing.assert_allclose(rt({"x": _x(40)})[0], want, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError):
@@ -212,7 +213,7 @@ def test_the_convolution_path_is_a_choice(cache):
     # the other path is a candidate of its own, with the default's team and GEMM
     found = variants(2, False, "blas", "direct")
     assert found[0] == DEFAULT and found[-1] == Choices(conv="im2col")
-    assert variants(1, True, "avx512", "im2col")[-1] == Choices(conv="direct")
+    assert variants(1, True, "luminal", "im2col")[-1] == Choices(conv="direct")
     assert luminal.devices.get("cpu").variants()[-1] == Choices(conv=next(c for c in ("direct", "im2col") if c != conv_path(None)))
     assert Choices.from_json({"conv": "im2col"}) == Choices(conv="im2col")
     with pytest.raises(ValueError):

@@ -154,7 +154,7 @@ def test_two_threads_share_a_model_with_split_gemms(blas_kind):
 
 
 @pytest.mark.parametrize("cin,cout,side", [(16, 24, 64), (128, 32, 56)])
-@pytest.mark.parametrize("gemm", ["blas", "avx512"])
+@pytest.mark.parametrize("gemm", ["blas", "luminal"])
 def test_conv_tiles_in_parallel_keep_their_bits(blas_kind, gemm, monkeypatch, cin, cout, side):
     """A GEMM conv with enough im2col tiles for the team runs them in parallel, each thread filling
     and multiplying its own tiles of at most 320 columns, shrunk to a multiple of the team (K =
@@ -165,10 +165,10 @@ def test_conv_tiles_in_parallel_keep_their_bits(blas_kind, gemm, monkeypatch, ci
     kernels: 2% of elements, one ulp or so), as it did before under the prelude's column split,
     so there the two agree to rounding. Both give the NumPy runtime's answer."""
     from luminal.builder import nn
-    from luminal.kernels.cpu import blas_libs, gemm_avx512, runtime
+    from luminal.kernels.cpu import blas_libs, runtime, sgemm
 
-    if gemm == "avx512" and not gemm_avx512.cpu_has_avx512():
-        pytest.skip("no AVX-512")
+    if gemm == "luminal" and sgemm.isa() is None:
+        pytest.skip("no AVX-512 or AVX2")
     monkeypatch.setenv("LUMINAL_GEMM", gemm)
     monkeypatch.setattr(blas_libs, "_BLAS", {})
     rng = np.random.default_rng(11)
@@ -182,7 +182,7 @@ def test_conv_tiles_in_parallel_keep_their_bits(blas_kind, gemm, monkeypatch, ci
     one = cpu({"x": x})
     monkeypatch.setattr(runtime, "threads", lambda: 2)
     for _ in range(3):
-        if gemm == "avx512":
+        if gemm == "luminal":
             np.testing.assert_array_equal(cpu({"x": x})[0], one[0])
         else:
             np.testing.assert_allclose(cpu({"x": x})[0], one[0], rtol=1e-4, atol=1e-4)

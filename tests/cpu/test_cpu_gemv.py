@@ -140,9 +140,9 @@ class _Recorder:
 def test_own_gemv_where_mkl_runs_off_intel(monkeypatch, kind, vendor, own):
     """A row times a transposed weight goes through the few-rows loops where the BLAS is MKL on a
     CPU that is not Intel's (its sgemv 2.4-2.7x slower there), else through the BLAS's sgemv."""
-    from luminal.kernels.cpu import blas_libs, gemm_avx512
+    from luminal.kernels.cpu import blas_libs, sgemm
 
-    monkeypatch.setattr(gemm_avx512, "vendor", lambda: vendor)
+    monkeypatch.setattr(sgemm, "vendor", lambda: vendor)
     b = blas_libs._Blas.__new__(blas_libs._Blas)  # its fields only: no library looked up
     b.kind, b.sgemm = kind, None
     b.dgemm = b.sgemv = b.dgemv = b.set_threads_ptr = b.front = None
@@ -155,10 +155,10 @@ def test_own_gemv_where_mkl_runs_off_intel(monkeypatch, kind, vendor, own):
 def test_one_row_linear_either_way(monkeypatch, vendor):
     """The same layer through both paths (MKL's sgemv where torch is loaded, or the few-rows loops):
     float32's accuracy either way, at one row and at a batch of rows."""
-    from luminal.kernels.cpu import gemm_avx512
+    from luminal.kernels.cpu import sgemm
     from luminal.kernels.cpu.runtime import CpuRuntime
 
-    monkeypatch.setattr(gemm_avx512, "vendor", lambda: vendor)
+    monkeypatch.setattr(sgemm, "vendor", lambda: vendor)
     rng = np.random.default_rng(5)
     w = rng.standard_normal((1000, 512)).astype(np.float32)
     g = lm.Graph("fc")

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from luminal.kernels.cpu import build, gemm_avx512, isa
+from luminal.kernels.cpu import build, isa, sgemm
 
 AVX512_FLAGS = frozenset({"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw", "amx_tile", "sse4_2"})
 
@@ -17,12 +17,11 @@ AVX512_FLAGS = frozenset({"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512b
 def test_avx2_masks_every_avx512_flag(monkeypatch):
     monkeypatch.setattr(build, "_proc_cpuinfo", lambda: (AVX512_FLAGS, "AuthenticAMD"))
     monkeypatch.setenv("LUMINAL_ISA", "native")
-    assert build.cpu_info()[0] == AVX512_FLAGS and gemm_avx512.cpu_has_avx512()
+    assert build.cpu_info()[0] == AVX512_FLAGS and sgemm.isa() == "avx512"
     monkeypatch.setenv("LUMINAL_ISA", "avx2")
     assert build.cpu_info() == (frozenset({"avx2", "fma", "f16c", "sse4_2"}), "AuthenticAMD")
-    assert not gemm_avx512.cpu_has_avx512()
-    # luminal's AVX-512 SGEMM never stands in front of a BLAS, whatever the BLAS's kernels are
-    assert not gemm_avx512.wanted("Haswell") and not gemm_avx512.wanted_over_mkl()
+    # luminal's SGEMM is its AVX2 build, as on a CPU without AVX-512
+    assert not sgemm.cpu_has_avx512() and sgemm.isa() == "avx2"
 
 
 def test_the_compiler_flags_keep_avx2(monkeypatch):
@@ -68,15 +67,15 @@ def test_an_openblas_with_avx512_kernels_is_named(monkeypatch):
 
 def test_this_run_is_the_isa_it_says():
     """The suite's own switch took effect (tests/conftest.py): under LUMINAL_ISA=avx2 torch's
-    kernels are AVX2 ones and luminal's AVX-512 SGEMM serves nothing."""
+    kernels are AVX2 ones and luminal's SGEMM is its AVX2 build."""
     if isa.name() != "avx2":
         assert "ATEN_CPU_CAPABILITY" not in isa.library_environment()
         return
     assert torch.backends.cpu.get_cpu_capability() in ("AVX2", "DEFAULT")
-    assert not gemm_avx512.cpu_has_avx512()
+    assert not sgemm.cpu_has_avx512()
     from luminal.kernels.cpu import blas_libs
 
-    assert blas_libs.blas().gemm != "luminal-avx512"
+    assert blas_libs.blas().gemm in ("blas", "luminal-avx2")
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/cpuinfo")

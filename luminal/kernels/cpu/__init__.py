@@ -1,7 +1,7 @@
 """The compiled CPU backend (`device="cpu"`), in pipeline order:
 
     render.py   the C dialect's own kernels (MatMul as a BLAS extern step, flat convolutions, padded copies)
-    prelude.py  the C every library starts with, assembled from the C files in c/, as is gemm_avx512.py's
+    prelude.py  the C every library starts with, assembled from the C files in c/, as is sgemm.py's
     program.py  the library (the distinct kernels once, the driver `lum_run`) and its launch table
     steps.py    steps, program and launch table: what a restored runtime needs, without the renderer
     build.py    the system C compiler -> one shared library, cached on disk by content hash

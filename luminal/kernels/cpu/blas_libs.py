@@ -1,6 +1,6 @@
 """The BLAS the compiled C calls and the thread count it runs with: PyTorch's MKL when torch is
 loaded, else the OpenBLAS NumPy ships (`_Blas`), found at run time (no link-time dependency),
-maybe with luminal's AVX-512 SGEMM in front (`gemm_avx512.py`)."""
+maybe with luminal's own SGEMM in front (`sgemm.py`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from luminal.kernels.cpu import gemm_avx512, isa
+from luminal.kernels.cpu import isa, sgemm
 
 LOG = logging.getLogger("luminal")
 
@@ -20,15 +20,15 @@ LOG = logging.getLogger("luminal")
 class _Blas:
     """The GEMM/GEMV entry points the C code calls, found at run time (no link-time dependency): the
     MKL inside PyTorch when torch is imported (its threads are the loops' libgomp team: one pool, not
-    two fighting over the cores), else NumPy's ILP64 OpenBLAS; maybe with `gemm_avx512` in front."""
+    two fighting over the cores), else NumPy's ILP64 OpenBLAS; maybe with `sgemm` in front."""
 
     def __init__(self, kind: str):
         self.kind = kind  # "mkl", "openblas" or "none" (loops)
         self.sgemm = self.dgemm = self.sgemv = self.dgemv = self.set_threads_ptr = None  # what the C code calls
         self.path = None
         self.core = None  # OpenBLAS's kernels (its core name: "Haswell", "SkylakeX", ...)
-        self.gemm = "blas"  # who serves sgemm: the BLAS, or "luminal-avx512" in front of it (gemm_avx512.py)
-        self.front = None  # luminal's AVX-512 sgemm, when it stands in front of `sgemm`
+        self.gemm = "blas"  # who serves sgemm: the BLAS, or "luminal-avx512" / "luminal-avx2" in front of it (sgemm.py)
+        self.front = None  # luminal's sgemm, when it stands in front of `sgemm`
         if kind != "mkl" or not self._find_mkl():  # a forced MKL without torch loaded: OpenBLAS
             self.kind = "openblas" if self._find_openblas() else "none"
 
@@ -49,11 +49,11 @@ class _Blas:
         setter = getattr(lib, "MKL_Set_Num_Threads_Local", None)  # C API (by value); torch sets MKL's global count: ours is per call
         self.set_threads_ptr = None if setter is None else ctypes.cast(setter, ctypes.c_void_p).value
         self.path = path
-        if gemm_avx512.wanted_over_mkl():  # MKL runs its AVX2 code on an AMD CPU with AVX-512
+        if sgemm.wanted_over_mkl():  # MKL runs its AVX2 code on an AMD CPU
             fallback = blas_of("openblas").sgemm  # for what the prelude never asks (alpha, beta, column-major)
-            self.front = gemm_avx512.sgemm(fallback) if fallback else None
+            self.front = sgemm.sgemm(fallback) if fallback else None
             if self.front is not None:
-                self.gemm = "luminal-avx512"
+                self.gemm = f"luminal-{sgemm.isa()}"
         return True
 
     def _find_openblas(self) -> bool:
@@ -83,23 +83,23 @@ class _Blas:
                 if isa.mismatched_blas(self.core):  # it chose its kernels when NumPy loaded it
                     LOG.warning("LUMINAL_ISA=%s, but NumPy's OpenBLAS runs its %s (AVX-512) kernels: set "
                                 "OPENBLAS_CORETYPE=Haswell before importing numpy", isa.name(), self.core)
-                if gemm_avx512.wanted(self.core):  # on any AVX-512 CPU, whichever kernels OpenBLAS runs
-                    self.front = gemm_avx512.sgemm(self.sgemm)
+                if sgemm.wanted(self.core):  # on any CPU with AVX-512 or AVX2, whichever kernels OpenBLAS runs
+                    self.front = sgemm.sgemm(self.sgemm)
                     if self.front is not None:
-                        self.gemm = "luminal-avx512"
+                        self.gemm = f"luminal-{sgemm.isa()}"
                 return True
         self.sgemm = self.dgemm = None
         return False
 
     def front_for(self, gemm: str | None) -> int | None:
         """The SGEMM put in front of this BLAS for the choice `gemm` (`choices.GEMMS`; None: the
-        default's): luminal's AVX-512 one, or None (the BLAS's own serves)."""
+        default's): luminal's own, or None (the BLAS's own serves)."""
         if gemm is None or self.front is not None:
             return None if gemm == "blas" else self.front
-        if gemm == "blas" or not gemm_avx512.cpu_has_avx512():
+        if gemm == "blas" or sgemm.isa() is None:
             return None
         fallback = blas_of("openblas").sgemm if self.kind == "mkl" else self.sgemm
-        return gemm_avx512.sgemm(fallback) if fallback else None
+        return sgemm.sgemm(fallback) if fallback else None
 
     def bind(self, lib, gemm: str | None = None) -> None:
         """Point the library `lib`'s GEMM entry points at this BLAS (`gemm`: `front_for`'s choice)."""
@@ -110,11 +110,11 @@ class _Blas:
             lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.set_threads_ptr,
                                                             self.sgemv, self.dgemv)))
         # MKL's sgemv off Intel CPUs is slower than the prelude's few-rows loops (`lum_own_gemv`, README)
-        lib.lum_set_own_gemv(ctypes.c_int(int(self.kind == "mkl" and gemm_avx512.vendor() != "GenuineIntel")))
+        lib.lum_set_own_gemv(ctypes.c_int(int(self.kind == "mkl" and sgemm.vendor() != "GenuineIntel")))
         front = self.front_for(gemm)
         if front is not None:
             lib.lum_set_sgemm_front(ctypes.c_void_p(front))
-            packing = gemm_avx512.packing()
+            packing = sgemm.packing()
             if packing is not None:  # its weights packed once per runtime (the prelude's lum_gemm_fw)
                 lib.lum_set_sgemm_packed(ctypes.c_void_p(packing[0]), ctypes.c_void_p(packing[1]))
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 
 LOG = logging.getLogger("luminal.cpu")
-GEMMS = ("blas", "avx512")  # the BLAS's own SGEMM, or luminal's AVX-512 SGEMM in front of it (gemm_avx512.py)
+GEMMS = ("blas", "luminal")  # the BLAS's own SGEMM, or luminal's (AVX-512 or AVX2) in front of it (sgemm.py)
 # how convolutions render (`conv_direct.py`): the direct micro-kernel (phase planes, the 1x1
 # convs' tiles too), or im2col tiles and the BLAS
 CONVS = ("direct", "im2col")
@@ -40,6 +40,7 @@ class Choices:
         if not isinstance(data, dict) or set(data) - {f.name for f in fields(Choices)}:
             raise ValueError(f"not a set of choices: {data!r}")
         threads, gemm, conv = data.get("threads"), data.get("gemm"), data.get("conv")
+        gemm = "luminal" if gemm == "avx512" else gemm  # its name in caches written before the AVX2 build
         if threads is not None and (type(threads) is not int or threads < 1):
             raise ValueError(f"threads={threads!r}")
         if gemm is not None and gemm not in GEMMS:
@@ -52,15 +53,15 @@ class Choices:
 DEFAULT = Choices()
 
 
-def variants(team: int, avx512: bool, default_gemm: str, default_conv: str) -> list[Choices]:
+def variants(team: int, own_gemm: bool, default_gemm: str, default_conv: str) -> list[Choices]:
     """The candidates on this machine, the default first: a team of one beside `team` threads
-    (small graphs lose to the team's fork/join), the other GEMM where the CPU has AVX-512
-    (`default_gemm`: the one the default binds), and the other convolution path (`default_conv`:
+    (small graphs lose to the team's fork/join), the other GEMM where luminal's own can stand in front
+    of the BLAS (`own_gemm`; `default_gemm`: the one the default binds), and the other convolution path (`default_conv`:
     the default's, `conv_path(None)`): its library is another build, so only with the default's
     team and GEMM. A graph without convolutions renders the same library for it (a build cache
     hit) and times the same."""
     threads = [None, 1] if team > 1 else [None]
-    gemms = [None, next(g for g in GEMMS if g != default_gemm)] if avx512 else [None]
+    gemms = [None, next(g for g in GEMMS if g != default_gemm)] if own_gemm else [None]
     found = [Choices(threads=t, gemm=g) for g in gemms for t in threads]
     return found + [Choices(conv=next(c for c in CONVS if c != default_conv))]
 

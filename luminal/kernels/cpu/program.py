@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 
 from luminal.hlir.ops import Node
-from luminal.kernels.cpu import build, concat_in_place, conv_direct, conv_gemm, gemm_avx512
+from luminal.kernels.cpu import build, concat_in_place, conv_direct, conv_gemm, sgemm
 from luminal.kernels.cpu.prelude import PRELUDE, SHARED
 from luminal.kernels.cpu.render import SPECIAL, _operand
 from luminal.kernels.cpu.steps import CProgram, CStep
@@ -175,11 +175,11 @@ build.LINKED["lum_ext_gemm_"] = GEMM_OBJECT
 
 
 def prepare() -> None:
-    """Start building the GEMM object and the AVX-512 SGEMM in the background as a compile begins."""
+    """Start building the GEMM object and luminal's SGEMM in the background as a compile begins."""
     spare = build.spare_core()  # looked at once: the GEMM object's compiler, once started, would count against the next
     if spare:
         build.prepare_object(GEMM_OBJECT, spare_core_only=False)
-    gemm_avx512.prepare(spare)
+    sgemm.prepare(spare)
 
 
 # Compile cost in characters of row-loop kernels, to balance the units (gcc 12 -O2)

@@ -32,7 +32,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op
 from luminal.hlir.verify import check_views
 from luminal.kernels.arena import plan_arena
-from luminal.kernels.cpu import build, concat_in_place, donation, gemm_avx512
+from luminal.kernels.cpu import build, concat_in_place, donation, sgemm
 from luminal.kernels.cpu.artifacts import ARTIFACTS_FORMAT, code_version, restore
 from luminal.kernels.cpu.blas_libs import blas, threads
 from luminal.kernels.cpu.choices import DEFAULT, Choices, conv_path
@@ -202,7 +202,7 @@ class CpuRuntime(Runtime):
         lib = ctypes.CDLL(str(self.library_path if choices.gemm is None else _copy_of(self.library_path, choices.gemm)))
         self.blas = blas()
         self.blas.bind(lib, choices.gemm)
-        self.gemm = "luminal-avx512" if self.blas.front_for(choices.gemm) is not None else "blas"
+        self.gemm = f"luminal-{sgemm.isa()}" if self.blas.front_for(choices.gemm) is not None else "blas"
         self._threads = choices.threads  # None: `threads()` at each call
         self._run = lib.lum_run
         self._run.restype = None
@@ -454,11 +454,11 @@ class CpuRuntime(Runtime):
         """From the next call on, the GEMMs whose B is a stored float32 weight (a linear layer's) read
         it from panels packed on its first use and kept (the prelude's `lum_gemm_fw`) instead of
         packing it every call: the same bits, one more copy of those weights in memory. Only with
-        luminal's AVX-512 SGEMM (`self.gemm`) and not with LUMINAL_PACK_WEIGHTS=0. For a frontend
+        luminal's SGEMM (`self.gemm`) and not with LUMINAL_PACK_WEIGHTS=0. For a frontend
         that owns its weights or sees their in-place changes, and calls `weights_changed()` after
         one (packed panels would not see it). Whether packing is on."""
-        packing = gemm_avx512.packing()
-        if self.gemm != "luminal-avx512" or packing is None or os.environ.get("LUMINAL_PACK_WEIGHTS", "1") == "0":
+        packing = sgemm.packing()
+        if not self.gemm.startswith("luminal") or packing is None or os.environ.get("LUMINAL_PACK_WEIGHTS", "1") == "0":
             return False
         entries = 8 * self._n_weights + 64  # a weight's views and batch slices each take one
         table = np.zeros(8 * entries, np.int64)

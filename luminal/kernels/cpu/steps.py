@@ -13,7 +13,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
-from luminal.kernels.cpu.gemm_avx512 import A_IN_PLACE_COLS
+from luminal.kernels.cpu.sgemm import A_IN_PLACE_COLS
 
 if TYPE_CHECKING:
     from luminal.kernels.plan import Schedule

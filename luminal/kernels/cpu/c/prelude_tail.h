@@ -12,13 +12,13 @@ typedef void (*lum_threads_fn)(int);
 /* state shared by the library's translation units (defined once, in the driver's: `SHARED`) */
 #define LUM_SHARED __attribute__((visibility("hidden")))
 extern LUM_SHARED lum_sgemm_fn lum_sgemm;
-extern LUM_SHARED lum_sgemm_fn lum_sgemm_blas;  /* the BLAS's own when luminal's AVX-512 SGEMM is lum_sgemm */
-/* luminal's AVX-512 SGEMM on weights packed once (gemm_avx512.c); NULL where it is not in front */
+extern LUM_SHARED lum_sgemm_fn lum_sgemm_blas;  /* the BLAS's own when luminal's SGEMM is lum_sgemm */
+/* luminal's SGEMM on weights packed once (sgemm.c); NULL where it is not in front */
 typedef void (*lum_pack_fn)(int, long long, long long, const float*, long long, float*);
 typedef int (*lum_packed_gemm_fn)(int, long long, long long, long long, const float*, long long, const float*, float*,
                                   long long);
-extern LUM_SHARED lum_pack_fn lum_gemm512_pack_b;
-extern LUM_SHARED lum_packed_gemm_fn lum_gemm512_packed;
+extern LUM_SHARED lum_pack_fn lum_own_pack_b;
+extern LUM_SHARED lum_packed_gemm_fn lum_own_packed;
 /* the calling runtime's table of packed weights (`lum_gemm_fw`), set by the driver per call */
 extern LUM_SHARED __thread long long* lum_pack_table;
 extern LUM_SHARED __thread long long lum_pack_entries;
@@ -198,8 +198,8 @@ static void lum_few_rows_nn_f32(long long M, long long NN, long long K, const fl
                                 const float* B, long long ldb, float* C, long long ldc, int par);  /* few_rows.h */
 /* M == 1 or N == 1 (one token's linear layers in decode) is a matrix-vector product: gemv reads
    the matrix once, where gemm packs it first (5x slower for a 1408 x 512 weight) */
-/* Which SGEMM serves a call: luminal's AVX-512 one when it stands in front of the BLAS
-   (gemm_avx512.py), except for a few rows times a transposed B (a linear layer over a few tokens:
+/* Which SGEMM serves a call: luminal's own when it stands in front of the BLAS
+   (sgemm.py), except for a few rows times a transposed B (a linear layer over a few tokens:
    B must be transposed into panels, 0.8-0.9x OpenBLAS). Decided on the whole call, before any
    split into blocks, so every block of a call runs the same code and the bits never depend on
    the team's size. */
@@ -270,7 +270,7 @@ static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K,
       free(bt); } \
   } \
   else if (GEMM && (NN >= 32 || M >= 64) && lum_gemm_splits(M, NN, K)) { \
-    /* The BLAS (or luminal's AVX-512 SGEMM) single-threaded on blocks of C (multiples of 16), one \
+    /* The BLAS (or luminal's SGEMM) single-threaded on blocks of C (multiples of 16), one \
        per thread of the loops' team, from 2^18 multiply-adds per thread (2^21 at most). MKL too: \
        in the team's region it runs on its calling thread, faster than its own threads (README), \
        and its bits do not depend on the blocks. A loop over the blocks, so every block is computed \
@@ -354,7 +354,7 @@ static void lum_gemm_f(int ta, int tb, long long M, long long N, long long K, co
 #define lum_gemm_i lum_loop_gemm_i
 #define lum_gemm_ll lum_loop_gemm_ll
 /* Weights packed once: a GEMM whose B is a weight stored in the graph (a linear layer's), with
-   luminal's AVX-512 SGEMM in front of the BLAS, reads B from panels packed on the runtime's first
+   luminal's SGEMM in front of the BLAS, reads B from panels packed on the runtime's first
    call instead of packing (transposing) it every call: the table (`lum_pack_table`, one per
    runtime, CpuRuntime.pack_weights) maps the weight's address and view to its panels. The
    table's entries, 8 words: address, N, K, ldb, tb, panels, state (0 free, 1 being packed, 2
@@ -363,7 +363,7 @@ static void lum_gemm_f(int ta, int tb, long long M, long long N, long long K, co
 static const float* lum_packed_weight(int tb, long long N, long long K, const float* B, long long ldb) {
   long long* const t = lum_pack_table;
   const long long n = lum_pack_entries, key = (long long)(uintptr_t)B;
-  if (!t || n <= 0 || !lum_gemm512_pack_b) return NULL;
+  if (!t || n <= 0 || !lum_own_pack_b) return NULL;
   const unsigned long long h = ((unsigned long long)key >> 6) * 0x9E3779B97F4A7C15ULL;
   for (long long probe = 0; probe < n; ++probe) {
     long long* const e = t + 8 * (long long)((h + (unsigned long long)probe) % (unsigned long long)n);
@@ -374,7 +374,7 @@ static const float* lum_packed_weight(int tb, long long N, long long K, const fl
         e[1] = N; e[2] = K; e[3] = ldb; e[4] = tb;
         const size_t bytes = ((size_t)((N + 31) / 32 * 32 * K) * sizeof(float) + 63) / 64 * 64;  /* 32: NR, the panels' width */
         float* p = (float*)aligned_alloc(64, bytes);
-        if (p) lum_gemm512_pack_b(tb ? 112 : 111, N, K, B, ldb, p);
+        if (p) lum_own_pack_b(tb ? 112 : 111, N, K, B, ldb, p);
         e[5] = (long long)(uintptr_t)p;
         __atomic_store_n(&e[6], p ? 2 : 3, __ATOMIC_RELEASE);
         return p;
@@ -397,7 +397,7 @@ static const float* lum_packed_weight(int tb, long long N, long long K, const fl
 static void lum_gemm_fw(int stored, int ta, int tb, long long M, long long NN, long long K, const float* A, long long lda,
                         const float* B, long long ldb, float* C, long long ldc) {
   const float* bp = NULL;
-  if (stored && !lum_f64 && lum_gemm512_packed && lum_sgemm_blas && (M >= 32 || (!tb && M > 4)) && NN >= 32 && K >= 16)
+  if (stored && !lum_f64 && lum_own_packed && lum_sgemm_blas && (M >= 32 || (!tb && M > 4)) && NN >= 32 && K >= 16)
     bp = lum_packed_weight(tb, NN, K, B, ldb);
   if (!bp) { lum_gemm_f(ta, tb, M, NN, K, A, lda, B, ldb, C, ldc); return; }
   const int team = lum_threads, by_rows = M > NN;
@@ -408,12 +408,12 @@ static void lum_gemm_fw(int stored, int ta, int tb, long long M, long long NN, l
     for (long long blk = 0; blk < n_blocks; ++blk) {
       const long long s0 = blk * per, w = lum_min(per, extent - s0);
       const float* a = by_rows ? A + (ta ? s0 : s0 * lda) : A;
-      if (by_rows ? lum_gemm512_packed(ta ? 112 : 111, w, NN, K, a, lda, bp, C + s0 * ldc, ldc)
-                  : lum_gemm512_packed(ta ? 112 : 111, M, w, K, A, lda, bp + s0 * K, C + s0, ldc))
+      if (by_rows ? lum_own_packed(ta ? 112 : 111, w, NN, K, a, lda, bp, C + s0 * ldc, ldc)
+                  : lum_own_packed(ta ? 112 : 111, M, w, K, A, lda, bp + s0 * K, C + s0, ldc))
         lum_sgemm(101, ta ? 112 : 111, tb ? 112 : 111, by_rows ? w : M, by_rows ? NN : w, K, 1.0f, a, lda,
                   by_rows ? B : B + (tb ? s0 * ldb : s0), ldb, 0.0f, by_rows ? C + s0 * ldc : C + s0, ldc);
     }
-  } else if (lum_gemm512_packed(ta ? 112 : 111, M, NN, K, A, lda, bp, C, ldc))
+  } else if (lum_own_packed(ta ? 112 : 111, M, NN, K, A, lda, bp, C, ldc))
     lum_sgemm(101, ta ? 112 : 111, tb ? 112 : 111, M, NN, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
 }
 /* exp(x) for x in [-87, 0], its result a normal float, in under 1 ulp: x = n ln2 + r (Cody-Waite's

@@ -11,19 +11,19 @@ void lum_set_blas(void* sgemm, void* dgemm, void* set_threads, void* sgemv, void
   lum_sgemv = (lum_sgemv_fn)sgemv; lum_dgemv = (lum_dgemv_fn)dgemv;
   lum_blas_in_team = 0;  /* OpenBLAS: a batch of small GEMMs stays serial (concurrent calls contend for its lock) */
   lum_sgemm_blas = NULL;
-  lum_gemm512_pack_b = NULL; lum_gemm512_packed = NULL;
+  lum_own_pack_b = NULL; lum_own_packed = NULL;
 }
-/* luminal's AVX-512 SGEMM in front of the BLAS lum_set_blas just set (gemm_avx512.py) */
+/* luminal's SGEMM in front of the BLAS lum_set_blas just set (sgemm.py) */
 void lum_set_sgemm_front(void* sgemm) {
   if (sgemm && lum_sgemm) { lum_sgemm_blas = lum_sgemm; lum_sgemm = (lum_sgemm_fn)sgemm; }
 }
 /* its entry points for weights packed once per runtime (`lum_gemm_fw`); NULL: never packed */
-LUM_SHARED lum_pack_fn lum_gemm512_pack_b;
-LUM_SHARED lum_packed_gemm_fn lum_gemm512_packed;
+LUM_SHARED lum_pack_fn lum_own_pack_b;
+LUM_SHARED lum_packed_gemm_fn lum_own_packed;
 LUM_SHARED __thread long long* lum_pack_table;
 LUM_SHARED __thread long long lum_pack_entries;
 void lum_set_sgemm_packed(void* pack, void* gemm) {
-  lum_gemm512_pack_b = (lum_pack_fn)pack; lum_gemm512_packed = (lum_packed_gemm_fn)gemm;
+  lum_own_pack_b = (lum_pack_fn)pack; lum_own_packed = (lum_packed_gemm_fn)gemm;
 }
 /* A Fortran (LP64) BLAS: the MKL that PyTorch links, whose threads are libgomp's (the pool of
    this library's loops), so GEMMs and loops share one team instead of two pools fighting over
@@ -67,5 +67,5 @@ void lum_set_fortran_blas(void* sgemm, void* dgemm, void* sgemv, void* dgemv, vo
   lum_blas_set_threads = NULL;  /* the BLAS's threads are the OpenMP team's: lum_run sets them */
   lum_blas_in_team = sgemm != NULL;
   lum_sgemm_blas = NULL;
-  lum_gemm512_pack_b = NULL; lum_gemm512_packed = NULL;
+  lum_own_pack_b = NULL; lum_own_packed = NULL;
 }

@@ -1,32 +1,67 @@
-// luminal's AVX-512 SGEMM (luminal/kernels/cpu/gemm_avx512.py)
+// luminal's SGEMM (luminal/kernels/cpu/sgemm.py): one source, built for AVX-512 (12 x 32
+// micro-kernel) or, with LUM_SIMD_AVX2 defined, for AVX2 and FMA (6 x 16, as BLIS's Haswell
+// kernel: 12 accumulators, a panel row of B in 2 vectors and a broadcast: 15 of 16 registers).
+// The vector operations below are the only difference; every element is the same chain of fused
+// multiply-adds in k order, so the two builds give the same bits.
+#ifdef LUM_SIMD_AVX2
+#pragma GCC target("avx2,fma")
+#else
 #pragma GCC target("avx512f,avx512vl,fma")
+#endif
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MR 12
-#define NR 32
-#define KC 384
-#define MC 192
-#define NC 4096
-#define LUM_A_IN_PLACE_COLS @A_IN_PLACE_COLS@  /* at most this many columns: A read in place, not packed */
-#define LUM_PACK_AHEAD 48  /* floats ahead on each row of a transposed B that its packing prefetches */
-#define LUM_B_IN_PLACE_ROWS 48  /* at most this many rows (96 up to 2048 columns): B read in place, not packed */
-
-typedef void (*lum_sgemm_fn)(int, int, int, long long, long long, long long, float, const float*, long long,
-                             const float*, long long, float, float*, long long);
-static lum_sgemm_fn lum_fallback;
-void lum_gemm512_set_fallback(void* f) { lum_fallback = (lum_sgemm_fn)f; }
-int lum_gemm512_ok(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+#ifdef LUM_SIMD_AVX2
+#define LUM_VW 8  /* floats a vector */
+#define MR 6
+typedef __m256 lum_vf;
+typedef __m256i lum_vm;  /* a lane is loaded and stored where its mask is all ones */
+static inline lum_vm lum_mask(long long n) {  /* the first n lanes (none for n <= 0) */
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0 ? 0 : n > LUM_VW ? LUM_VW : n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
-
-static long long lum_mini(long long a, long long b) { return a < b ? a : b; }
-
-
+#define lum_vzero() _mm256_setzero_ps()
+#define lum_vset1(x) _mm256_set1_ps(x)
+#define lum_vload(p) _mm256_load_ps(p)
+#define lum_vloadu(p) _mm256_loadu_ps(p)
+#define lum_vstore(p, v) _mm256_store_ps(p, v)
+#define lum_vstoreu(p, v) _mm256_storeu_ps(p, v)
+#define lum_vloadu_m(m, p) _mm256_maskload_ps(p, m)  /* masked-off lanes read as 0, never touched */
+#define lum_vstoreu_m(p, m, v) _mm256_maskstore_ps(p, m, v)
+#define lum_vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define lum_simd_ok() (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+/* dst[r * ldd + c] = src[c * lds + r] for an 8 x 8 block */
+static inline void lum_transpose_block(const float* src, long long lds, float* dst, long long ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) { t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]); t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]); }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44); r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44); r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20); t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
+  }
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ldd, t[i]);
+}
+#else
+#define LUM_VW 16
+#define MR 12
+typedef __m512 lum_vf;
+typedef __mmask16 lum_vm;
+static inline lum_vm lum_mask(long long n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+#define lum_vzero() _mm512_setzero_ps()
+#define lum_vset1(x) _mm512_set1_ps(x)
+#define lum_vload(p) _mm512_load_ps(p)
+#define lum_vloadu(p) _mm512_loadu_ps(p)
+#define lum_vstore(p, v) _mm512_store_ps(p, v)
+#define lum_vstoreu(p, v) _mm512_storeu_ps(p, v)
+#define lum_vloadu_m(m, p) _mm512_maskz_loadu_ps(m, p)
+#define lum_vstoreu_m(p, m, v) _mm512_mask_storeu_ps(p, m, v)
+#define lum_vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define lum_simd_ok() (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
 /* dst[r * ldd + c] = src[c * lds + r] for a 16 x 16 block */
-static inline void lum_transpose16(const float* src, long long lds, float* dst, long long ldd) {
+static inline void lum_transpose_block(const float* src, long long lds, float* dst, long long ldd) {
   __m512 r[16], t[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
   for (int i = 0; i < 16; i += 2) { t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]); t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]); }
@@ -44,6 +79,26 @@ static inline void lum_transpose16(const float* src, long long lds, float* dst, 
   }
   for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ldd, r[i]);
 }
+#endif
+#define NR (2 * LUM_VW)  /* a panel of B: two vectors */
+#define KC 384
+#define MC 192
+#define NC 4096
+#define LUM_A_IN_PLACE_COLS @A_IN_PLACE_COLS@  /* at most this many columns: A read in place, not packed */
+#define LUM_PACK_AHEAD 48  /* floats ahead on each row of a transposed B that its packing prefetches */
+#define LUM_B_IN_PLACE_ROWS 48  /* at most this many rows (96 up to 2048 columns): B read in place, not packed */
+
+typedef void (*lum_sgemm_fn)(int, int, int, long long, long long, long long, float, const float*, long long,
+                             const float*, long long, float, float*, long long);
+static lum_sgemm_fn lum_fallback;
+void lum_own_sgemm_set_fallback(void* f) { lum_fallback = (lum_sgemm_fn)f; }
+int lum_own_sgemm_ok(void) {
+  __builtin_cpu_init();
+  return lum_simd_ok();
+}
+
+static long long lum_mini(long long a, long long b) { return a < b ? a : b; }
+
 
 /* op(B)[0:kc, 0:nc] (element (k, j) at B[k * rs + j * cs]) as panels of NR columns, each kc rows of
    NR floats; columns past nc are zeros */
@@ -54,24 +109,23 @@ static void lum_pack_b(long long kc, long long nc, const float* B, long long rs,
     if (cs == 1 && w == NR) {
       for (long long k = 0; k < kc; ++k) {
         const float* src = B + k * rs + j0;
-        _mm512_store_ps(dst + k * NR, _mm512_loadu_ps(src));
-        _mm512_store_ps(dst + k * NR + 16, _mm512_loadu_ps(src + 16));
+        lum_vstore(dst + k * NR, lum_vloadu(src));
+        lum_vstore(dst + k * NR + LUM_VW, lum_vloadu(src + LUM_VW));
       }
     } else if (cs == 1) {
-      const __mmask16 m0 = w >= 16 ? 0xffff : (__mmask16)((1u << w) - 1);
-      const __mmask16 m1 = w > 16 ? (__mmask16)((1u << (w - 16)) - 1) : 0;
+      const lum_vm m0 = lum_mask(w), m1 = lum_mask(w - LUM_VW);
       for (long long k = 0; k < kc; ++k) {
         const float* src = B + k * rs + j0;
-        _mm512_store_ps(dst + k * NR, _mm512_maskz_loadu_ps(m0, src));
-        _mm512_store_ps(dst + k * NR + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+        lum_vstore(dst + k * NR, lum_vloadu_m(m0, src));
+        lum_vstore(dst + k * NR + LUM_VW, lum_vloadu_m(m1, src + LUM_VW));
       }
-    } else if (rs == 1 && w == NR && cs < (1LL << 26)) {  /* op(B) = B^T: columns are B's rows; 16 x 16 blocks transposed in registers */
+    } else if (rs == 1 && w == NR && cs < (1LL << 26)) {  /* op(B) = B^T: columns are B's rows; square blocks transposed in registers */
       long long k = 0;
-      for (; k + 16 <= kc; k += 16) {
+      for (; k + LUM_VW <= kc; k += LUM_VW) {
         /* NR rows read side by side are more streams than the hardware prefetcher follows: a weight
            coming from memory stalled every block. Never a fault: a prefetch past the end is dropped. */
         for (int r = 0; r < NR; ++r) __builtin_prefetch(B + (j0 + r) * cs + k + LUM_PACK_AHEAD, 0, 3);
-        for (int h = 0; h < 2; ++h) lum_transpose16(B + (j0 + 16 * h) * cs + k, cs, dst + k * NR + 16 * h, NR);
+        for (int h = 0; h < 2; ++h) lum_transpose_block(B + (j0 + LUM_VW * h) * cs + k, cs, dst + k * NR + LUM_VW * h, NR);
       }
       for (; k < kc; ++k) for (long long j = 0; j < NR; ++j) dst[k * NR + j] = B[(j0 + j) * cs + k];
     } else {
@@ -100,36 +154,42 @@ static void lum_pack_a(long long mc, long long kc, const float* A, long long rs,
   }
 }
 
-#define LUM_ROWS4(X, P) X(0, P) X(1, P) X(2, P) X(3, P)
-#define LUM_ROWS8(X, P) LUM_ROWS4(X, P) X(4, P) X(5, P) X(6, P) X(7, P)
-#define LUM_ROWS12(X, P) LUM_ROWS8(X, P) X(8, P) X(9, P) X(10, P) X(11, P)
+/* a third, two thirds and all of MR's rows (4, 8, 12; AVX2: 2, 4, 6) */
+#ifdef LUM_SIMD_AVX2
+#define LUM_ROWS_S(X, P) X(0, P) X(1, P)
+#define LUM_ROWS_M(X, P) LUM_ROWS_S(X, P) X(2, P) X(3, P)
+#define LUM_ROWS_L(X, P) LUM_ROWS_M(X, P) X(4, P) X(5, P)
+#else
+#define LUM_ROWS_S(X, P) X(0, P) X(1, P) X(2, P) X(3, P)
+#define LUM_ROWS_M(X, P) LUM_ROWS_S(X, P) X(4, P) X(5, P) X(6, P) X(7, P)
+#define LUM_ROWS_L(X, P) LUM_ROWS_M(X, P) X(8, P) X(9, P) X(10, P) X(11, P)
+#endif
 
 /* C[0:mr, 0:nr] (rows ldc apart) = (accumulate ? C : 0) + a . b over kc: b an NR-column panel, a
    an MR-row panel (LUM_A_PACKED: MR floats per k) or MR rows of A itself (LUM_A_ROWS: rows lda
    apart, k contiguous; rows past mr read row 0, never stored). The sums run in k order from C's
    value, so a product split into K blocks rounds as one unsplit chain of fused multiply-adds.
-   Each is made for 4, 8 and 12 rows (ROWS), the fewest that hold mr (`LUM_BY_ROWS`): a block of
-   4 rows left over (a 1x1 conv's 16 or 64 output channels) runs a third of the multiply-adds,
-   not all 12 rows' (the same bits: every row is its own chain). */
+   Each is made for a third, two thirds and all of MR's rows (ROWS), the fewest that hold mr
+   (`LUM_BY_ROWS`): 4 rows left over by 12-row blocks (a 1x1 conv's 16 or 64 output channels) run
+   a third of the multiply-adds, not all 12 rows' (the same bits: every row is its own chain). */
 #define LUM_A_PACKED(i) (a[MR * k + i])
 #define LUM_A_ROWS(i) (a##i[k])
 #define LUM_KERNEL(NAME, ROWS, A_AT, B_AT) \
 static void NAME(long long kc, const float* restrict a, long long lda, const float* restrict b, long long ldb, \
                  float* C, long long ldc, int accumulate, long long mr, long long nr) { \
-  const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1); \
-  const __mmask16 m1 = nr >= 32 ? 0xffff : nr > 16 ? (__mmask16)((1u << (nr - 16)) - 1) : 0; \
+  const lum_vm m0 = lum_mask(nr), m1 = lum_mask(nr - LUM_VW); \
   ROWS(LUM_ROW_POINTER, ) \
   ROWS(LUM_INIT, ) \
-  if (nr <= 16) {  /* a last panel of at most 16 columns: half the multiply-adds */ \
+  if (nr <= LUM_VW) {  /* a last panel of at most one vector's columns: half the multiply-adds */ \
     _Pragma("GCC unroll 4") \
     for (long long k = 0; k < kc; ++k) { \
-      const __m512 b0 = B_AT(0, m0); \
+      const lum_vf b0 = B_AT(0, m0); \
       ROWS(LUM_FMA_HALF, A_AT) \
     } \
   } else { \
     _Pragma("GCC unroll 4") \
     for (long long k = 0; k < kc; ++k) { \
-      const __m512 b0 = B_AT(0, m0), b1 = B_AT(16, m1); \
+      const lum_vf b0 = B_AT(0, m0), b1 = B_AT(LUM_VW, m1); \
       ROWS(LUM_FMA, A_AT) \
     } \
   } \
@@ -137,21 +197,21 @@ static void NAME(long long kc, const float* restrict a, long long lda, const flo
   else { ROWS(LUM_STORE_M, ) } \
 }
 #define LUM_ROW_POINTER(i, P) const float* restrict a##i = a + (i < mr ? i : 0) * lda; (void)a##i;
-#define LUM_INIT(i, P) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps(); \
-  if (accumulate && i < mr) { c##i##0 = _mm512_maskz_loadu_ps(m0, C + i * ldc); c##i##1 = _mm512_maskz_loadu_ps(m1, C + i * ldc + 16); }
-#define LUM_FMA(i, A_AT) { const __m512 x = _mm512_set1_ps(A_AT(i)); \
-    c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0); c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1); }
-#define LUM_FMA_HALF(i, A_AT) { c##i##0 = _mm512_fmadd_ps(_mm512_set1_ps(A_AT(i)), b0, c##i##0); }
-#define LUM_STORE(i, P) _mm512_storeu_ps(C + i * ldc, c##i##0); _mm512_storeu_ps(C + i * ldc + 16, c##i##1);
-#define LUM_STORE_M(i, P) if (i < mr) { _mm512_mask_storeu_ps(C + i * ldc, m0, c##i##0); _mm512_mask_storeu_ps(C + i * ldc + 16, m1, c##i##1); }
-#define LUM_B_PACKED(h, m) _mm512_load_ps(b + NR * k + h)
-#define LUM_B_ROWS(h, m) _mm512_maskz_loadu_ps(m, b + ldb * k + h)
+#define LUM_INIT(i, P) lum_vf c##i##0 = lum_vzero(), c##i##1 = lum_vzero(); \
+  if (accumulate && i < mr) { c##i##0 = lum_vloadu_m(m0, C + i * ldc); c##i##1 = lum_vloadu_m(m1, C + i * ldc + LUM_VW); }
+#define LUM_FMA(i, A_AT) { const lum_vf x = lum_vset1(A_AT(i)); \
+    c##i##0 = lum_vfma(x, b0, c##i##0); c##i##1 = lum_vfma(x, b1, c##i##1); }
+#define LUM_FMA_HALF(i, A_AT) { c##i##0 = lum_vfma(lum_vset1(A_AT(i)), b0, c##i##0); }
+#define LUM_STORE(i, P) lum_vstoreu(C + i * ldc, c##i##0); lum_vstoreu(C + i * ldc + LUM_VW, c##i##1);
+#define LUM_STORE_M(i, P) if (i < mr) { lum_vstoreu_m(C + i * ldc, m0, c##i##0); lum_vstoreu_m(C + i * ldc + LUM_VW, m1, c##i##1); }
+#define LUM_B_PACKED(h, m) lum_vload(b + NR * k + h)
+#define LUM_B_ROWS(h, m) lum_vloadu_m(m, b + ldb * k + h)
 #define LUM_BY_ROWS(NAME, A_AT, B_AT) \
-  LUM_KERNEL(NAME##4, LUM_ROWS4, A_AT, B_AT) LUM_KERNEL(NAME##8, LUM_ROWS8, A_AT, B_AT) \
-  LUM_KERNEL(NAME##12, LUM_ROWS12, A_AT, B_AT) \
+  LUM_KERNEL(NAME##_s, LUM_ROWS_S, A_AT, B_AT) LUM_KERNEL(NAME##_m, LUM_ROWS_M, A_AT, B_AT) \
+  LUM_KERNEL(NAME##_l, LUM_ROWS_L, A_AT, B_AT) \
 static void NAME(long long kc, const float* restrict a, long long lda, const float* restrict b, long long ldb, \
                  float* C, long long ldc, int accumulate, long long mr, long long nr) { \
-  (mr <= 4 ? NAME##4 : mr <= 8 ? NAME##8 : NAME##12)(kc, a, lda, b, ldb, C, ldc, accumulate, mr, nr); \
+  (mr <= MR / 3 ? NAME##_s : mr <= 2 * MR / 3 ? NAME##_m : NAME##_l)(kc, a, lda, b, ldb, C, ldc, accumulate, mr, nr); \
 }
 LUM_BY_ROWS(lum_kernel_packed, LUM_A_PACKED, LUM_B_PACKED)
 LUM_BY_ROWS(lum_kernel_a_rows, LUM_A_ROWS, LUM_B_PACKED)
@@ -161,16 +221,19 @@ static float* lum_alloc(long long n) {
   return (float*)aligned_alloc(64, (size_t)((n * sizeof(float) + 63) / 64 * 64));
 }
 
-/* cblas_sgemm (ILP64), row-major, alpha 1 and beta 0: C = op(A) op(B) on the calling thread (the
-   prelude splits a large GEMM across the team); anything else goes to the BLAS it stands in front of */
-void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long long N, long long K, float alpha,
-                       const float* A, long long lda, const float* B, long long ldb, float beta, float* C, long long ldc) {
-  if (layout != 101 || alpha != 1.0f || beta != 0.0f) {
+/* cblas_sgemm (ILP64), row-major, alpha 1, beta 0 or 1: C = op(A) op(B), or C += op(A) op(B) (each
+   element's chain of multiply-adds starts from its value in C: attention's P V into its
+   accumulator, `render/attention_gemm.py`), on the calling thread (the prelude splits a large GEMM
+   across the team); anything else goes to the BLAS it stands in front of */
+void lum_own_sgemm(int layout, int transa, int transb, long long M, long long N, long long K, float alpha,
+                   const float* A, long long lda, const float* B, long long ldb, float beta, float* C, long long ldc) {
+  if (layout != 101 || alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) {
     lum_fallback(layout, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   if (M <= 0 || N <= 0) return;
-  if (K <= 0) { for (long long i = 0; i < M; ++i) memset(C + i * ldc, 0, N * sizeof(float)); return; }
+  const int onto_c = beta == 1.0f;  /* the first K block accumulates onto C */
+  if (K <= 0) { if (!onto_c) for (long long i = 0; i < M; ++i) memset(C + i * ldc, 0, N * sizeof(float)); return; }
   const long long ars = transa == 112 ? 1 : lda, acs = transa == 112 ? lda : 1;
   const long long brs = transb == 112 ? 1 : ldb, bcs = transb == 112 ? ldb : 1;
   const long long k_blocks = (K + KC - 1) / KC, kc_max = (K + k_blocks - 1) / k_blocks;  /* even K blocks */
@@ -196,7 +259,7 @@ void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long lon
       lum_pack_b(kc, N, B + pc * brs, brs, bcs, Bp);
       for (long long ir = 0; ir < M; ir += MR)
         for (long long jr = 0; jr < N; jr += NR)
-          lum_kernel_a_rows(kc, A + ir * lda + pc, lda, Bp + jr * kc, NR, C + ir * ldc + jr, ldc, pc > 0,
+          lum_kernel_a_rows(kc, A + ir * lda + pc, lda, Bp + jr * kc, NR, C + ir * ldc + jr, ldc, pc > 0 || onto_c,
                           lum_mini(MR, M - ir), lum_mini(NR, N - jr));
     }
     free(Bp); free(Ap);
@@ -212,7 +275,7 @@ void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long lon
       lum_pack_a(M, kc, A + pc * acs, ars, acs, Ap);
       for (long long jr = 0; jr < N; jr += NR)
         for (long long ir = 0; ir < M; ir += MR)
-          lum_kernel_b_rows(kc, Ap + ir * kc, 0, B + pc * ldb + jr, ldb, C + ir * ldc + jr, ldc, pc > 0,
+          lum_kernel_b_rows(kc, Ap + ir * kc, 0, B + pc * ldb + jr, ldb, C + ir * ldc + jr, ldc, pc > 0 || onto_c,
                             lum_mini(MR, M - ir), lum_mini(NR, N - jr));
     }
     free(Bp); free(Ap);
@@ -227,7 +290,7 @@ void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long lon
       for (long long jr = 0; jr < N; jr += NR) {
         lum_pack_b(kc, lum_mini(NR, N - jr), B + pc * brs + jr * bcs, brs, bcs, Bp);
         for (long long ir = 0; ir < M; ir += MR)
-          lum_kernel_packed(kc, Ap + ir * kc, 0, Bp, NR, C + ir * ldc + jr, ldc, pc > 0, lum_mini(MR, M - ir),
+          lum_kernel_packed(kc, Ap + ir * kc, 0, Bp, NR, C + ir * ldc + jr, ldc, pc > 0 || onto_c, lum_mini(MR, M - ir),
                             lum_mini(NR, N - jr));
       }
     }
@@ -244,7 +307,7 @@ void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long lon
         lum_pack_a(mc, kc, A + ic * ars + pc * acs, ars, acs, Ap);
         for (long long jr = 0; jr < nc; jr += NR)
           for (long long ir = 0; ir < mc; ir += MR)
-            lum_kernel_packed(kc, Ap + ir * kc, 0, Bp + jr * kc, NR, C + (ic + ir) * ldc + jc + jr, ldc, pc > 0,
+            lum_kernel_packed(kc, Ap + ir * kc, 0, Bp + jr * kc, NR, C + (ic + ir) * ldc + jc + jr, ldc, pc > 0 || onto_c,
                        lum_mini(MR, mc - ir), lum_mini(NR, nc - jr));
       }
     }
@@ -254,23 +317,23 @@ void lum_gemm512_sgemm(int layout, int transa, int transb, long long M, long lon
 
 /* A weight packed once for every call (`lum_gemm_fw`, the prelude): op(B) (K x N) as panels of NR
    columns and all K rows, panel p at Bp + p * NR * K, its row k at + k * NR, columns past N zeros */
-void lum_gemm512_pack(int transb, long long N, long long K, const float* B, long long ldb, float* Bp) {
+void lum_own_sgemm_pack(int transb, long long N, long long K, const float* B, long long ldb, float* Bp) {
   const long long rs = transb == 112 ? 1 : ldb, cs = transb == 112 ? ldb : 1;
   for (long long j0 = 0; j0 < N; j0 += NR) lum_pack_b(K, lum_mini(NR, N - j0), B + j0 * cs, rs, cs, Bp + j0 * K);
 }
 
-/* C[M x N] (rows ldc apart) = op(A) . B for B packed by lum_gemm512_pack, from the panel at Bp (N
-   columns of it) on the calling thread: the kernels and K blocks of lum_gemm512_sgemm, so each
+/* C[M x N] (rows ldc apart) = op(A) . B for B packed by lum_own_sgemm_pack, from the panel at Bp (N
+   columns of it) on the calling thread: the kernels and K blocks of lum_own_sgemm, so each
    element is the same chain of fused multiply-adds in k order, the same bits, without transposing
    a weight streamed from memory into panels every call (README). 0, or -1 when out of memory
    (nothing written). */
-int lum_gemm512_sgemm_packed(int transa, long long M, long long N, long long K, const float* A, long long lda,
+int lum_own_sgemm_packed(int transa, long long M, long long N, long long K, const float* A, long long lda,
                              const float* Bp, float* C, long long ldc) {
   if (M <= 0 || N <= 0) return 0;
   if (K <= 0) { for (long long i = 0; i < M; ++i) memset(C + i * ldc, 0, N * sizeof(float)); return 0; }
   const long long ars = transa == 112 ? 1 : lda, acs = transa == 112 ? lda : 1;
   const long long k_blocks = (K + KC - 1) / KC, kc_max = (K + k_blocks - 1) / k_blocks;
-  if (transa != 112 && N <= LUM_A_IN_PLACE_COLS) {  /* A's rows read in place, as lum_gemm512_sgemm's */
+  if (transa != 112 && N <= LUM_A_IN_PLACE_COLS) {  /* A's rows read in place, as lum_own_sgemm's */
     for (long long pc = 0; pc < K; pc += kc_max) {
       const long long kc = lum_mini(kc_max, K - pc);
       for (long long ir = 0; ir < M; ir += MR)
@@ -299,7 +362,7 @@ int lum_gemm512_sgemm_packed(int transa, long long M, long long N, long long K, 
 }
 
 /* The packed weights of a runtime's table (`lum_gemm_fw`): freed when the table is dropped */
-void lum_gemm512_pack_free(long long* table, long long entries) {
+void lum_own_sgemm_pack_free(long long* table, long long entries) {
   for (long long i = 0; i < entries; ++i) {
     long long* e = table + 8 * i;
     if (e[6] == 2) free((void*)(e[5]));

@@ -2,7 +2,7 @@
 /* The AVX-512F intrinsics this file uses, as GCC's <avx512fintrin.h> defines them (the same
    builtins, so the same machine code): parsing <immintrin.h> was 0.6 of this library's 0.9 s
    build, once per machine but on a fresh cache's first compile. Any other compiler, or a GCC
-   that rejects these, builds the variant that includes <immintrin.h> (`gemm_avx512._build`). */
+   that rejects these, builds the variant that includes <immintrin.h> (`sgemm._build`). */
 typedef float lum_v16sf __attribute__((__vector_size__(64)));
 typedef float __m512 __attribute__((__vector_size__(64), __may_alias__));
 typedef float lum_m512_u __attribute__((__vector_size__(64), __may_alias__, __aligned__(1)));

@@ -1,11 +1,13 @@
-"""An AVX-512 SGEMM of luminal's own (`c/gemm_avx512.c`), in front of a BLAS running narrower
-kernels (an OpenBLAS pinned to Haswell, torch's MKL on AMD): README's "The compiled CPU backend".
+"""luminal's own SGEMM (`c/sgemm.c`), in front of a BLAS: README's "The compiled CPU backend".
 
-BLIS-style packing around a 12 x 32 micro-kernel. Each element of C is one chain of fused
-multiply-adds in k order, so its bits do not depend on blocking or threads. Calls with alpha != 1,
-beta != 0 or column-major go to the BLAS it fronts (`lum_gemm512_set_fallback`); the prelude's
+BLIS-style packing around a micro-kernel of 12 x 32 (AVX-512) or 6 x 16 (AVX2 and FMA: a CPU
+without AVX-512, or `LUMINAL_ISA=avx2`): one C source, built for the wider of the two the CPU has
+(`isa()`). Each element of C is one chain of fused multiply-adds in k order, so its bits depend
+on neither the blocking, the threads nor the build. Calls with alpha != 1, beta != 0 or
+column-major go to the BLAS it fronts (`lum_own_sgemm_set_fallback`); the prelude's
 `lum_pick_sgemm` routes skinny calls, once per call before any split.
-`LUMINAL_GEMM`: "auto" (default), "blas" (never), "avx512" (whenever the CPU has AVX-512).
+`LUMINAL_GEMM`: "auto" (default), "blas" (never), "luminal" (wherever the CPU has one of the two;
+"avx512", its older name, is the same).
 """
 
 from __future__ import annotations
@@ -23,14 +25,30 @@ LOG = logging.getLogger("luminal")
 
 A_IN_PLACE_COLS = 320  # at most this many columns of C: A read in place, not packed (conv_gemm.py's tiles too)
 
-SOURCE = c_source("gemm_avx512.c").replace("@A_IN_PLACE_COLS@", str(A_IN_PLACE_COLS))  # c/gemm_avx512.c
+SOURCE = c_source("sgemm.c").replace("@A_IN_PLACE_COLS@", str(A_IN_PLACE_COLS))  # c/sgemm.c
 
-# The same library without <immintrin.h> (built first; `SOURCE` when a compiler rejects it)
-SOURCE_LIGHT = SOURCE.replace("#include <immintrin.h>\n", c_source("gemm_avx512_intrinsics.h"), 1)
+# The AVX-512 build without <immintrin.h> (built first; `SOURCE` when a compiler rejects it)
+SOURCE_LIGHT = SOURCE.replace("#include <immintrin.h>\n", c_source("sgemm_avx512_intrinsics.h"), 1)
+# The AVX2 build: the same source, its vectors 256 bits wide
+SOURCE_AVX2 = "#define LUM_SIMD_AVX2 1\n" + SOURCE
 
 
-def _build():
-    """The library's path: the light source, else (a compiler it does not suit) the full one."""
+def isa() -> str | None:
+    """The build this CPU runs ("avx512", "avx2"), None where it has neither (AVX2 wants FMA too);
+    `LUMINAL_ISA=avx2` masks AVX-512 (`build.cpu_info`)."""
+    flags = build.cpu_info()[0]
+    return "avx512" if {"avx512f", "fma"} <= flags else "avx2" if {"avx2", "fma"} <= flags else None
+
+
+def cpu_has_avx512() -> bool:
+    return isa() == "avx512"
+
+
+def _build(which: str | None = None):
+    """The library's path for the build `which` (default: `isa()`): AVX2's, or AVX-512's light
+    source, else (a compiler it does not suit) its full one."""
+    if (which or isa()) == "avx2":
+        return build.build(SOURCE_AVX2)
     try:
         return build.build(SOURCE_LIGHT)
     except build.CpuBuildError as exc:
@@ -43,32 +61,31 @@ _loaded: dict[int, int | None] = {}  # fallback address -> our sgemm's address (
 _lock = threading.Lock()
 
 
-def cpu_has_avx512() -> bool:
-    return {"avx512f", "fma"} <= build.cpu_info()[0]
-
-
 def _mode() -> str:
     mode = os.environ.get("LUMINAL_GEMM", "auto").strip().lower() or "auto"
-    if mode not in ("auto", "blas", "avx512"):
-        LOG.warning("LUMINAL_GEMM=%r is not 'auto', 'blas' or 'avx512'; using 'auto'", mode)
+    if mode == "avx512":  # its name while there was only the AVX-512 build
+        return "luminal"
+    if mode not in ("auto", "blas", "luminal"):
+        LOG.warning("LUMINAL_GEMM=%r is not 'auto', 'blas' or 'luminal'; using 'auto'", mode)
         mode = "auto"
     return mode
 
 
 def wanted(blas_core: str | None) -> bool:
     """Whether to put our SGEMM in front of an OpenBLAS whose core name is `blas_core` (None: unknown):
-    on every CPU with AVX-512, whichever kernels OpenBLAS runs (its AVX-512 ones lost to it in the
-    models too: README, "The compiled CPU backend")."""
-    mode = _mode()
-    return mode != "blas" and cpu_has_avx512()
+    wherever the CPU has AVX-512 or AVX2, whichever kernels OpenBLAS runs (its AVX-512 ones lost to
+    it in the models too: README, "The compiled CPU backend")."""
+    return _mode() != "blas" and isa() is not None
 
 
 def wanted_over_mkl() -> bool:
-    """Whether to put our SGEMM in front of torch's MKL, which runs its AVX2 code on an AMD CPU."""
+    """Whether to put our SGEMM in front of torch's MKL: on an AMD CPU, where MKL runs its AVX2
+    code (slower than either build of ours: README), or with LUMINAL_GEMM=luminal; not over MKL's
+    own kernels on an Intel CPU."""
     mode = _mode()
-    if mode == "blas" or not cpu_has_avx512():
+    if mode == "blas" or isa() is None:
         return False
-    return mode == "avx512" or vendor() == "AuthenticAMD"
+    return mode == "luminal" or vendor() == "AuthenticAMD"
 
 
 def vendor() -> str:
@@ -82,7 +99,7 @@ _prepared = threading.Event()
 def prepare(spare: bool | None = None) -> None:
     """Start building the library in the background as a compile begins (once per process), so it
     compiles while Python lowers the graph; only with a core to spare (`spare`: the caller's look)."""
-    if _prepared.is_set() or not cpu_has_avx512() or _mode() == "blas" or build.compiler() is None:
+    if _prepared.is_set() or isa() is None or _mode() == "blas" or build.compiler() is None:
         return
     _prepared.set()
     if not (build.spare_core() if spare is None else spare):
@@ -98,7 +115,7 @@ def prepare(spare: bool | None = None) -> None:
         except Exception:  # noqa: BLE001 - `sgemm` builds again and logs why, and the BLAS serves
             pass
 
-    threading.Thread(target=run, name="luminal-cc-gemm512", daemon=True).start()
+    threading.Thread(target=run, name="luminal-cc-sgemm", daemon=True).start()
 
 
 def sgemm(fallback: int) -> int | None:
@@ -127,12 +144,12 @@ def _load(fallback: int) -> int | None:
     address = None
     try:
         lib = ctypes.CDLL(str(_build()))
-        if lib.lum_gemm512_ok():
-            lib.lum_gemm512_set_fallback(ctypes.c_void_p(fallback))
-            address = ctypes.cast(lib.lum_gemm512_sgemm, ctypes.c_void_p).value
+        if lib.lum_own_sgemm_ok():
+            lib.lum_own_sgemm_set_fallback(ctypes.c_void_p(fallback))
+            address = ctypes.cast(lib.lum_own_sgemm, ctypes.c_void_p).value
             _packing.update({k: ctypes.cast(getattr(lib, f), ctypes.c_void_p).value for k, f in
-                             (("pack", "lum_gemm512_pack"), ("gemm", "lum_gemm512_sgemm_packed"),
-                              ("free", "lum_gemm512_pack_free"))})
-    except (build.CpuBuildError, OSError) as exc:  # a compiler without AVX-512 support: the BLAS, correct as ever
-        LOG.debug("luminal's AVX-512 SGEMM is not available: %s", exc)
+                             (("pack", "lum_own_sgemm_pack"), ("gemm", "lum_own_sgemm_packed"),
+                              ("free", "lum_own_sgemm_pack_free"))})
+    except (build.CpuBuildError, OSError) as exc:  # a compiler without the ISA's support: the BLAS, correct as ever
+        LOG.debug("luminal's %s SGEMM is not available: %s", isa(), exc)
     return address
