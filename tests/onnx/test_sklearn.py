@@ -406,6 +406,24 @@ def test_tree_regressor_aggregates_over_two_trees(agg, post):
     _check(_model([node], [_vi("x", TP.FLOAT, [None, 2])], [_vi("r", TP.FLOAT, [None, 2])]), {"x": X_TREE})
 
 
+@pytest.mark.parametrize("device", ["numpy", "cpu"])
+@pytest.mark.parametrize("lone_only", [False, True])
+def test_a_forest_with_a_lone_leaf_tree_every_leaf_scored(device, lone_only):
+    """Every leaf scores the one target (scikit-learn's forests: no per-leaf 'scored' table is
+    read) and a tree is a lone leaf: the first level's nodes are each tree's root for every
+    sample (constants, not gathers), and with only lone leaves there is no level at all."""
+    tree = _tree_attrs(["BRANCH_LEQ", "BRANCH_LT", "LEAF", "LEAF", "BRANCH_GT", "LEAF", "LEAF"], [1, 0, 0, 0, 1, 0, 0])
+    lone = dict(nodes_treeids=[1], nodes_nodeids=[0], nodes_featureids=[0], nodes_values=[0.0], nodes_modes=["LEAF"],
+                nodes_truenodeids=[0], nodes_falsenodeids=[0], nodes_missing_value_tracks_true=[0])
+    attrs = lone if lone_only else {k: tree[k] + lone[k] for k in tree}
+    leaves = ([], []) if lone_only else ([2, 3, 5, 6], [1.0, -2.0, 3.5, 0.25])
+    node = oh.make_node("TreeEnsembleRegressor", ["x"], ["r"], n_targets=1, aggregate_function="SUM",
+                        target_treeids=[0] * len(leaves[0]) + [1], target_nodeids=leaves[0] + [0],
+                        target_ids=[0] * (len(leaves[0]) + 1), target_weights=leaves[1] + [10.0], base_values=[0.5],
+                        domain=ML, **attrs)
+    _check(_model([node], [_vi("x", TP.FLOAT, [None, 2])], [_vi("r", TP.FLOAT, [None, 1])]), {"x": X_TREE}, device)
+
+
 def test_probit_post_transform():
     # onnxruntime evaluates the approximation in float32, whose root cancels near 0.5 (0.505 is off
     # by 1.1e-5 there); the reference runtime's float64 keeps it, hence 2e-5 here

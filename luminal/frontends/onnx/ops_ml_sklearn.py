@@ -152,7 +152,7 @@ LEAF = MODES["LEAF"]
 def _forest(c, x, a: dict, prefix: str, n_out: int, agg: str = "SUM"):
     """Walk every (sample, tree) in lockstep, one level per step (a leaf steps to itself);
     returns the per-target sum (SUM, AVERAGE), min or max over the trees' leaves (N, n_out)
-    and whether any tree scored each target."""
+    and whether any tree scored each target (None where every leaf scores every target)."""
     tree_ids = np.asarray(a["nodes_treeids"], np.int64)
     node_ids = np.asarray(a["nodes_nodeids"], np.int64)
     n = len(tree_ids)
@@ -198,13 +198,18 @@ def _forest(c, x, a: dict, prefix: str, n_out: int, agg: str = "SUM"):
     tab = {"feat": _const(c, feats, I64), "split": _const(c, values, ft),
            "mode": _const(c, modes, I64), "miss": _const(c, miss, DType.BOOL),
            "next": _const(c, np.stack([nxt_t, nxt_f], axis=1).reshape(-1), I64)}
-    state = _const(c, roots, I64).reshape((1, n_trees)).expand((rows, n_trees))
+    tables = {"feat": feats, "split": values, "mode": modes, "miss": miss}
     branch_modes = sorted(set(modes[modes != LEAF].tolist()))
     compare = {0: "le", 1: "lt", 2: "ge", 3: "gt", 4: "eq", 5: "ne"}
 
     def at(name, s):
+        """The node table `name` at each (sample, tree)'s node `s`: on the first level every sample of a
+        tree is at its root (`s` the roots, a NumPy array), so a constant row, not a gather."""
+        if isinstance(s, np.ndarray):
+            return _const(c, tables[name][s], tab[name].dtype).reshape((1, n_trees)).expand((rows, n_trees))
         return tab[name].index_select(0, s.reshape(-1)).reshape((rows, n_trees))
 
+    state = roots
     for _ in range(depth):  # a leaf steps to itself (nxt_t = nxt_f = itself), whatever it compares
         v = x.gather(1, at("feat", state))
         sp = at("split", state)
@@ -217,12 +222,22 @@ def _forest(c, x, a: dict, prefix: str, n_out: int, agg: str = "SUM"):
                 go = F.where(mode.eq(m), cmp, go)
         if miss.any():
             go = go.logical_or(at("miss", state).logical_and(v.isnan()))
-        state = at("next", state.mul(2).add(go.logical_not().cast(I64)))
+        twice = (_const(c, 2 * state, I64).reshape((1, n_trees)) if isinstance(state, np.ndarray) else state.mul(2))
+        state = tab["next"].index_select(0, twice.add(go.logical_not().cast(I64)).reshape(-1)).reshape((rows, n_trees))
+    if isinstance(state, np.ndarray):  # no branch at all: every tree a lone leaf
+        state = _const(c, state, I64).reshape((1, n_trees)).expand((rows, n_trees))
     flat = state.reshape(-1)
     per_tree = _const(c, w, ft).index_select(0, flat).reshape((rows, n_trees, n_out))
     score = per_tree.min(1) if agg == "MIN" else per_tree.max(1) if agg == "MAX" else per_tree.sum(1)
+    if has[modes == LEAF].all():  # every leaf scores every target (scikit-learn's trees): no table to read
+        return score, None, n_trees
     scored = _const(c, has, DType.I32).index_select(0, flat).reshape((rows, n_trees, n_out)).max(1).gt(0)
     return F.where(scored, score, 0.0), scored, n_trees
+
+
+def _where_scored(scored, score, other):
+    """`score` where a tree scored the target, else `other` (`_forest`'s `scored`; None: everywhere)."""
+    return score if scored is None else F.where(scored, score, other)
 
 
 def _depth(roots, nxt_t, nxt_f, modes, n: int, c) -> int:
@@ -277,7 +292,7 @@ def tree_ensemble_regressor(c, x, **a):
         score = _f32(score)
         return _probit(score) if post == "PROBIT" else score
     # onnxruntime writes 0 for a target no reached leaf scored, base value or not (ScoreValue's has_score)
-    return _post_transform(c, _f32(F.where(scored, score, 0.0)), post)
+    return _post_transform(c, _f32(_where_scored(scored, score, 0.0)), post)
 
 
 @onnx_op("TreeEnsembleClassifier", domain=ML)
@@ -291,7 +306,7 @@ def tree_ensemble_classifier(c, x, **a):
     if len(labels) < 2:
         c.fail(f"{len(labels)} class labels")
     score, scored, _ = _forest(c, x, a, "class", len(labels))
-    ranked = F.where(scored, score, -np.inf)  # a class no reached leaf scored is no candidate (onnxruntime's has_score)
+    ranked = _where_scored(scored, score, -np.inf)  # a class no reached leaf scored is no candidate (onnxruntime's has_score)
     base = a.get("base_values_as_tensor")
     base = a.get("base_values") if base is None else base
     if base is not None and len(base):
@@ -299,7 +314,7 @@ def tree_ensemble_classifier(c, x, **a):
             c.fail(f"{len(base)} base_values for {len(labels)} classes")
         score = ranked = score.add(_const(c, base, x.dtype))  # base values score every class
     else:
-        score = F.where(scored, score, 0.0)  # written as 0 (has_score), before post_transform
+        score = _where_scored(scored, score, 0.0)  # written as 0 (has_score), before post_transform
     pick = ranked.argmax(-1).cast(I64)
     label = _const(c, labels, I64).index_select(0, pick)
     return [label, _post_transform(c, _f32(score), a.get("post_transform", "NONE"))]
@@ -430,7 +445,7 @@ def _binary_trees(c, x, a, labels):
     score, scored, _ = _forest(c, x, a, "class", 1)
     if base is not None and len(base):
         score = score.add(float(base[0]))
-    s = _f32(F.where(scored, score, 0.0))
+    s = _f32(_where_scored(scored, score, 0.0))
     weights = a.get("class_weights_as_tensor")
     positive = bool(np.all(np.asarray(a["class_weights"] if weights is None else weights) >= 0))
     label = F.where(s.reshape(-1).gt(s._scalar(0.5 if positive else 0.0)), _const(c, labels[1], I64),
