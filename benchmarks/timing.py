@@ -121,6 +121,5 @@ def describe_blas(env: dict) -> str:
     if env["blas"] == "openblas":
         text += f" (kernel {env.get('openblas_core')}" + (f", OPENBLAS_CORETYPE={env['openblas_coretype']}"
                                                           if env.get("openblas_coretype") else "") + ")"
-    sgemm = env.get("sgemm") or ""
-    kernel = {"luminal-avx512": "AVX-512", "luminal-avx2": "AVX2"}.get(sgemm)
+    kernel = {"luminal-avx512": "AVX-512", "luminal-avx2": "AVX2"}.get(env.get("sgemm"))
     return text + (f", SGEMM luminal's {kernel} kernel" if kernel else "")

@@ -229,8 +229,9 @@ def test_the_avx2_build_gives_the_avx512_builds_bits(openblas_sgemm, tb):
 
 @needs_own_sgemm
 def test_compiled_graphs_use_it_and_match_the_numpy_runtime(monkeypatch):
-    """LUMINAL_GEMM=luminal puts it in front of OpenBLAS (auto does too): a conv-shaped product, a product with few columns split into row blocks across
-    the team, and a transposed weight, against the NumPy runtime."""
+    """LUMINAL_GEMM=luminal puts it in front of OpenBLAS (auto does too): a conv-shaped product, a
+    product with few columns split into row blocks across the team, and a transposed weight,
+    against the NumPy runtime."""
     monkeypatch.setenv("LUMINAL_GEMM", "luminal")
     monkeypatch.setattr(blas_libs, "_BLAS", {})
     monkeypatch.setenv("LUMINAL_BLAS", "openblas")  # NumPy's OpenBLAS even when torch (its MKL) is loaded

@@ -195,10 +195,9 @@ def _forest(c, x, a: dict, prefix: str, n_out: int, agg: str = "SUM"):
     feats = np.where(modes == LEAF, 0, np.asarray(a["nodes_featureids"], np.int64))  # a leaf reads feature 0, unused
     # a node's two successors side by side (true at 2k, false at 2k + 1): the step is one gather at
     # 2 * node + !go, its index computed in the comparison's kernel, not two gathers and a select
-    tab = {"feat": _const(c, feats, I64), "split": _const(c, values, ft),
-           "mode": _const(c, modes, I64), "miss": _const(c, miss, DType.BOOL),
-           "next": _const(c, np.stack([nxt_t, nxt_f], axis=1).reshape(-1), I64)}
-    tables = {"feat": feats, "split": values, "mode": modes, "miss": miss}
+    tables = {"feat": (feats, I64), "split": (values, ft), "mode": (modes, I64), "miss": (miss, DType.BOOL),
+              "next": (np.stack([nxt_t, nxt_f], axis=1).reshape(-1), I64)}
+    tab = {name: _const(c, values_, dtype) for name, (values_, dtype) in tables.items()}
     branch_modes = sorted(set(modes[modes != LEAF].tolist()))
     compare = {0: "le", 1: "lt", 2: "ge", 3: "gt", 4: "eq", 5: "ne"}
 
@@ -206,7 +205,8 @@ def _forest(c, x, a: dict, prefix: str, n_out: int, agg: str = "SUM"):
         """The node table `name` at each (sample, tree)'s node `s`: on the first level every sample of a
         tree is at its root (`s` the roots, a NumPy array), so a constant row, not a gather."""
         if isinstance(s, np.ndarray):
-            return _const(c, tables[name][s], tab[name].dtype).reshape((1, n_trees)).expand((rows, n_trees))
+            values_, dtype = tables[name]
+            return _const(c, values_[s], dtype).reshape((1, n_trees)).expand((rows, n_trees))
         return tab[name].index_select(0, s.reshape(-1)).reshape((rows, n_trees))
 
     state = roots

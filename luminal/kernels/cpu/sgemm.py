@@ -40,10 +40,6 @@ def isa() -> str | None:
     return "avx512" if {"avx512f", "fma"} <= flags else "avx2" if {"avx2", "fma"} <= flags else None
 
 
-def cpu_has_avx512() -> bool:
-    return isa() == "avx512"
-
-
 def _build(which: str | None = None):
     """The library's path for the build `which` (default: `isa()`): AVX2's, or AVX-512's light
     source, else (a compiler it does not suit) its full one."""
