@@ -21,6 +21,7 @@ from luminal.hlir.ops import Op
 from luminal.kernels.cpu import conv_direct, conv_gemm
 from luminal.kernels.cpu import runtime as cpu_runtime
 from luminal.kernels.cpu import steps as cpu_steps
+from luminal.kernels.cpu.choices import Choices
 
 torch = pytest.importorskip("torch")
 
@@ -247,3 +248,71 @@ def test_linear_layer_bias_and_activation():
     want = torch.relu(torch.from_numpy(feeds["x"]) @ torch.from_numpy(feeds["w"]).T + torch.from_numpy(feeds["b"])).numpy()
     _close(compiled(feeds)[0], want, 1e-4)
     _close(compiled(feeds)[0], g.compile(device="numpy")(feeds)[0], 1e-4)
+
+
+def _downsample_block(rng):
+    """A ResNet downsample block's end: relu(bn(conv3x3/2(x)) + bn(conv1x1/2(x))), one region
+    reading two GEMMs; NaN, inf and -0.0 in the input and the BatchNorm vectors."""
+    g = lm.Graph("downsample")
+    x = g.input("x", (2, 16, 15, 15))
+    w3, w1 = (rng.standard_normal(s).astype(np.float32) * 0.2 for s in ((32, 16, 3, 3), (32, 16, 1, 1)))
+    s3, b3, s1, b1 = (g.input(k, (32, 1, 1)) for k in ("s3", "b3", "s1", "b1"))
+    y3, y1 = nn.conv(x, g.constant(w3), None, 2, 1), nn.conv(x, g.constant(w1), None, 2, 0)
+    g.output((y3 * s3 + b3 + (y1 * s1 + b1)).relu(), "y")
+    feeds = {"x": _special(rng, (2, 16, 15, 15))} | {k: _special(rng, (32, 1, 1)) for k in ("s3", "b3", "s1", "b1")}
+    t = {k: torch.from_numpy(v) for k, v in feeds.items()}
+    conv = torch.nn.functional.conv2d
+    want = torch.relu(conv(t["x"], torch.from_numpy(w3), None, 2, 1) * t["s3"] + t["b3"]
+                      + (conv(t["x"], torch.from_numpy(w1), None, 2, 0) * t["s1"] + t["b1"])).numpy()
+    return g, feeds, want
+
+
+def _planes(runtime) -> int:
+    """How many of the library's kernels take the direct path (fill phase planes)."""
+    return runtime.source.count("/* X (the padded input) into its phase planes */")
+
+
+def test_a_region_reading_two_gemms_takes_in_the_conv_with_its_im2col(monkeypatch):
+    """The region after a ResNet downsample block's two convolutions takes in the 3x3 one (the
+    GEMM with an im2col, the most work per output); the 1x1 shortcut's GEMM keeps its own step
+    and is read as an operand. The bits are the unfused program's on every team and from stored
+    artifacts; close to torch's and the NumPy runtime's."""
+    g, feeds, want = _downsample_block(np.random.default_rng(21))
+    fused, plain = g.compile(device="cpu"), _unfused(g, monkeypatch)
+    steps = fused.runtime.program.steps
+    [step] = _epilogue_steps(fused)
+    taken = [s.output for s in steps if s.absorbed and s.output.op is Op.MAT_MUL]
+    assert len(taken) == 1 and tuple(taken[0].src[0].shape)[-1] == 16 * 9, taken  # the 3x3 conv's GEMM (K = 144)
+    assert sum(1 for s in steps if not s.absorbed and s.output.op is Op.MAT_MUL) == 1  # the shortcut's
+    for team in (1, 2, 3):
+        monkeypatch.setattr(cpu_runtime, "threads", lambda team=team: team)
+        got = fused(feeds)[0]
+        np.testing.assert_array_equal(got, plain(feeds)[0])
+        assert np.array_equal(np.signbit(got), np.signbit(plain(feeds)[0]))
+        _close(got, want, 1e-4)
+    _close(fused(feeds)[0], g.compile(device="numpy")(feeds)[0], 1e-4)
+    restored = cpu_runtime.CpuRuntime(fused.outputs, artifacts=fused.runtime.artifacts())
+    assert restored.restored
+    np.testing.assert_array_equal(restored(feeds)[0], fused(feeds)[0])
+
+
+def test_auto_keeps_a_strided_1x1_conv_on_the_tiles_and_its_artifacts_restore(monkeypatch):
+    """By default (auto) a strided 1x1 convolution, whose im2col copy is a subsample of its input,
+    stays on the im2col tiles while the 3x3 one takes the direct path; the direct path chosen
+    (LUMINAL_CONV=direct, the search's candidate) takes both. Each program's artifacts restore it
+    without rendering, and not the other's: the stored record says how it was rendered."""
+    if not conv_direct.wanted():
+        pytest.skip("the direct path is auto's on x86 with AVX2 and FMA only")
+    monkeypatch.delenv("LUMINAL_CONV", raising=False)
+    g, feeds, want = _downsample_block(np.random.default_rng(22))
+    auto = g.compile(device="cpu").runtime
+    chosen = cpu_runtime.CpuRuntime(auto.outputs, choices=Choices(conv="direct"))
+    assert (_planes(auto), _planes(chosen)) == (1, 2)
+    np.testing.assert_array_equal(auto(feeds)[0], chosen(feeds)[0])  # each output one FMA chain in k order
+    _close(auto(feeds)[0], want, 1e-4)
+    for rt in (auto, chosen):
+        again = cpu_runtime.CpuRuntime(rt.outputs, artifacts=rt.artifacts(), choices=rt.choices)
+        assert again.restored and again.artifacts()["conv"] == rt.artifacts()["conv"]
+        np.testing.assert_array_equal(again(feeds)[0], rt(feeds)[0])
+    crossed = cpu_runtime.CpuRuntime(auto.outputs, artifacts=chosen.artifacts())
+    assert not crossed.restored and _planes(crossed) == 1

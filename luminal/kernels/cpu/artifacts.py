@@ -90,7 +90,7 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
         inputs, syms = buffer_sources(node), symbols_of(node, extra=[x.shape for x in node.src])
         stored = [buffers[j] for j in where]
         if len(stored) != len(inputs) or any(a is not b for a, b in zip(stored, inputs)):
-            fused = _fused_steps(sched) if fused is None else fused  # a convolution's fused GEMM and its copies
+            fused = _fused_steps(sched, data["conv"]) if fused is None else fused  # a convolution's fused GEMM and its copies
             step = fused.get(id(node))
             if step is None or step.name != name or len(stored) != len(step.inputs) or any(
                     a is not b for a, b in zip(stored, step.inputs)):
@@ -105,16 +105,20 @@ def _restored(outputs, data) -> tuple[CProgram, Path] | None:
     return CProgram(None, None, steps, sched, symbols, kernels), library
 
 
-def _fused_steps(sched) -> dict[int, CStep]:
+def _fused_steps(sched, conv) -> dict[int, CStep]:
     """The steps `program.render_program` fuses (a convolution's im2col GEMM), by id of their node,
-    named as it names them."""
+    named as it names them, rendered as the library's were (`conv`: `choices.conv_key`'s record)."""
+    from luminal.kernels.cpu import conv_direct
     from luminal.kernels.cpu.program import _fused_step, _fusions, in_place_concats, step_of
 
+    if not isinstance(conv, str):
+        raise ArtifactMismatch("no record of the convolutions' rendering")
     plans, absorbed = _fusions(sched)
     in_place = in_place_concats(sched, absorbed)
     steps = {}
-    for node in sched.nodes:
-        found = _fused_step(node, plans, absorbed, in_place)
-        if found is not None:
-            steps[id(node)] = step_of(found, node, id(node) in absorbed)[1]
+    with conv_direct.chosen(None if conv.startswith("auto:") else conv):
+        for node in sched.nodes:
+            found = _fused_step(node, plans, absorbed, in_place)
+            if found is not None:
+                steps[id(node)] = step_of(found, node, id(node) in absorbed)[1]
     return steps

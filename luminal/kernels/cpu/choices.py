@@ -75,6 +75,25 @@ def conv_mode() -> str:
     return value
 
 
+def conv_choice(choice: str | None) -> str | None:
+    """The path a program's convolutions are rendered with as a choice that takes every shape it
+    can (`conv_direct.takes`): the program's `choice`, else `LUMINAL_CONV`'s; None under auto,
+    where each convolution takes the direct path by auto's rules (a shallow stem, a strided 1x1
+    convolution stay on the im2col tiles)."""
+    if choice is not None:
+        return choice
+    mode = conv_mode()
+    return None if mode == "auto" else mode
+
+
+def conv_key(choice: str | None) -> str:
+    """What a runtime's stored artifacts record of its convolutions' rendering (`conv_choice`'s
+    path, or "auto:" and the path auto resolves to): a library rendered one way is not restored
+    for the other."""
+    chosen = conv_choice(choice)
+    return chosen if chosen is not None else f"auto:{conv_path(None)}"
+
+
 def conv_path(choice: str | None) -> str:
     """The convolution path a program renders with (`CONVS`): the program's `choice`
     (`Choices.conv`), else `LUMINAL_CONV`'s, else auto: "direct" on x86 with AVX2 and FMA (its

@@ -156,10 +156,28 @@ def gemm_epilogue(node: Node, users) -> GemmEpilogue | None:
     # (not a bare copy: a conv's output copied out as a graph output keeps its GEMM's own step)
     if node.op not in _EPILOGUES or node.op is Op.CONTIGUOUS or not node.shape or node.dtype not in _FLOATS:
         return None
-    gemms = [b for b in buffer_sources(node) if b.op is Op.MAT_MUL]
-    if len(gemms) != 1 or (node.op is Op.FUSED_ELEMENTWISE and any(e.dtype not in _FLOATS for e in node.arg.toposort())):
+    if node.op is Op.FUSED_ELEMENTWISE and any(e.dtype not in _FLOATS for e in node.arg.toposort()):
         return None
-    mm = gemms[0]
+    # a region reading two GEMMs (a ResNet block's 3x3 conv and its 1x1 shortcut, added) takes in
+    # the one with the most work per output, the conv with its im2col first; the other keeps its
+    # own step and is read as any operand is
+    gemms = sorted((b for b in buffer_sources(node) if b.op is Op.MAT_MUL),
+                   key=lambda mm: (im2col_gemm(mm, users) is None, -_depth(mm)))
+    for mm in gemms:
+        plan = _gemm_epilogue(node, mm, users)
+        if plan is not None:
+            return plan
+    return None
+
+
+def _depth(mm: Node) -> int:
+    """A MatMul's multiply-adds per output (its K), 0 where symbolic."""
+    k = mm.src[0].shape[-1]
+    return int(k) if sym.is_static(k) else 0
+
+
+def _gemm_epilogue(node: Node, mm: Node, users) -> GemmEpilogue | None:
+    """`gemm_epilogue`'s plan fusing the region `node` into the GEMM `mm`, or None."""
     if users[id(mm)] != 1 or mm.dtype is not node.dtype or not sym.equal(sym.product(node.shape), sym.product(mm.shape)):
         return None
     gemm = im2col_gemm(mm, users)
@@ -446,10 +464,11 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
         {after("p0", "nt", epilogue_pragma)}
       }}"""
 
-    depth = sym.norm(node.src[0].shape[-1])  # multiply-adds per output (A's columns: channels x taps)
-    geometry = (direct_conv(copy, node.shape[-1], node.shape[-2], sym.product(batch))
-                if t == "float" and sym.is_static(depth) and conv_direct.takes(int(depth)) else None)
     x_src = plan.pad.src[0] if plan.pad is not None else copy.src[0].src[0]
+    sizes = (sym.product(copy.shape), sym.product(x_src.shape))  # the copy's elements, its input's
+    geometry = (direct_conv(copy, node.shape[-1], node.shape[-2], sym.product(batch))
+                if t == "float" and all(sym.is_static(d) for d in sizes)
+                and conv_direct.takes(int(sizes[0]) / max(1, int(sizes[1]))) else None)
     if geometry is None:
         direct = ""
     elif geometry.columns:

@@ -35,7 +35,7 @@ from luminal.kernels.arena import plan_arena
 from luminal.kernels.cpu import build, concat_in_place, donation, sgemm
 from luminal.kernels.cpu.artifacts import ARTIFACTS_FORMAT, code_version, restore
 from luminal.kernels.cpu.blas_libs import blas, threads
-from luminal.kernels.cpu.choices import DEFAULT, Choices, conv_path
+from luminal.kernels.cpu.choices import DEFAULT, Choices, conv_choice, conv_key, conv_path
 from luminal.kernels.cpu.output_pool import POOL
 from luminal.kernels.cpu.steps import direct_conv, im2col_scratch, launch_table, written_in_place
 from luminal.precision import Arithmetic, C
@@ -144,13 +144,14 @@ class CpuRuntime(Runtime):
         self.arithmetic = arithmetic
         self.choices = choices
         self.conv = conv_path(choices.conv)  # the path its convolutions render with
-        if artifacts is not None and artifacts.get("conv") != self.conv:  # stored for another path: built anew
+        self._conv_choice = conv_choice(choices.conv)  # None: auto's rules per convolution
+        if artifacts is not None and artifacts.get("conv") != conv_key(choices.conv):  # rendered otherwise: built anew
             artifacts = None
         restored = restore(outputs, artifacts) if artifacts is not None else None
         if restored is None:
             from luminal.kernels.cpu.program import render_program  # not imported by a restored runtime
 
-            program = render_program(outputs, self.conv)
+            program = render_program(outputs, self._conv_choice)
             library = build.build(program.sources, identity=program.identity)
             self.build_outcome = build.last_outcome()
         else:
@@ -249,7 +250,7 @@ class CpuRuntime(Runtime):
             if self.program.sources is None:
                 from luminal.kernels.cpu.program import render_program
 
-                self.program.sources = render_program(self.outputs, self.conv).sources
+                self.program.sources = render_program(self.outputs, self._conv_choice).sources
         return "\n".join(self.program.sources)
 
     def artifacts(self) -> dict:
@@ -263,7 +264,8 @@ class CpuRuntime(Runtime):
         for st in self.program.steps:
             steps += [kernel[st.name], len(st.inputs), *(pos[id(b)] for b in st.inputs),
                       len(st.symbols), *(dim[s] for s in st.symbols)]
-        return {"format": ARTIFACTS_FORMAT, "code": code_version(), "library": self.library_path.stem, "conv": self.conv,
+        return {"format": ARTIFACTS_FORMAT, "code": code_version(), "library": self.library_path.stem,
+                "conv": conv_key(self.choices.conv),
                 "kernels": list(self.program.kernels), "symbols": list(self.program.symbols), "steps": steps}
 
     @property

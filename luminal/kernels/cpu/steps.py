@@ -134,9 +134,6 @@ _DC_ROWS = {**DC_KERNELS, **DC_KERNELS_AVX512}  # any micro-tile's output channe
 # a micro-tile's measured multiply-adds per second against the widest's, where lower (README,
 # "Direct convolutions"): the choice weighs wasted work by it
 DC_RATE = {32: 0.88}
-# on AVX-512 the default path (auto) keeps a shallower convolution (an RGB stem: 27) on the im2col
-# tiles, where the planes and the copy-out cost more than its few products (`conv_direct.takes`)
-DC_AVX512_MIN_DEPTH = 64
 DC_SLACK = 64  # floats past the planes: the last micro-tile's lanes past the output read there
 
 
