@@ -27,6 +27,7 @@ from luminal.runtime.numpy_runtime import (
     UNARY_FNS,
     _shape,
     check_divisor,
+    first_zero_sign,
     impl,
     working,
 )
@@ -241,7 +242,11 @@ def _window_reduce(node, b, *operands):
     if kind == "max":
         lowest = -np.inf if node.dtype.is_float else np.iinfo(dt).min
         x = operands[0] if len(operands) == 1 else operands[0] * operands[1]
-        return np.max(x, axis=axes, initial=lowest).astype(dt, copy=False)
+        out = np.max(x, axis=axes, initial=lowest).astype(dt, copy=False)
+        if not node.dtype.is_float:
+            return out
+        # a zero max pool's sign: the first zero's in window order, as MaxReduce's (torch's too)
+        return first_zero_sign(x.reshape(*x.shape[:x.ndim - r], int(np.prod(x.shape[x.ndim - r:]))), -1, out)
     if node.dtype.is_float:
         work = _work()
         if work == _F64 and all(x.dtype in (_F32, _F64) for x in operands):

@@ -104,16 +104,19 @@ def _max(node, b, x):
     dt = node.dtype.numpy
     lowest = False if dt == np.bool_ else (-np.inf if node.dtype.is_float else np.iinfo(dt).min)
     out = np.asarray(np.max(x, axis=node.arg, initial=lowest)).astype(dt, copy=False)
-    if node.dtype.is_float and x.shape[node.arg]:
-        # a zero maximum has the sign of the first zero along the axis, as the sequential chain
-        # (`acc = x > acc ? x : acc`) the C kernels keep (NumPy's own max keeps whichever its
-        # vector lanes meet last)
-        zero = out == 0
-        if zero.any():
-            first = np.expand_dims(np.argmax(x == 0, axis=node.arg), node.arg)
-            negative = np.signbit(np.take_along_axis(x, first, axis=node.arg).astype(np.float64)).squeeze(node.arg)
-            out = np.where(zero, np.where(negative, -0.0, 0.0).astype(dt), out).astype(dt, copy=False)
-    return out
+    return first_zero_sign(x, node.arg, out) if node.dtype.is_float else out
+
+
+def first_zero_sign(x: np.ndarray, axis: int, out: np.ndarray) -> np.ndarray:
+    """`out`, the float max of `x` along `axis`, with each zero maximum given the sign of the
+    first zero along the axis, as the sequential chain (`acc = x > acc ? x : acc`) the torch and
+    C kernels keep (NumPy's own max keeps whichever its vector lanes meet last)."""
+    zero = out == 0
+    if not x.shape[axis] or not zero.any():
+        return out
+    first = np.expand_dims(np.argmax(x == 0, axis=axis), axis)
+    negative = np.signbit(np.take_along_axis(x, first, axis=axis).astype(np.float64)).squeeze(axis)
+    return np.where(zero, np.where(negative, -0.0, 0.0).astype(out.dtype), out).astype(out.dtype, copy=False)
 
 
 @impl(Op.IOTA)

@@ -210,6 +210,50 @@ def test_a_padded_max_pool_reads_its_padding_without_a_copy():
             np.testing.assert_array_equal(np.signbit(got), np.signbit(ref), err_msg=device)
 
 
+def _chain_max(window: np.ndarray) -> np.float32:
+    """The max a sequential NaN-propagating chain gives (`lum_max_nan`: b where larger or NaN):
+    the last NaN (its payload) if there is one, else the first of the largest values."""
+    acc = window[0]
+    for v in window[1:]:
+        if v > acc or v != v:
+            acc = v
+    return acc
+
+
+@pytest.mark.parametrize("device", ["numpy", "cpu", "cuda-emulator"])
+def test_max_pool_windows_keep_the_chains_bits(device):
+    """A pool's window is reduced as a tree of maxima (`render/conv._max_tree`), not a chain: the
+    same bits as the chain, for windows that hold NaNs of several payloads (the last one wins),
+    -0.0 and 0.0 ties in either order (the first wins) and infinities, at every window size
+    and stride that unrolls, row lengths with vector tails included. The values are torch's;
+    the NumPy runtime gives a zero the first zero's sign too (it gave whichever NumPy's lanes
+    met last), though not the chain's NaN payload."""
+    rng = np.random.default_rng(17)
+    x = rng.choice(np.array([-0.0, 0.0, 1.0, -1.0, np.inf, -np.inf], np.float32), size=(1, 3, 13, 11))
+    bits = x.view(np.uint32)
+    nans = rng.random(x.shape) < 0.08
+    bits[nans] = 0x7FC00000 | rng.integers(1, 1 << 22, nans.sum()).astype(np.uint32)  # quiet NaNs, distinct payloads
+    bits[nans & (rng.random(x.shape) < 0.5)] |= 0x80000000
+    pools = {(k, s): (k, s) for k in (2, 3, 5) for s in (1, 2)}
+    g = lm.Graph("chains")
+    xi = g.input("x", x.shape)
+    for (k, s) in pools:
+        g.output(nn.max_pool(xi, (k, k), s), f"k{k}s{s}")
+    got = g.compile(device=device)({"x": x})
+    for ((k, s), out) in zip(pools, got):
+        want = np.empty_like(out)
+        for c in range(x.shape[1]):
+            for i in range(want.shape[2]):
+                for j in range(want.shape[3]):
+                    want[0, c, i, j] = _chain_max(x[0, c, i * s:i * s + k, j * s:j * s + k].reshape(-1))
+        t = F.max_pool2d(torch.from_numpy(x), k, s).numpy()
+        for ref in (want, t):  # the chain's and torch's values, the sign of a zero included
+            np.testing.assert_array_equal(out, ref, err_msg=f"{device} k{k} s{s}")
+            np.testing.assert_array_equal(np.signbit(out[out == 0]), np.signbit(ref[out == 0]), err_msg=f"{device} k{k} s{s}")
+        if device != "numpy":  # the C and CUDA kernels: the chain's NaN too, its payload (the last NaN)
+            np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32), err_msg=f"{device} k{k} s{s}")
+
+
 def test_1x1_conv_on_a_channel_split_is_a_gemm_on_the_slice():
     """ShuffleNet's unit: channel shuffle, split in two, a 1x1 conv on the second half. The
     operand sits at an offset into the shuffled buffer: still one MatMul reading it in place

@@ -34,6 +34,28 @@ def element(node: Node, idx: list[str], inputs: list[Node]) -> tuple[str, str]:
     return stmts, value
 
 
+def _max_tree(t: str, terms: list[str]) -> tuple[str, str]:
+    """(statements, value): the max of `terms` as neighbours paired in order, level by level,
+    where a chain `acc = lum_max_nan(acc, term)` is one dependent compare and select per term (a
+    3x3 max pool's row loop ran at the chain's latency: 0.139 ms at 112x112 x 32 on one thread,
+    against onnxruntime's 0.034). The same value, bits included: lum_max_nan(a, b) keeps a unless
+    b is larger or NaN, so a chain gives the last NaN if there is one, else the first of the
+    largest values (-0.0 before 0.0 when -0.0 comes first), and so does any in-order pairing of
+    two runs of terms, each reduced the same way. Named statements, not nested calls
+    (`hoisted_element`'s note)."""
+    names = [f"mx{i}" for i in range(len(terms))]
+    stmts = [f"const {t} {n} = {v};" for n, v in zip(names, terms)]
+    level, count = names, len(names)
+    while len(level) > 1:
+        paired = []
+        for a, b in zip(level[::2], level[1::2]):
+            stmts.append(f"const {t} mx{count} = lum_max_nan({a}, {b});")
+            paired.append(f"mx{count}")
+            count += 1
+        level = paired + level[len(paired) * 2:]
+    return " ".join(stmts), level[0]
+
+
 def hoisted_element(node: Node, idx: list[str], inputs: list[Node], inner: str | None,
                     term_read=None) -> tuple[str, str, str]:
     """(setup, statements, value): as `element`, with the reads that use neither `inner` (the
@@ -81,6 +103,8 @@ def hoisted_element(node: Node, idx: list[str], inputs: list[Node], inner: str |
             return setup(), "", terms[0] if terms else init
         # one statement per term, not nested calls: the C prelude's lum_max_nan names its first
         # argument twice, so nesting doubles the text per level (cc1 ran out of memory)
+        if kind != "sum":
+            return (setup(), *_max_tree(t, terms))
         return setup(), f"{t} acc = {terms[0]};" + "".join(f" acc = {combine('acc', v)};" for v in terms[1:]), "acc"
     loops = "".join(f"for (long long {n} = 0; {n} < {d}LL; ++{n}) " for n, d in zip(names, kernel))
     body = f"{t} acc = {init};\n    {loops}acc = {combine('acc', term(names))};"
