@@ -87,6 +87,7 @@ static inline void lum_transpose_block(const float* src, long long lds, float* d
 #define LUM_A_IN_PLACE_COLS @A_IN_PLACE_COLS@  /* at most this many columns: A read in place, not packed */
 #define LUM_PACK_AHEAD 48  /* floats ahead on each row of a transposed B that its packing prefetches */
 #define LUM_B_IN_PLACE_ROWS 48  /* at most this many rows (96 up to 2048 columns): B read in place, not packed */
+#define LUM_B_AHEAD 256  /* floats ahead on each row of B read in place that the panel loop prefetches */
 
 typedef void (*lum_sgemm_fn)(int, int, int, long long, long long, long long, float, const float*, long long,
                              const float*, long long, float, float*, long long);
@@ -273,10 +274,20 @@ void lum_own_sgemm(int layout, int transa, int transb, long long M, long long N,
     for (long long pc = 0; pc < K; pc += kc_max) {
       const long long kc = lum_mini(kc_max, K - pc);
       lum_pack_a(M, kc, A + pc * acs, ars, acs, Ap);
-      for (long long jr = 0; jr < N; jr += NR)
+      for (long long jr = 0; jr < N; jr += NR) {
+        /* kc rows read side by side, a panel at a time: more streams than the hardware
+           prefetcher follows, so B coming from memory (a 1x1 conv's input at 112 x 112, written
+           by the layer before and evicted) stalled on every panel's lines */
+        if (jr + LUM_B_AHEAD < N)
+          for (long long k = 0; k < kc; ++k) {
+            const float* ahead = B + (pc + k) * ldb + jr + LUM_B_AHEAD;
+            __builtin_prefetch(ahead, 0, 2);
+            __builtin_prefetch(ahead + 16, 0, 2);
+          }
         for (long long ir = 0; ir < M; ir += MR)
           lum_kernel_b_rows(kc, Ap + ir * kc, 0, B + pc * ldb + jr, ldb, C + ir * ldc + jr, ldc, pc > 0 || onto_c,
                             lum_mini(MR, M - ir), lum_mini(NR, N - jr));
+      }
     }
     free(Bp); free(Ap);
     return;
