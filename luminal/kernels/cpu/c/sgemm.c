@@ -277,13 +277,20 @@ void lum_own_sgemm(int layout, int transa, int transb, long long M, long long N,
       for (long long jr = 0; jr < N; jr += NR) {
         /* kc rows read side by side, a panel at a time: more streams than the hardware
            prefetcher follows, so B coming from memory (a 1x1 conv's input at 112 x 112, written
-           by the layer before and evicted) stalled on every panel's lines */
-        if (jr + LUM_B_AHEAD < N)
+           by the layer before and evicted) stalled on every panel's lines; C's M rows too, for
+           writing (each line is read before it is written) */
+        if (jr + LUM_B_AHEAD < N) {
           for (long long k = 0; k < kc; ++k) {
             const float* ahead = B + (pc + k) * ldb + jr + LUM_B_AHEAD;
             __builtin_prefetch(ahead, 0, 2);
             __builtin_prefetch(ahead + 16, 0, 2);
           }
+          for (long long i = 0; i < M; ++i) {
+            float* ahead = C + i * ldc + jr + LUM_B_AHEAD;
+            __builtin_prefetch(ahead, 1, 2);
+            __builtin_prefetch(ahead + 16, 1, 2);
+          }
+        }
         for (long long ir = 0; ir < M; ir += MR)
           lum_kernel_b_rows(kc, Ap + ir * kc, 0, B + pc * ldb + jr, ldb, C + ir * ldc + jr, ldc, pc > 0 || onto_c,
                             lum_mini(MR, M - ir), lum_mini(NR, N - jr));
