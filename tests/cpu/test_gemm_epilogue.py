@@ -121,8 +121,8 @@ def test_the_tiled_cases_are_past_the_threshold():
     for name in ("conv1x1_tiled_bn_relu", "conv1x1_tiled_residual_relu"):
         xs, ws = CASES[name][:2]
         m, n, k = ws[0], xs[2] * xs[3], ws[1]
-        tile = max(64, conv_gemm.EPILOGUE_TILE_FLOATS // (m + k) // 16 * 16)
-        assert m * n >= conv_gemm.EPILOGUE_TILED_MIN and n % tile, name  # tiles, the last one partial
+        tile = conv_gemm.epilogue_tile(m, n)
+        assert m * n >= conv_gemm.EPILOGUE_TILED_MIN and n % tile and n // tile >= 2, name  # tiles, the last one partial
         assert m * k <= conv_gemm.EPILOGUE_TILE_FLOATS, name  # A small enough to pack per tile
     xs, ws = CASES["conv1x1_wide_a_whole_bn_relu"][:2]
     assert ws[0] * xs[2] * xs[3] >= conv_gemm.EPILOGUE_TILED_MIN and ws[0] * ws[1] > conv_gemm.EPILOGUE_TILE_FLOATS
