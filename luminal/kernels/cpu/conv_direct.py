@@ -66,9 +66,7 @@ def takes(reads_per_input: float) -> bool:
     (auto) leaves on the im2col tiles one whose im2col copy is no larger than its input
     (`reads_per_input`, the copy's elements over the input's, at most 1: a strided 1x1
     convolution, a ResNet shortcut, whose copy is a subsample while the planes would copy every
-    phase of the input and read one: resnet-ish's three shortcuts measured 0.050, 0.046, 0.039
-    ms direct and 0.031, 0.034, 0.027 ms on the tiles, the AMD Zen 4 of 2026-12-06). A chosen
-    path (LUMINAL_CONV=direct, the search's candidate) takes every shape it can."""
+    phase of the input and read one; README, "Direct convolutions"). A chosen path (LUMINAL_CONV=direct, the search's candidate) takes every shape it can."""
     if not wanted():
         return False
     if _CHOSEN.get() is not None or choices.conv_mode() != "auto":

@@ -73,10 +73,11 @@ EPILOGUE_TILED_MIN = 131072  # outputs (512 KiB) from which a plain GEMM with an
 def epilogue_tile(m: int, n: int) -> int:
     """The columns per tile of a plain GEMM with an epilogue (m rows, n columns) that its C
     computes (`gemm_epilogue_kernel`, T): at most EPILOGUE_TILE_FLOATS outputs, an even number of
-    equal tiles."""
+    equal tiles (a team of two takes a half each; the sizes alone choose them, never the team)."""
     t_max = max(64, EPILOGUE_TILE_FLOATS // m // 16 * 16)
     n_even = (-(-n // t_max) + 1) // 2 * 2
     return max(64, (-(-n // n_even) + 15) // 16 * 16)
+
 
 # --- im2col + GEMM in tiles ------------------------------------------------------------------
 
@@ -170,13 +171,9 @@ def gemm_epilogue(node: Node, users) -> GemmEpilogue | None:
     # a region reading two GEMMs (a ResNet block's 3x3 conv and its 1x1 shortcut, added) takes in
     # the one with the most work per output, the conv with its im2col first; the other keeps its
     # own step and is read as any operand is
-    gemms = sorted((b for b in buffer_sources(node) if b.op is Op.MAT_MUL),
-                   key=lambda mm: (im2col_gemm(mm, users) is None, -_depth(mm)))
-    for mm in gemms:
-        plan = _gemm_epilogue(node, mm, users)
-        if plan is not None:
-            return plan
-    return None
+    gemms = sorted(((mm, im2col_gemm(mm, users)) for mm in buffer_sources(node) if mm.op is Op.MAT_MUL),
+                   key=lambda g: (g[1] is None, -_depth(g[0])))
+    return next((plan for mm, gemm in gemms if (plan := _gemm_epilogue(node, mm, gemm, users)) is not None), None)
 
 
 def _depth(mm: Node) -> int:
@@ -185,11 +182,11 @@ def _depth(mm: Node) -> int:
     return int(k) if sym.is_static(k) else 0
 
 
-def _gemm_epilogue(node: Node, mm: Node, users) -> GemmEpilogue | None:
-    """`gemm_epilogue`'s plan fusing the region `node` into the GEMM `mm`, or None."""
+def _gemm_epilogue(node: Node, mm: Node, gemm: Im2colGemm | None, users) -> GemmEpilogue | None:
+    """`gemm_epilogue`'s plan fusing the region `node` into the GEMM `mm` (`gemm`: its im2col
+    form, if any), or None."""
     if users[id(mm)] != 1 or mm.dtype is not node.dtype or not sym.equal(sym.product(node.shape), sym.product(mm.shape)):
         return None
-    gemm = im2col_gemm(mm, users)
     shape, cols = node.shape, mm.shape[-1]
     split = column_split(shape, cols)
     if split is None:
@@ -337,11 +334,8 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     for (long long bz = 0; bz < n_batch; ++bz) {{ {_epilogue_rows(plan, inputs, t, "0", "N", "")} }}
     return;
   }}
-  /* columns per tile: the tile's outputs stay in cache for the region (about {EPILOGUE_TILE_FLOATS}
-     floats; the operand's columns stream through the GEMM, and tiles sized for both, 816 columns
-     for a 1x1 conv 64 -> 16, restarted B's row streams so often that from memory it ran 0.81 ms
-     against 0.64 in tiles of 1632 or more), as an even number of equal tiles (a team of two: a
-     half each); the sizes alone choose them, never the team */
+  /* columns per tile (`epilogue_tile`): the tile's outputs stay in cache for the region; the
+     operand's columns only stream through the GEMM (narrow tiles restarted its row streams) */
   const long long t_max = lum_max(64, {EPILOGUE_TILE_FLOATS}LL / M / 16 * 16), n_even = ((N + t_max - 1) / t_max + 1) / 2 * 2;
   const long long T = lum_max(64, ((N + n_even - 1) / n_even + 15) / 16 * 16);
   if (lum_batch_parallel(n_batch, M, N, K)) {{
