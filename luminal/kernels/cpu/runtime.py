@@ -304,14 +304,28 @@ class CpuRuntime(Runtime):
         offsets = self._aliased(np.array(layout.offsets or (0,), np.int64))
         dims = np.array([bindings[s] for s in self.program.symbols] or [0], np.int64)
         out_shapes = [shape(n) for n in self._declared]
+        # a call without donors: some intermediates in outputs not yet written, if that saves arena
+        hosted = donation.hosted(self._liveness, self._out_bytes(out_shapes), sizes, self.intervals,
+                                 self._movable(), layout.total)
+        if hosted is not None:
+            self._aliased(hosted.offsets)
         # arrays kept: addresses stay valid; `key` names the layout in a donation's plan
-        hit = (max(layout.total, 1), offsets, dims, out_shapes, sizes, key, dims.ctypes.data)
+        hit = (max(layout.total, 1), offsets, dims, out_shapes, sizes, key, dims.ctypes.data, hosted)
         with self._lock:
             self._layouts[key] = hit
             while len(self._layouts) > BINDINGS_KEPT:
                 self._layouts.popitem(last=False)
-            self.arena_bytes = max(self.arena_bytes, hit[0])
+            self.arena_bytes = max(self.arena_bytes, hit[0] if hosted is None else hosted.total)
         return hit
+
+    def _out_bytes(self, out_shapes: list[tuple[int, ...]]) -> list[int]:
+        return [int(np.prod(s, dtype=np.int64)) * np.dtype(dt).itemsize for s, dt in zip(out_shapes, self._out_dtypes)]
+
+    def _movable(self) -> list[int]:
+        """The intermediates a placement may move out of the arena: not a CONCAT done in place or
+        its operands, not a fused GEMM's scratch."""
+        pinned = {k for a in self._aliases for k in a[:2]}
+        return [k for k, scratch in enumerate(self._tile_scratch) if scratch is None and k not in pinned]
 
     def __call__(self, feeds: dict) -> list[np.ndarray]:
         return self.call_donating(feeds, frozenset())
@@ -323,30 +337,27 @@ class CpuRuntime(Runtime):
 
     def _placement(self, ins: list, addresses: list[int], hit, donated) -> donation.Placement | None:
         """Where this call's outputs and intermediates go given the donated inputs (`donation.place`,
-        cached per donors' sizes and layout); None: nothing goes into a donor."""
+        cached per donors' sizes and layout); without a donor, the layout's own (`hit[7]`, None:
+        all in the arena)."""
         donors = donation.safe_donors(ins, donated, addresses)
         if not donors:
-            return None
+            return hit[7]
         out_shapes, sizes, key = hit[3], hit[4], hit[5]
         plan_key = (tuple((j, ins[j].nbytes) for j in donors), key)
         placed = self._donation_plans.get(plan_key)
         if placed is None:
-            out_bytes = [int(np.prod(s, dtype=np.int64)) * np.dtype(dt).itemsize
-                         for s, dt in zip(out_shapes, self._out_dtypes)]
-            pinned = {k for a in self._aliases for k in a[:2]}  # a CONCAT done in place and its operands stay
-            movable = [k for k, scratch in enumerate(self._tile_scratch) if scratch is None and k not in pinned]  # a fused GEMM's scratch stays
-            placed = donation.place(self._liveness, {j: ins[j].nbytes for j in donors}, out_bytes, sizes,
-                                    self.intervals, movable)
+            placed = donation.place(self._liveness, {j: ins[j].nbytes for j in donors}, self._out_bytes(out_shapes),
+                                    sizes, self.intervals, self._movable())
             self._aliased(placed.offsets)
             with self._lock:
                 if len(self._donation_plans) >= BINDINGS_KEPT:
                     self._donation_plans.clear()
                 self._donation_plans[plan_key] = placed
         if not placed.outputs and not placed.intermediates:
-            return None
+            return hit[7]
         with self._lock:
             self.donated_outputs += len(placed.outputs)
-            self.donated_intermediates += len(placed.intermediates)
+            self.donated_intermediates += sum(1 for j, _ in placed.intermediates.values() if j >= 0)
             self.donation_arena_bytes = max(self.donation_arena_bytes, placed.total)
         return placed
 
@@ -402,9 +413,9 @@ class CpuRuntime(Runtime):
 
     def _launch(self, ins: list, bindings: dict, hit: tuple, team: int, f64: bool, donated=()) -> list[np.ndarray]:
         """Run the C on C-contiguous `ins` (their dims `bindings`) with layout `hit`."""
-        total, offsets, _, out_shapes, _, _, dims_at = hit
+        total, offsets, _, out_shapes, _, _, dims_at, _ = hit
         addresses = [_address(a) for a in ins]
-        placed = self._placement(ins, addresses, hit, donated) if donated else None
+        placed = self._placement(ins, addresses, hit, donated) if donated else hit[7]
         if placed is not None:
             total, offsets = placed.total, placed.offsets
             outs = [donation.carve(ins[placed.outputs[i][0]], placed.outputs[i][1], s, dt) if i in placed.outputs
@@ -421,8 +432,8 @@ class CpuRuntime(Runtime):
         mine = self._scratch.__dict__
         if placed is not None:  # the intermediates' pointers: this call's own
             tmps = offsets.astype(np.uint64) + np.uint64(shared["arena_at"])
-            for k, (j, off) in placed.intermediates.items():
-                tmps[k] = addresses[j] + off
+            for k, (j, off) in placed.intermediates.items():  # j < 0: output -1 - j, not yet written there
+                tmps[k] = (addresses[j] if j >= 0 else _address(outs[-1 - j])) + off
         else:  # in the arena: kept while the layout and the arena are the same
             tmps = mine.get("tmps")
             if tmps is None or mine["tmps_of"] is not offsets or mine["tmps_at"] != shared["arena_at"]:
@@ -489,6 +500,11 @@ class CpuRuntime(Runtime):
     def report_lines(self) -> list[str]:
         """The arena, and what donated inputs took (`donation.py`), over the calls so far."""
         lines = [f"  cpu: largest arena {self.arena_bytes / 2**20:.2f} MiB"]
+        hosted = [h[7] for h in list(self._layouts.values()) if h[7] is not None]
+        if hosted:
+            lines.append(f"  cpu: {max(len(p.intermediates) for p in hosted)} intermediate(s) held in outputs before "
+                         f"their step writes them (without them the arena would be "
+                         f"{max(h[0] for h in list(self._layouts.values())) / 2**20:.2f} MiB)")
         if self.donated_outputs or self.donated_intermediates:
             lines.append(f"  cpu: donated inputs took {self.donated_outputs} output(s) and {self.donated_intermediates} "
                          f"intermediate(s) over the calls so far; the arena in those calls "
