@@ -11,6 +11,7 @@ epilogue regions, and precision "float64" (which keeps the im2col path's widened
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -254,3 +255,54 @@ def test_an_unknown_mode_warns_and_means_auto(monkeypatch, caplog):
     assert "LUMINAL_CONV='winograd'" in caplog.text
     monkeypatch.setenv("LUMINAL_CONV", "im2col")
     assert not conv_direct.wanted()
+
+
+# (x shape, stored weight shape, stride, padding): small images whose rows the lanes path cuts
+# into whole units (AVX-512 builds: `conv_direct.lanes`)
+LANES_CASES = [
+    ((1, 64, 7, 7), (256, 64, 3, 3), 1, 1),  # ResNet's last stage: rows of 7, eight panels
+    ((1, 32, 7, 7), (40, 32, 3, 3), 1, 1),  # 40 channels: the second panel's last 24 lanes zeros
+    ((1, 32, 14, 14), (64, 32, 3, 3), 2, 1),  # stride 2 onto 7x7: phase planes
+    ((1, 16, 9, 11), (64, 16, 3, 3), 1, 1),  # rows of 11 in units of 12: a position computed, never stored
+    ((1, 24, 6, 20), (32, 24, 3, 3), 1, 1),  # rows of 20: units of 12 and 8
+]
+
+
+@pytest.mark.parametrize("special", [False, True], ids=["finite", "nan-inf"])
+@pytest.mark.parametrize("case", LANES_CASES, ids=lambda c: f"{c[0]}x{c[1]}s{c[2]}".replace(" ", ""))
+def test_the_lanes_path_of_a_stored_weight_gives_the_grids_bits(monkeypatch, case, special):
+    """A small image's convolution whose weight is stored in the graph, in a runtime that packs its
+    weights, puts the output channels in the vector lanes (AVX-512 builds): each output is the
+    same chain of multiply-adds as the extended grid's, so the bits equal the unpacked runtime's
+    (the grid's) on every team, through the region (bias, residual, ReLU) on the way out."""
+    from luminal.kernels.cpu import sgemm
+    from luminal.kernels.cpu.runtime import CpuRuntime
+
+    monkeypatch.setenv("LUMINAL_CONV", "direct")
+    xs, ws, stride, padding = case
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal(ws) * 0.2).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    x = rng.standard_normal(xs).astype(np.float32)
+    if special:
+        x.reshape(-1)[[0, x.size // 3, x.size - 1]] = [np.nan, np.inf, -np.inf]
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), stride, padding)
+    res = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+    want = (want + torch.from_numpy(res)).relu().numpy()
+    g = lm.Graph("lanes")
+    y = nn.conv(g.input("x", xs), g.constant(w), g.constant(b), stride, padding, 1)
+    g.output((y + g.input("res", res.shape)).relu(), "y")
+    outputs = g.compile(device="numpy").outputs
+    plain, packed = CpuRuntime(outputs), CpuRuntime(outputs)
+    packs = packed.pack_weights()
+    calls = re.findall(r"lum_dconv_lanes_\d+\(K,", "\n".join(packed.program.sources))
+    assert bool(calls) == (cpu_steps.dc_kernels() is cpu_steps.DC_KERNELS_AVX512)
+    feeds = {"x": x, "res": res}
+    for team in (1, 2, 3):
+        monkeypatch.setattr(cpu_runtime, "threads", lambda team=team: team)
+        got, grid = packed(feeds)[0], plain(feeds)[0]
+        np.testing.assert_array_equal(got.view(np.uint32), grid.view(np.uint32))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert np.isfinite(got).sum() == np.isfinite(want).sum() > 0
+    if calls and packs and sgemm.isa() is not None:  # the panels were packed, and read
+        assert int((packed._pack[0].reshape(-1, 8)[:, 6] == 2).sum()) >= 1

@@ -33,6 +33,7 @@ from luminal.kernels.cpu import choices
 from luminal.kernels.cpu.prelude import c_source
 from luminal.kernels.cpu.steps import (
     DC_KERNELS_AVX512,
+    DC_RATE,
     DC_SLACK,
     DirectConv,
     dc_kernels,
@@ -134,13 +135,41 @@ def _planes(g: DirectConv, x_src: Node, inputs: list[Node]) -> str:
     for (long long q = 0; q < {DC_SLACK}; ++q) planes[{g.planes_floats}LL + q] = 0.0f;"""
 
 
+# the lanes kernels' positions a unit (`c/direct_conv.h`, LUM_DCONV_LANES: 2 x R accumulators of
+# AVX-512's 32 registers; AVX2 has none) and a packed weight's panel there: 2 vectors of output
+# channels (the SGEMM's NR)
+LANES = (12, 8, 7)
+LANES_PANEL = 32
+# the lanes path is taken where it computes at most this share of what the extended grid does
+LANES_GAIN = 0.95
+
+
+def lanes(g: DirectConv, m: int, stored: bool) -> int | None:
+    """The lanes path's positions a unit (`LANES`), or None: for a convolution of one batch element
+    whose weight is stored (its panels are packed once: `lum_packed_weight`), on AVX-512 builds
+    (AVX2's registers hold too few accumulators: measured slower than its grid), where cutting
+    each output row into units of R positions, with the channels rounded up to whole panels,
+    computes at most `LANES_GAIN` of what the extended grid computes with the micro-tile's rows
+    (small images: 7x7 computes 64 positions for 49 on the grid; a strided one likewise)."""
+    panel = LANES_PANEL
+    if not (stored and g.columns and dc_kernels() is DC_KERNELS_AVX512 and m >= panel // 2):
+        return None
+    r = min(LANES, key=lambda r: (-(-g.ow // r) * r, -r))
+    lanes_work = -(-m // panel) * panel * g.oh * -(-g.ow // r) * r
+    grid_work = -(-m // g.mr) * g.mr * g.chunks * g.nr / DC_RATE.get(g.nr, 1.0)
+    return r if lanes_work <= LANES_GAIN * grid_work else None
+
+
 def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str],
-                after) -> str:
+                after, stored: bool = False) -> str:
     """C run first in the fused kernel (`out`, `scratch`, n_batch, M = `m`, N, K in scope): the
     direct convolution of every batch element, then `return`. `x_src`: what X's element [i] is
     read as (the pad's masked view of the input, or X's own buffer); `after(p0, nt, pragma, rows)`:
     the epilogue's C on columns p0 .. p0 + nt of batch element bz, rows (first, end) of it. The
-    units of work are tiles of positions times blocks of output channels (`DirectConv.block_rows`)."""
+    units of work are tiles of positions times blocks of output channels (`DirectConv.block_rows`);
+    or, where `lanes` gives R (`stored`: A is a weight stored in the graph) and the call finds
+    the weight's panels packed, a run of R positions of one output row times a panel of
+    channels, the channels in the vector lanes (LUM_DCONV_LANES). Same bits either way."""
     rows = copy.shape[:g.split]
     rnames, rlines = unravel("R", rows, "r")
     row_x = [" + ".join([f"{rnames[i]} * {c}LL" for i, c in coefs if i < g.split] + [f"{off}LL"])
@@ -150,18 +179,44 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
         n_rows *= int(d)
     mb, per = g.block_rows(m), g.tile_chunks(m)
     te = per * g.nr
-    # each output row's run of the unit's positions q0 .. q1 (the region's locals are e0, e1, ...):
-    # columns c0 .. c1 of image row r, at tile[sb + pc]
-    run = (f"for (long long r = r0; r <= r1; ++r) {{ const long long c0 = lum_max(q0 - r * {g.wq}, 0), "
-           f"c1 = lum_min(q1 - r * {g.wq}, {g.ow}LL), sb = (mr - m0) * {te} + r * {g.wq - g.ow} - q0;")
-    epilogue = after("", "", "", ("m0", "m0 + mn"), (run, f"r * {g.ow} + c0", f"r * {g.ow} + c1", "tile[sb + pc]"))
-    # the region applied on the way out of the tile (one write of `out`); without one, a copy
-    copy_out = f"const long long q0 = e0, q1 = e1; {epilogue}" if epilogue else f"""for (long long i = 0; i < mn; ++i)
+
+    def copy_out(te) -> str:
+        """Rows m0 .. m0 + mn, extended-grid positions e0 .. e1 (rows r0 .. r1) of `tile` (rows
+        `te` apart, position e at e - e0) into the output: through the region (one write of
+        `out`), or without one a copy."""
+        # each output row's run of the unit's positions q0 .. q1 (the region's locals are e0, e1, ...):
+        # columns c0 .. c1 of image row r, at tile[sb + pc]
+        run = (f"for (long long r = r0; r <= r1; ++r) {{ const long long c0 = lum_max(q0 - r * {g.wq}, 0), "
+               f"c1 = lum_min(q1 - r * {g.wq}, {g.ow}LL), sb = (mr - m0) * {te} + r * {g.wq - g.ow} - q0;")
+        epilogue = after("", "", "", ("m0", "m0 + mn"), (run, f"r * {g.ow} + c0", f"r * {g.ow} + c1", "tile[sb + pc]"))
+        return f"const long long q0 = e0, q1 = e1; {epilogue}" if epilogue else f"""for (long long i = 0; i < mn; ++i)
           for (long long r = r0; r <= r1; ++r) {{
             const long long c0 = lum_max(e0 - r * {g.wq}, 0), c1 = lum_min(e1 - r * {g.wq}, {g.ow}LL);
             if (c0 < c1) memcpy(out + (bz * M + m0 + i) * N + r * {g.ow} + c0, tile + i * {te} + r * {g.wq} + c0 - e0,
                                 sizeof(float) * (c1 - c0));
           }}"""
+
+    r_lanes, panel = lanes(g, m, stored), LANES_PANEL
+    lanes_path = "" if r_lanes is None else f"""
+      /* the weight's panels, packed on the first call (the runtime's table; NULL: none, or being
+         packed by another thread): the lanes kernel, the channels in the vector lanes */
+      const float* const panels = n_batch == 1 && !a_buf ? lum_packed_weight(1, M, K, a_ptr, a_ld) : NULL;
+      if (panels) {{
+        const long long R = {r_lanes}, per_row = ({g.ow} + R - 1) / R, units = (M + {panel} - 1) / {panel} * {g.oh} * per_row;
+        #pragma omp parallel num_threads(lum_min(lum_threads, units))
+        {{
+        float tile[{panel * r_lanes}];  /* a unit's outputs: {panel} channels x R positions */
+        #pragma omp for schedule(static)  /* a thread's units: contiguous, its panels' rows together */
+        for (long long wi = 0; wi < units; ++wi) {{
+          const long long m0 = wi / ({g.oh} * per_row) * {panel}, mn = lum_min({panel}, M - m0);
+          const long long oy = wi / per_row % {g.oh}, x0 = wi % per_row * R, nr = lum_min(R, {g.ow} - x0);
+          const long long e0 = oy * {g.wq} + x0, e1 = e0 + nr, r0 = oy, r1 = oy;
+          lum_dconv_lanes_{r_lanes}(K, panels + m0 * K, planes + e0, off, tile, R, nr, mn);
+          {copy_out("R")}
+        }}
+        }}
+        continue;
+      }}"""
     return f"""long long* const offs = lum_f64 ? NULL : (long long*)malloc(sizeof(long long) * {max(1, n_rows)});  /* per row of B: its run */
   if (offs) {{  /* the direct path (conv_direct.py): the im2col matrix is never written */
     int failed = 0;  /* out of memory for a transposed weight's copy: the im2col path below, from the start */
@@ -185,7 +240,7 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
         for (long long i = 0; i < M; ++i) for (long long k = 0; k < K; ++k) rows_copy[i * K + k] = a_ptr[k * a_ld + i];
         free(a_buf); a_buf = rows_copy; a_ptr = rows_copy; a_tr = 0; a_ld = K;
       }}
-      const long long* const off = offs + bz * K;
+      const long long* const off = offs + bz * K;{lanes_path}
       #pragma omp parallel num_threads(lum_min(lum_threads, n_work))
       {{
       float* const tile = tiles + omp_get_thread_num() * MB * {te}LL;
@@ -199,7 +254,7 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
         lum_dconv_{g.mr}x{g.nr}(mn, K, a_ptr + m0 * a_ld, a_ld, planes + e0, off, tile, {te}, ne);
         /* the positions that exist (oh, ow < {g.ow}) out of the extended grid (rows {g.wq} wide) */
         const long long e1 = lum_min(e0 + ne, {g.ext}LL), r0 = e0 / {g.wq}, r1 = (e1 - 1) / {g.wq};
-        {copy_out}
+        {copy_out(str(te))}
       }}
       }}
     }}

@@ -480,7 +480,8 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
     if geometry is None:
         direct = ""
     elif geometry.columns:
-        direct = conv_direct.direct_path(geometry, int(node.shape[-2]), copy, x_src, inputs, a_setup, blines, after)
+        direct = conv_direct.direct_path(geometry, int(node.shape[-2]), copy, x_src, inputs, a_setup, blines, after,
+                                         stored=stored_weight(a) and sym.product(batch) == 1)
     else:
         direct = conv_direct.wgrad_path(geometry, int(node.shape[-2]), copy, x_src, inputs, a_setup, blines, after)
     code = f"""{conv_direct.MICRO_KERNEL if geometry is not None else ""}static void {name}({', '.join(params)}) {{

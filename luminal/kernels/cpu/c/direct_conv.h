@@ -76,6 +76,37 @@ static void NAME(long long M, long long K, const float* restrict A, long long ld
     } \
   } \
 }
+/* The lanes path (conv_direct.direct_path) of a small image: C[0:mn, 0:nr] (rows ldc apart; nr <= R
+   positions of one output row, mn <= 2 LUM_DC_W channels) = a panel of the weight (K rows of 2
+   LUM_DC_W output channels, packed once for every call: lum_packed_weight) times B, B[k, e] =
+   src[off[k] + e]. The output channels are in the vector lanes and the positions are broadcast,
+   so a unit is one output row's run (no columns of the extended grid computed and dropped) and
+   any stride costs nothing more. Per k: the panel's two vectors, R broadcasts, 2R FMAs (24 of
+   AVX-512's 32 registers at R = 12). Each output is one chain of multiply-adds in k order from 0,
+   as lum_dconv_*'s: the same bits. Positions R past nr read the planes' next elements (in the
+   row, the next row, or the slack): computed, never stored. */
+#define LUM_DCONV_LANES(NAME, R) \
+static void NAME(long long K, const float* restrict panel, const float* restrict src, const long long* restrict off, \
+                 float* restrict C, long long ldc, long long nr, long long mn) { \
+  lum_dcw_v c0[R], c1[R]; \
+  _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) { c0[j] = (lum_dcw_v){0}; c1[j] = (lum_dcw_v){0}; } \
+  for (long long k = 0; k < K; ++k) { \
+    const float* restrict bk = src + off[k]; \
+    const lum_dcw_v w0 = *(const lum_dcw_v*)(panel + k * 2 * LUM_DC_W); \
+    const lum_dcw_v w1 = *(const lum_dcw_v*)(panel + k * 2 * LUM_DC_W + LUM_DC_W); \
+    _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) { const float x = bk[j]; c0[j] += w0 * x; c1[j] += w1 * x; } \
+  } \
+  float t[R][2 * LUM_DC_W]; \
+  _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) { \
+    *(lum_dcw_v*)(t[j]) = c0[j]; *(lum_dcw_v*)(t[j] + LUM_DC_W) = c1[j]; \
+  } \
+  for (long long i = 0; i < mn; ++i) for (long long j = 0; j < nr; ++j) C[i * ldc + j] = t[j][i]; \
+}
+#if LUM_DC_W == 16
+LUM_DCONV_LANES(lum_dconv_lanes_7, 7)  /* conv_direct.LANES: 7x7, 14x14 and 28x28 rows in whole units */
+LUM_DCONV_LANES(lum_dconv_lanes_8, 8)
+LUM_DCONV_LANES(lum_dconv_lanes_12, 12)
+#endif  /* (AVX2's 16 registers hold 2 x 6 accumulators: units of 4 or 6 positions measured slower than its grid) */
 #if LUM_DC_W == 16
 LUM_DCONV(lum_dconv_12x32, 12, 2)  /* the fewest wasted positions on small images (steps.DirectConv.nr) */
 LUM_DCONV(lum_dconv_8x48, 8, 3)  /* no wasted rows for 8k output channels, one load fewer per 24 FMAs */
