@@ -47,7 +47,7 @@ def _used(runtime) -> int:
 
 SHAPES = [  # rows, k, n: one panel, edge panels, K past one block, more rows than columns (rows split), few rows
     (32, 16, 32), (37, 100, 70), (128, 512, 1408), (64, 33, 1000), (300, 64, 40), (200, 700, 333), (5, 64, 96),
-    (4, 64, 96), (20, 80, 6906)]
+    (4, 64, 96), (20, 80, 6906), (16, 64, 96), (17, 64, 96)]
 
 
 @needs_own_sgemm
@@ -64,8 +64,9 @@ def test_packed_bits_equal_unpacked(shape, transposed):
         np.testing.assert_array_equal(got, want)
     exact = x.astype(np.float64) @ (w.T if transposed else w).astype(np.float64) + b
     np.testing.assert_allclose(got, exact, rtol=1e-4, atol=1e-4 * np.sqrt(k))
-    # fewer rows: the few-rows loops or the BLAS, nothing packed; from 5 a plain weight's are the SGEMM's
-    assert on and _used(packed) == (1 if rows >= 32 or (rows > 4 and not transposed) else 0)
+    # fewer rows: the few-rows loops or the BLAS, nothing packed; from 17 the SGEMM's (a transposed
+    # weight: an OCR recognizer's 20 time steps), from 5 a plain weight's
+    assert on and _used(packed) == (1 if rows > 16 or (rows > 4 and not transposed) else 0)
 
 
 @needs_own_sgemm

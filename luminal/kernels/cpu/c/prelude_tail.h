@@ -199,12 +199,14 @@ static void lum_few_rows_nn_f32(long long M, long long NN, long long K, const fl
 /* M == 1 or N == 1 (one token's linear layers in decode) is a matrix-vector product: gemv reads
    the matrix once, where gemm packs it first (5x slower for a 1408 x 512 weight) */
 /* Which SGEMM serves a call: luminal's own when it stands in front of the BLAS
-   (sgemm.py), except for a few rows times a transposed B (a linear layer over a few tokens:
-   B must be transposed into panels, 0.8-0.9x OpenBLAS). Decided on the whole call, before any
-   split into blocks, so every block of a call runs the same code and the bits never depend on
-   the team's size. */
+   (sgemm.py), except for at most 16 rows times a transposed B (a linear layer over a few
+   tokens, where B's transposition into panels costs more than the rows gain; the few-rows
+   loops take most such calls first). From 17 rows luminal's, which a weight packed once
+   (`lum_gemm_fw`) also runs: the same bits packed or not (README, "Weights packed once").
+   Decided on the whole call, before any split into blocks, so every block of a call runs the
+   same code and the bits never depend on the team's size. */
 static inline lum_sgemm_fn lum_pick_sgemm(int tb, long long M) {
-  return tb && M < 32 && lum_sgemm_blas ? lum_sgemm_blas : lum_sgemm;
+  return tb && M <= 16 && lum_sgemm_blas ? lum_sgemm_blas : lum_sgemm;
 }
 #define lum_pick_dgemm(tb, M) lum_dgemm
 /* A matrix-vector product of at least 2^17 matrix elements (a 128 x 1536 layer: 10 us on one
@@ -390,14 +392,14 @@ static const float* lum_packed_weight(int tb, long long N, long long K, const fl
 }
 /* lum_gemm_f for a B that is a stored weight read in place (`stored`; not a copy the kernel made):
    from its packed panels where lum_packed_weight gives them and the call would run luminal's
-   SGEMM anyway (from 32 columns; from 32 rows, or from 5 where B is not transposed: below, the
+   SGEMM anyway (from 32 columns; from 17 rows, or from 5 where B is not transposed: below, the
    few-rows loops and the BLAS; not at precision "float64"), split across the team as lum_gemm_f
    splits it (columns in multiples of the panels' 32); the same bits as lum_gemm_f. A few rows
    gain most: read in place, B's K rows are as many strided streams from memory (README). */
 static void lum_gemm_fw(int stored, int ta, int tb, long long M, long long NN, long long K, const float* A, long long lda,
                         const float* B, long long ldb, float* C, long long ldc) {
   const float* bp = NULL;
-  if (stored && !lum_f64 && lum_own_packed && lum_sgemm_blas && (M >= 32 || (!tb && M > 4)) && NN >= 32 && K >= 16)
+  if (stored && !lum_f64 && lum_own_packed && lum_sgemm_blas && (M > 16 || (!tb && M > 4)) && NN >= 32 && K >= 16)
     bp = lum_packed_weight(tb, NN, K, B, ldb);
   if (!bp) { lum_gemm_f(ta, tb, M, NN, K, A, lda, B, ldb, C, ldc); return; }
   const int team = lum_threads, by_rows = M > NN;
