@@ -29,7 +29,7 @@ import contextlib
 import contextvars
 
 from luminal.hlir.ops import Node
-from luminal.kernels.cpu import choices
+from luminal.kernels.cpu import choices, sgemm
 from luminal.kernels.cpu.prelude import c_source
 from luminal.kernels.cpu.steps import (
     DC_KERNELS_AVX512,
@@ -152,7 +152,8 @@ def lanes(g: DirectConv, m: int, stored: bool) -> int | None:
     computes at most `LANES_GAIN` of what the extended grid computes with the micro-tile's rows
     (small images: 7x7 computes 64 positions for 49 on the grid; a strided one likewise)."""
     panel = LANES_PANEL
-    if not (stored and g.columns and dc_kernels() is DC_KERNELS_AVX512 and m >= panel // 2):
+    # the panels are the SGEMM's (`lum_packed_weight`): 32 channels only where its build is AVX-512's too
+    if not (stored and g.columns and dc_kernels() is DC_KERNELS_AVX512 and sgemm.isa() == "avx512" and m >= panel // 2):
         return None
     r = min(LANES, key=lambda r: (-(-g.ow // r) * r, -r))
     lanes_work = -(-m // panel) * panel * g.oh * -(-g.ow // r) * r
