@@ -16,12 +16,14 @@ made for it here, by tagging forward nodes `recompute` before it runs:
   its arena, where it lives only until that matmul reads it. GELU is one of them (its input is
   the FFN's first matmul's output, which GELU's own backward reads): luminal's erf GELU is one
   fused pass, so recomputing it costs no measurable time and saves a (tokens, FFN width) tensor
-  per layer (README, "Training"). Norms are split so that only their pointwise part is recomputed, over the row statistics their own backward keeps: a float32
-  layer norm here (`_split_layer_norms`), batch norm in training mode by its decomposition
+  per layer (README, "Training"). Norms are split so that only their pointwise part is
+  recomputed, over the row statistics their own backward keeps: a float32 layer norm here
+  (`_split_layer_norms`), batch norm in training mode by its decomposition
   (`training_decomps`), so its output and the ReLU after it come from the conv output again.
-  Never recomputed: random ops (the backward uses the mask the forward drew, saved), ops with a mutable schema, and anything reading a buffer that is not a
-  parameter (the forward may update it in place, batch norm's running statistics; saved for a
-  recomputation, torch's version check would fail when the update is written back).
+  Never recomputed: random ops (the backward uses the mask the forward drew, saved), ops with a
+  mutable schema, and anything reading a buffer that is not a parameter (the forward may update
+  it in place, batch norm's running statistics; saved for a recomputation, torch's version
+  check would fail when the update is written back).
 Measured: `python -m benchmarks --training` (README, "Training").
 """
 

@@ -67,7 +67,8 @@ def takes(reads_per_input: float) -> bool:
     (auto) leaves on the im2col tiles one whose im2col copy is no larger than its input
     (`reads_per_input`, the copy's elements over the input's, at most 1: a strided 1x1
     convolution, a ResNet shortcut, whose copy is a subsample while the planes would copy every
-    phase of the input and read one; README, "Direct convolutions"). A chosen path (LUMINAL_CONV=direct, the search's candidate) takes every shape it can."""
+    phase of the input and read one; README, "Direct convolutions"). A chosen path
+    (LUMINAL_CONV=direct, the search's candidate) takes every shape it can."""
     if not wanted():
         return False
     if _CHOSEN.get() is not None or choices.conv_mode() != "auto":
@@ -151,12 +152,12 @@ def lanes(g: DirectConv, m: int, stored: bool) -> int | None:
     each output row into units of R positions, with the channels rounded up to whole panels,
     computes at most `LANES_GAIN` of what the extended grid computes with the micro-tile's rows
     (small images: 7x7 computes 64 positions for 49 on the grid; a strided one likewise)."""
-    panel = LANES_PANEL
     # the panels are the SGEMM's (`lum_packed_weight`): 32 channels only where its build is AVX-512's too
-    if not (stored and g.columns and dc_kernels() is DC_KERNELS_AVX512 and sgemm.isa() == "avx512" and m >= panel // 2):
+    if not (stored and g.columns and dc_kernels() is DC_KERNELS_AVX512 and sgemm.isa() == "avx512"
+            and m >= LANES_PANEL // 2):
         return None
     r = min(LANES, key=lambda r: (-(-g.ow // r) * r, -r))
-    lanes_work = -(-m // panel) * panel * g.oh * -(-g.ow // r) * r
+    lanes_work = -(-m // LANES_PANEL) * LANES_PANEL * g.oh * -(-g.ow // r) * r
     grid_work = -(-m // g.mr) * g.mr * g.chunks * g.nr / DC_RATE.get(g.nr, 1.0)
     return r if lanes_work <= LANES_GAIN * grid_work else None
 
@@ -168,7 +169,7 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
     read as (the pad's masked view of the input, or X's own buffer); `after(p0, nt, pragma, rows)`:
     the epilogue's C on columns p0 .. p0 + nt of batch element bz, rows (first, end) of it. The
     units of work are tiles of positions times blocks of output channels (`DirectConv.block_rows`);
-    or, where `lanes` gives R (`stored`: A is a weight stored in the graph) and the call finds
+    or, where `lanes` gives R (`stored`: A is a weight stored in the graph, one batch element) and the call finds
     the weight's panels packed, a run of R positions of one output row times a panel of
     channels, the channels in the vector lanes (LUM_DCONV_LANES). Same bits either way."""
     rows = copy.shape[:g.split]
@@ -200,8 +201,9 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
     r_lanes, panel = lanes(g, m, stored), LANES_PANEL
     lanes_path = "" if r_lanes is None else f"""
       /* the weight's panels, packed on the first call (the runtime's table; NULL: none, or being
-         packed by another thread): the lanes kernel, the channels in the vector lanes */
-      const float* const panels = n_batch == 1 && !a_buf ? lum_packed_weight(1, M, K, a_ptr, a_ld) : NULL;
+         packed by another thread): the lanes kernel, the channels in the vector lanes (`stored`:
+         one batch element; not a transposed copy made above) */
+      const float* const panels = !a_buf ? lum_packed_weight(1, M, K, a_ptr, a_ld) : NULL;
       if (panels) {{
         const long long R = {r_lanes}, per_row = ({g.ow} + R - 1) / R, units = (M + {panel} - 1) / {panel} * {g.oh} * per_row;
         #pragma omp parallel num_threads(lum_min(lum_threads, units))

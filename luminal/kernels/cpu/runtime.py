@@ -430,10 +430,11 @@ class CpuRuntime(Runtime):
             arena = shared["arena"] = np.empty(total, np.uint8)
             shared["arena_at"] = _address(arena)
         mine = self._scratch.__dict__
+        out_at = [_address(o) for o in outs]
         if placed is not None:  # the intermediates' pointers: this call's own
             tmps = offsets.astype(np.uint64) + np.uint64(shared["arena_at"])
             for k, (j, off) in placed.intermediates.items():  # j < 0: output -1 - j, not yet written there
-                tmps[k] = (addresses[j] if j >= 0 else _address(outs[-1 - j])) + off
+                tmps[k] = (addresses[j] if j >= 0 else out_at[-1 - j]) + off
         else:  # in the arena: kept while the layout and the arena are the same
             tmps = mine.get("tmps")
             if tmps is None or mine["tmps_of"] is not offsets or mine["tmps_at"] != shared["arena_at"]:
@@ -449,8 +450,8 @@ class CpuRuntime(Runtime):
         for i, a in enumerate(addresses):
             bufs[k + i] = a
         k += self._n_inputs
-        for i, o in enumerate(outs):
-            bufs[k + i] = _address(o)
+        for i, a in enumerate(out_at):
+            bufs[k + i] = a
         err = mine["err"]  # this thread's flag, cleared for the call
         err.value = 0
         pack = self._pack  # held to the call's end: a table `weights_changed` replaced is freed after it
