@@ -222,7 +222,7 @@ def _chain_max(window: np.ndarray) -> np.float32:
 
 @pytest.mark.parametrize("device", ["numpy", "cpu", "cuda-emulator"])
 def test_max_pool_windows_keep_the_chains_bits(device):
-    """A pool's window is reduced as a tree of maxima (`render/conv._max_tree`), not a chain: the
+    """A pool's window is reduced as a tree of maxima (`render/conv.max_tree`), not a chain: the
     same bits as the chain, for windows that hold NaNs of several payloads (the last one wins),
     -0.0 and 0.0 ties in either order (the first wins) and infinities, at every window size
     and stride that unrolls, row lengths with vector tails included. The values are torch's;
@@ -252,6 +252,143 @@ def test_max_pool_windows_keep_the_chains_bits(device):
             np.testing.assert_array_equal(np.signbit(out[out == 0]), np.signbit(ref[out == 0]), err_msg=f"{device} k{k} s{s}")
         if device != "numpy":  # the C and CUDA kernels: the chain's NaN too, its payload (the last NaN)
             np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32), err_msg=f"{device} k{k} s{s}")
+
+
+# (kernel, stride, padding, dilation, ceil_mode): windows the C backend reduces in two passes
+SEPARABLE_POOLS = [
+    ((13, 13), 1, 6, 1, False),  # an SPP block's (YOLO): 169 terms, past the unrolled windows
+    ((9, 9), 2, 4, 1, False),
+    ((5, 5), 1, 2, 1, False),
+    ((5, 9), 1, (2, 4), 1, False),
+    ((5, 5), 1, 2, 2, False),  # dilated: rows of stride 2
+    ((9, 9), 3, 0, 1, True),  # ceil_mode: the last windows run past the input
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_max_pools_run_as_two_passes_with_the_chains_bits(dtype):
+    """Max pools whose windows are large (an SPP block's 13x13, 9x9, dilated, ceil_mode) run on
+    the C backend as a pass along the rows and one down the columns (`cpu/max_pool.py`): the
+    bits of the chain over the window in row-major order, the last NaN's payload included, and
+    torch's values and zero signs; one plane's maxima per row in any order of planes."""
+    from luminal.kernels.cpu.max_pool import separable_max
+
+    rng = np.random.default_rng(23)
+    # channels 0-1: maxima that are mostly zeros of both signs (the first one's sign wins); 2-4:
+    # windows holding several NaNs (the last one's payload wins)
+    x = rng.choice(np.array([-0.0, 0.0, -1.0, -np.inf], dtype), size=(2, 5, 27, 26))
+    x[:, 2:] = rng.choice(np.array([-0.0, 0.0, 1.0, -1.0, 2.0, np.inf, -np.inf], dtype), size=(2, 3, 27, 26))
+    nans = (rng.random(x.shape) < 0.04) & (np.arange(5) >= 2)[None, :, None, None]
+    ints = np.uint32 if dtype is np.float32 else np.uint64
+    top = 23 if dtype is np.float32 else 52
+    quiet = (ints(0x7FC00000) if dtype is np.float32 else ints(0x7FF8000000000000))
+    bits = x.view(ints)
+    bits[nans] = quiet | rng.integers(1, 1 << 20, nans.sum()).astype(ints) << ints(top - 21)
+    g = lm.Graph("separable")
+    xi = g.input("x", x.shape, DType.F32 if dtype is np.float32 else DType.F64)
+    for i, (k, s, p, d, ceil) in enumerate(SEPARABLE_POOLS):
+        g.output(nn.max_pool(xi, k, s, p, d, ceil_mode=ceil), f"p{i}")
+    model = g.compile(device="cpu")
+    windows = [n for n in toposort(model.outputs) if n.op is Op.WINDOW_REDUCE]
+    assert len(windows) == len(SEPARABLE_POOLS) and all(separable_max(w) for w in windows)
+    got = model({"x": x})
+    t = torch.from_numpy(x)
+    for (k, s, p, d, ceil), out in zip(SEPARABLE_POOLS, got):
+        name = f"k{k} s{s} p{p} d{d} ceil {ceil}"
+        ref = F.max_pool2d(t, k, s, p, d, ceil_mode=ceil).numpy()
+        np.testing.assert_array_equal(out, ref, err_msg=name)
+        np.testing.assert_array_equal(np.signbit(out[out == 0]), np.signbit(ref[out == 0]), err_msg=name)
+        pads = (p, p) if isinstance(p, int) else p
+        padded = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[0] + k[0] * s), (pads[1], pads[1] + k[1] * s)),
+                        constant_values=-np.inf)
+        want = np.empty_like(out)
+        for n, c, i, j in np.ndindex(out.shape):
+            win = padded[n, c, i * s:i * s + (k[0] - 1) * d + 1:d, j * s:j * s + (k[1] - 1) * d + 1:d]
+            want[n, c, i, j] = _chain_max(win.reshape(-1))
+        np.testing.assert_array_equal(out.view(ints), want.view(ints), err_msg=name)
+
+
+def test_a_large_max_pool_over_a_dynamic_batch_runs_as_two_passes():
+    """The planes of a two-pass max pool may be symbolic (an ONNX model's batch "N"): the same
+    plan, the batch a kernel argument, at every batch the chain's bits, an empty batch included."""
+    from luminal.kernels.cpu.max_pool import separable_max
+
+    g = lm.Graph("dynamic")
+    g.output(nn.max_pool(g.input("x", ("n", 3, 13, 13)), (9, 9), 1, 4))
+    model = g.compile(device="cpu")
+    assert [bool(separable_max(n)) for n in toposort(model.outputs) if n.op is Op.WINDOW_REDUCE] == [True]
+    rng = np.random.default_rng(5)
+    for n in (2, 1, 0):
+        x = rng.standard_normal((n, 3, 13, 13)).astype(np.float32)
+        x[..., 3, 4] = np.nan
+        (got,) = model({"x": x})
+        np.testing.assert_array_equal(got, F.max_pool2d(torch.from_numpy(x), 9, 1, 4).numpy(), err_msg=f"batch {n}")
+
+
+def _window_chain(x: np.ndarray, kernel, w: np.ndarray | None, kind: str) -> np.ndarray:
+    """Every output of a stride-1 window (`x`'s trailing dims, already padded) as one chain in the
+    window's row-major order, in x's dtype from the identity: acc + x * w per term (rounded
+    each time, no FMA), or the NaN-propagating max (`_chain_max`'s rule)."""
+    out_shape = x.shape[:-len(kernel)] + tuple(n - k + 1 for n, k in zip(x.shape[-len(kernel):], kernel))
+    acc = np.full(out_shape, 0 if kind == "sum" else -np.inf, x.dtype)
+    for k in np.ndindex(*kernel):
+        term = x[(...,) + tuple(slice(j, j + n) for j, n in zip(k, out_shape[-len(kernel):]))]
+        if kind == "sum":
+            acc = acc + (term * w[(...,) + k].reshape(w.shape[:-len(kernel)] + (1,) * len(kernel)) if w is not None else term)
+        else:
+            acc = np.where((term > acc) | (term != term), term, acc)
+    return acc
+
+
+def test_windows_past_the_unrolled_size_run_the_window_outside_the_row():
+    """Windows past `UNROLL` terms (a 10x10 depthwise conv with its ReLU fused after it, a 9x9
+    average pool's sum, a 5x5x5 max pool) run their loops outside the vector loop over each
+    output row (`cpu.conv._window_outside_body`): each output the chain over its window in order,
+    the bits a sequential f32 sum or max gives."""
+    rng = np.random.default_rng(29)
+    x = rng.standard_normal((1, 3, 16, 18)).astype(np.float32)
+    x3 = rng.standard_normal((1, 2, 9, 10, 11)).astype(np.float32)
+    x3[0, 0, 4, 5, 6] = np.nan
+    w = rng.standard_normal((3, 1, 10, 10)).astype(np.float32)
+    g = lm.Graph("outside")
+    xi, x3i = g.input("x", x.shape), g.input("x3", x3.shape)
+    g.output(nn.conv(xi, g.constant(w), padding=2, groups=3).relu(), "dw")
+    g.output(nn.avg_pool(xi, (9, 9), 1), "avg")
+    g.output(nn.max_pool(x3i, (5, 5, 5), 1), "max3")
+    model = g.compile(device="cpu")
+    windows = [n for n in toposort(model.outputs) if n.op is Op.WINDOW_REDUCE]
+    assert len(windows) == 3, windows
+    dw, avg, max3 = model({"x": x, "x3": x3})
+    padded = np.pad(x, ((0, 0), (0, 0), (2, 2), (2, 2)))
+    want = np.maximum(_window_chain(padded, (10, 10), w[:, 0][None], "sum"), np.float32(0))
+    np.testing.assert_array_equal(dw, want)
+    t = torch.from_numpy(x)
+    np.testing.assert_allclose(avg, F.avg_pool2d(t, 9, 1).numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(max3, F.max_pool3d(torch.from_numpy(x3), 5, 1).numpy())
+    np.testing.assert_array_equal(max3, _window_chain(x3, (5, 5, 5), None, "max"))
+
+
+def test_a_two_pass_max_pool_over_a_large_plane_goes_in_bands_of_rows():
+    """A plane whose row maxima would not fit one stack buffer (`max_pool.ROWS_MAX`) is pooled in
+    bands of output rows, each band's maxima computed again at its borders: the chain's bits at
+    stride 1 and 2, the last band shorter."""
+    from luminal.kernels.cpu.max_pool import ROWS_MAX, separable_max
+
+    rng = np.random.default_rng(31)
+    x = rng.choice(np.array([-0.0, 0.0, -1.0, 1.0], np.float32), size=(1, 2, 200, 100))
+    x[0, 1][rng.random((200, 100)) < 0.01] = np.nan
+    g = lm.Graph("bands")
+    xi = g.input("x", x.shape)
+    for s in (1, 2):
+        g.output(nn.max_pool(xi, (9, 9), s, 4), f"s{s}")
+    model = g.compile(device="cpu")
+    plans = [separable_max(n) for n in toposort(model.outputs) if n.op is Op.WINDOW_REDUCE]
+    assert len(plans) == 2 and all(p and p.band < p.oh and p.rows(p.band) * p.ow <= ROWS_MAX for p in plans), plans
+    chain = _window_chain(np.pad(x, ((0, 0), (0, 0), (4, 4), (4, 4)), constant_values=-np.inf), (9, 9), None, "max")
+    for s, got in zip((1, 2), model({"x": x})):
+        want = chain[..., ::s, ::s]
+        np.testing.assert_array_equal(got, want, err_msg=f"stride {s}")
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=f"stride {s}")
 
 
 def test_1x1_conv_on_a_channel_split_is_a_gemm_on_the_slice():

@@ -5,6 +5,9 @@ put along it (a conv's weights) loaded once per row before it (`_row_body`); pla
 wide as one flat vector loop per plane (`_flat_plane`), not rows of 14 or 7. A WindowReduce read
 only by the pointwise region after it (BatchNorm, ReLU6, hardswish) is computed in that region's
 kernel, each value going straight into it (`WindowEpilogue`, planned by `conv_gemm.fusion_plan`).
+A window past `UNROLL` terms runs its loops outside the loop over the row, each output's
+accumulator in a row buffer (`_window_outside_body`); a large or wide max pool runs as two 1-D
+passes (`max_pool.py`). Padded copies are `pad_copy.py`'s.
 
 The convolutions that are GEMMs (im2col tiles, GEMM epilogues) and the fused kernels
 `program.py` plans are in `conv_gemm.py`.
@@ -19,9 +22,11 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import UNARY, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
+from luminal.kernels.cpu.max_pool import separable_max, separable_max_body
+from luminal.kernels.cpu.pad_copy import pad_parts
 from luminal.kernels.cpu.steps import through
 from luminal.kernels.render.cexpr import c_dim, compute_type
-from luminal.kernels.render.conv import UNROLL, hoisted_element
+from luminal.kernels.render.conv import UNROLL, hoisted_element, window_loops, window_step
 from luminal.kernels.render.cstyle import (
     buffer_sources,
     is_inline_scalar,
@@ -48,6 +53,9 @@ def window_reduce(node: Node) -> tuple[list[Node], list[str], bool, str] | None:
     if not node.shape:
         return None
     inputs = buffer_sources(node)
+    separable = separable_max(node)
+    if separable is not None:
+        return inputs, symbols_of(node), False, separable_max_body(node, separable, inputs)
     flat = _flat_plane(node)
     body = _row_body(node, inputs) if flat is None else _flat_body(node, *flat, inputs)
     return inputs, symbols_of(node), False, body
@@ -64,6 +72,8 @@ def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | 
     out_dtype = out_dtype or node.dtype
     if pad is not None and pad.s == 1:
         body = _border_split_body(node, inputs, rows, inner, pad, epilogue, out_dtype)
+    elif _window_outside(node):
+        body = _window_outside_body(node, inputs, rows, inner, epilogue, out_dtype)
     else:
         phases = _padded_rows(node, inputs, rows, inner, pad) if pad is not None else _phases(node, inputs, rows, inner)
         setup, stmts, value = hoisted_element(node, rows + [inner], inputs, inner, phases and phases[1])
@@ -79,6 +89,39 @@ def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | 
     # the rows as the shared generator steps them (a thread's first row split into indices, then
     # carries: no division per row, which short rows would feel)
     return f"const long long n_in = {c_dim(node.shape[-1])};\n  " + _c_rows(outer, "i", f"n_rows * {c_dim(per_row)}", body, per_row)
+
+
+ROW_ACC_MAX = 4096  # outputs of one row accumulated at once (a stack buffer per row)
+
+
+def _window_outside(node: Node) -> bool:
+    """A window past `UNROLL` terms over static rows of at most ROW_ACC_MAX outputs: its loops run
+    outside the loop over the row (`_window_outside_body`). Inside it, per output, they left the
+    row loop scalar (a 9x9 average pool ran at 7x onnxruntime's time, 13x13 at 10x)."""
+    kernel = node.src[0].shape[len(node.shape):]
+    return (sym.product(kernel) > UNROLL and sym.is_static(node.shape[-1])
+            and 0 < int(node.shape[-1]) <= ROW_ACC_MAX)
+
+
+def _window_outside_body(node: Node, inputs: list[Node], rows: list[str], inner: str, epilogue,
+                         out_dtype: DType) -> str:
+    """A row's outputs accumulated side by side: for each window position (in order), one vector
+    loop adds (or maxes) its term into every output's accumulator. Each output's terms are
+    combined in the order of the loop inside it, from the same identity, so are the bits."""
+    t = compute_type(node.dtype)
+    init, step = window_step(node, rows + [inner], inputs, f"acc[{inner}]")
+    value, setup = f"acc[{inner}]", ""
+    if epilogue is not None:
+        setup, value = epilogue(rows + [inner], value, {len(node.shape) - 1})
+    return f"""{t} acc[{int(node.shape[-1])}];
+        for (long long {inner} = 0; {inner} < n_in; ++{inner}) acc[{inner}] = {init};
+        {window_loops(node)}{{
+          #pragma omp simd
+          for (long long {inner} = 0; {inner} < n_in; ++{inner}) acc[{inner}] = {step};
+        }}
+        {setup}
+        {C.ctype(out_dtype)}* restrict dst = out + row * n_in;
+        {_row_loop(inner, "0", "n_in", "", store_value(out_dtype, value), True)}"""
 
 
 def _row_loop(inner: str, lo: str, hi: str, stmts: str, stored: str, simd: bool) -> str:
@@ -165,30 +208,13 @@ class WindowPad:
     u: int
 
 
-def _pad_parts(node: Node) -> tuple[Node, Node | None] | None:
-    """(the masked view, the fill scalar or None for zeros) of a padded copy (see `pad_copy`), or None."""
-    if node.op is Op.CONTIGUOUS:
-        src, fill = node.src[0], None
-    elif node.op is Op.SELECT:
-        cond, src, fill = node.src
-        if not (_scalar(cond, True) and _scalar(fill) and cond.op is Op.VIEW and view_of(src)[1].mask is not None
-                and _same_mask(cond.arg, view_of(src)[1])):
-            return None
-    else:
-        return None
-    base, st = view_of(src)
-    if src.op is not Op.VIEW or st.mask is None or base.dtype is not node.dtype:
-        return None
-    return src, fill
-
-
 def window_pad(window: Node, users) -> WindowPad | None:
     """The `WindowPad` of WindowReduce `window` (`users`: readers by id), or None: static rows that
     do not run as flat planes (those keep reading the copy: in place was slower there, README
     "Padding read in place"), an unrolled window, one operand reading a single-use padded copy
     whose row dim the output row and at most one window axis move, the copy's other dims fixed
     along the row."""
-    if window.op is not Op.WINDOW_REDUCE or window.dtype not in _FLOATS or not window.shape:
+    if window.op is not Op.WINDOW_REDUCE or window.dtype not in _FLOATS or not window.shape or separable_max(window):
         return None
     nd, (_, r) = len(window.shape), window.arg
     kernel = window.src[0].shape[nd:]
@@ -199,7 +225,7 @@ def window_pad(window: Node, users) -> WindowPad | None:
     found = []
     for p, src in enumerate(window.src):
         copy, st = view_of(src)
-        parts = _pad_parts(copy)
+        parts = pad_parts(copy)
         if parts is not None and users.get(id(copy)) == 1 and st.mask is None and all(sym.is_static(d) for d in copy.shape):
             found.append((p, copy, parts))
     if len(found) != 1:
@@ -397,7 +423,7 @@ def _flat_plane(node: Node) -> tuple[Node, int] | None:
     (computed, then dropped). (the WindowReduce over the flat run of (H - 1) * Wq + W elements,
     Wq), or None."""
     shape, nd = node.shape, len(node.shape)
-    if nd < 2 or not all(sym.is_static(d) for d in shape[-2:]):
+    if nd < 2 or not all(sym.is_static(d) for d in shape[-2:]) or _window_outside(node):
         return None
     h, w = int(shape[-2]), int(shape[-1])
     if h < 2 or w >= 64:
@@ -486,7 +512,8 @@ def window_epilogue(node: Node, users) -> WindowEpilogue | None:
     if len(windows) != 1 or (node.op is Op.FUSED_ELEMENTWISE and any(e.dtype not in _FLOATS for e in node.arg.toposort())):
         return None
     window = windows[0]
-    if users[id(window)] != 1 or window.dtype not in _FLOATS or _index_map(window.shape, node.shape) is None:
+    if (users[id(window)] != 1 or window.dtype not in _FLOATS or _index_map(window.shape, node.shape) is None
+            or separable_max(window)):  # the two passes run apart (`max_pool.py`)
         return None
     strides = contiguous_strides(node.shape)
     for s in node.src:
@@ -541,54 +568,3 @@ def window_epilogue_kernel(plan: WindowEpilogue, name: str, operand=None) -> tup
     else:
         body = _flat_body(window, *flat, inputs, epilogue, node.dtype)
     return f"{signature(name, node, inputs, symbols, False)} {{\n  {body}\n}}\n", inputs, symbols
-
-
-# --- padded copies ----------------------------------------------------------------------------
-def pad_copy(node: Node) -> tuple[list[Node], list[str], bool, str] | None:
-    """A contiguous copy of a masked view (a conv's zero padding), or a Select of such a view
-    and a scalar where the same mask is true (a max pool's -inf padding), per row: the mask of
-    the other dims decides the whole row, the last dim's bounds split it into fill values, a
-    plain vector copy (no test per element: the masked read, a select of a load that may be out
-    of range, does not vectorize) and fill values. (inputs, symbols, err, body) like
-    `window_reduce`, or None for any other node."""
-    parts = _pad_parts(node) if node.shape else None
-    if parts is None:
-        return None
-    src, fill = parts
-    st = view_of(src)[1]
-    inputs = buffer_sources(node)
-    plain = unmasked(src)
-    outer = node.shape[:-1]
-    rows, lines = unravel("row", outer, "i")
-    inner = f"i{len(outer)}"
-    conds = [c for i, (lo, hi), d in zip(rows, st.mask, st.shape)
-             for c in ([] if sym.equal(lo, 0) else [f"{i} >= {c_dim(lo)}"]) + ([] if sym.equal(hi, d) else [f"{i} < {c_dim(hi)}"])]
-    lo, hi = st.mask[-1]
-    other = store_value(node.dtype, "0" if fill is None else read(fill, rows + [inner], None))
-    value = store_value(node.dtype, read(plain, rows + [inner], pointer_of(src, inputs)))
-    setup = "\n    ".join(lines)
-    body = f"""const long long n_rows = {c_dim(sym.product(outer))}, n_in = {c_dim(node.shape[-1])};
-  #pragma omp parallel for if (n_rows > 1 && n_rows * n_in >= {PAR_MIN})
-  for (long long row = 0; row < n_rows; ++row) {{
-    {setup}
-    long long lo = lum_max(0, {c_dim(lo)}), hi = lum_min(n_in, {c_dim(hi)});
-    if (!({' && '.join(conds) or '1'}) || hi < lo) lo = hi = n_in;  /* a row of the padding */
-    {C.ctype(node.dtype)}* restrict dst = out + row * n_in;
-    for (long long {inner} = 0; {inner} < lo; ++{inner}) dst[{inner}] = {other};
-    #pragma omp simd
-    for (long long {inner} = lo; {inner} < hi; ++{inner}) dst[{inner}] = {value};
-    for (long long {inner} = hi; {inner} < n_in; ++{inner}) dst[{inner}] = {other};
-  }}"""
-    return inputs, symbols_of(node), False, body
-
-
-def _scalar(x: Node, value=None) -> bool:
-    """`x` reads one inline scalar constant everywhere (of `value`, when given)."""
-    base, st = view_of(x)
-    return (is_inline_scalar(base) and all(sym.equal(s, 0) for s in st.strides)
-            and (value is None or (st.mask is not None and base.dtype is DType.BOOL and bool(base.arg) is value)))
-
-
-def _same_mask(a: ShapeTracker, b: ShapeTracker) -> bool:
-    return a.mask is not None and b.mask is not None and len(a.mask) == len(b.mask) and all(
-        sym.equal(x, y) for pa, pb in zip(a.mask, b.mask) for x, y in zip(pa, pb))

@@ -5,7 +5,7 @@ generator in the C dialect.
   they are plain (maybe transposed) matrices, else on contiguous copies (f16/bf16 widened to f32);
 - WindowReduce: one vector loop per output row with the weights loaded before it, or over short
   rows one per flat plane (`conv.window_reduce`);
-- a padded copy (Contiguous or Select of a masked view): rows of fill, copy, fill (`conv.pad_copy`);
+- a padded copy (Contiguous or Select of a masked view): rows of fill, copy, fill (`pad_copy.pad_copy`);
 - a transposing copy (Contiguous of a view whose last dim is not the source's contiguous one, another
   dim is): in square tiles (`transpose_copy`).
 """
@@ -19,6 +19,7 @@ from luminal.hlir.ops import ConstantArray, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides, merged_stride
 from luminal.kernels.cpu import conv as cpu_conv
 from luminal.kernels.cpu.grouped import grouped_matmul
+from luminal.kernels.cpu.pad_copy import pad_copy
 from luminal.kernels.cpu.prelude import c_source
 from luminal.kernels.render.cexpr import c_dim, compute_type
 from luminal.kernels.render.cstyle import (
@@ -230,7 +231,7 @@ def transpose_copy(node: Node) -> tuple[list[Node], list[str], bool, str] | None
     stride 1 (a head's K transposed for Q·Kᵀ, a permute before a reshape), in tiles of
     TRANSPOSE_TILE x TRANSPOSE_TILE: the tile's source lines stay in L1 while its output rows are
     written, where an element loop in output order touches a new source line per element.
-    (inputs, symbols, err, body) like `conv.pad_copy`, or None for any other copy."""
+    (inputs, symbols, err, body) like `pad_copy.pad_copy`, or None for any other copy."""
     if node.op is not Op.CONTIGUOUS or len(node.shape) < 2:
         return None
     src = node.src[0]
@@ -282,8 +283,8 @@ def _own(form):
 SPECIAL = {
     Op.MAT_MUL: matmul,  # the "gemm" extern step (`luminal.kernels.plan.EXTERN`)
     Op.WINDOW_REDUCE: _own(cpu_conv.window_reduce),
-    Op.CONTIGUOUS: _own(_first(cpu_conv.pad_copy, transpose_copy)),
-    Op.SELECT: _own(cpu_conv.pad_copy),
+    Op.CONTIGUOUS: _own(_first(pad_copy, transpose_copy)),
+    Op.SELECT: _own(pad_copy),
     Op.ATTENTION: attention,  # the generator's kernel, with FMAs
     Op.GROUPED_MAT_MUL: lambda node, name: grouped_matmul(node, name, _operand, kernel),  # a BLAS GEMM per group (`grouped.py`)
 }

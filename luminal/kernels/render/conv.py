@@ -34,7 +34,7 @@ def element(node: Node, idx: list[str], inputs: list[Node]) -> tuple[str, str]:
     return stmts, value
 
 
-def _max_tree(t: str, terms: list[str]) -> tuple[str, str]:
+def max_tree(t: str, terms: list[str]) -> tuple[str, str]:
     """(statements, value): the max of `terms` as neighbours paired in order, level by level,
     where a chain `acc = lum_max_nan(acc, term)` is one dependent compare and select per term (a
     max pool's row loop ran at the chain's latency). The same value, bits included: lum_max_nan(a, b) keeps a unless
@@ -86,16 +86,15 @@ def hoisted_element(node: Node, idx: list[str], inputs: list[Node], inner: str |
         return hoisted.setdefault(v, f"w{len(hoisted)}")
 
     def term(k: list[str], at: tuple[int, ...] | None = None) -> str:  # at: an unrolled term's position
-        vals = [value_of(p, k, at) for p in range(len(node.src))]
-        return vals[0] if len(vals) == 1 else wrapping(t, vals[0], "*", vals[1])
+        return _product(t, [value_of(p, k, at) for p in range(len(node.src))])
 
     def combine(acc: str, v: str) -> str:
-        return wrapping(t, acc, "+", v) if kind == "sum" else f"lum_max_nan({acc}, {v})"
+        return _combine(kind, t, acc, v)
 
     def setup() -> str:
         return " ".join(f"const {t} {w} = {v};" for v, w in hoisted.items())
 
-    init = f"(({t})0)" if kind == "sum" else lowest(t)
+    init = _identity(kind, t)
     if unrolled:  # the terms in axis order, from the first (an empty window: the identity)
         terms = [term([f"{j}LL" for j in k], k) for k in itertools.product(*(range(d) for d in kernel))]
         if len(terms) <= 1:
@@ -103,8 +102,37 @@ def hoisted_element(node: Node, idx: list[str], inputs: list[Node], inner: str |
         # one statement per term, not nested calls: the C prelude's lum_max_nan names its first
         # argument twice, so nesting doubles the text per level (cc1 ran out of memory)
         if kind != "sum":
-            return (setup(), *_max_tree(t, terms))
+            return (setup(), *max_tree(t, terms))
         return setup(), f"{t} acc = {terms[0]};" + "".join(f" acc = {combine('acc', v)};" for v in terms[1:]), "acc"
-    loops = "".join(f"for (long long {n} = 0; {n} < {d}LL; ++{n}) " for n, d in zip(names, kernel))
-    body = f"{t} acc = {init};\n    {loops}acc = {combine('acc', term(names))};"
+    body = f"{t} acc = {init};\n    {window_loops(node)}acc = {combine('acc', term(names))};"
     return setup(), body, "acc"
+
+
+def window_loops(node: Node) -> str:
+    """C opening the loops over a window that is not unrolled (index names k0.., in axis order)."""
+    r = node.arg[1]
+    kernel = [int(d) for d in node.src[0].shape[-r:]]
+    return "".join(f"for (long long k{j} = 0; k{j} < {d}LL; ++k{j}) " for j, d in enumerate(kernel))
+
+
+def window_step(node: Node, idx: list[str], inputs: list[Node], acc: str) -> tuple[str, str]:
+    """(the identity, `acc` combined with the term at window position k0..) of a window that is
+    not unrolled, in the compute type: the loop `hoisted_element` runs per output, for a form
+    that runs the window's loops outside the loop over outputs (`cpu.conv._row_body`)."""
+    kind, r = node.arg
+    t = accumulator(node)
+    term = _product(t, [f"(({t}){read(s, idx + [f'k{j}' for j in range(r)], pointer_of(s, inputs))})" for s in node.src])
+    return _identity(kind, t), _combine(kind, t, acc, term)
+
+
+def _product(t: str, vals: list[str]) -> str:
+    """A term: the one operand's value, or the two operands' product."""
+    return vals[0] if len(vals) == 1 else wrapping(t, vals[0], "*", vals[1])
+
+
+def _combine(kind: str, t: str, acc: str, v: str) -> str:
+    return wrapping(t, acc, "+", v) if kind == "sum" else f"lum_max_nan({acc}, {v})"
+
+
+def _identity(kind: str, t: str) -> str:
+    return f"(({t})0)" if kind == "sum" else lowest(t)

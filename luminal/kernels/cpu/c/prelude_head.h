@@ -32,7 +32,7 @@ LUM_IMOD(long long, ll)
 #define lum_imod(a, b, err) _Generic((a) + (b), long long: lum_imod_ll, default: lum_imod_i)(a, b, err)
 /* b where it is larger or NaN, else a. Two selects, not `(b > a || b != b) ? b : a`: under
    -fno-trapping-math GCC 12 vectorizes that form only as a running chain's step, and neither a
-   tree of maxima (a max pool's window, `render/conv._max_tree`) nor any other use of it */
+   tree of maxima (a max pool's window, `render/conv.max_tree`) nor any other use of it */
 #define LUM_MAXNAN(T, N) \
   static inline T lum_max_nan_##N(T a, T b) { const T r = b > a ? b : a; return b != b ? b : r; } \
   static inline T lum_min_nan_##N(T a, T b) { const T r = b < a ? b : a; return b != b ? b : r; }
