@@ -262,13 +262,15 @@ SEPARABLE_POOLS = [
     ((5, 9), 1, (2, 4), 1, False),
     ((5, 5), 1, 2, 2, False),  # dilated: rows of stride 2
     ((9, 9), 3, 0, 1, True),  # ceil_mode: the last windows run past the input
+    ((3, 3), 2, 0, 1, True),  # SqueezeNet's: as many terms, but contiguous vector loops
+    ((3, 3), 1, 1, 1, False),  # Inception's
 ]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_large_max_pools_run_as_two_passes_with_the_chains_bits(dtype):
-    """Max pools whose windows are large (an SPP block's 13x13, 9x9, dilated, ceil_mode) run on
-    the C backend as a pass along the rows and one down the columns (`cpu/max_pool.py`): the
+    """Max pools (an SPP block's 13x13, 9x9, dilated, ceil_mode, SqueezeNet's and Inception's 3x3)
+    run on the C backend as a pass along the rows and one down the columns (`cpu/max_pool.py`): the
     bits of the chain over the window in row-major order, the last NaN's payload included, and
     torch's values and zero signs; one plane's maxima per row in any order of planes."""
     from luminal.kernels.cpu.max_pool import separable_max

@@ -208,13 +208,19 @@ class WindowPad:
     u: int
 
 
+def _two_passes(window: Node) -> bool:
+    """A max pool that runs as two 1-D passes whatever its padding and readers (`max_pool.py`)."""
+    plan = separable_max(window)
+    return plan is not None and plan.decisive
+
+
 def window_pad(window: Node, users) -> WindowPad | None:
     """The `WindowPad` of WindowReduce `window` (`users`: readers by id), or None: static rows that
     do not run as flat planes (those keep reading the copy: in place was slower there, README
     "Padding read in place"), an unrolled window, one operand reading a single-use padded copy
     whose row dim the output row and at most one window axis move, the copy's other dims fixed
     along the row."""
-    if window.op is not Op.WINDOW_REDUCE or window.dtype not in _FLOATS or not window.shape or separable_max(window):
+    if window.op is not Op.WINDOW_REDUCE or window.dtype not in _FLOATS or not window.shape or _two_passes(window):
         return None
     nd, (_, r) = len(window.shape), window.arg
     kernel = window.src[0].shape[nd:]
@@ -513,7 +519,7 @@ def window_epilogue(node: Node, users) -> WindowEpilogue | None:
         return None
     window = windows[0]
     if (users[id(window)] != 1 or window.dtype not in _FLOATS or _index_map(window.shape, node.shape) is None
-            or separable_max(window)):  # the two passes run apart (`max_pool.py`)
+            or _two_passes(window)):  # the two passes run apart (`max_pool.py`)
         return None
     strides = contiguous_strides(node.shape)
     for s in node.src:
