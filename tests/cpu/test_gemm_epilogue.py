@@ -250,6 +250,38 @@ def test_linear_layer_bias_and_activation():
     _close(compiled(feeds)[0], g.compile(device="numpy")(feeds)[0], 1e-4)
 
 
+@pytest.mark.parametrize("kind", ["conv3x3", "linear"])
+def test_an_exact_gelu_with_its_comparisons_fuses_into_the_gemm(monkeypatch, kind):
+    """An exact GELU after a conv or a linear layer (erf's sign: comparisons feeding Selects, bool
+    levels in the region) is the GEMM's epilogue too (PP-OCRv5/v6's recognizers ran it as a pass
+    of its own): the unfused program's values (the weight given at each call, so both take the
+    same GEMM) to an ulp or two, not its bits: erf's exp is glibc's vector expf in a vector loop
+    and the scalar one elsewhere, and the two loops vectorize different runs of the row; NaN,
+    inf and -0.0 in the input; close to torch where torch's value is finite."""
+    rng = np.random.default_rng(21)
+    g = lm.Graph(kind)
+    if kind == "conv3x3":
+        xs, ws = (1, 8, 12, 13), (16, 8, 3, 3)
+        x, w = g.input("x", xs), g.input("w", ws)
+        y = nn.conv(x, w, None, 1, 1)
+    else:
+        xs, ws = (2, 5, 16), (24, 16)
+        x, w = g.input("x", xs), g.input("w", ws)
+        y = x.matmul(w.permute((1, 0)))
+    feeds = {"x": _special(rng, xs), "w": _special(rng, ws, 0.3, special=False)}
+    tx, tw = torch.from_numpy(feeds["x"]), torch.from_numpy(feeds["w"])
+    want = torch.nn.functional.gelu(torch.nn.functional.conv2d(tx, tw, None, 1, 1) if kind == "conv3x3" else tx @ tw.T)
+    g.output(y.gelu(), "y")
+    fused = g.compile(device="cpu")
+    (step,) = _epilogue_steps(fused)
+    assert any(e.dtype is DType.BOOL for e in step.output.arg.toposort())
+    got = fused(feeds)[0]
+    np.testing.assert_allclose(got, _unfused(g, monkeypatch)(feeds)[0], rtol=3e-7, atol=1e-7, equal_nan=True)
+    # (torch's CPU GELU of +inf is NaN; luminal's, on every device, is +inf, its limit)
+    finite = np.isfinite(want.numpy())
+    _close(got[finite], want.numpy()[finite], 1e-5)
+
+
 def _downsample_block(rng):
     """A ResNet downsample block's end: relu(bn(conv3x3/2(x)) + bn(conv1x1/2(x))), one region
     reading two GEMMs; NaN, inf and -0.0 in the input and the BatchNorm vectors."""

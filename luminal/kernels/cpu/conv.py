@@ -507,6 +507,13 @@ _FLOATS = (DType.F32, DType.F64)
 _EPILOGUES = frozenset({Op.FUSED_ELEMENTWISE, Op.CONTIGUOUS, Op.ADD, Op.MUL, Op.MAXIMUM, Op.EXP, Op.SIGMOID}) | UNARY
 
 
+def float_region(expr) -> bool:
+    """A region an epilogue may compute: float values, and bool ones (comparisons feeding a Select:
+    erf's sign in an exact GELU), never an integer, whose Mod could raise the error flag that an
+    epilogue's kernel does not take."""
+    return all(e.dtype in _FLOATS or e.dtype is DType.BOOL for e in expr.toposort())
+
+
 def window_epilogue(node: Node, users) -> WindowEpilogue | None:
     """The plan fusing a pointwise `node` into the WindowReduce it reads, when that is the
     WindowReduce's only reader (`users`: readers by id, a graph output counting as one), every
@@ -515,7 +522,7 @@ def window_epilogue(node: Node, users) -> WindowEpilogue | None:
     if node.op not in _EPILOGUES or not node.shape or node.dtype not in _FLOATS:
         return None
     windows = [b for b in buffer_sources(node) if b.op is Op.WINDOW_REDUCE]
-    if len(windows) != 1 or (node.op is Op.FUSED_ELEMENTWISE and any(e.dtype not in _FLOATS for e in node.arg.toposort())):
+    if len(windows) != 1 or (node.op is Op.FUSED_ELEMENTWISE and not float_region(node.arg)):
         return None
     window = windows[0]
     if (users[id(window)] != 1 or window.dtype not in _FLOATS or _index_map(window.shape, node.shape) is None

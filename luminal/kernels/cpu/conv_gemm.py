@@ -32,6 +32,7 @@ from luminal.kernels.cpu.conv import (
     _EPILOGUES,
     _FLOATS,
     WindowEpilogue,
+    float_region,
     window_epilogue,
     window_epilogue_kernel,
     window_pad,
@@ -166,7 +167,7 @@ def gemm_epilogue(node: Node, users) -> GemmEpilogue | None:
     # (not a bare copy: a conv's output copied out as a graph output keeps its GEMM's own step)
     if node.op not in _EPILOGUES or node.op is Op.CONTIGUOUS or not node.shape or node.dtype not in _FLOATS:
         return None
-    if node.op is Op.FUSED_ELEMENTWISE and any(e.dtype not in _FLOATS for e in node.arg.toposort()):
+    if node.op is Op.FUSED_ELEMENTWISE and not float_region(node.arg):
         return None
     # a region reading two GEMMs (a ResNet block's 3x3 conv and its 1x1 shortcut, added) takes in
     # the one with the most work per output, the conv with its im2col first; the other keeps its
