@@ -370,6 +370,28 @@ def test_windows_past_the_unrolled_size_run_the_window_outside_the_row():
     np.testing.assert_array_equal(max3, _window_chain(x3, (5, 5, 5), None, "max"))
 
 
+@pytest.mark.parametrize("dtype", [DType.I32, DType.I64])
+def test_a_two_pass_max_pool_of_integers_is_the_reference_runtimes(dtype):
+    """Integer max pools (unpadded: a padded one raises) take the two passes too: the NumPy
+    runtime's values, the extremes of the type included."""
+    from luminal.kernels.cpu.max_pool import separable_max
+
+    info = np.iinfo(dtype.numpy)
+    rng = np.random.default_rng(37)
+    x = rng.integers(-50, 50, (2, 3, 17, 19)).astype(dtype.numpy)
+    x[0, 0, :3, :3] = info.min
+    x[1, 2, 5, 5] = info.max
+    g = lm.Graph("ints")
+    xi = g.input("x", x.shape, dtype)
+    g.output(nn.max_pool(xi, (5, 5), 1), "s1")
+    g.output(nn.max_pool(xi, (9, 9), 2), "s2")
+    model = g.compile(device="cpu")
+    assert all(separable_max(n) for n in toposort(model.outputs) if n.op is Op.WINDOW_REDUCE)
+    for got, want in zip(model({"x": x}), g.compile(device="numpy")({"x": x})):
+        assert got.dtype == want.dtype == dtype.numpy
+        np.testing.assert_array_equal(got, want)
+
+
 def test_a_two_pass_max_pool_over_a_large_plane_goes_in_bands_of_rows():
     """A plane whose row maxima would not fit one stack buffer (`max_pool.ROWS_MAX`) is pooled in
     bands of output rows, each band's maxima computed again at its borders: the chain's bits at
