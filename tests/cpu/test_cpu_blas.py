@@ -78,6 +78,33 @@ def test_without_torch_the_default_is_numpys_openblas():
     assert out == ["openblas", "False"]
 
 
+def test_numpys_openblas_keeps_its_thread_count_after_a_call(monkeypatch):
+    """OpenBLAS runs the C's GEMMs on their calling thread (1 thread), and its count is the
+    process's, NumPy's matmuls' too: `lum_run` sets it for the call and gives the caller's back
+    (left at 1, every NumPy matmul after a luminal call ran on one core)."""
+    import ctypes
+
+    monkeypatch.setenv("LUMINAL_BLAS", "openblas")
+    b = blas()
+    assert b.kind == "openblas" and b.get_threads_ptr and b.set_threads_ptr
+    get = ctypes.CFUNCTYPE(ctypes.c_int)(b.get_threads_ptr)
+    put = ctypes.CFUNCTYPE(None, ctypes.c_int)(b.set_threads_ptr)
+    g = lm.Graph("gemms")
+    a, w = g.input("a", (64, 256)), g.input("w", (256, 300))
+    g.output((a @ w).relu() @ w.T)
+    cpu = g.compile(device="cpu")
+    rng = np.random.default_rng(2)
+    feeds = {"a": rng.standard_normal((64, 256)).astype(np.float32), "w": rng.standard_normal((256, 300)).astype(np.float32)}
+    before = get()
+    try:
+        for count in (2, 3, 1):
+            put(count)
+            cpu(feeds)
+            assert get() == count
+    finally:
+        put(before)
+
+
 def test_a_large_gemm_split_across_the_team(blas_kind):
     """M*N*K past 2**18 per thread: the columns of C are split across the OpenMP team in blocks
     of 16 (uneven here: 150 columns), B plain or transposed, one single-threaded BLAS call per

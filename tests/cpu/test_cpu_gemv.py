@@ -145,7 +145,7 @@ def test_own_gemv_where_mkl_runs_off_intel(monkeypatch, kind, vendor, own):
     monkeypatch.setattr(sgemm, "vendor", lambda: vendor)
     b = blas_libs._Blas.__new__(blas_libs._Blas)  # its fields only: no library looked up
     b.kind, b.sgemm = kind, None
-    b.dgemm = b.sgemv = b.dgemv = b.set_threads_ptr = b.front = None
+    b.dgemm = b.sgemv = b.dgemv = b.set_threads_ptr = b.get_threads_ptr = b.front = None
     lib = _Recorder()
     b.bind(lib, "blas")
     assert [int(a[0].value) for a in lib.calls["lum_set_own_gemv"]] == [own]

@@ -24,7 +24,7 @@ class _Blas:
 
     def __init__(self, kind: str):
         self.kind = kind  # "mkl", "openblas" or "none" (loops)
-        self.sgemm = self.dgemm = self.sgemv = self.dgemv = self.set_threads_ptr = None  # what the C code calls
+        self.sgemm = self.dgemm = self.sgemv = self.dgemv = self.set_threads_ptr = self.get_threads_ptr = None  # what the C code calls
         self.path = None
         self.core = None  # OpenBLAS's kernels (its core name: "Haswell", "SkylakeX", ...)
         self.gemm = "blas"  # who serves sgemm: the BLAS, or "luminal-avx512" / "luminal-avx2" in front of it (sgemm.py)
@@ -72,9 +72,12 @@ class _Blas:
                 for name in ("sgemv", "dgemv"):  # optional: gemm serves matrix-vector products without them
                     fn = getattr(lib, f"{prefix}cblas_{name}{suffix}", None)
                     setattr(self, name, None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value)
+                # its thread count: 1 during a call, the caller's restored after it (`lum_run`)
                 setter = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
-                if setter is not None:
+                getter = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
+                if setter is not None and getter is not None:
                     self.set_threads_ptr = ctypes.cast(setter, ctypes.c_void_p).value
+                    self.get_threads_ptr = ctypes.cast(getter, ctypes.c_void_p).value
                 self.path = path
                 core = getattr(lib, f"{prefix}openblas_get_corename{suffix}", None)  # as chosen at load time
                 if core is not None:
@@ -108,7 +111,7 @@ class _Blas:
                                                                     self.set_threads_ptr)))
         else:
             lib.lum_set_blas(*(ctypes.c_void_p(p) for p in (self.sgemm, self.dgemm, self.set_threads_ptr,
-                                                            self.sgemv, self.dgemv)))
+                                                            self.sgemv, self.dgemv, self.get_threads_ptr)))
         # MKL's sgemv off Intel CPUs is slower than the prelude's few-rows loops (`lum_own_gemv`, README)
         lib.lum_set_own_gemv(ctypes.c_int(int(self.kind == "mkl" and sgemm.vendor() != "GenuineIntel")))
         front = self.front_for(gemm)

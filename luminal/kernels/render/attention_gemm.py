@@ -80,7 +80,6 @@ def gemm_body(node: Node) -> tuple[str, str] | None:
     block = f"""{{
   const long long n_qb_g = (M + {BQ - 1}) / {BQ}, n_tasks_g = {c_dim(sym.product(node.shape[:-2]))} * n_qb_g;
   if (n_tasks_g <= 0 || DV <= 0) return;
-  lum_blas_one_thread();  /* the SGEMMs run on each thread of the team */
   #pragma omp parallel if ({par})
   {{
     const int mkl_ = lum_mkl_one();  /* MKL on this thread of the team: one thread (prelude) */

@@ -9,6 +9,7 @@ typedef void (*lum_sgemv_fn)(int, int, long long, long long, float, const float*
 typedef void (*lum_dgemv_fn)(int, int, long long, long long, double, const double*, long long, const double*, long long,
                              double, double*, long long);
 typedef void (*lum_threads_fn)(int);
+typedef int (*lum_get_threads_fn)(void);
 /* state shared by the library's translation units (defined once, in the driver's: `SHARED`) */
 #define LUM_SHARED __attribute__((visibility("hidden")))
 extern LUM_SHARED lum_sgemm_fn lum_sgemm;
@@ -25,11 +26,12 @@ extern LUM_SHARED __thread long long lum_pack_entries;
 extern LUM_SHARED lum_dgemm_fn lum_dgemm;
 extern LUM_SHARED lum_sgemv_fn lum_sgemv;
 extern LUM_SHARED lum_dgemv_fn lum_dgemv;
+/* OpenBLAS's thread count (process-wide: NumPy's too): 1 during a call, then the caller's (the driver); NULL for MKL */
 extern LUM_SHARED lum_threads_fn lum_blas_set_threads;
+extern LUM_SHARED lum_get_threads_fn lum_blas_get_threads;
 /* 1: a row times a transposed B (a linear layer in decode) through the few-rows loops, not the
    BLAS's sgemv, which is slower there: MKL's on a CPU not Intel's (blas_libs.py; README) */
 extern LUM_SHARED int lum_own_gemv;
-extern LUM_SHARED int lum_blas_threads;
 /* the call's team size and precision: per calling thread (two threads may run calls at once),
    read on it, never inside a parallel region */
 extern LUM_SHARED __thread int lum_threads, lum_f64;
@@ -114,14 +116,6 @@ static int lum_team(int threads) {
   }
   const int free_cores = omp_get_num_procs() - (int)(seen + 0.5);
   return free_cores < 1 ? 1 : free_cores < threads ? free_cores : threads;
-}
-/* OpenBLAS runs on its calling thread (its own pthread pool would spin against the OpenMP team):
-   a large GEMM is split across the team instead (`LUM_BLAS_GEMM`) */
-static void lum_blas_one_thread(void) {
-  if (lum_blas_set_threads && __atomic_load_n(&lum_blas_threads, __ATOMIC_RELAXED) != 1) {
-    lum_blas_set_threads(1);
-    __atomic_store_n(&lum_blas_threads, 1, __ATOMIC_RELAXED);
-  }
 }
 /* a batch of GEMMs runs one per thread when the BLAS's threads are the OpenMP team's (MKL) and
    each GEMM is too small to be worth threading by itself; never under set_precision("float64"),
@@ -234,7 +228,6 @@ static inline long long lum_gemm_block(long long extent, int team, long long uni
 static void lum_gemm_##N(int ta, int tb, long long M, long long NN, long long K, const T* A, long long lda, \
                          const T* B, long long ldb, T* C, long long ldc) { \
   const __typeof__(PICK(0, 0)) GEMM = PICK(tb, M); \
-  lum_blas_one_thread(); \
   if (M <= 4 && !tb && NN >= 32 && K >= 16 && (M > 1 || NN * K >= (1LL << 15)))  /* from 8 rows the GEMM \
       is as fast, on AVX2 faster (README) */ \
     lum_few_rows_nn_##N(M, NN, K, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, C, ldc, \

@@ -3,11 +3,15 @@ LUM_SHARED lum_dgemm_fn lum_dgemm;
 LUM_SHARED lum_sgemv_fn lum_sgemv;
 LUM_SHARED lum_dgemv_fn lum_dgemv;
 LUM_SHARED lum_threads_fn lum_blas_set_threads;
-LUM_SHARED int lum_blas_threads = -1, lum_blas_in_team, lum_own_gemv;
+LUM_SHARED lum_get_threads_fn lum_blas_get_threads;
+LUM_SHARED int lum_blas_in_team, lum_own_gemv;
 void lum_set_own_gemv(int own) { lum_own_gemv = own; }
 LUM_SHARED __thread int lum_threads = 1, lum_f64;
-void lum_set_blas(void* sgemm, void* dgemm, void* set_threads, void* sgemv, void* dgemv) {
-  lum_sgemm = (lum_sgemm_fn)sgemm; lum_dgemm = (lum_dgemm_fn)dgemm; lum_blas_set_threads = (lum_threads_fn)set_threads;
+void lum_set_blas(void* sgemm, void* dgemm, void* set_threads, void* sgemv, void* dgemv, void* get_threads) {
+  lum_sgemm = (lum_sgemm_fn)sgemm; lum_dgemm = (lum_dgemm_fn)dgemm;
+  const int both = set_threads && get_threads;  /* a count set only where it can be restored */
+  lum_blas_set_threads = both ? (lum_threads_fn)set_threads : NULL;
+  lum_blas_get_threads = both ? (lum_get_threads_fn)get_threads : NULL;
   lum_sgemv = (lum_sgemv_fn)sgemv; lum_dgemv = (lum_dgemv_fn)dgemv;
   lum_blas_in_team = 0;  /* OpenBLAS: a batch of small GEMMs stays serial (concurrent calls contend for its lock) */
   lum_sgemm_blas = NULL;
@@ -64,7 +68,7 @@ void lum_set_fortran_blas(void* sgemm, void* dgemm, void* sgemv, void* dgemv, vo
   lum_f_fgemv = (lum_f_fgemv_fn)sgemv; lum_f_dgemv = (lum_f_dgemv_fn)dgemv;
   lum_sgemm = sgemm ? lum_f_cblas_fgemm : NULL; lum_dgemm = dgemm ? lum_f_cblas_dgemm : NULL;
   lum_sgemv = sgemv ? lum_f_cblas_fgemv : NULL; lum_dgemv = dgemv ? lum_f_cblas_dgemv : NULL;
-  lum_blas_set_threads = NULL;  /* the BLAS's threads are the OpenMP team's: lum_run sets them */
+  lum_blas_set_threads = NULL; lum_blas_get_threads = NULL;  /* the BLAS's threads are the OpenMP team's: lum_run sets them */
   lum_blas_in_team = sgemm != NULL;
   lum_sgemm_blas = NULL;
   lum_own_pack_b = NULL; lum_own_packed = NULL;
