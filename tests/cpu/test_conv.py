@@ -413,6 +413,15 @@ def test_a_two_pass_max_pool_over_a_large_plane_goes_in_bands_of_rows():
         want = chain[..., ::s, ::s]
         np.testing.assert_array_equal(got, want, err_msg=f"stride {s}")
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=f"stride {s}")
+    # one output row whose maxima would not fit the buffer (a pool over the whole height of a
+    # long strip): the one-pass window, never an oversized stack buffer
+    g = lm.Graph("strip")
+    g.output(nn.max_pool(g.input("x", (1, 1, 9, 3 * ROWS_MAX)), (9, 9), 1), "y")
+    strip = g.compile(device="cpu")
+    assert [separable_max(n) for n in toposort(strip.outputs) if n.op is Op.WINDOW_REDUCE] == [None]
+    x = rng.standard_normal((1, 1, 9, 3 * ROWS_MAX)).astype(np.float32)
+    (got,) = strip({"x": x})
+    np.testing.assert_array_equal(got, F.max_pool2d(torch.from_numpy(x), 9, 1).numpy())
 
 
 def test_1x1_conv_on_a_channel_split_is_a_gemm_on_the_slice():

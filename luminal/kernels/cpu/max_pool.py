@@ -102,7 +102,7 @@ def separable_max(node: Node) -> SeparableMax | None:
     g = math.gcd(ah, bh)
     a, b = ah // g, bh // g
     band = oh if a == 0 else min(oh, (ROWS_MAX // ow - 1 - (kh - 1) * b) // a + 1)
-    if band < 1:
+    if band < 1 or ((band - 1) * a + (kh - 1) * b + 1) * ow > ROWS_MAX:  # (one output row: its maxima fit too)
         return None
     for n in {band, oh % band or band}:  # a whole band and the last one
         reached = {y * a + k * b for y in range(n) for k in range(kh)}
