@@ -96,8 +96,8 @@ ROW_ACC_MAX = 4096  # outputs of one row accumulated at once (a stack buffer per
 
 def _window_outside(node: Node) -> bool:
     """A window past `UNROLL` terms over static rows of at most ROW_ACC_MAX outputs: its loops run
-    outside the loop over the row (`_window_outside_body`). Inside it, per output, they left the
-    row loop scalar (a 9x9 average pool ran at 7x onnxruntime's time, 13x13 at 10x)."""
+    outside the loop over the row (`_window_outside_body`). Inside it, per output, they leave the
+    row loop scalar (README, "Convolution and pooling")."""
     kernel = node.src[0].shape[len(node.shape):]
     return (sym.product(kernel) > UNROLL and sym.is_static(node.shape[-1])
             and 0 < int(node.shape[-1]) <= ROW_ACC_MAX)

@@ -30,8 +30,8 @@ from luminal.kernels.render.dialect import PAR_MIN, C
 
 ROWS_MAX = 8192  # elements of the row maxima of one plane (a stack buffer per plane)
 # the two passes' terms against the window's at which they are taken: a 3x3 stride-2 pool's
-# are as many (1.006x), yet its passes are vector loops on contiguous rows where the one-pass
-# window fills phase rows first (squeezenet's pools 0.465 -> 0.223 ms, one thread)
+# are as many, yet its passes are vector loops on contiguous rows where the one-pass window
+# fills phase rows first (README, "Convolution and pooling")
 WORTH = 1.1
 TERMS_MAX = 32  # the most terms of one 1-D pass, unrolled
 _DTYPES = (DType.F32, DType.F64, DType.I32, DType.I64)  # stored as computed: no conversion on load
@@ -102,13 +102,15 @@ def separable_max(node: Node) -> SeparableMax | None:
     g = math.gcd(ah, bh)
     a, b = ah // g, bh // g
     band = oh if a == 0 else min(oh, (ROWS_MAX // ow - 1 - (kh - 1) * b) // a + 1)
-    if band < 1 or ((band - 1) * a + (kh - 1) * b + 1) * ow > ROWS_MAX:  # (one output row: its maxima fit too)
+    if band < 1:
+        return None
+    plan = SeparableMax(kh, kw, oh, ow, tuple(st.strides[:nd - 2]), st.offset, ah, aw, bh, bw, g, band)
+    if plan.rows(band) * ow > ROWS_MAX:  # (a == 0: one output row, whose maxima must fit too)
         return None
     for n in {band, oh % band or band}:  # a whole band and the last one
         reached = {y * a + k * b for y in range(n) for k in range(kh)}
         if len(reached) != max(reached) + 1:
             return None
-    plan = SeparableMax(kh, kw, oh, ow, tuple(st.strides[:nd - 2]), st.offset, ah, aw, bh, bw, g, band)
     return plan if plan.terms <= WORTH * oh * ow * kh * kw or kh * kw > UNROLL else None
 
 

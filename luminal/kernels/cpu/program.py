@@ -50,7 +50,7 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
   lum_threads = threads;
   /* OpenBLAS runs on its calling thread (its pthread pool would spin against the OpenMP team; a large
      GEMM is split across the team instead, `LUM_BLAS_GEMM`). Its count is process-wide, NumPy's
-     too: 1 for the call, then the caller's again (left at 1, NumPy's matmuls ran on one core) */
+     too: 1 for the call, then the caller's again */
   const int outer_blas = lum_blas_get_threads ? lum_blas_get_threads() : 0;
   if (outer_blas > 1) lum_blas_set_threads(1);
   void* p[@MAXP@];
@@ -70,7 +70,7 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
     t += 3 + np + nd;
   }
   lum_pack_table = NULL;
-  if (outer_blas > 1 && lum_blas_get_threads() == 1) lum_blas_set_threads(outer_blas);  /* (another call may have) */
+  if (outer_blas > 1 && lum_blas_get_threads() == 1) lum_blas_set_threads(outer_blas);  /* unless set again meanwhile */
   omp_set_dynamic(outer_dynamic);
   omp_set_num_threads(outer_threads);
   if (lum_mkl_threads_local) lum_mkl_threads_local(outer_mkl);
