@@ -196,8 +196,7 @@ class CompiledGraph:
                 feeds = {**feeds, RNG_SEED_INPUT: draw_seed()}
         elif RNG_SEED_INPUT in feeds:  # no random ops: a seed given is ignored
             feeds = {k: v for k, v in feeds.items() if k != RNG_SEED_INPUT}
-        with self._calls_lock:
-            self.calls += 1
+        self._served()
         gate = self._after_first
         run = functools.partial(self.runtime.call_donating, donated=donated & set(feeds)) if donated else self.runtime
         if gate is None or gate.over():
@@ -206,6 +205,11 @@ class CompiledGraph:
             return run(feeds)
         finally:
             gate.first_call_over()
+
+    def _served(self) -> None:
+        """Count a call (`calls`), by either path: `__call__` or a `bound_call`'s."""
+        with self._calls_lock:
+            self.calls += 1
 
     def bound_call(self, feeds: dict):
         """(input names, call) for calls whose arrays have exactly `feeds`' dtypes and shapes, given
@@ -221,11 +225,9 @@ class CompiledGraph:
         if got is None:
             return None
         names, run = got
-        lock = self._calls_lock
 
         def call(arrays: list) -> list:
-            with lock:
-                self.calls += 1
+            self._served()
             return run(arrays)
 
         return names, call

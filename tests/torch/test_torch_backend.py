@@ -140,6 +140,47 @@ def test_luminal_compile_dynamic_dims():
                     cm(torch.randn(1, 8))
 
 
+def test_repeated_calls_take_the_bound_c_and_leave_it_for_other_signatures():
+    """From a signature's second call, `luminal.compile` calls the C bound to its dtypes and shapes
+    (`Imported._bound_run`); a call of another shape, a non-contiguous input, an input changed in
+    place and two threads calling at once each get eager's answer."""
+    import threading
+
+    model = Small()
+    with torch.no_grad():
+        cm = luminal.compile(model, (torch.randn(3, 8),), dynamic={"x": {0: "batch"}}, device="cpu")
+        x = torch.randn(3, 8)
+        for _ in range(3):
+            assert_same(cm(x), model(x))
+        bound = cm._imported.__dict__.get("_bound")
+        assert bound is not None and bound[3] is not None, "the third call of one signature runs the bound C"
+        x.mul_(-2)  # the same tensor, new values
+        assert_same(cm(x), model(x))
+        for n in (5, 3, 5, 5, 3):
+            xn = torch.randn(n, 8)
+            assert_same(cm(xn), model(xn))
+        wide = torch.randn(8, 6)
+        assert_same(cm(wide.t()), model(wide.t()))  # a transposed view: borrowed as a contiguous copy
+        assert_same(cm(x), model(x))
+        errors = []
+
+        def worker(seed):
+            g = torch.Generator().manual_seed(seed)
+            try:
+                for _ in range(50):
+                    xi = torch.randn(3, 8, generator=g)
+                    assert_same(cm(xi), model(xi))
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+
+
 def test_compiled_model_api():
     model = Small()
     x = torch.randn(3, 8)

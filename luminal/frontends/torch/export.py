@@ -44,6 +44,8 @@ from luminal.frontends.torch.decompose import decompose_graph
 from luminal.frontends.torch.fx_import import FxImporter
 from luminal.frontends.torch.view_outputs import aten_step, find_views, replay
 
+REBOUND_CHECK_EVERY = 16  # calls between two checks for weights rebound after the compile (`_check`)
+
 
 def dynamic_shapes_spec(model, args, kwargs, dynamic):
     """`dynamic` as torch.export's `dynamic_shapes`.
@@ -257,6 +259,7 @@ class CompiledModel:
         self._owner_tensors = tuple(t for _, _, _, t, _ in self._owners)
         self._owner_ptrs = [ptr for *_, ptr in self._owners]
         self._rebound_warned, self._lowering = False, None
+        self._until_rebound_check = 0  # calls to go before the next `_rebound` check (`_check`)
         self._read_signature(ep)
         opts = {"device": device, "optimize": optimize, "search": search}
         start = time.perf_counter()
@@ -445,13 +448,19 @@ class CompiledModel:
                        "starts at 2: compile with an example of that size for it)" if size < 2 <= lo else "")
                 raise InputError(f"input {name!r} dim {axis} ({label}) is {size}; the model was compiled for "
                                  f"{label} in [{lo}, {hi if hi < 2**62 else 'inf'}]{why}")
-        if not self._rebound_warned and self._rebound():
-            rebound = [n for n, table, key, t, ptr in self._owners if table.get(key) is not t or t.data_ptr() != ptr]
-            self._rebound_warned = True
-            warnings.warn(f"luminal: {self.name}: {', '.join(rebound[:5])} replaced or converted after "
-                          "luminal.compile; the compiled model keeps the tensors it was compiled with "
-                          "(torch.export's semantics; in-place updates are seen): compile again to use the new ones",
-                          UserWarning, stacklevel=3)
+        # a rebound weight changes no result (the compiled model keeps its tensors) and is only warned
+        # of, so it is checked at every REBOUND_CHECK_EVERY-th call: it reads every weight's module
+        # entry and data pointer, objects a call's kernels have pushed out of the caches
+        self._until_rebound_check -= 1
+        if self._until_rebound_check < 0:
+            self._until_rebound_check = REBOUND_CHECK_EVERY - 1
+            if not self._rebound_warned and self._rebound():
+                rebound = [n for n, table, key, t, ptr in self._owners if table.get(key) is not t or t.data_ptr() != ptr]
+                self._rebound_warned = True
+                warnings.warn(f"luminal: {self.name}: {', '.join(rebound[:5])} replaced or converted after "
+                              "luminal.compile; the compiled model keeps the tensors it was compiled with "
+                              "(torch.export's semantics; in-place updates are seen): compile again to use the new ones",
+                              UserWarning, stacklevel=3)
 
     def _rebound(self) -> bool:
         """Whether a weight or buffer was replaced in its module, or its data swapped (`.to()`,

@@ -249,6 +249,8 @@ def _constant(g: Graph, t, name: str):
     return g.constant(t, name=name)  # a NumPy view of the tensor's memory: no copy
 
 
+REBIND_AFTER = 63  # calls before a signature the C could not be bound to is tried again (`Imported._bound_run`)
+
 # --- the imported graph, compiled and called ---------------------------------------------
 class Imported:
     """A built luminal graph plus how to feed it from FX placeholders and read its outputs."""
@@ -307,15 +309,23 @@ class Imported:
         self.used = set(self.compiled.input_names)
         return self
 
+    def fed(self) -> list[tuple[int, tuple]]:
+        """(position, feed) of the placeholders the compiled graph reads (the weights it holds are
+        not among them): a call walks these, not every placeholder."""
+        got = self.__dict__.get("_fed")
+        if got is None or got[0] is not self.used:
+            got = self._fed = (self.used, [(k, f) for k, f in enumerate(self.feeds) if f is not None and f[1] in self.used])
+        return got[1]
+
     def __call__(self, args, donated: frozenset = frozenset()) -> list:
-        """Run on the flat placeholder values `args` (torch tensors, ints); flat outputs. `donated`:
-        positions of tensors whose memory the caller gives up (`CompiledGraph.call_donating`)."""
+        """Run on the flat placeholder values `args` (torch tensors, ints; at the positions `fed`
+        names, the rest unread); flat outputs. `donated`: positions of tensors whose memory the
+        caller gives up (`CompiledGraph.call_donating`)."""
         feeds = {}
         given = set()
         host = self.compiled.device.io == "numpy"
-        for k, (f, a) in enumerate(zip(self.feeds, args)):
-            if f is None or f[1] not in self.used:
-                continue
+        for k, f in self.fed():
+            a = args[k]
             if k in donated and f[0] == "tensor":
                 given.add(f[1])
             if f[0] in ("tensor", "complex"):  # the kernel runtimes take torch tensors (DLPack, zero-copy)
@@ -326,8 +336,10 @@ class Imported:
                 feeds[f[1]] = np.empty(int(a), np.bool_)
         if not self.out_nodes:
             results = []
+        elif given:
+            results = self.compiled.call_donating(feeds, frozenset(given))
         else:
-            results = self.compiled.call_donating(feeds, frozenset(given)) if given else self.compiled(feeds)
+            results = self._bound_run(feeds) if host else self.compiled(feeds)
         flat = []
         for kind, v in self.flat_kinds:
             if kind in ("tensor", "complex"):
@@ -340,6 +352,25 @@ class Imported:
                 flat.append(v)
         return flat
 
+
+    def _bound_run(self, feeds: dict) -> list:
+        """`self.compiled(feeds)`, through the C bound to the feeds' dtypes and shapes
+        (`CompiledGraph.bound_call`: no binding or layout per call) from the second call of a
+        signature on: the call of a small model is mostly this Python, and it runs after the
+        kernels have taken the caches."""
+        sig = (tuple(feeds), tuple((a.dtype, a.shape, a.flags.c_contiguous) for a in feeds.values()))
+        bound = self.__dict__.get("_bound")  # (signature, calls to go before binding, names, call)
+        if bound is not None and bound[0] == sig and bound[3] is not None:
+            return bound[3]([feeds[n] for n in bound[2]])
+        results = self.compiled(feeds)
+        if bound is None or bound[0] != sig:
+            self._bound = (sig, 0, None, None)  # bound at the signature's next call
+        elif bound[1] > 0:
+            self._bound = (sig, bound[1] - 1, None, None)
+        elif all(c for *_, c in sig[1]):
+            got = self.compiled.bound_call(feeds)  # None while a library builds, or for inputs it cannot take:
+            self._bound = (sig, REBIND_AFTER, None, None) if got is None else (sig, 0, got[0], got[1])  # later again
+        return results
 
 def _complex_of(planes: torch.Tensor) -> torch.Tensor:
     """A complex result from its (..., 2) planes (view_as_complex refuses an empty tensor's)."""
