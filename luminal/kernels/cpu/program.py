@@ -75,6 +75,13 @@ void lum_run(const long long* table, long long n_steps, void* const* bufs, const
   omp_set_num_threads(outer_threads);
   if (lum_mkl_threads_local) lum_mkl_threads_local(outer_mkl);
 }
+/* lum_run with its arguments in one array of 11 words (CpuRuntime keeps one per calling thread
+   and rewrites only what changed): one argument for ctypes to convert instead of 11 */
+void lum_call(void* const* a) {
+  lum_run((const long long*)a[0], (long long)(intptr_t)a[1], (void* const*)a[2], (const long long*)a[3],
+          (void* const*)a[4], (int*)a[5], (int)(intptr_t)a[6], (double*)a[7], (int)(intptr_t)a[8],
+          (long long*)a[9], (long long)(intptr_t)a[10]);
+}
 /* the team a call asking for `threads` would get now (`lum_team`): for tests and diagnostics */
 int lum_team_size(int threads) { return lum_team(threads); }
 """

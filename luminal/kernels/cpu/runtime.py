@@ -205,11 +205,11 @@ class CpuRuntime(Runtime):
         self.blas.bind(lib, choices.gemm)
         self.gemm = f"luminal-{sgemm.isa()}" if self.blas.front_for(choices.gemm) is not None else "blas"
         self._threads = choices.threads  # None: `threads()` at each call
-        self._run = lib.lum_run
+        # `lum_call`: `lum_run` with its arguments in one array (`_launch`); ctypes converts one
+        # argument instead of 11, a tenth of a small model's call
+        self._run = lib.lum_call
         self._run.restype = None
-        self._run.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                              ctypes.c_longlong]
+        self._run.argtypes = [ctypes.c_void_p]
         self._pack = None  # the table of weights packed once (`pack_weights`): (array, its address, entries)
         self._lib = lib
         self._table = np.array(launch_table(program, lambda n: slot[id(n)]) or [0], np.int64)
@@ -445,7 +445,12 @@ class CpuRuntime(Runtime):
         if bufs is None:
             bufs = mine["bufs"] = (ctypes.c_void_p * len(self._template)).from_buffer_copy(self._template)
             mine["err"] = err = ctypes.c_int(0)
-            mine["err_ref"] = ctypes.byref(err)
+            # lum_run's arguments (`lum_call`): those fixed for this thread's calls set here, the rest
+            # when they change (`key` below)
+            args = mine["args"] = (ctypes.c_void_p * 11)(
+                self._table_at, self._n_steps, ctypes.addressof(bufs), 0, 0, ctypes.addressof(err), 0,
+                None if self._seconds is None else self._seconds.ctypes.data, 0, None, 0)
+            mine["args_at"], mine["args_key"] = ctypes.addressof(args), None
         k = self._n_weights
         for i, a in enumerate(addresses):
             bufs[k + i] = a
@@ -455,9 +460,14 @@ class CpuRuntime(Runtime):
         err = mine["err"]  # this thread's flag, cleared for the call
         err.value = 0
         pack = self._pack  # held to the call's end: a table `weights_changed` replaced is freed after it
-        self._run(self._table_at, self._n_steps, bufs, dims_at, tmps.ctypes.data if placed is not None else mine["tmps_ptr"],
-                  mine["err_ref"], team, None if self._seconds is None else self._seconds.ctypes.data, f64,
-                  *((pack[1], pack[2]) if pack is not None else (None, 0)))
+        key = (dims_at, tmps.ctypes.data if placed is not None else mine["tmps_ptr"], team, f64,
+               None if pack is None else pack[1])
+        if key != mine["args_key"]:
+            args = mine["args"]
+            args[3], args[4], args[6], args[8] = key[0], key[1], team, int(f64)
+            args[9], args[10] = (pack[1], pack[2]) if pack is not None else (None, 0)
+            mine["args_key"] = key
+        self._run(mine["args_at"])
         if err.value:
             if err.value & 2 and not err.value & 1:
                 raise DivisionByZero("integer division or remainder by zero (flagged by the compiled C)")

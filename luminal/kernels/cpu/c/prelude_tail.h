@@ -94,8 +94,12 @@ static double lum_busy_seconds(void) {  /* all CPUs' non-idle time since boot; <
   return (double)(user + nice + sys + irq + softirq) / (double)sysconf(_SC_CLK_TCK);
 }
 static int lum_team(int threads) {
+  /* the processors the caller may run on: a system call, so read when the others' load is, at
+     most every 0.1 s, not at every call */
   static double others = 0, last_wall = -1e9, last_busy = -1, last_cpu;
+  static int procs = 1;
   double seen;
+  int cores;
   if (threads <= 1) return threads < 1 ? 1 : threads;
   const double wall = lum_now(CLOCK_MONOTONIC);
   #pragma omp critical(lum_team)
@@ -103,6 +107,7 @@ static int lum_team(int threads) {
     const double gap = wall - last_wall;
     if (gap > 2.0) {  /* nothing measured lately: what runs now, and a window from here */
       others = lum_others_now();
+      procs = omp_get_num_procs();
       last_wall = wall; last_busy = lum_busy_seconds(); last_cpu = lum_now(CLOCK_PROCESS_CPUTIME_ID);
     } else if (gap >= 0.1) {
       const double busy = lum_busy_seconds(), cpu = lum_now(CLOCK_PROCESS_CPUTIME_ID);
@@ -110,11 +115,13 @@ static int lum_team(int threads) {
         const double o = (busy - last_busy - (cpu - last_cpu)) / gap;
         others = o > 0 ? o : 0;
       }
+      procs = omp_get_num_procs();
       last_wall = wall; last_busy = busy; last_cpu = cpu;
     }
     seen = others;
+    cores = procs;
   }
-  const int free_cores = omp_get_num_procs() - (int)(seen + 0.5);
+  const int free_cores = cores - (int)(seen + 0.5);
   return free_cores < 1 ? 1 : free_cores < threads ? free_cores : threads;
 }
 /* a batch of GEMMs runs one per thread when the BLAS's threads are the OpenMP team's (MKL) and
