@@ -313,6 +313,11 @@ class CompiledModel:
         self._user_inputs = user
         self._ranges = _dim_ranges(ep, user)
         self._placeholder_names = [n.name for n in ep.graph_module.graph.nodes if n.op == "placeholder"]
+        # a call's placeholder values: the user's inputs and the fed buffers in their slots, None in the
+        # weights' (compiled in: `Imported.fed` never reads them), without a lookup per weight
+        fed = set(user) | set(self._buffer_feeds)
+        self._fed_slots = [(k, n) for k, n in enumerate(self._placeholder_names) if n in fed]
+        self._no_values = [None] * len(self._placeholder_names)
 
     def _placeholder_values(self) -> list:
         """Per placeholder: its weight or fed buffer; None for a user input (the key spells those
@@ -484,7 +489,9 @@ class CompiledModel:
     def _run(self, by_name) -> list:
         """The flat user outputs for the user inputs `by_name`; mutated buffers and inputs written back."""
         by_name = {**by_name, **self._buffer_feeds}
-        values = [by_name.get(n) for n in self._placeholder_names]
+        values = self._no_values.copy()
+        for k, name in self._fed_slots:
+            values[k] = by_name.get(name)
         results = self._imported(values)
         if self._view_outputs():
             results = list(results)
