@@ -42,7 +42,7 @@ def _runtimes(g):
 
 def _used(runtime) -> int:
     """Entries of the runtime's table holding packed panels."""
-    return int((runtime._pack[0].reshape(-1, 8)[:, 6] == 2).sum()) if runtime._pack is not None else 0
+    return int((runtime._pack[0][:-1].reshape(-1, 8)[:, 6] == 2).sum()) if runtime._pack is not None else 0
 
 
 SHAPES = [  # rows, k, n: one panel, edge panels, K past one block, more rows than columns (rows split), few rows
@@ -149,6 +149,52 @@ def test_torch_inplace_weight_change_is_seen():
         model[2].weight.data.mul_(0.5)  # past the version counter: seen once the user says so
         cm.weights_changed()
         torch.testing.assert_close(cm(x), model(x), rtol=1e-4, atol=1e-3)
+
+
+@needs_own_sgemm
+def test_torch_watches_the_packed_weights_and_sees_every_change():
+    """Only the weights with packed copies are watched at each call (`CompiledModel._weights_seen`);
+    a weight changed in place right after its first packing, in the steady state, after a
+    `weights_changed`, a tied weight, and an unpacked bias are each seen at the next call."""
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(64, 64), torch.nn.Linear(64, 64)
+            self.b.weight = self.a.weight  # one storage, two layers
+
+        def forward(self, x):
+            return self.b(self.a(x).relu())
+
+    torch.manual_seed(0)
+    model, x = Tied().eval(), torch.randn(48, 64)
+    with torch.no_grad():
+        cm = lm.compile(model, (x,))
+        torch.testing.assert_close(cm(x), model(x))  # the first call packs
+        model.a.weight.mul_(-0.5)  # changed after its packing, before the packed set was read
+        torch.testing.assert_close(cm(x), model(x))
+        for _ in range(3):
+            torch.testing.assert_close(cm(x), model(x))
+        if cm.compiled.packed_generation() is not None:
+            watched = {id(cm._versioned[i]) for i in cm._watched}
+            assert id(model.a.weight) in watched, "the packed (tied) weight is watched"
+            assert id(model.a.bias) not in watched, "a bias is read in place: not watched"
+            assert len(cm._watched) < len(cm._versioned)
+        for _ in range(3):  # the steady state: only the watched weights read
+            model.b.weight.add_(0.25)  # the tied weight, through the other layer
+            torch.testing.assert_close(cm(x), model(x))
+            model.a.bias.mul_(2)
+            torch.testing.assert_close(cm(x), model(x))
+        cm.weights_changed()
+        model.a.weight.mul_(3)  # right after a fresh table: before anything was packed into it
+        torch.testing.assert_close(cm(x), model(x))
+        model.a.weight.mul_(-1)
+        torch.testing.assert_close(cm(x), model(x))
+        small = torch.randn(3, 64)  # a signature whose few rows do not pack: the weights read in place
+        ecm = lm.compile(model, (small,))
+        model.a.weight.mul_(0.5)
+        torch.testing.assert_close(ecm(small), model(small))
+        torch.testing.assert_close(cm(x), model(x))
 
 
 @needs_own_sgemm

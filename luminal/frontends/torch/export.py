@@ -25,6 +25,7 @@ runs the exported program's signature.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import inspect
 import os
@@ -290,7 +291,9 @@ class CompiledModel:
         # the weights luminal reads in place, their linear layers' packed once (`CompiledGraph.pack_weights`):
         # an in-place change (torch's version counter) has them packed anew at the next call
         self._versioned = tuple(t for t in self._constants.values() if isinstance(t, torch.Tensor))
-        self._versions = [t._version for t in self._versioned]
+        self._versions = [t._version for t in self._versioned]  # every weight's, at the last full check
+        self._generation = object()  # the packed set's when `_watched` was found (`_weights_seen`)
+        self._watched: tuple[int, ...] = ()  # positions in `_versioned` of the weights with packed copies
         self.compiled.pack_weights()
 
     def weights_changed(self) -> None:
@@ -300,11 +303,45 @@ class CompiledModel:
         self.compiled.weights_changed()
 
     def _weights_seen(self) -> None:
-        """Tell the runtime when a weight changed in place since the last call (`weights_changed`)."""
+        """Tell the runtime when a weight with a packed copy changed in place since the last call
+        (`weights_changed`). The runtime reads every other weight in place, so only those are
+        watched at each call (reading every weight's version counter, objects the last call's
+        kernels pushed out of the caches, was a noticeable part of a small model's call); every
+        weight is compared with the last full check when the packed set may have grown (a weight
+        packed since then, and perhaps changed since it was packed) and when a watched one changed."""
+        generation = self.compiled.packed_generation()
+        if generation is None:  # no packed copies: every weight is read in place
+            return
+        if generation is not True and generation == self._generation:
+            versioned, versions = self._versioned, self._versions
+            if all(versioned[i]._version == versions[i] for i in self._watched):
+                return
         versions = [t._version for t in self._versioned]
-        if versions != self._versions:
+        if versions != self._versions:  # changed since the full check before it was packed, perhaps
             self._versions = versions
             self.compiled.weights_changed()
+            generation = self.compiled.packed_generation()
+        self._generation, self._watched = generation, self._packed_positions()
+
+    def _packed_positions(self) -> tuple[int, ...]:
+        """The positions in `_versioned` of the weights whose storage holds an address the runtime
+        packed (a weight or a view of it)."""
+        addresses = self.compiled.packed_addresses()
+        if not addresses:
+            return ()
+        spans = sorted((t.untyped_storage().data_ptr(), t.untyped_storage().nbytes(), i)
+                       for i, t in enumerate(self._versioned) if t.device.type == "cpu")
+        starts = [start for start, _, _ in spans]
+        found = set()
+        for a in addresses:
+            k = bisect.bisect_right(starts, a) - 1
+            if k < 0 or a >= spans[k][0] + spans[k][1]:
+                continue
+            start = spans[k][0]
+            while k >= 0 and spans[k][0] == start:  # every weight of that storage (tied weights share one)
+                found.add(spans[k][2])
+                k -= 1
+        return tuple(sorted(found))
 
     def _read_signature(self, ep):
         self.exported = ep

@@ -211,6 +211,7 @@ class CpuRuntime(Runtime):
         self._run.restype = None
         self._run.argtypes = [ctypes.c_void_p]
         self._pack = None  # the table of weights packed once (`pack_weights`): (array, its address, entries)
+        self._pack_counted = hasattr(lib, "lum_pack_counted")  # the table's last word counts its claimed entries
         self._lib = lib
         self._table = np.array(launch_table(program, lambda n: slot[id(n)]) or [0], np.int64)
         self._table_at = self._table.ctypes.data
@@ -485,7 +486,7 @@ class CpuRuntime(Runtime):
         if not self.gemm.startswith("luminal") or packing is None or os.environ.get("LUMINAL_PACK_WEIGHTS", "1") == "0":
             return False
         entries = 8 * self._n_weights + 64  # a weight's views and batch slices each take one
-        table = np.zeros(8 * entries, np.int64)
+        table = np.zeros(8 * entries + 1, np.int64)  # and the count of entries claimed (`packed_generation`)
         weakref.finalize(table, _free_packed, packing[2], table.ctypes.data, entries)
         self._pack = (table, table.ctypes.data, entries)
         return True
@@ -495,6 +496,24 @@ class CpuRuntime(Runtime):
         way finish on theirs, freed after them)."""
         if self._pack is not None:
             self.pack_weights()
+
+    def packed_generation(self):
+        """What weights may have packed copies now: None where none can (packing off), else (the
+        table's address, its entries claimed so far), which changes when a weight is packed for
+        the first time or the table is replaced; `True` where a library does not count its
+        entries (every weight may be packed)."""
+        pack = self._pack
+        if pack is None:
+            return None
+        return (pack[1], int(pack[0][-1])) if self._pack_counted else True
+
+    def packed_addresses(self) -> list[int]:
+        """The addresses of the weights (or views of them) with packed copies, or being packed."""
+        pack = self._pack
+        if pack is None:
+            return []
+        keys = pack[0][:-1].reshape(-1, 8)[:, 0]
+        return keys[keys != 0].tolist()
 
     def profile(self, top: int = 15) -> list[tuple[str, float, int]]:
         """(kernel, seconds, steps) summed over the calls so far, slowest first (`profile=True` only)."""

@@ -293,6 +293,16 @@ class TieredRuntime(Runtime):
         if compiled is not None and hasattr(compiled, "weights_changed"):
             compiled.weights_changed()
 
+    def packed_generation(self):
+        """`CpuRuntime.packed_generation` of the C runtime once built; None before (the NumPy
+        runtime reads every weight in place)."""
+        compiled = self._compiled
+        return compiled.packed_generation() if compiled is not None and hasattr(compiled, "packed_generation") else None
+
+    def packed_addresses(self) -> list[int]:
+        compiled = self._compiled
+        return compiled.packed_addresses() if compiled is not None and hasattr(compiled, "packed_addresses") else []
+
     def report_lines(self) -> list[str]:
         if not self._ready.is_set():
             return ["  cpu: the C library is building in the background; "

@@ -360,8 +360,10 @@ static void lum_gemm_f(int ta, int tb, long long M, long long N, long long K, co
    call instead of packing (transposing) it every call: the table (`lum_pack_table`, one per
    runtime, CpuRuntime.pack_weights) maps the weight's address and view to its panels. The
    table's entries, 8 words: address, N, K, ldb, tb, panels, state (0 free, 1 being packed, 2
-   ready, 3 failed). A thread finding an entry being packed computes this call unpacked; the
-   frontend that owns the weights replaces the table when they change in place. NULL: unpacked. */
+   ready, 3 failed); after them, the count of entries claimed, which tells the frontend that
+   owns the weights which ones to watch (CpuRuntime.packed_generation). A thread finding an entry
+   being packed computes this call unpacked; the frontend replaces the table when a packed weight
+   changes in place. NULL: unpacked. */
 static const float* lum_packed_weight(int tb, long long N, long long K, const float* B, long long ldb) {
   long long* const t = lum_pack_table;
   const long long n = lum_pack_entries, key = (long long)(uintptr_t)B;
@@ -373,6 +375,7 @@ static const float* lum_packed_weight(int tb, long long N, long long K, const fl
     if (seen == 0) {
       long long expected = 0;
       if (__atomic_compare_exchange_n(&e[0], &expected, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        __atomic_fetch_add(&t[8 * n], 1, __ATOMIC_RELEASE);  /* the entries claimed (`packed_generation`) */
         e[1] = N; e[2] = K; e[3] = ldb; e[4] = tb;
         const size_t bytes = ((size_t)((N + 31) / 32 * 32 * K) * sizeof(float) + 63) / 64 * 64;  /* 32: NR, the panels' width */
         float* p = (float*)aligned_alloc(64, bytes);
