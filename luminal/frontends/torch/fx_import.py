@@ -352,7 +352,6 @@ class Imported:
                 flat.append(v)
         return flat
 
-
     def _bound_run(self, feeds: dict) -> list:
         """`self.compiled(feeds)`, through the C bound to the feeds' dtypes and shapes
         (`CompiledGraph.bound_call`: no binding or layout per call) from the second call of a
@@ -371,6 +370,7 @@ class Imported:
             got = self.compiled.bound_call(feeds)  # None while a library builds, or for inputs it cannot take:
             self._bound = (sig, REBIND_AFTER, None, None) if got is None else (sig, 0, got[0], got[1])  # later again
         return results
+
 
 def _complex_of(planes: torch.Tensor) -> torch.Tensor:
     """A complex result from its (..., 2) planes (view_as_complex refuses an empty tensor's)."""
