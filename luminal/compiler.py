@@ -248,18 +248,6 @@ class CompiledGraph:
         if changed is not None:
             changed()
 
-    def packed_generation(self):
-        """None where no weight has a packed copy that an in-place change would leave stale (runtimes
-        that read every weight in place); else a value that changes when the packed set may have
-        (`CpuRuntime.packed_generation`; `True`: unknown, every weight may be packed)."""
-        generation = getattr(self.runtime, "packed_generation", None)
-        return None if generation is None else generation()
-
-    def packed_addresses(self) -> list[int]:
-        """The addresses of the weights (or views of them) the runtime holds packed copies of."""
-        addresses = getattr(self.runtime, "packed_addresses", None)
-        return [] if addresses is None else addresses()
-
     def wait_writes(self) -> None:
         """Until the compile cache's writes that wait for the first call (`WriteBehind`) are done
         (the first call's wait included; at once where there are none)."""

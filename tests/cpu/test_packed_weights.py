@@ -153,7 +153,7 @@ def test_torch_inplace_weight_change_is_seen():
 
 @needs_own_sgemm
 def test_torch_watches_the_packed_weights_and_sees_every_change():
-    """Only the weights with packed copies are watched at each call (`CompiledModel._weights_seen`);
+    """Only the weights with packed copies are watched at each call (`WeightWatch.seen`);
     a weight changed in place right after its first packing, in the steady state, after a
     `weights_changed`, a tied weight, and an unpacked bias are each seen at the next call."""
 
@@ -175,11 +175,12 @@ def test_torch_watches_the_packed_weights_and_sees_every_change():
         torch.testing.assert_close(cm(x), model(x))
         for _ in range(3):
             torch.testing.assert_close(cm(x), model(x))
-        if cm.compiled.packed_generation() is not None:
-            watched = {id(cm._versioned[i]) for i in cm._watched}
+        weights = cm._weights
+        if weights.packed_generation() is not None:
+            watched = {id(weights.versioned[i]) for i in weights.watched}
             assert id(model.a.weight) in watched, "the packed (tied) weight is watched"
             assert id(model.a.bias) not in watched, "a bias is read in place: not watched"
-            assert len(cm._watched) < len(cm._versioned)
+            assert len(weights.watched) < len(weights.versioned)
         for _ in range(3):  # the steady state: only the watched weights read
             model.b.weight.add_(0.25)  # the tied weight, through the other layer
             torch.testing.assert_close(cm(x), model(x))

@@ -13,7 +13,7 @@ import torch
 from torch_helpers import assert_same, runs_on_luminal
 
 import luminal
-from luminal.frontends.torch.export import REBOUND_CHECK_EVERY
+from luminal.frontends.torch.weight_watch import REBOUND_CHECK_EVERY
 
 
 class Counter(torch.nn.Module):

@@ -25,7 +25,6 @@ runs the exported program's signature.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import inspect
 import os
@@ -44,8 +43,7 @@ from luminal.frontends.torch.backward import needs_grad, training_call, training
 from luminal.frontends.torch.decompose import decompose_graph
 from luminal.frontends.torch.fx_import import FxImporter
 from luminal.frontends.torch.view_outputs import aten_step, find_views, replay
-
-REBOUND_CHECK_EVERY = 16  # calls between two checks for weights rebound after the compile (`_check`)
+from luminal.frontends.torch.weight_watch import WeightWatch, state_owners
 
 
 def dynamic_shapes_spec(model, args, kwargs, dynamic):
@@ -130,19 +128,6 @@ def _export(model, args, kwargs, spec):
         if error is None:
             raise
         raise error from exc
-
-
-def _state_owners(model, ep) -> list[tuple]:
-    """(name, owning dict, key, tensor, data_ptr) of every parameter and buffer the program reads."""
-    modules = dict(model.named_modules())
-    owners = []
-    for name, t in ep.state_dict.items():
-        prefix, _, key = name.rpartition(".")
-        owner = modules.get(prefix)
-        for table in (getattr(owner, "_parameters", None), getattr(owner, "_buffers", None)):
-            if table is not None and table.get(key) is t:
-                owners.append((name, table, key, t, t.data_ptr()))
-    return owners
 
 
 def _feeds(ep) -> tuple[dict, dict, dict, list, dict]:
@@ -256,11 +241,8 @@ class CompiledModel:
             ep = _export(model, example_args, example_kwargs, spec)
             phases["export"] = time.perf_counter() - start
             self._eager = model
-        self._owners = _state_owners(model, ep) if self._eager is not None else []
-        self._owner_tensors = tuple(t for _, _, _, t, _ in self._owners)
-        self._owner_ptrs = [ptr for *_, ptr in self._owners]
-        self._rebound_warned, self._lowering = False, None
-        self._until_rebound_check = 0  # calls to go before the next `_rebound` check (`_check`)
+        owners = state_owners(model, ep) if self._eager is not None else []
+        self._lowering = None
         self._read_signature(ep)
         opts = {"device": device, "optimize": optimize, "search": search}
         start = time.perf_counter()
@@ -290,10 +272,8 @@ class CompiledModel:
         self.compiled = self._imported.compiled
         # the weights luminal reads in place, their linear layers' packed once (`CompiledGraph.pack_weights`):
         # an in-place change (torch's version counter) has them packed anew at the next call
-        self._versioned = tuple(t for t in self._constants.values() if isinstance(t, torch.Tensor))
-        self._versions = [t._version for t in self._versioned]  # every weight's, at the last full check
-        self._generation = object()  # the packed set's when `_watched` was found (`_weights_seen`)
-        self._watched: tuple[int, ...] = ()  # positions in `_versioned` of the weights with packed copies
+        self._weights = WeightWatch(self.name, owners, tuple(t for t in self._constants.values() if isinstance(t, torch.Tensor)),
+                                    self.compiled)
         self.compiled.pack_weights()
 
     def weights_changed(self) -> None:
@@ -301,47 +281,6 @@ class CompiledModel:
         view): the next call packs the linear layers' weights anew (`CompiledGraph.pack_weights`).
         Changes through torch (`with torch.no_grad(): p.mul_(2)`, `load_state_dict`) need no call."""
         self.compiled.weights_changed()
-
-    def _weights_seen(self) -> None:
-        """Tell the runtime when a weight with a packed copy changed in place since the last call
-        (`weights_changed`). The runtime reads every other weight in place, so only those are
-        watched at each call (reading every weight's version counter, objects the last call's
-        kernels pushed out of the caches, was a noticeable part of a small model's call); every
-        weight is compared with the last full check when the packed set may have grown (a weight
-        packed since then, and perhaps changed since it was packed) and when a watched one changed."""
-        generation = self.compiled.packed_generation()
-        if generation is None:  # no packed copies: every weight is read in place
-            return
-        if generation is not True and generation == self._generation:
-            versioned, versions = self._versioned, self._versions
-            if all(versioned[i]._version == versions[i] for i in self._watched):
-                return
-        versions = [t._version for t in self._versioned]
-        if versions != self._versions:  # changed since the full check before it was packed, perhaps
-            self._versions = versions
-            self.compiled.weights_changed()
-            generation = self.compiled.packed_generation()
-        self._generation, self._watched = generation, self._packed_positions()
-
-    def _packed_positions(self) -> tuple[int, ...]:
-        """The positions in `_versioned` of the weights whose storage holds an address the runtime
-        packed (a weight or a view of it)."""
-        addresses = self.compiled.packed_addresses()
-        if not addresses:
-            return ()
-        spans = sorted((t.untyped_storage().data_ptr(), t.untyped_storage().nbytes(), i)
-                       for i, t in enumerate(self._versioned) if t.device.type == "cpu")
-        starts = [start for start, _, _ in spans]
-        found = set()
-        for a in addresses:
-            k = bisect.bisect_right(starts, a) - 1
-            if k < 0 or a >= spans[k][0] + spans[k][1]:
-                continue
-            start = spans[k][0]
-            while k >= 0 and spans[k][0] == start:  # every weight of that storage (tied weights share one)
-                found.add(spans[k][2])
-                k -= 1
-        return tuple(sorted(found))
 
     def _read_signature(self, ep):
         self.exported = ep
@@ -451,8 +390,8 @@ class CompiledModel:
                 raise InputError(f"inputs do not match the example the model was compiled with:\n{spec}\nvs\n{self._in_spec}")
         by_name = dict(zip(self._user_inputs, flat))
         self._check(by_name)
-        if not needs_grad(flat, self._owner_tensors):
-            self._weights_seen()
+        if not needs_grad(flat, self._weights.owner_tensors):
+            self._weights.seen()
             return pytree.tree_unflatten(self._run(by_name), self._out_spec)
         self._check_tensors(by_name)
         if self._trainer is None:  # grad mode: the joint graph, forward and backward compiled (backward.py)
@@ -490,25 +429,7 @@ class CompiledModel:
                        "starts at 2: compile with an example of that size for it)" if size < 2 <= lo else "")
                 raise InputError(f"input {name!r} dim {axis} ({label}) is {size}; the model was compiled for "
                                  f"{label} in [{lo}, {hi if hi < 2**62 else 'inf'}]{why}")
-        # a rebound weight changes no result (the compiled model keeps its tensors) and is only warned
-        # of, so it is checked at every REBOUND_CHECK_EVERY-th call: it reads every weight's module
-        # entry and data pointer, objects a call's kernels have pushed out of the caches
-        self._until_rebound_check -= 1
-        if self._until_rebound_check < 0:
-            self._until_rebound_check = REBOUND_CHECK_EVERY - 1
-            if not self._rebound_warned and self._rebound():
-                rebound = [n for n, table, key, t, ptr in self._owners if table.get(key) is not t or t.data_ptr() != ptr]
-                self._rebound_warned = True
-                warnings.warn(f"luminal: {self.name}: {', '.join(rebound[:5])} replaced or converted after "
-                              "luminal.compile; the compiled model keeps the tensors it was compiled with "
-                              "(torch.export's semantics; in-place updates are seen): compile again to use the new ones",
-                              UserWarning, stacklevel=3)
-
-    def _rebound(self) -> bool:
-        """Whether a weight or buffer was replaced in its module, or its data swapped (`.to()`,
-        `.data = `), since the compile."""
-        return (list(map(torch.Tensor.data_ptr, self._owner_tensors)) != self._owner_ptrs
-                or any(table.get(key) is not t for _, table, key, t, _ in self._owners))
+        self._weights.check_rebound()
 
     def _view_outputs(self) -> list:
         """`view_outputs.find_views` of the user outputs over the user inputs and fed buffers: made

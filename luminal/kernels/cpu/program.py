@@ -32,7 +32,6 @@ static const lum_kernel_fn lum_kernels[] = {@KERNELS@};
 const int lum_kernel_count = @COUNT@;
 const int lum_kernel_arity[] = {@ARITY@};  /* pointers, dims and err flag of each kernel */
 const char lum_kernel_names[] = "@NAMES@";
-const int lum_pack_counted = 1;  /* the packed weights' table counts its claimed entries (lum_packed_weight) */
 void lum_run(const long long* table, long long n_steps, void* const* bufs, const long long* dims, void* const* tmps,
              int* err, int threads, double* seconds, int f64, long long* pack_table, long long pack_entries) {
   lum_f64 = f64;

@@ -205,13 +205,12 @@ class CpuRuntime(Runtime):
         self.blas.bind(lib, choices.gemm)
         self.gemm = f"luminal-{sgemm.isa()}" if self.blas.front_for(choices.gemm) is not None else "blas"
         self._threads = choices.threads  # None: `threads()` at each call
-        # `lum_call`: `lum_run` with its arguments in one array (`_launch`); ctypes converts one
-        # argument instead of 11, a tenth of a small model's call
+        # `lum_call`: `lum_run` with its arguments in one array (`_launch`): ctypes converts one
+        # argument instead of 11 (README, "ONNX")
         self._run = lib.lum_call
         self._run.restype = None
         self._run.argtypes = [ctypes.c_void_p]
         self._pack = None  # the table of weights packed once (`pack_weights`): (array, its address, entries)
-        self._pack_counted = hasattr(lib, "lum_pack_counted")  # the table's last word counts its claimed entries
         self._lib = lib
         self._table = np.array(launch_table(program, lambda n: slot[id(n)]) or [0], np.int64)
         self._table_at = self._table.ctypes.data
@@ -500,12 +499,9 @@ class CpuRuntime(Runtime):
     def packed_generation(self):
         """What weights may have packed copies now: None where none can (packing off), else (the
         table's address, its entries claimed so far), which changes when a weight is packed for
-        the first time or the table is replaced; `True` where a library does not count its
-        entries (every weight may be packed)."""
+        the first time or the table is replaced."""
         pack = self._pack
-        if pack is None:
-            return None
-        return (pack[1], int(pack[0][-1])) if self._pack_counted else True
+        return None if pack is None else (pack[1], int(pack[0][-1]))
 
     def packed_addresses(self) -> list[int]:
         """The addresses of the weights (or views of them) with packed copies, or being packed."""

@@ -361,7 +361,7 @@ static void lum_gemm_f(int ta, int tb, long long M, long long N, long long K, co
    runtime, CpuRuntime.pack_weights) maps the weight's address and view to its panels. The
    table's entries, 8 words: address, N, K, ldb, tb, panels, state (0 free, 1 being packed, 2
    ready, 3 failed); after them, the count of entries claimed, which tells the frontend that
-   owns the weights which ones to watch (CpuRuntime.packed_generation). A thread finding an entry
+   owns the weights which ones to watch (`weight_watch.py`). A thread finding an entry
    being packed computes this call unpacked; the frontend replaces the table when a packed weight
    changes in place. NULL: unpacked. */
 static const float* lum_packed_weight(int tb, long long N, long long K, const float* B, long long ldb) {
