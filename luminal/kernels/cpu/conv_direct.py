@@ -41,6 +41,11 @@ from luminal.kernels.cpu.steps import (
 from luminal.kernels.render.cstyle import pointer_of, read, unmasked, unravel, view_of
 from luminal.kernels.render.dialect import PAR_MIN
 
+# the planes' fill runs on the team from this many floats, not PAR_MIN: the convolution's own
+# parallel region follows at once, so the team is awake and a region costs under a µs (a
+# stride-2 3x3's phase planes, 57,600 floats, had been one core's while the other waited)
+FILL_PAR_MIN = PAR_MIN // 8
+
 MICRO_KERNEL = c_source("direct_conv.h")
 # the path of the program being rendered (`Choices.conv`: `render_program(conv=...)`), None: the
 # environment's; scoped to the rendering thread's context, never a process-wide setting
@@ -128,7 +133,7 @@ def _planes(g: DirectConv, x_src: Node, inputs: list[Node]) -> str:
         if j != g.w:
             outer *= g.space[j]
     return f"""float* const planes = scratch;
-    #pragma omp parallel for if ({outer * g.space[g.w]}LL >= {PAR_MIN})
+    #pragma omp parallel for if ({outer * g.space[g.w]}LL >= {FILL_PAR_MIN})
     for (long long xi = 0; xi < {outer}LL; ++xi) {{  /* X (the padded input) into its phase planes */
       {" ".join(xlines)}
       {_fill_row(g, x_src, names, inputs)}
