@@ -42,8 +42,7 @@ from luminal.kernels.render.cstyle import pointer_of, read, unmasked, unravel, v
 from luminal.kernels.render.dialect import PAR_MIN
 
 # the planes' fill runs on the team from this many floats, not PAR_MIN: the convolution's own
-# parallel region follows at once, so the team is awake and a region costs under a µs (a
-# stride-2 3x3's phase planes, 57,600 floats, had been one core's while the other waited)
+# parallel region follows at once, so the team is awake and one more region costs little
 FILL_PAR_MIN = PAR_MIN // 8
 
 MICRO_KERNEL = c_source("direct_conv.h")
