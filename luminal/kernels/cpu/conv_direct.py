@@ -39,11 +39,10 @@ from luminal.kernels.cpu.steps import (
     dc_kernels,
 )
 from luminal.kernels.render.cstyle import pointer_of, read, unmasked, unravel, view_of
-from luminal.kernels.render.dialect import PAR_MIN
 
-# the planes' fill runs on the team from this many floats, not PAR_MIN: the convolution's own
+# the planes' fill runs on the team from this many floats, under PAR_MIN: the convolution's own
 # parallel region follows at once, so the team is awake and one more region costs little
-FILL_PAR_MIN = PAR_MIN // 8
+FILL_PAR_MIN = 8192
 
 MICRO_KERNEL = c_source("direct_conv.h")
 # the path of the program being rendered (`Choices.conv`: `render_program(conv=...)`), None: the
@@ -170,7 +169,7 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
                 after, stored: bool = False) -> str:
     """C run first in the fused kernel (`out`, `scratch`, n_batch, M = `m`, N, K in scope): the
     direct convolution of every batch element, then `return`. `x_src`: what X's element [i] is
-    read as (the pad's masked view of the input, or X's own buffer); `after(p0, nt, pragma, rows)`:
+    read as (the pad's masked view of the input, or X's own buffer); `after(p0, nt, par, rows)`:
     the epilogue's C on columns p0 .. p0 + nt of batch element bz, rows (first, end) of it. The
     units of work are tiles of positions times blocks of output channels (`DirectConv.block_rows`);
     or, where `lanes` gives R (`stored`: A is a weight stored in the graph, one batch element) and the call finds
@@ -354,7 +353,7 @@ def wgrad_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Node
         free(a_buf); a_buf = rows_copy; a_ptr = rows_copy; a_tr = 0; a_ld = K;
       }}
       {loop}
-      {after("0", "N", f"#pragma omp parallel for if (M * N >= {PAR_MIN})")}
+      {after("0", "N", "M * N")}
     }}
     free(rowoff); free(a_buf);
     if (!failed) return;

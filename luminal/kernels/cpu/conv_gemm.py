@@ -65,7 +65,7 @@ from luminal.kernels.render.cstyle import (
     unravel,
     view_of,
 )
-from luminal.kernels.render.dialect import PAR_MIN, C
+from luminal.kernels.render.dialect import PAR_MIN, C, par_min
 
 EPILOGUE_TILE_FLOATS = 65536  # a plain GEMM's epilogue tile: M x T outputs at most (256 KiB)
 EPILOGUE_TILED_MIN = 131072  # outputs (512 KiB) from which a plain GEMM with an epilogue runs in tiles
@@ -208,11 +208,13 @@ def _gemm_epilogue(node: Node, mm: Node, gemm: Im2colGemm | None, users) -> Gemm
     return GemmEpilogue(mm, gemm, node, Node(node.op, node.dtype, (*shape[:split], cols), tuple(srcs), node.arg))
 
 
-def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: str, pragma: str,
+def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: str, par: str,
                    rows=("0", "M"), runs=None) -> str:
     """C applying the region to columns p0 .. p0 + nt of rows (first, end) of batch element bz of
     the GEMM's output, in place in `out` (the region's buffer); its reads that stay put along a row
-    (a BatchNorm's per-channel scale and shift) into locals before the row's vector loop.
+    (a BatchNorm's per-channel scale and shift) into locals before the row's vector loop. `par`
+    (C, the elements the rows hold; "": on the calling thread): the rows across the team from the
+    region's `par_min`.
     `runs` (the direct convolution's copy-out, `conv_direct.direct_path`): (C opening a loop over
     runs of columns inside each row, the run's first and end column, the GEMM's value there): the
     region reads the product where it lies (a tile) and writes `out` once, instead of a copy into
@@ -227,6 +229,7 @@ def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: 
     opening, lo, hi, product = runs or ("{", p0, f"{p0} + {nt}", "dst[pc]")
     with lanes({id(s): f"e{k}" for k, s in enumerate(fixed)} | {id(s): product for s in mine}):
         value = pointwise_value(region, idx, inputs)
+    pragma = f"#pragma omp parallel for if ({par} >= {par_min(region)})" if par else ""
     return f"""{pragma}
         for (long long mr = {rows[0]}; mr < {rows[1]}; ++mr) {{
           const long long row = bz * M + mr;
@@ -286,11 +289,11 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
           {_epilogue_rows(plan, inputs, t, "p0", "nt", "", ("m0", "m0 + mn"))}
         }}"""
 
-    def batch_loop(pragma: str, rows_pragma: str, tiles: bool) -> str:  # as `render.matmul`'s, each element then through the region
+    def batch_loop(pragma: str, rows_par: str, tiles: bool) -> str:  # as `render.matmul`'s, each element then through the region
         # tiles False: each batch element on its thread (`pragma` shares them out); True: the
         # columns in tiles across the team, or one GEMM the BLAS splits
         whole = f"""{gemm_call(node, b, "M, N, K, a_ptr, a_ld, b_ptr, b_ld, out + bz * M * N, N")}
-      {_epilogue_rows(plan, inputs, t, "0", "N", rows_pragma)}"""
+      {_epilogue_rows(plan, inputs, t, "0", "N", rows_par)}"""
         # tiles to threads in a static schedule, the same contiguous run each call, as the direct
         # convolution's units (`conv_direct.direct_path`: measured, README)
         if tiles:  # a large output: columns in tiles, each multiplied and through the region while in cache
@@ -354,7 +357,7 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
        prelude), the region after. */
     const long long n_tiles = {tiles_when}
                               ? (N + T - 1) / T : 1;
-    {batch_loop("", f"#pragma omp parallel for if (M * N >= {PAR_MIN})", True)}
+    {batch_loop("", "M * N", True)}
   }}
 }}
 """
@@ -429,8 +432,8 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
         inputs += [b for b in buffer_sources(epilogue.node) if b is not node and all(b is not x for x in inputs)]
         symbols = sorted(set(symbols) | set(symbols_of(epilogue.node)) | set(symbols_of(epilogue.rows)))
 
-    def after(p0: str, nt: str, pragma: str, rows=("0", "M"), runs=None) -> str:  # the region on those columns of batch element bz
-        return "" if epilogue is None else _epilogue_rows(epilogue, inputs, t, p0, nt, pragma, rows, runs)
+    def after(p0: str, nt: str, par: str, rows=("0", "M"), runs=None) -> str:  # the region on those columns of batch element bz
+        return "" if epilogue is None else _epilogue_rows(epilogue, inputs, t, p0, nt, par, rows, runs)
     params = [f"{t}* restrict out"] + [
         (f"{t}* restrict in{k}" if x is copy else f"const {C.ctype(x.dtype)}* restrict in{k}") for k, x in enumerate(inputs)]
     params += [f"long long d_{s}" for s in symbols]
@@ -464,13 +467,13 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
           }}
         }}"""
 
-    def tile_loop(fill_pragma: str, epilogue_pragma: str = "") -> str:  # the tiles: fill one from the input, multiply it into its columns
+    def tile_loop(fill_pragma: str, epilogue_par: str = "") -> str:  # the tiles: fill one from the input, multiply it into its columns
         return f"""for (long long ti = 0; ti < n_tiles; ++ti) {{
         const long long p0 = ti * T, nt = lum_min(T, N - p0);
         {fill_pragma}
         {fill_rows("0", "K")}
         lum_gemm_{g}(a_tr, 0, M, nt, K, a_ptr, a_ld, tile, nt, out + bz * M * N + p0, N);
-        {after("p0", "nt", epilogue_pragma)}
+        {after("p0", "nt", epilogue_par)}
       }}"""
 
     x_src = plan.pad.src[0] if plan.pad is not None else copy.src[0].src[0]
@@ -524,7 +527,7 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
         out[bz * M * N + q] = s;
       }}
       }}
-      {after("0", "N", f"#pragma omp parallel for if (M * N >= {PAR_MIN})")}
+      {after("0", "N", "M * N")}
     }}
     free(a_buf);
     return;
@@ -560,7 +563,7 @@ def im2col_gemm_kernel(plan: Im2colGemm, name: str, operand, epilogue: GemmEpilo
       }}
     }} else {{  /* outside any region (inside even an inactive one, MKL threads by nested teams) */
       {t}* const tile = scratch;
-      {tile_loop(f"#pragma omp parallel for if (K * nt >= {PAR_MIN})", f"#pragma omp parallel for if (M * nt >= {PAR_MIN})")}
+      {tile_loop(f"#pragma omp parallel for if (K * nt >= {PAR_MIN})", "M * nt")}
     }}
   }}
   free(a_buf);

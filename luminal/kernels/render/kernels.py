@@ -43,7 +43,7 @@ from luminal.kernels.render.cstyle import (
     view_of,
     wrapping,
 )
-from luminal.kernels.render.dialect import Dialect, Pass
+from luminal.kernels.render.dialect import Dialect, Pass, element_work
 from luminal.kernels.render.grouped import grouped_matmul
 
 
@@ -53,7 +53,7 @@ def _read(x: Node, idx: list[str]) -> str:
 
 def elementwise(node: Node, d: Dialect):
     value = lambda idx, flat: ("", pointwise_value(node, idx, _inputs()))  # noqa: E731
-    return [d.elements(node.shape, value, vector=node.op is not Op.IOTA)], None
+    return [d.elements(node.shape, value, vector=node.op is not Op.IOTA, work=element_work(node))], None
 
 
 def _inputs() -> list[Node]:
