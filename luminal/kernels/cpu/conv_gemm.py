@@ -212,9 +212,8 @@ def _epilogue_rows(plan: GemmEpilogue, inputs: list[Node], t: str, p0: str, nt: 
                    rows=("0", "M"), runs=None) -> str:
     """C applying the region to columns p0 .. p0 + nt of rows (first, end) of batch element bz of
     the GEMM's output, in place in `out` (the region's buffer); its reads that stay put along a row
-    (a BatchNorm's per-channel scale and shift) into locals before the row's vector loop. `par`
-    (C, the elements the rows hold; "": on the calling thread): the rows across the team from the
-    region's `par_min`.
+    (a BatchNorm's per-channel scale and shift) into locals before the row's vector loop. `par`:
+    the rows' element count as C, the rows across the team from `par_min` ("": never).
     `runs` (the direct convolution's copy-out, `conv_direct.direct_path`): (C opening a loop over
     runs of columns inside each row, the run's first and end column, the GEMM's value there): the
     region reads the product where it lies (a tile) and writes `out` once, instead of a copy into

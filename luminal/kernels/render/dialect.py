@@ -357,7 +357,7 @@ def _vector_row_loop(p: Pass, n, threads: int, it: str, vt: str) -> str | None:
 
 # --- C --------------------------------------------------------------------------------------------
 # elements of work below which a loop stays on one core: a parallel region costs µs, and splitting
-# data one core's cache holds moves it between cores (README, "Threads")
+# data one core's cache holds moves it between cores (README, "The compiled CPU backend")
 PAR_MIN = 16384
 
 # An element's operations, in vector instructions per lane group relative to an add: a call into
