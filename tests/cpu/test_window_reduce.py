@@ -146,7 +146,7 @@ def _strided_graph(rng):
 
 
 def test_strided_rows_through_phase_rows_keep_the_bits(fused, monkeypatch):
-    """A stride-s window along the row reads phase rows (`_phases`: each input row split into s
+    """A stride-s window along the row reads phase rows (`conv_phases.strided_phases`: each input row split into s
     contiguous rows before the row's loop) with the terms in the same order, so the bits equal the
     strided reads': compared with the kernels built without them, NaN, infinities and -0.0 in the
     inputs, and with the NumPy runtime."""
@@ -158,7 +158,7 @@ def test_strided_rows_through_phase_rows_keep_the_bits(fused, monkeypatch):
     source = compiled.runtime.source
     assert source.count(" ph0_0[") + source.count(" pd0_0[") >= 5, source
     got = compiled(feeds)
-    monkeypatch.setattr(cpu_conv, "_phases", lambda *a: None)
+    monkeypatch.setattr(cpu_conv, "strided_phases", lambda *a: None)
     monkeypatch.setattr(cpu_conv, "window_pad", lambda *a: None)
     monkeypatch.setattr(conv_gemm, "window_pad", lambda *a: None)
     plain = g.compile(device="cpu")
@@ -288,6 +288,10 @@ PADDED = [
     ("dw_s1_bn_relu6", (1, 6, 6, 100), 3, 1, 1, 1, "conv_bn_relu6"),
     ("dw_s2_bn_relu6", (1, 6, 9, 133), 3, 2, 1, 1, "conv_bn_relu6"),
     ("max_s2", (1, 3, 9, 150), 3, 2, 1, 1, "max"),  # -inf padding
+    ("dw_s3_k5_pad2", (1, 3, 8, 200), 5, 3, 2, 1, "conv"),  # three phases filled side by side
+    ("max_s3_pad1", (1, 3, 9, 190), 3, 3, 1, 1, "max"),
+    ("dw_s2_k5_pad2", (1, 2, 10, 151), 5, 2, 2, 1, "conv"),  # each phase's own ends two wide
+    ("max_s2_k2_pad1", (1, 2, 6, 129), 2, 2, 1, 1, "max"),
     ("max_s1", (2, 3, 5, 80), 3, 1, 1, 1, "max"),
     ("avg_s1", (1, 3, 5, 80), 3, 1, 1, 1, "avg"),
 ]
@@ -330,6 +334,8 @@ def test_a_padded_operand_is_read_in_place_with_the_copys_bits(fused, monkeypatc
     pads = [st for st in steps if st.output.op in (Op.CONTIGUOUS, Op.SELECT)]
     assert len(pads) == len(names) - 1 and all(st.absorbed for st in pads), [(st.name, st.absorbed) for st in pads]
     assert "pd0_0[" in compiled.runtime.source  # the strided rows' phase rows of the unpadded input
+    # filled in one loop over the range every phase reads (`_phases_side_by_side`), ends apart
+    assert compiled.runtime.source.count("the range of j every phase reads from the input") >= 7
     # stride 1: the rows with a window row in the padding staged too, one vector loop each
     assert compiled.runtime.source.count("a window row outside the input: its rows staged") >= 3
     got = dict(zip(names, compiled(feeds)))
@@ -359,7 +365,7 @@ def test_a_padded_copy_read_by_flat_planes_is_written(fused):
 
 
 def test_border_rows_past_the_staging_limit_test_each_term(fused, monkeypatch):
-    """A stride-1 row too wide to stage (`conv.PHASE_MAX`) keeps the tested terms at the top and
+    """A stride-1 row too wide to stage (`conv_phases.PHASE_MAX`) keeps the tested terms at the top and
     bottom rows; either way the bits are those of the kernel reading the padded copy."""
     rng = np.random.default_rng(5)
     x = _values(rng, (1, 2, 4, 3000))

@@ -7,7 +7,8 @@ only by the pointwise region after it (BatchNorm, ReLU6, hardswish) is computed 
 kernel, each value going straight into it (`WindowEpilogue`, planned by `conv_gemm.fusion_plan`).
 A window past `UNROLL` terms runs its loops outside the loop over the row, each output's
 accumulator in a row buffer (`_window_outside_body`); a large or wide max pool runs as two 1-D
-passes (`max_pool.py`). Padded copies are `pad_copy.py`'s.
+passes (`max_pool.py`). Strided rows read through phase rows (`conv_phases.py`). Padded
+copies are `pad_copy.py`'s.
 
 The convolutions that are GEMMs (im2col tiles, GEMM epilogues) and the fused kernels
 `program.py` plans are in `conv_gemm.py`.
@@ -22,6 +23,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import UNARY, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
+from luminal.kernels.cpu.conv_phases import PHASE_MAX, phases_side_by_side, strided_phases
 from luminal.kernels.cpu.max_pool import separable_max, separable_max_body
 from luminal.kernels.cpu.pad_copy import pad_parts
 from luminal.kernels.cpu.steps import through
@@ -75,7 +77,7 @@ def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | 
     elif _window_outside(node):
         body = _window_outside_body(node, inputs, rows, inner, epilogue, out_dtype)
     else:
-        phases = _padded_rows(node, inputs, rows, inner, pad) if pad is not None else _phases(node, inputs, rows, inner)
+        phases = _padded_rows(node, inputs, rows, inner, pad) if pad is not None else strided_phases(node, inputs, rows, inner)
         setup, stmts, value = hoisted_element(node, rows + [inner], inputs, inner, phases and phases[1])
         if phases:
             setup = f"{setup}\n        {phases[0]}"
@@ -131,63 +133,6 @@ def _row_loop(inner: str, lo: str, hi: str, stmts: str, stored: str, simd: bool)
           {stmts}
           dst[{inner}] = {stored};
         }}"""
-
-
-PHASE_MAX = 8192  # elements of one output row's phase buffers (on the stack)
-
-
-def _phases(node: Node, inputs: list[Node], rows: list[str], inner: str) -> tuple[str, object] | None:
-    """A strided window along the output row (a stride-2 depthwise conv or max pool): the operand
-    that moves along the row reads element s*u*i + u*k of its row at output i and window position
-    k (u the window axis's stride), a strided load per term that does not vectorize well. Split
-    per output row into s phase rows, phase p holding the elements u*(s*j + p): position k is
-    then phase k % s at j = i + k // s, a contiguous vector load. (the C filling the phase rows,
-    one per phase and value of the other window axes, before the row's loop; the `term_read` of
-    `hoisted_element` reading them), or None. The terms and their order are unchanged, so are
-    the bits."""
-    kind, r = node.arg
-    nd = len(node.shape)
-    kernel = node.src[0].shape[nd:]
-    if not all(sym.is_static(d) for d in (*kernel, node.shape[-1])) or sym.product(kernel) > UNROLL:
-        return None
-    kernel, width = [int(d) for d in kernel], int(node.shape[-1])
-    moving = [p for p, s in enumerate(node.src) if not sym.equal(view_of(s)[1].strides[nd - 1], 0)]
-    if len(moving) != 1:
-        return None
-    src = node.src[moving[0]]
-    base, st = view_of(src)
-    strides = st.strides[nd - 1:]
-    if st.mask is not None or is_inline_scalar(base) or not all(sym.is_static(w) for w in strides):
-        return None
-    step, window = int(strides[0]), [int(w) for w in strides[1:]]
-    axis = next((a for a, u in enumerate(window) if u > 0 and step % u == 0 and step // u >= 2 and kernel[a] > 1), None)
-    if axis is None:
-        return None
-    s, t = step // window[axis], compute_type(node.dtype)
-    others = [a for a in range(r) if a != axis]
-    groups = list(itertools.product(*(range(kernel[a]) for a in others)))
-    length = {p: width + max(k // s for k in range(p, kernel[axis], s)) for p in range(min(s, kernel[axis]))}
-    if len(groups) * sum(length.values()) > PHASE_MAX:
-        return None
-    common = min(length.values())
-    fills = [f"{t} ph{g}_{p}[{n}];" for g in range(len(groups)) for p, n in length.items()]
-
-    def fill(g: int, p: int) -> str:
-        k = dict(zip(others, groups[g])) | {axis: p}
-        return f"ph{g}_{p}[j] = (({t}){read(src, rows + ['j'] + [f'{k[a]}LL' for a in range(r)], pointer_of(src, inputs))});"
-
-    for g in range(len(groups)):
-        # the phases side by side (an interleaved load the compiler vectorizes), then their tails
-        fills.append(f"#pragma omp simd\n        for (long long j = 0; j < {common}LL; ++j) {{ {' '.join(fill(g, p) for p in length)} }}")
-        fills += [f"for (long long j = {common}LL; j < {n}LL; ++j) {fill(g, p)}" for p, n in length.items() if n > common]
-
-    def term_read(p: int, k: list[int]) -> str | None:
-        if p != moving[0]:
-            return None
-        g = groups.index(tuple(k[a] for a in others))
-        return f"ph{g}_{k[axis] % s}[{inner} + {k[axis] // s}LL]"
-
-    return "\n        ".join(fills), term_read
 
 
 @dataclass(frozen=True)
@@ -286,7 +231,7 @@ def _pad_reads(node: Node, inputs: list[Node], pad: WindowPad) -> _PadReads:
 
 
 def _padded_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pad: WindowPad) -> tuple[str, object]:
-    """As `_phases`, for an operand read through its padded copy (`WindowPad`): per output row,
+    """As `strided_phases`, for an operand read through its padded copy (`WindowPad`): per output row,
     per value of the window axes that do not move along it, the copy's row it reads is filled from
     the unpadded input into s phase buffers (phase p: the row's elements s*j + p, so each term is
     a contiguous vector load, stride 1 or 2 alike), the fill value where the pad's mask is false:
@@ -303,6 +248,9 @@ def _padded_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pa
     for g, values in enumerate(groups):
         coords, conds = _pad_row(pad, rows, nd, dict(zip(others, values)), "x")
         value = read(pr.plain, coords, pr.ptr)
+        if len(length) > 1:
+            lines.append(phases_side_by_side(g, length, s, lo_w, hi_w, t, fill, conds, value))
+            continue
         for p, n in length.items():
             buf = f"pd{g}_{p}"
             lines.append(f"""{t} {buf}[{n}];

@@ -63,7 +63,7 @@ def hoisted_element(node: Node, idx: list[str], inputs: list[Node], inner: str |
     the compiler does not hoist itself (the kernel's pointers lose `restrict` in an OpenMP region,
     so a store to `out` may change them) is a second load per term. `term_read(p, k)`, for an
     unrolled window: operand p's value at window position k (ints) as a C expression of the
-    compute type, or None for the plain read (the C dialect's strided rows, `cpu.conv._phases`)."""
+    compute type, or None for the plain read (the C dialect's strided rows, `cpu.conv_phases.strided_phases`)."""
     kind, r = node.arg
     t = accumulator(node)
     kernel = [int(d) for d in node.src[0].shape[-r:]]
