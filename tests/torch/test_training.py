@@ -308,6 +308,28 @@ def test_luminal_compile_backward_is_compiled(device):
     assert report.count("luminal compile report") == 3 and "_backward" in report
 
 
+def test_one_module_compiled_for_two_sizes_trains_at_both():
+    """Two `luminal.compile`s of one module, each for its own static sizes, both called in grad
+    mode: each grad-mode graph keeps its sizes static (Dynamo's cache is the module code's, shared
+    by the two, and its automatic dynamic shapes made the second trace symbolic dims, where a max
+    pool's indices raised UnsupportedError), with eager's outputs and gradients."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3, padding=1), torch.nn.MaxPool2d(3, 2, 1))
+    eager = copy.deepcopy(model)
+    torch._dynamo.reset()
+    for shape in ((1, 2, 9, 13), (1, 2, 8, 20)):
+        x = torch.randn(*shape)
+        cm = luminal.compile(model, (x,), device="cpu")
+        xx, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+        for p in (*model.parameters(), *eager.parameters()):
+            p.grad = None
+        out = cm(xx)
+        torch.testing.assert_close(out, eager(xe), rtol=1e-5, atol=1e-5)
+        out.pow(2).sum().backward()
+        eager(xe).pow(2).sum().backward()
+        assert_grads_equal({"x": xx.grad, **_grads(model)}, {"x": xe.grad, **_grads(eager)})
+
+
 # --- 30 AdamW steps against eager ----------------------------------------------------------------
 def _gpt2(dropout: float):
     import transformers as T

@@ -24,13 +24,20 @@ def needs_grad(flat_inputs, params) -> bool:
         isinstance(t, torch.Tensor) and t.requires_grad for t in (*flat_inputs, *params))
 
 
-def training_call(module: torch.nn.Module, device: Device, optimize: bool | None, graphs: list):
+def training_call(module: torch.nn.Module, device: Device, optimize: bool | None, graphs: list,
+                  dynamic: bool = False):
     """`module` compiled for grad mode: forward and backward on luminal (see the module docstring);
-    `graphs` collects what luminal compiles for it (`dynamo.LuminalFunction`s, built on first use)."""
+    `graphs` collects what luminal compiles for it (`dynamo.LuminalFunction`s, built on first use).
+    `dynamic`: the model was compiled with symbolic dims. Without them its calls have the example's
+    static sizes (`CompiledModel._check`), and so does this graph: Dynamo's automatic dynamic
+    shapes, left on, made a second `luminal.compile` of the same module, for other sizes, trace
+    symbolic dims through the Dynamo cache the two share (the code object's), and a max pool's
+    indices over them raised UnsupportedError in grad mode."""
     from luminal.frontends.torch.dynamo import backend
 
     options = {"device": device, "optimize": optimize, "strict": True}
-    return torch.compile(module, backend=lambda gm, example: backend(gm, example, options=options, graphs=graphs))
+    return torch.compile(module, dynamic=None if dynamic else False,
+                         backend=lambda gm, example: backend(gm, example, options=options, graphs=graphs))
 
 
 def training_reports(graphs: list) -> list[str]:

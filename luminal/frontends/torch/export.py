@@ -396,7 +396,8 @@ class CompiledModel:
         self._check_tensors(by_name)
         if self._trainer is None:  # grad mode: the joint graph, forward and backward compiled (backward.py)
             module = self._eager if self._eager is not None else self.exported.module()
-            self._trainer = training_call(module, self.device, self._optimize, self._training_graphs)
+            self._trainer = training_call(module, self.device, self._optimize, self._training_graphs,
+                                          dynamic=bool(self._ranges))
         return self._trainer(*args, **kwargs)
 
     def _check_tensors(self, by_name):
