@@ -80,20 +80,21 @@ def phases_side_by_side(g: int, length: dict, s: int, lo_w: int, hi_w: int, t: s
     vectorizes, as `strided_phases` fills its rows: each phase in a loop of its own loaded the whole
     input row and kept half of it; a stride-2 depthwise conv's steps 0.85-0.96x their time),
     each phase's ends before and after it by itself. Every element is the copy's value, as before."""
-    head = [f"""{t} {f"pd{g}_{p}"}[{n}];""" for p, n in length.items()]
-    bounds, before, after = [], [], []
+    head = [f"{t} pd{g}_{p}[{n}];" for p, n in length.items()]
+    bounds, before, after, copies = [], [], [], []
     for p, n in length.items():
         buf = f"pd{g}_{p}"
         bounds.append(f"""const long long lo{p} = in_rows ? lum_min(lum_max({lo_w - p + s - 1}LL, 0) / {s}, {n}LL) : {n}LL;
           const long long hi{p} = in_rows ? lum_max(lo{p}, lum_min(lum_max({hi_w - p + s - 1}LL, 0) / {s}, {n}LL)) : {n}LL;""")
         copy = f"{{ const long long x = {s}LL * j + {p}LL; {buf}[j] = (({t}){value}); }}"
+        copies.append(copy)
         before.append(f"""for (long long j = 0; j < lo{p}; ++j) {buf}[j] = {fill};
           for (long long j = lo{p}; j < lum_min(hi{p}, c_lo); ++j) {copy}""")
         after.append(f"""for (long long j = lum_max(c_hi, lum_min(hi{p}, c_lo)); j < hi{p}; ++j) {copy}
           for (long long j = hi{p}; j < {n}LL; ++j) {buf}[j] = {fill};""")
     phases = list(length)
     sep = "\n          "
-    common = " ".join(f"{{ const long long x = {s}LL * j + {p}LL; pd{g}_{p}[j] = (({t}){value}); }}" for p in phases)
+    common = " ".join(copies)
     return f"""{" ".join(head)}
         {{
           const int in_rows = {' && '.join(conds) or '1'};
