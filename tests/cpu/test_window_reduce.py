@@ -334,7 +334,7 @@ def test_a_padded_operand_is_read_in_place_with_the_copys_bits(fused, monkeypatc
     pads = [st for st in steps if st.output.op in (Op.CONTIGUOUS, Op.SELECT)]
     assert len(pads) == len(names) - 1 and all(st.absorbed for st in pads), [(st.name, st.absorbed) for st in pads]
     assert "pd0_0[" in compiled.runtime.source  # the strided rows' phase rows of the unpadded input
-    # filled in one loop over the range every phase reads (`_phases_side_by_side`), ends apart
+    # filled in one loop over the range every phase reads (`conv_phases.phases_side_by_side`), ends apart
     assert compiled.runtime.source.count("the range of j every phase reads from the input") >= 7
     # stride 1: the rows with a window row in the padding staged too, one vector loop each
     assert compiled.runtime.source.count("a window row outside the input: its rows staged") >= 3

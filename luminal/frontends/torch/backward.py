@@ -28,11 +28,9 @@ def training_call(module: torch.nn.Module, device: Device, optimize: bool | None
                   dynamic: bool = False):
     """`module` compiled for grad mode: forward and backward on luminal (see the module docstring);
     `graphs` collects what luminal compiles for it (`dynamo.LuminalFunction`s, built on first use).
-    `dynamic`: the model was compiled with symbolic dims. Without them its calls have the example's
-    static sizes (`CompiledModel._check`), and so does this graph: Dynamo's automatic dynamic
-    shapes, left on, made a second `luminal.compile` of the same module, for other sizes, trace
-    symbolic dims through the Dynamo cache the two share (the code object's), and a max pool's
-    indices over them raised UnsupportedError in grad mode."""
+    `dynamic`: the model was compiled with symbolic dims; without them the graph is traced static,
+    as the calls are (`CompiledModel._check`): Dynamo's cache belongs to the module's code, so its
+    automatic dynamic shapes would give a second compile of the module, for other sizes, symbolic dims."""
     from luminal.frontends.torch.dynamo import backend
 
     options = {"device": device, "optimize": optimize, "strict": True}

@@ -248,21 +248,7 @@ def _padded_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pa
     for g, values in enumerate(groups):
         coords, conds = _pad_row(pad, rows, nd, dict(zip(others, values)), "x")
         value = read(pr.plain, coords, pr.ptr)
-        if len(length) > 1:
-            lines.append(phases_side_by_side(g, length, s, lo_w, hi_w, t, fill, conds, value))
-            continue
-        for p, n in length.items():
-            buf = f"pd{g}_{p}"
-            lines.append(f"""{t} {buf}[{n}];
-        {{
-          const int in_rows = {' && '.join(conds) or '1'};
-          const long long j_lo = in_rows ? lum_min(lum_max({lo_w - p + s - 1}LL, 0) / {s}, {n}LL) : {n}LL;
-          const long long j_hi = in_rows ? lum_max(j_lo, lum_min(lum_max({hi_w - p + s - 1}LL, 0) / {s}, {n}LL)) : {n}LL;
-          for (long long j = 0; j < j_lo; ++j) {buf}[j] = {fill};
-          #pragma omp simd
-          for (long long j = j_lo; j < j_hi; ++j) {{ const long long x = {s}LL * j + {p}LL; {buf}[j] = (({t}){value}); }}
-          for (long long j = j_hi; j < {n}LL; ++j) {buf}[j] = {fill};
-        }}""")
+        lines.append(phases_side_by_side(g, length, s, lo_w, hi_w, t, fill, conds, value))
 
     def term_read(p: int, k: list[int]) -> str | None:
         if p != pad.operand:

@@ -2,12 +2,13 @@
 along the output row reads every s-th element per term, a strided load that does not vectorize
 well; each output row's operand row is split first into s phase rows (phase p: its elements
 s*j + p), so every term is a contiguous vector load. `strided_phases` for an operand read as it is,
-`phases_side_by_side` for one read through its padded copy (`conv._padded_rows`). The terms, their
+`phases_side_by_side` the rows of one read through its padded copy (`conv._padded_rows`). The terms, their
 order and their values are unchanged, so are the bits.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 from luminal.hlir import symbolic as sym
@@ -74,13 +75,14 @@ def strided_phases(node: Node, inputs: list[Node], rows: list[str], inner: str) 
 
 
 def phases_side_by_side(g: int, length: dict, s: int, lo_w: int, hi_w: int, t: str, fill: str, conds: list[str],
-                         value: str) -> str:
-    """`_padded_rows`' phase buffers of one window row, s > 1: every phase filled in one vector
-    loop over the range of j all of them read from the input (an interleaved load the compiler
-    vectorizes, as `strided_phases` fills its rows: each phase in a loop of its own loaded the whole
-    input row and kept half of it; a stride-2 depthwise conv's steps 0.85-0.96x their time),
-    each phase's ends before and after it by itself. Every element is the copy's value, as before."""
-    head = [f"{t} pd{g}_{p}[{n}];" for p, n in length.items()]
+                        value: str) -> str:
+    """`conv._padded_rows`' phase buffers of one window row (`length`: phase -> its length; one
+    phase at stride 1): the copy's elements s*j + p of the unpadded input row, the fill where the
+    pad's mask is false. Every phase is filled in one vector loop over the range of j all of them
+    read from the input, as `strided_phases` fills its rows (an interleaved load the compiler
+    vectorizes, where a loop per phase loaded the whole input row for each), each phase's ends
+    before and after it by itself. Every element is the copy's value."""
+    phases, sep = list(length), "\n          "
     bounds, before, after, copies = [], [], [], []
     for p, n in length.items():
         buf = f"pd{g}_{p}"
@@ -88,22 +90,22 @@ def phases_side_by_side(g: int, length: dict, s: int, lo_w: int, hi_w: int, t: s
           const long long hi{p} = in_rows ? lum_max(lo{p}, lum_min(lum_max({hi_w - p + s - 1}LL, 0) / {s}, {n}LL)) : {n}LL;""")
         copy = f"{{ const long long x = {s}LL * j + {p}LL; {buf}[j] = (({t}){value}); }}"
         copies.append(copy)
-        before.append(f"""for (long long j = 0; j < lo{p}; ++j) {buf}[j] = {fill};
-          for (long long j = lo{p}; j < lum_min(hi{p}, c_lo); ++j) {copy}""")
-        after.append(f"""for (long long j = lum_max(c_hi, lum_min(hi{p}, c_lo)); j < hi{p}; ++j) {copy}
-          for (long long j = hi{p}; j < {n}LL; ++j) {buf}[j] = {fill};""")
-    phases = list(length)
-    sep = "\n          "
-    common = " ".join(copies)
-    return f"""{" ".join(head)}
+        before.append(f"for (long long j = 0; j < lo{p}; ++j) {buf}[j] = {fill};")
+        after.append(f"for (long long j = hi{p}; j < {n}LL; ++j) {buf}[j] = {fill};")
+        if len(phases) > 1:  # the phase's inputs outside the common range (one phase: none)
+            before.append(f"for (long long j = lo{p}; j < lum_min(hi{p}, c_lo); ++j) {copy}")
+            after.insert(-1, f"for (long long j = lum_max(c_hi, lum_min(hi{p}, c_lo)); j < hi{p}; ++j) {copy}")
+    c_lo = functools.reduce(lambda a, b: f"lum_max({a}, {b})", (f"lo{p}" for p in phases))
+    c_hi = functools.reduce(lambda a, b: f"lum_min({a}, {b})", (f"hi{p}" for p in phases))
+    return f"""{" ".join(f"{t} pd{g}_{p}[{n}];" for p, n in length.items())}
         {{
           const int in_rows = {' && '.join(conds) or '1'};
           {sep.join(bounds)}
           /* the range of j every phase reads from the input */
-          const long long c_lo = {"lum_max(" * (len(phases) - 1)}lo{phases[0]}{"".join(f", lo{p})" for p in phases[1:])};
-          const long long c_hi = lum_max(c_lo, {"lum_min(" * (len(phases) - 1)}hi{phases[0]}{"".join(f", hi{p})" for p in phases[1:])});
+          const long long c_lo = {c_lo};
+          const long long c_hi = lum_max(c_lo, {c_hi});
           {sep.join(before)}
           #pragma omp simd
-          for (long long j = c_lo; j < c_hi; ++j) {{ {common} }}
+          for (long long j = c_lo; j < c_hi; ++j) {{ {" ".join(copies)} }}
           {sep.join(after)}
         }}"""
