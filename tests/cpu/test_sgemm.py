@@ -178,6 +178,29 @@ def test_rows_left_over_by_row_blocks_are_the_same_bits(ours, n, k):
             np.testing.assert_array_equal(_gemm(ours, a[r0:r0 + rows], b), whole[r0:r0 + rows])
 
 
+@pytest.mark.parametrize("m", [5, 48, 90])
+def test_b_whose_rows_share_l1_sets_is_packed_to_the_same_bits(ours, m):
+    """B read in place with a row stride of 2^s floats put all its rows in a few of L1's sets, so it
+    is packed instead (`lum_rows_fit_l1`): a stride of 1024 floats (packed) and of 1032 (read in
+    place) give the same bits, special values, a ragged last panel and K blocks included."""
+    rng = np.random.default_rng(m)
+    k, n = 500, 1000
+    a, b = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    a[m // 2, 7], b[300, 999], b[3, 17], a[0, :] = np.nan, np.inf, -0.0, -0.0
+    got = []
+    for ld in (1024, 1032):
+        B = np.full((k, ld), np.nan, np.float32)  # columns past n are never read
+        B[:, :n] = b
+        C = np.full((m, n), np.nan, np.float32)
+        A = np.ascontiguousarray(a)
+        ours(ROW_MAJOR, PLAIN, PLAIN, LL(m), LL(n), LL(k), F(1.0), P(A.ctypes.data), LL(k), P(B.ctypes.data), LL(ld),
+             F(0.0), P(C.ctypes.data), LL(n))
+        got.append(C)
+    np.testing.assert_array_equal(got[0].view(np.uint32), got[1].view(np.uint32))
+    rows = [i for i in range(m) if i != m // 2]
+    _close(got[0][rows][:, :999], a[rows], b[:, :999])
+
+
 @pytest.mark.parametrize("tb", [False, True])
 def test_one_row_block_rounds_as_several(ours, tb):
     """Up to 192 rows B is packed a panel at a time, past them all of a K block at once: the same

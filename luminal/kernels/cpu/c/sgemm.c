@@ -187,6 +187,14 @@ static void NAME(long long kc, const float* restrict a, long long lda, const flo
       const lum_vf b0 = B_AT(0, m0); \
       ROWS(LUM_FMA_HALF, A_AT) \
     } \
+  } else if (nr == NR) {  /* a whole panel: plain loads (AVX2 holds its masks in ymm registers, \
+                            one more than 6 x 16's 15, so a masked B_AT reloaded one from the stack \
+                            every k) */ \
+    _Pragma("GCC unroll 4") \
+    for (long long k = 0; k < kc; ++k) { \
+      const lum_vf b0 = B_AT(0, LUM_WHOLE), b1 = B_AT(LUM_VW, LUM_WHOLE); \
+      ROWS(LUM_FMA, A_AT) \
+    } \
   } else { \
     _Pragma("GCC unroll 4") \
     for (long long k = 0; k < kc; ++k) { \
@@ -206,7 +214,10 @@ static void NAME(long long kc, const float* restrict a, long long lda, const flo
 #define LUM_STORE(i, P) lum_vstoreu(C + i * ldc, c##i##0); lum_vstoreu(C + i * ldc + LUM_VW, c##i##1);
 #define LUM_STORE_M(i, P) if (i < mr) { lum_vstoreu_m(C + i * ldc, m0, c##i##0); lum_vstoreu_m(C + i * ldc + LUM_VW, m1, c##i##1); }
 #define LUM_B_PACKED(h, m) lum_vload(b + NR * k + h)
-#define LUM_B_ROWS(h, m) lum_vloadu_m(m, b + ldb * k + h)
+#define LUM_B_ROWS(h, m) LUM_B_ROWS_##m(h)
+#define LUM_B_ROWS_LUM_WHOLE(h) lum_vloadu(b + ldb * k + h)  /* every lane: no mask */
+#define LUM_B_ROWS_m0(h) lum_vloadu_m(m0, b + ldb * k + h)
+#define LUM_B_ROWS_m1(h) lum_vloadu_m(m1, b + ldb * k + h)
 #define LUM_BY_ROWS(NAME, A_AT, B_AT) \
   LUM_KERNEL(NAME##_s, LUM_ROWS_S, A_AT, B_AT) LUM_KERNEL(NAME##_m, LUM_ROWS_M, A_AT, B_AT) \
   LUM_KERNEL(NAME##_l, LUM_ROWS_L, A_AT, B_AT) \
@@ -226,6 +237,18 @@ static float* lum_alloc(long long n) {
    element's chain of multiply-adds starts from its value in C: attention's P V into its
    accumulator, `render/attention_gemm.py`), on the calling thread (the prelude splits a large GEMM
    across the team); anything else goes to the BLAS it stands in front of */
+/* Whether kc rows of B read in place, ld floats apart, stay in L1 across the panels of A that use
+   them (32 KiB, 8 ways of 64 sets of 64-byte lines, as on every x86 core since Sandy Bridge and
+   Zen; a panel row is one line or two adjacent ones). A row stride of 2^s lines puts every row in
+   64 / 2^s sets: at 2048 floats, one set, so each panel came back from L3 for every panel of A
+   (48 x 2048 x 256: 38 against 63-68 GFLOP/s with B packed, Zen 3). Half the ways: room for A. */
+static int lum_rows_fit_l1(long long kc, long long ld) {
+  long long sets = 64;
+  if (ld % 16 == 0)
+    for (long long lines = ld / 16; sets > 1 && lines % 2 == 0; lines /= 2) sets /= 2;
+  return kc <= sets * 8 / 2;
+}
+
 void lum_own_sgemm(int layout, int transa, int transb, long long M, long long N, long long K, float alpha,
                    const float* A, long long lda, const float* B, long long ldb, float beta, float* C, long long ldc) {
   if (layout != 101 || alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) {
@@ -240,7 +263,7 @@ void lum_own_sgemm(int layout, int transa, int transb, long long M, long long N,
   const long long k_blocks = (K + KC - 1) / KC, kc_max = (K + k_blocks - 1) / k_blocks;  /* even K blocks */
   const long long nc_max = lum_mini(NC, (N + NR - 1) / NR * NR), mc_max = lum_mini(MC, (M + MR - 1) / MR * MR);
   const int a_in_place = transa != 112 && N <= LUM_A_IN_PLACE_COLS;
-  const int b_in_place = !a_in_place && transb != 112
+  const int b_in_place = !a_in_place && transb != 112 && lum_rows_fit_l1(kc_max, ldb)
                          && (M <= LUM_B_IN_PLACE_ROWS || (M <= 2 * LUM_B_IN_PLACE_ROWS && N <= 2048));
   const int b_panels = !a_in_place && !b_in_place && M <= MC;  /* B packed a panel at a time (below) */
   float* Bp = b_in_place ? NULL : lum_alloc(kc_max * (b_panels ? NR : nc_max));
