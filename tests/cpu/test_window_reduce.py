@@ -292,6 +292,13 @@ PADDED = [
     ("max_s3_pad1", (1, 3, 9, 190), 3, 3, 1, 1, "max"),
     ("dw_s2_k5_pad2", (1, 2, 10, 151), 5, 2, 2, 1, "conv"),  # each phase's own ends two wide
     ("max_s2_k2_pad1", (1, 2, 6, 129), 2, 2, 1, 1, "max"),
+    # 16 planes or more: strided rows a plane at a time (`conv_padded.plane_rows`), each row of the
+    # copy filled once; past PLANE_MAX elements a plane, a row at a time again
+    ("dw_s2_planes_bn_relu6", (1, 16, 9, 141), 3, 2, 1, 1, "conv_bn_relu6"),
+    ("dw_s3_k5_planes", (1, 16, 11, 130), 5, 3, 2, 1, "conv"),
+    ("max_s2_planes", (2, 8, 10, 133), 3, 2, 1, 1, "max"),  # planes of two images
+    ("max_s2_k2_pad1_planes", (1, 17, 7, 129), 2, 2, 1, 1, "max"),  # the last output row reads the bottom pad
+    ("dw_s2_past_plane_max", (1, 16, 40, 600), 3, 2, 1, 1, "conv"),
     ("max_s1", (2, 3, 5, 80), 3, 1, 1, 1, "max"),
     ("avg_s1", (1, 3, 5, 80), 3, 1, 1, 1, "avg"),
 ]
@@ -335,7 +342,8 @@ def test_a_padded_operand_is_read_in_place_with_the_copys_bits(fused, monkeypatc
     assert len(pads) == len(names) - 1 and all(st.absorbed for st in pads), [(st.name, st.absorbed) for st in pads]
     assert "pd0_0[" in compiled.runtime.source  # the strided rows' phase rows of the unpadded input
     # filled in one loop over the range every phase reads (`conv_phases.phases_side_by_side`), ends apart
-    assert compiled.runtime.source.count("the range of j every phase reads from the input") >= 7
+    assert compiled.runtime.source.count("the range of j every phase reads from the input") >= 11
+    assert compiled.runtime.source.count("the plane's rows of the copy") == 4
     # stride 1: the rows with a window row in the padding staged too, one vector loop each
     assert compiled.runtime.source.count("a window row outside the input: its rows staged") >= 3
     got = dict(zip(names, compiled(feeds)))

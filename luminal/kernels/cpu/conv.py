@@ -16,14 +16,14 @@ The convolutions that are GEMMs (im2col tiles, GEMM epilogues) and the fused ker
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import UNARY, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
-from luminal.kernels.cpu.conv_phases import PHASE_MAX, phases_side_by_side, strided_phases
+from luminal.kernels.cpu.conv_padded import pad_reads, pad_row, padded_groups, padded_rows, plane_rows
+from luminal.kernels.cpu.conv_phases import PHASE_MAX, strided_phases
 from luminal.kernels.cpu.max_pool import separable_max, separable_max_body
 from luminal.kernels.cpu.pad_copy import pad_parts
 from luminal.kernels.cpu.steps import through
@@ -39,7 +39,6 @@ from luminal.kernels.render.cstyle import (
     signature,
     store_value,
     symbols_of,
-    unmasked,
     unravel,
     view_of,
 )
@@ -68,7 +67,7 @@ def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | 
     """Per output row, the reads that do not move along it (a conv's weights) into locals, then one
     vector loop over the row. `epilogue(idx, value, moving)`: (setup, the value stored, of
     `out_dtype`) given the window's, the window dims in `moving` changing inside the loop
-    (`WindowEpilogue`); `pad`: the padded operand read through its copy (`_padded_rows`)."""
+    (`WindowEpilogue`); `pad`: the padded operand read through its copy (`conv_padded.padded_rows`)."""
     outer, nd = node.shape[:-1], len(node.shape)
     rows, inner = [f"i{k}" for k in range(nd - 1)], f"i{nd - 1}"  # the row loop's names (`_c_rows`)
     out_dtype = out_dtype or node.dtype
@@ -77,7 +76,10 @@ def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | 
     elif _window_outside(node):
         body = _window_outside_body(node, inputs, rows, inner, epilogue, out_dtype)
     else:
-        phases = _padded_rows(node, inputs, rows, inner, pad) if pad is not None else strided_phases(node, inputs, rows, inner)
+        plane = plane_rows(node, inputs, rows, inner, pad) if pad is not None else None
+        if plane is not None:
+            return _plane_body(node, inputs, plane, epilogue, out_dtype)
+        phases = padded_rows(node, inputs, rows, inner, pad) if pad is not None else strided_phases(node, inputs, rows, inner)
         setup, stmts, value = hoisted_element(node, rows + [inner], inputs, inner, phases and phases[1])
         if phases:
             setup = f"{setup}\n        {phases[0]}"
@@ -91,6 +93,32 @@ def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | 
     # the rows as the shared generator steps them (a thread's first row split into indices, then
     # carries: no division per row, which short rows would feel)
     return f"const long long n_in = {c_dim(node.shape[-1])};\n  " + _c_rows(outer, "i", f"n_rows * {c_dim(per_row)}", body, per_row)
+
+
+def _plane_body(node: Node, inputs: list[Node], plane, epilogue, out_dtype: DType) -> str:
+    """Strided rows a plane at a time (`conv_padded.plane_rows`): the team splits the planes; per
+    plane its rows of the copy are filled, then each output row is `_row_body`'s vector loop."""
+    nd = len(node.shape)
+    rows, inner = [f"i{k}" for k in range(nd - 1)], f"i{nd - 1}"
+    _, lines = unravel("plane", node.shape[:-2], "i")
+    setup, stmts, value = hoisted_element(node, rows + [inner], inputs, inner, plane.term_read)
+    if epilogue is not None:
+        more, value = epilogue(rows + [inner], value, {nd - 1})
+        setup = f"{setup} {more}"
+    ho, width = int(node.shape[-2]), int(node.shape[-1])
+    work = plane.n_planes * ho * width * sym.product(node.src[0].shape[nd:])
+    return f"""const long long n_in = {width}LL;
+  {"#pragma omp parallel for schedule(static)" if work >= PAR_MIN else ""}
+  for (long long plane = 0; plane < {plane.n_planes}LL; ++plane) {{
+    {" ".join(lines)}
+    {plane.fill}
+    for (long long {rows[-1]} = 0; {rows[-1]} < {ho}LL; ++{rows[-1]}) {{
+      const long long row = plane * {ho}LL + {rows[-1]};
+      {setup}
+      {C.ctype(out_dtype)}* restrict dst = out + row * n_in;
+      {_row_loop(inner, "0", "n_in", stmts, store_value(out_dtype, value), True)}
+    }}
+  }}"""
 
 
 ROW_ACC_MAX = 4096  # outputs of one row accumulated at once (a stack buffer per row)
@@ -139,7 +167,7 @@ def _row_loop(inner: str, lo: str, hi: str, stmts: str, stored: str, simd: bool)
 class WindowPad:
     """A WindowReduce's operand that views a padded copy nothing else reads (a depthwise conv's or
     a max pool's `pad`): each output row reads the unpadded input, the pad's fill where the mask
-    is false (stride 1: `_border_split_body`; strided rows: `_padded_rows`), so the copy is never
+    is false (stride 1: `_border_split_body`; strided rows: `conv_padded.padded_rows`), so the copy is never
     written. Planned where the WindowReduce runs rows (`window_pad`), the copy absorbed."""
 
     copy: Node  # the padded copy (CONTIGUOUS of a masked view, or a Select of one and a scalar)
@@ -203,80 +231,6 @@ def window_pad(window: Node, users) -> WindowPad | None:
     return WindowPad(copy, p, src, fill, tuple((tuple(c), o) for c, o in terms), w, s, axis, u)
 
 
-@dataclass(frozen=True)
-class _PadReads:
-    """What both row forms of a `WindowPad` read with: the input unmasked (`ptr`), the fill (C, the
-    compute type), the row dim's mask [lo_w, hi_w), and per window position along the row its
-    offset into the copy's row (`xs`)."""
-
-    kernel: list
-    t: str
-    plain: Node
-    ptr: str
-    fill: str
-    lo_w: int
-    hi_w: int
-    xs: list
-
-
-def _pad_reads(node: Node, inputs: list[Node], pad: WindowPad) -> _PadReads:
-    kernel = [int(d) for d in node.src[0].shape[len(node.shape):]]
-    t = compute_type(node.dtype)
-    st = view_of(pad.src)[1]
-    fill = f"(({t})({'0' if pad.fill is None else read(pad.fill, ['0'] * len(st.shape), None)}))"
-    lo_w, hi_w = (int(v) for v in st.mask[pad.w])
-    off_w = pad.terms[pad.w][1]
-    xs = [pad.u * k + off_w for k in range(kernel[pad.axis] if pad.axis is not None else 1)]
-    return _PadReads(kernel, t, unmasked(pad.src), pointer_of(pad.src, inputs), fill, lo_w, hi_w, xs)
-
-
-def _padded_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pad: WindowPad) -> tuple[str, object]:
-    """As `strided_phases`, for an operand read through its padded copy (`WindowPad`): per output row,
-    per value of the window axes that do not move along it, the copy's row it reads is filled from
-    the unpadded input into s phase buffers (phase p: the row's elements s*j + p, so each term is
-    a contiguous vector load, stride 1 or 2 alike), the fill value where the pad's mask is false:
-    a row of the padding all fill, else fill, a plain vector copy and fill. The terms and their
-    order are unchanged, and the values are the copy's, so are the bits."""
-    nd, (_, r) = len(node.shape), node.arg
-    pr = _pad_reads(node, inputs, pad)
-    t, s, xs, lo_w, hi_w, fill = pr.t, pad.s, pr.xs, pr.lo_w, pr.hi_w, pr.fill
-    others = [a for a in range(r) if a != pad.axis]
-    groups = _padded_groups(node, pad, pr)
-    width = int(node.shape[-1])
-    length = {p: width + max(x // s for x in xs if x % s == p) for p in sorted({x % s for x in xs})}
-    lines = []
-    for g, values in enumerate(groups):
-        coords, conds = _pad_row(pad, rows, nd, dict(zip(others, values)), "x")
-        value = read(pr.plain, coords, pr.ptr)
-        lines.append(phases_side_by_side(g, length, s, lo_w, hi_w, t, fill, conds, value))
-
-    def term_read(p: int, k: list[int]) -> str | None:
-        if p != pad.operand:
-            return None
-        g = groups.index(tuple(k[a] for a in others))
-        x = xs[k[pad.axis] if pad.axis is not None else 0]
-        return f"pd{g}_{x % s}[{inner} + {x // s}LL]"
-
-    return "\n        ".join(lines), term_read
-
-
-def _pad_row(pad: WindowPad, rows: list[str], nd: int, at: dict, x: str) -> tuple[list[str], list[str]]:
-    """(the copy's coordinates, the mask's tests on its dims other than the row's) of the element
-    at `x` along the row of the copy that output row `rows` reads at window position `at` (the
-    window axes that do not move along the row)."""
-    st = view_of(pad.src)[1]
-    coords, conds = [], []
-    for j, (coefs, off) in enumerate(pad.terms):
-        if j == pad.w:
-            coords.append(x)
-            continue
-        parts = [f"{rows[i]} * {c}LL" if i < nd - 1 else f"{at[i - nd] * c}LL" for i, c in coefs]
-        coords.append("(" + " + ".join(parts + [f"{off}LL"]) + ")")
-        lo, hi = (int(v) for v in st.mask[j])
-        conds += ([f"{coords[j]} >= {lo}"] if lo > 0 else []) + ([f"{coords[j]} < {hi}"] if hi < int(st.shape[j]) else [])
-    return coords, conds
-
-
 def _border_split_body(node: Node, inputs: list[Node], rows: list[str], inner: str, pad: WindowPad, epilogue,
                        out_dtype: DType) -> str:
     """A stride-1 row (`_row_body`) reading its padded operand in place: where every window
@@ -287,7 +241,7 @@ def _border_split_body(node: Node, inputs: list[Node], rows: list[str], inner: s
     staged in row buffers as strided rows are: the vector loads would straddle the stores just
     made.)"""
     nd, (_, r) = len(node.shape), node.arg
-    pr = _pad_reads(node, inputs, pad)
+    pr = pad_reads(node, inputs, pad)
     xs, lo_w, hi_w = pr.xs, pr.lo_w, pr.hi_w
     row_conds: list[str] = []
 
@@ -297,7 +251,7 @@ def _border_split_body(node: Node, inputs: list[Node], rows: list[str], inner: s
                 return None
             at = {a: k[a] for a in range(r) if a != pad.axis}
             x = f"({inner} + {xs[k[pad.axis] if pad.axis is not None else 0]}LL)"
-            coords, conds = _pad_row(pad, rows, nd, at, x)
+            coords, conds = pad_row(pad, rows, nd, at, x)
             value = f"(({pr.t}){read(pr.plain, coords, pr.ptr)})"
             if not masked:
                 row_conds.extend(c for c in conds if c not in row_conds)
@@ -319,12 +273,12 @@ def _border_split_body(node: Node, inputs: list[Node], rows: list[str], inner: s
     c_hi = max(c_lo, min(width, hi_w - max(xs)))
     stored, stored_m = store_value(out_dtype, value), store_value(out_dtype, value_m)
     # a row with a window row outside the input (a padded 3x3's top and bottom rows): its window
-    # rows staged with the fill (`_padded_rows`, as strided rows are), then one vector loop rather
+    # rows staged with the fill (`conv_padded.padded_rows`, as strided rows are), then one vector loop rather
     # than a scalar loop testing each term; the same values in the same order. Past PHASE_MAX
     # staged elements (a very wide row), tested terms.
     staged = None
-    if row_conds and len(_padded_groups(node, pad, pr)) * (width + max(xs) + 1) <= PHASE_MAX:
-        lines, staged_read = _padded_rows(node, inputs, rows, inner, pad)
+    if row_conds and len(padded_groups(node, pad, pr)) * (width + max(xs) + 1) <= PHASE_MAX:
+        lines, staged_read = padded_rows(node, inputs, rows, inner, pad)
         _, stmts_s, value_s = hoisted_element(node, rows + [inner], inputs, inner, staged_read)
         if epilogue is not None:
             _, value_s = epilogue(rows + [inner], value_s, {nd - 1})
@@ -346,12 +300,6 @@ def _border_split_body(node: Node, inputs: list[Node], rows: list[str], inner: s
         {_row_loop(inner, "c_t", "c_hi", stmts, stored, True)}
         {_row_loop(inner, "c_hi", "n_in", stmts_m, stored_m, False)}
         }}{" else " + staged if staged else ""}"""
-
-
-def _padded_groups(node: Node, pad: WindowPad, pr: _PadReads) -> list[tuple]:
-    """The values of the window axes that do not move along the row (`_padded_rows`' groups)."""
-    r = node.arg[1]
-    return list(itertools.product(*(range(pr.kernel[a]) for a in range(r) if a != pad.axis)))
 
 
 def _flat_plane(node: Node) -> tuple[Node, int] | None:

@@ -2,7 +2,7 @@
 along the output row reads every s-th element per term, a strided load that does not vectorize
 well; each output row's operand row is split first into s phase rows (phase p: its elements
 s*j + p), so every term is a contiguous vector load. `strided_phases` for an operand read as it is,
-`phases_side_by_side` the rows of one read through its padded copy (`conv._padded_rows`). The terms, their
+`phases_side_by_side` the rows of one read through its padded copy (`conv_padded`). The terms, their
 order and their values are unchanged, so are the bits.
 """
 
@@ -75,13 +75,14 @@ def strided_phases(node: Node, inputs: list[Node], rows: list[str], inner: str) 
 
 
 def phases_side_by_side(g: int, length: dict, s: int, lo_w: int, hi_w: int, t: str, fill: str, conds: list[str],
-                        value: str) -> str:
-    """`conv._padded_rows`' phase buffers of one window row (`length`: phase -> its length; one
+                        value: str, declare: bool = True) -> str:
+    """`conv_padded.padded_rows`' phase buffers of one window row (`length`: phase -> its length; one
     phase at stride 1): the copy's elements s*j + p of the unpadded input row, the fill where the
     pad's mask is false. Every phase is filled in one vector loop over the range of j all of them
     read from the input, as `strided_phases` fills its rows (an interleaved load the compiler
     vectorizes, where a loop per phase loaded the whole input row for each), each phase's ends
-    before and after it by itself. Every element is the copy's value."""
+    before and after it by itself. Every element is the copy's value. `declare`: the buffers
+    `pd{g}_{p}` declared here (else pointers the caller declared: `conv_padded.plane_rows`)."""
     phases, sep = list(length), "\n          "
     bounds, before, after, copies = [], [], [], []
     for p, n in length.items():
@@ -97,7 +98,7 @@ def phases_side_by_side(g: int, length: dict, s: int, lo_w: int, hi_w: int, t: s
             after.insert(-1, f"for (long long j = lum_max(c_hi, lum_min(hi{p}, c_lo)); j < hi{p}; ++j) {copy}")
     c_lo = functools.reduce(lambda a, b: f"lum_max({a}, {b})", (f"lo{p}" for p in phases))
     c_hi = functools.reduce(lambda a, b: f"lum_min({a}, {b})", (f"hi{p}" for p in phases))
-    return f"""{" ".join(f"{t} pd{g}_{p}[{n}];" for p, n in length.items())}
+    return f"""{" ".join(f"{t} pd{g}_{p}[{n}];" for p, n in length.items()) if declare else ""}
         {{
           const int in_rows = {' && '.join(conds) or '1'};
           {sep.join(bounds)}

@@ -1,0 +1,178 @@
+"""A WindowReduce's padded operand read in place (`conv.WindowPad`: a depthwise conv's or a max
+pool's `pad`, never written): what each form reads with (`pad_reads`), the copy's coordinates
+of a window row (`pad_row`), and the strided forms' phase rows, the fill where the pad's mask is
+false: per output row (`padded_rows`), or per plane (`plane_rows`: every row of the copy a plane
+reads filled once, then every output row of the plane reads them). The stride-1 form is
+`conv._border_split_body`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from luminal.hlir import symbolic as sym
+from luminal.hlir.ops import Node
+from luminal.kernels.cpu.conv_phases import phases_side_by_side
+from luminal.kernels.render.cexpr import compute_type
+from luminal.kernels.render.cstyle import pointer_of, read, unmasked, view_of
+
+if TYPE_CHECKING:
+    from luminal.kernels.cpu.conv import WindowPad
+
+
+@dataclass(frozen=True)
+class PadReads:
+    """What both row forms of a `WindowPad` read with: the input unmasked (`ptr`), the fill (C, the
+    compute type), the row dim's mask [lo_w, hi_w), and per window position along the row its
+    offset into the copy's row (`xs`)."""
+
+    kernel: list
+    t: str
+    plain: Node
+    ptr: str
+    fill: str
+    lo_w: int
+    hi_w: int
+    xs: list
+
+
+def pad_reads(node: Node, inputs: list[Node], pad: WindowPad) -> PadReads:
+    kernel = [int(d) for d in node.src[0].shape[len(node.shape):]]
+    t = compute_type(node.dtype)
+    st = view_of(pad.src)[1]
+    fill = f"(({t})({'0' if pad.fill is None else read(pad.fill, ['0'] * len(st.shape), None)}))"
+    lo_w, hi_w = (int(v) for v in st.mask[pad.w])
+    off_w = pad.terms[pad.w][1]
+    xs = [pad.u * k + off_w for k in range(kernel[pad.axis] if pad.axis is not None else 1)]
+    return PadReads(kernel, t, unmasked(pad.src), pointer_of(pad.src, inputs), fill, lo_w, hi_w, xs)
+
+
+def _phase_lengths(width: int, s: int, xs: list[int]) -> dict[int, int]:
+    """Phase p -> the elements of its row that a row of `width` outputs reads (window positions at
+    `xs` along the copy's row, stride s)."""
+    return {p: width + max(x // s for x in xs if x % s == p) for p in sorted({x % s for x in xs})}
+
+
+def padded_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pad: WindowPad) -> tuple[str, object]:
+    """As `conv_phases.strided_phases`, for an operand read through its padded copy (`WindowPad`): per output row,
+    per value of the window axes that do not move along it, the copy's row it reads is filled from
+    the unpadded input into s phase buffers (phase p: the row's elements s*j + p, so each term is
+    a contiguous vector load, stride 1 or 2 alike), the fill value where the pad's mask is false:
+    a row of the padding all fill, else fill, a plain vector copy and fill. The terms and their
+    order are unchanged, and the values are the copy's, so are the bits."""
+    nd, (_, r) = len(node.shape), node.arg
+    pr = pad_reads(node, inputs, pad)
+    t, s, xs, lo_w, hi_w, fill = pr.t, pad.s, pr.xs, pr.lo_w, pr.hi_w, pr.fill
+    others = [a for a in range(r) if a != pad.axis]
+    groups = padded_groups(node, pad, pr)
+    width = int(node.shape[-1])
+    length = _phase_lengths(width, s, xs)
+    lines = []
+    for g, values in enumerate(groups):
+        coords, conds = pad_row(pad, rows, nd, dict(zip(others, values)), "x")
+        value = read(pr.plain, coords, pr.ptr)
+        lines.append(phases_side_by_side(g, length, s, lo_w, hi_w, t, fill, conds, value))
+
+    def term_read(p: int, k: list[int]) -> str | None:
+        if p != pad.operand:
+            return None
+        g = groups.index(tuple(k[a] for a in others))
+        x = xs[k[pad.axis] if pad.axis is not None else 0]
+        return f"pd{g}_{x % s}[{inner} + {x // s}LL]"
+
+    return "\n        ".join(lines), term_read
+
+
+def pad_row(pad: WindowPad, rows: list[str], nd: int, at: dict, x: str,
+            given: dict[int, str] | None = None) -> tuple[list[str], list[str]]:
+    """(the copy's coordinates, the mask's tests on its dims other than the row's) of the element
+    at `x` along the row of the copy that output row `rows` reads at window position `at` (the
+    window axes that do not move along the row); `given`: dims of the copy whose coordinate is
+    this C expression instead (`plane_rows`' row of the copy)."""
+    st = view_of(pad.src)[1]
+    coords, conds = [], []
+    for j, (coefs, off) in enumerate(pad.terms):
+        if j == pad.w:
+            coords.append(x)
+            continue
+        if given and j in given:
+            coords.append(given[j])
+        else:
+            parts = [f"{rows[i]} * {c}LL" if i < nd - 1 else f"{at[i - nd] * c}LL" for i, c in coefs]
+            coords.append("(" + " + ".join(parts + [f"{off}LL"]) + ")")
+        lo, hi = (int(v) for v in st.mask[j])
+        conds += ([f"{coords[j]} >= {lo}"] if lo > 0 else []) + ([f"{coords[j]} < {hi}"] if hi < int(st.shape[j]) else [])
+    return coords, conds
+
+
+def padded_groups(node: Node, pad: WindowPad, pr: PadReads) -> list[tuple]:
+    """The values of the window axes that do not move along the row (`padded_rows`' groups)."""
+    r = node.arg[1]
+    return list(itertools.product(*(range(pr.kernel[a]) for a in range(r) if a != pad.axis)))
+
+
+PLANE_MAX = 16384  # elements of one plane's phase rows (on the stack: 64 KiB in f32, held in L2)
+PLANES_MIN = 16  # planes a kernel needs for `plane_rows`: the team splits planes, where rows split evenly
+
+
+@dataclass(frozen=True)
+class PlaneRows:
+    """`plane_rows`' plan: `fill` (C) declares `pl` and fills it with the plane's rows of the copy,
+    `term_read` reads a term of output row `rows[-1]` from them (`hoisted_element`'s)."""
+
+    fill: str
+    term_read: object
+    n_planes: int
+
+
+def plane_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pad: WindowPad) -> PlaneRows | None:
+    """Strided rows (`padded_rows`) a plane at a time: a stride-2 3x3 reads each row of the copy
+    from two output rows (one from three at stride 3), and each row's phases took two dozen short
+    loops, most of the time at 56 outputs a row or fewer. Every row of the copy that the plane's
+    output rows read (rows[-1] moving it by sh, at most one window axis by uh, the copy's other dims
+    fixed over the plane) is filled once into `pl`, its phases side by side; each output row's
+    terms then read their rows of it. The same terms in the same order, the copy's values: the
+    same bits. None where the plane's rows pass PLANE_MAX, or with fewer than PLANES_MIN planes."""
+    nd, s = len(node.shape), pad.s
+    if s < 2 or nd < 2 or not all(sym.is_static(d) for d in node.shape):
+        return None
+    moved = [j for j, (coefs, _) in enumerate(pad.terms) if j != pad.w and any(i == nd - 2 for i, _ in coefs)]
+    if len(moved) != 1:
+        return None
+    h = moved[0]
+    coefs, off = pad.terms[h]
+    sh = next(c for i, c in coefs if i == nd - 2)
+    along = [(i - nd, c) for i, c in coefs if i >= nd]
+    if len(coefs) != 1 + len(along) or len(along) > 1 or sh <= 0:
+        return None
+    axis, uh = along[0] if along else (None, 0)
+    if uh < 0 or (axis is not None and axis == pad.axis):
+        return None
+    if any(i >= nd - 2 for j, (cs, _) in enumerate(pad.terms) if j not in (pad.w, h) for i, _ in cs):
+        return None
+    pr = pad_reads(node, inputs, pad)
+    ho, width, n_planes = int(node.shape[-2]), int(node.shape[-1]), int(sym.product(node.shape[:-2]))
+    n_rows = sh * (ho - 1) + uh * ((pr.kernel[axis] if axis is not None else 1) - 1) + 1
+    length = _phase_lengths(width, s, pr.xs)
+    starts = dict(zip(length, itertools.accumulate([0, *length.values()])))
+    row_w = sum(length.values())
+    if n_planes < PLANES_MIN or n_rows * row_w > PLANE_MAX:
+        return None
+    coords, conds = pad_row(pad, rows, nd, {}, "x", {h: f"(r + {off}LL)"})
+    rows_of = " ".join(f"{pr.t}* restrict pd0_{p} = pl + r * {row_w}LL + {starts[p]}LL;" for p in length)
+    fill = f"""{pr.t} pl[{n_rows * row_w}];  /* the plane's rows of the copy, {row_w} apart, phase p at its start */
+    for (long long r = 0; r < {n_rows}LL; ++r) {{
+      {rows_of}
+      {phases_side_by_side(0, length, s, pr.lo_w, pr.hi_w, pr.t, pr.fill, conds, read(pr.plain, coords, pr.ptr), False)}
+    }}"""
+
+    def term_read(p: int, k: list[int]) -> str | None:
+        if p != pad.operand:
+            return None
+        x = pr.xs[k[pad.axis] if pad.axis is not None else 0]
+        row = f"{sh}LL * {rows[-1]} + {uh * k[axis] if axis is not None else 0}LL"
+        return f"pl[({row}) * {row_w}LL + {starts[x % s] + x // s}LL + {inner}]"
+
+    return PlaneRows(fill, term_read, n_planes)
