@@ -279,7 +279,8 @@ def test_two_convs_of_one_padded_input_fuse_their_epilogues(fused):
 
 # --- a padded operand read in place (`conv.WindowPad`) --------------------------------------------
 # (name, input shape, kernel, stride, padding, dilation, what): rows of 64 or more (narrower ones
-# run as flat planes over the padded copy), stride 1 (the border split) and strided (phase rows)
+# run as flat planes over the padded copy, with 16 planes or more over a plane of it at a time),
+# stride 1 (the border split) and strided (phase rows)
 PADDED = [
     ("dw_s1", (1, 5, 7, 130), 3, 1, 1, 1, "conv"),
     ("dw_s2", (1, 4, 9, 141), 3, 2, 1, 1, "conv"),
@@ -299,6 +300,12 @@ PADDED = [
     ("max_s2_planes", (2, 8, 10, 133), 3, 2, 1, 1, "max"),  # planes of two images
     ("max_s2_k2_pad1_planes", (1, 17, 7, 129), 2, 2, 1, 1, "max"),  # the last output row reads the bottom pad
     ("dw_s2_past_plane_max", (1, 16, 40, 600), 3, 2, 1, 1, "conv"),
+    # narrow stride-1 rows over 16 planes or more: each plane's padded copy in a stack buffer,
+    # read as one flat run (`conv._plane_flat_body`), not a copy written whole
+    ("dw_s1_flat_planes_bn_relu6", (1, 16, 14, 14), 3, 1, 1, 1, "conv_bn_relu6"),
+    ("dw_s1_k5_flat_planes", (1, 16, 9, 28), 5, 1, 2, 1, "conv"),
+    ("dw_dil2_flat_planes", (1, 16, 10, 30), 3, 1, 2, 2, "conv"),
+    ("max_s1_flat_planes", (2, 8, 7, 7), 3, 1, 1, 1, "max"),
     ("max_s1", (2, 3, 5, 80), 3, 1, 1, 1, "max"),
     ("avg_s1", (1, 3, 5, 80), 3, 1, 1, 1, "avg"),
 ]
@@ -343,7 +350,8 @@ def test_a_padded_operand_is_read_in_place_with_the_copys_bits(fused, monkeypatc
     assert "pd0_0[" in compiled.runtime.source  # the strided rows' phase rows of the unpadded input
     # filled in one loop over the range every phase reads (`conv_phases.phases_side_by_side`), ends apart
     assert compiled.runtime.source.count("the range of j every phase reads from the input") >= 11
-    assert compiled.runtime.source.count("the plane's rows of the copy") == 4
+    assert compiled.runtime.source.count("the plane's rows of the copy") == 8
+    assert compiled.runtime.source.count("output (y, x) at") == 4
     # stride 1: the rows with a window row in the padding staged too, one vector loop each
     assert compiled.runtime.source.count("a window row outside the input: its rows staged") >= 3
     got = dict(zip(names, compiled(feeds)))

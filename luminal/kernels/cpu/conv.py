@@ -22,7 +22,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import UNARY, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
-from luminal.kernels.cpu.conv_padded import pad_reads, pad_row, padded_groups, padded_rows, plane_rows
+from luminal.kernels.cpu.conv_padded import pad_reads, pad_row, padded_groups, padded_rows, plane_fits, plane_rows
 from luminal.kernels.cpu.conv_phases import PHASE_MAX, strided_phases
 from luminal.kernels.cpu.max_pool import separable_max, separable_max_body
 from luminal.kernels.cpu.pad_copy import pad_parts
@@ -71,6 +71,8 @@ def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | 
     outer, nd = node.shape[:-1], len(node.shape)
     rows, inner = [f"i{k}" for k in range(nd - 1)], f"i{nd - 1}"  # the row loop's names (`_c_rows`)
     out_dtype = out_dtype or node.dtype
+    if pad is not None and pad.s == 1 and _flat_plane(node) is not None:
+        return _plane_flat_body(node, inputs, plane_rows(node, inputs, rows, "q", pad, True), epilogue, out_dtype)
     if pad is not None and pad.s == 1:
         body = _border_split_body(node, inputs, rows, inner, pad, epilogue, out_dtype)
     elif _window_outside(node):
@@ -118,6 +120,36 @@ def _plane_body(node: Node, inputs: list[Node], plane, epilogue, out_dtype: DTyp
       {C.ctype(out_dtype)}* restrict dst = out + row * n_in;
       {_row_loop(inner, "0", "n_in", stmts, store_value(out_dtype, value), True)}
     }}
+  }}"""
+
+
+def _plane_flat_body(node: Node, inputs: list[Node], plane, epilogue, out_dtype: DType) -> str:
+    """Narrow stride-1 rows over their padding (`conv_padded.plane_rows`, flat): per plane, its
+    padded copy in `pl` (a stack buffer, not a copy written whole and read back), then one flat
+    vector loop over it as `_flat_body`'s, element q = y * row_w + x (the q with x >= W computed
+    from the next row's values, then dropped)."""
+    nd, (h, w) = len(node.shape), (int(d) for d in node.shape[-2:])
+    flat = _flat_plane(node)[0]
+    rows, lines = unravel("plane", node.shape[:-2], "i")
+    setup, stmts, value = hoisted_element(flat, rows + ["q"], inputs, "q", plane.term_read)
+    more, result = "", f"res[y * {plane.row_w}LL + x]"
+    if epilogue is not None:
+        more, result = epilogue(rows + ["y", "x"], result, {nd - 2, nd - 1})
+    work = plane.n_planes * h * w * sym.product(node.src[0].shape[nd:])
+    return f"""{"#pragma omp parallel for schedule(static)" if work >= PAR_MIN else ""}
+  for (long long plane = 0; plane < {plane.n_planes}LL; ++plane) {{
+    {" ".join(lines)}
+    {plane.fill}
+    {setup} {more}
+    {compute_type(node.dtype)} res[{h * plane.row_w}];  /* output (y, x) at y * {plane.row_w} + x */
+    #pragma omp simd
+    for (long long q = 0; q < {(h - 1) * plane.row_w + w}LL; ++q) {{
+      {stmts}
+      res[q] = {value};
+    }}
+    for (long long y = 0; y < {h}LL; ++y)
+      #pragma omp simd
+      for (long long x = 0; x < {w}LL; ++x) out[(plane * {h}LL + y) * {w}LL + x] = {store_value(out_dtype, result)};
   }}"""
 
 
@@ -199,8 +231,7 @@ def window_pad(window: Node, users) -> WindowPad | None:
     kernel = window.src[0].shape[nd:]
     if not all(sym.is_static(d) for d in (*kernel, *window.shape)) or sym.product(kernel) > UNROLL:
         return None
-    if _flat_plane(window) is not None:
-        return None
+    flat = _flat_plane(window) is not None  # read through only a plane at a time (`conv_padded.plane_rows`)
     found = []
     for p, src in enumerate(window.src):
         copy, st = view_of(src)
@@ -228,7 +259,8 @@ def window_pad(window: Node, users) -> WindowPad | None:
     reach = max(u * k + terms[w][1] for k in range(int(kernel[axis]) if axis is not None else 1)) // s
     if int(groups) * s * (int(window.shape[-1]) + reach) > PHASE_MAX:
         return None
-    return WindowPad(copy, p, src, fill, tuple((tuple(c), o) for c, o in terms), w, s, axis, u)
+    pad = WindowPad(copy, p, src, fill, tuple((tuple(c), o) for c, o in terms), w, s, axis, u)
+    return None if flat and not plane_fits(window, pad, True) else pad
 
 
 def _border_split_body(node: Node, inputs: list[Node], rows: list[str], inner: str, pad: WindowPad, epilogue,

@@ -119,24 +119,20 @@ PLANES_MIN = 16  # planes a kernel needs for `plane_rows`: the team splits plane
 
 @dataclass(frozen=True)
 class PlaneRows:
-    """`plane_rows`' plan: `fill` (C) declares `pl` and fills it with the plane's rows of the copy,
-    `term_read` reads a term of output row `rows[-1]` from them (`hoisted_element`'s)."""
+    """`plane_rows`' plan: `fill` (C) declares `pl` and fills it with the plane's rows of the copy
+    (`row_w` apart), `term_read` reads a term from them (`hoisted_element`'s): of output row
+    `rows[-1]`, or of flat element `inner` (`flat`: q = y * row_w + x)."""
 
     fill: str
     term_read: object
     n_planes: int
+    row_w: int
 
 
-def plane_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pad: WindowPad) -> PlaneRows | None:
-    """Strided rows (`padded_rows`) a plane at a time: a stride-2 3x3 reads each row of the copy
-    from two output rows (one from three at stride 3), and each row's phases took two dozen short
-    loops, most of the time at 56 outputs a row or fewer. Every row of the copy that the plane's
-    output rows read (rows[-1] moving it by sh, at most one window axis by uh, the copy's other dims
-    fixed over the plane) is filled once into `pl`, its phases side by side; each output row's
-    terms then read their rows of it. The same terms in the same order, the copy's values: the
-    same bits. None where the plane's rows pass PLANE_MAX, or with fewer than PLANES_MIN planes."""
+def _plane_geometry(node: Node, pad: WindowPad, flat: bool) -> tuple | None:
+    """(h, off, sh, axis, uh, n_rows, length, row_w, xs) of `plane_rows`, or None (see there)."""
     nd, s = len(node.shape), pad.s
-    if s < 2 or nd < 2 or not all(sym.is_static(d) for d in node.shape):
+    if (s != 1 if flat else s < 2) or nd < 2 or not all(sym.is_static(d) for d in node.shape):
         return None
     moved = [j for j, (coefs, _) in enumerate(pad.terms) if j != pad.w and any(i == nd - 2 for i, _ in coefs)]
     if len(moved) != 1:
@@ -145,21 +141,47 @@ def plane_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pad:
     coefs, off = pad.terms[h]
     sh = next(c for i, c in coefs if i == nd - 2)
     along = [(i - nd, c) for i, c in coefs if i >= nd]
-    if len(coefs) != 1 + len(along) or len(along) > 1 or sh <= 0:
+    if len(coefs) != 1 + len(along) or len(along) > 1 or sh <= 0 or (flat and sh != 1):
         return None
     axis, uh = along[0] if along else (None, 0)
     if uh < 0 or (axis is not None and axis == pad.axis):
         return None
     if any(i >= nd - 2 for j, (cs, _) in enumerate(pad.terms) if j not in (pad.w, h) for i, _ in cs):
         return None
-    pr = pad_reads(node, inputs, pad)
+    kernel = [int(d) for d in node.src[0].shape[nd:]]
+    xs = [pad.u * k + pad.terms[pad.w][1] for k in range(kernel[pad.axis] if pad.axis is not None else 1)]
     ho, width, n_planes = int(node.shape[-2]), int(node.shape[-1]), int(sym.product(node.shape[:-2]))
-    n_rows = sh * (ho - 1) + uh * ((pr.kernel[axis] if axis is not None else 1) - 1) + 1
-    length = _phase_lengths(width, s, pr.xs)
-    starts = dict(zip(length, itertools.accumulate([0, *length.values()])))
+    n_rows = sh * (ho - 1) + uh * ((kernel[axis] if axis is not None else 1) - 1) + 1
+    length = _phase_lengths(width, s, xs)
     row_w = sum(length.values())
     if n_planes < PLANES_MIN or n_rows * row_w > PLANE_MAX:
         return None
+    return h, off, sh, axis, uh, n_rows, length, row_w, xs
+
+
+def plane_fits(node: Node, pad: WindowPad, flat: bool) -> bool:
+    """Whether `plane_rows` takes WindowReduce `node` reading through `pad` (`conv.window_pad`)."""
+    return _plane_geometry(node, pad, flat) is not None
+
+
+def plane_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pad: WindowPad,
+               flat: bool = False) -> PlaneRows | None:
+    """Strided rows (`padded_rows`) a plane at a time: a stride-2 3x3 reads each row of the copy
+    from two output rows (one from three at stride 3), and each row's phases took two dozen short
+    loops, most of the time at 56 outputs a row or fewer. Every row of the copy that the plane's
+    output rows read (rows[-1] moving it by sh, at most one window axis by uh, the copy's other dims
+    fixed over the plane) is filled once into `pl`, its phases side by side; each output row's
+    terms then read their rows of it. `flat`: a stride-1 window over narrow rows (`conv._flat_plane`),
+    which read a padded copy written whole: `pl` is that plane of the copy, read as one flat run
+    (`conv._plane_flat_body`). The same terms in the same order, the copy's values: the same bits.
+    None where the plane's rows pass PLANE_MAX, or with fewer than PLANES_MIN planes."""
+    geometry = _plane_geometry(node, pad, flat)
+    if geometry is None:
+        return None
+    h, off, sh, axis, uh, n_rows, length, row_w, xs = geometry
+    nd, s = len(node.shape), pad.s
+    pr = pad_reads(node, inputs, pad)
+    starts = dict(zip(length, itertools.accumulate([0, *length.values()])))
     coords, conds = pad_row(pad, rows, nd, {}, "x", {h: f"(r + {off}LL)"})
     rows_of = " ".join(f"{pr.t}* restrict pd0_{p} = pl + r * {row_w}LL + {starts[p]}LL;" for p in length)
     fill = f"""{pr.t} pl[{n_rows * row_w}];  /* the plane's rows of the copy, {row_w} apart, phase p at its start */
@@ -171,8 +193,10 @@ def plane_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pad:
     def term_read(p: int, k: list[int]) -> str | None:
         if p != pad.operand:
             return None
-        x = pr.xs[k[pad.axis] if pad.axis is not None else 0]
-        row = f"{sh}LL * {rows[-1]} + {uh * k[axis] if axis is not None else 0}LL"
-        return f"pl[({row}) * {row_w}LL + {starts[x % s] + x // s}LL + {inner}]"
+        x = xs[k[pad.axis] if pad.axis is not None else 0]
+        below = uh * k[axis] if axis is not None else 0
+        if flat:
+            return f"pl[{inner} + {below * row_w + x}LL]"
+        return f"pl[({sh}LL * {rows[-1]} + {below}LL) * {row_w}LL + {starts[x % s] + x // s}LL + {inner}]"
 
-    return PlaneRows(fill, term_read, n_planes)
+    return PlaneRows(fill, term_read, int(sym.product(node.shape[:-2])), row_w)
