@@ -71,8 +71,10 @@ def _row_body(node: Node, inputs: list[Node], epilogue=None, out_dtype: DType | 
     outer, nd = node.shape[:-1], len(node.shape)
     rows, inner = [f"i{k}" for k in range(nd - 1)], f"i{nd - 1}"  # the row loop's names (`_c_rows`)
     out_dtype = out_dtype or node.dtype
-    if pad is not None and pad.s == 1 and _flat_plane(node) is not None:
-        return _plane_flat_body(node, inputs, plane_rows(node, inputs, rows, "q", pad, True), epilogue, out_dtype)
+    if pad is not None and (pad.s > 1 or _flat_plane(node) is not None):
+        flat = _plane_flat_body(node, inputs, pad, epilogue, out_dtype)
+        if flat is not None:
+            return flat
     if pad is not None and pad.s == 1:
         body = _border_split_body(node, inputs, rows, inner, pad, epilogue, out_dtype)
     elif _window_outside(node):
@@ -123,14 +125,26 @@ def _plane_body(node: Node, inputs: list[Node], plane, epilogue, out_dtype: DTyp
   }}"""
 
 
-def _plane_flat_body(node: Node, inputs: list[Node], plane, epilogue, out_dtype: DType) -> str:
-    """Narrow stride-1 rows over their padding (`conv_padded.plane_rows`, flat): per plane, its
-    padded copy in `pl` (a stack buffer, not a copy written whole and read back), then one flat
-    vector loop over it as `_flat_body`'s, element q = y * row_w + x (the q with x >= W computed
-    from the next row's values, then dropped)."""
+def _plane_flat_body(node: Node, inputs: list[Node], pad: WindowPad, epilogue, out_dtype: DType) -> str | None:
+    """Narrow rows over their padding a plane at a time (`conv_padded.plane_rows`, flat): per plane
+    its rows of the copy in `pl` (a stack buffer: at stride 1 not a copy written whole and read
+    back), then one flat vector loop over them as `_flat_body`'s, element q = y * row_w + x (the
+    q with x >= W computed from the next row's values, then dropped). None where it does not
+    apply (an operand other than the padded one moving over the plane)."""
     nd, (h, w) = len(node.shape), (int(d) for d in node.shape[-2:])
-    flat = _flat_plane(node)[0]
     rows, lines = unravel("plane", node.shape[:-2], "i")
+    plane = plane_rows(node, inputs, [*rows, "y"], "q", pad, True)
+    if plane is None:
+        return None
+    n = (h - 1) * plane.row_w + w
+    srcs = []  # the window over the flat run: the padded operand's reads are `plane.term_read`'s
+    for p, src in enumerate(node.src):
+        base, st = view_of(src)
+        if p != pad.operand and (st.mask is not None or not all(sym.equal(st.strides[d], 0) for d in (nd - 2, nd - 1))):
+            return None
+        flat = ShapeTracker((*st.shape[:nd - 2], n, *st.shape[nd:]), (*st.strides[:nd - 2], 0, *st.strides[nd:]), st.offset)
+        srcs.append(Node(Op.VIEW, src.dtype, flat.shape, (base,), flat))
+    flat = Node(Op.WINDOW_REDUCE, node.dtype, (*node.shape[:-2], n), tuple(srcs), node.arg)
     setup, stmts, value = hoisted_element(flat, rows + ["q"], inputs, "q", plane.term_read)
     more, result = "", f"res[y * {plane.row_w}LL + x]"
     if epilogue is not None:
@@ -143,7 +157,7 @@ def _plane_flat_body(node: Node, inputs: list[Node], plane, epilogue, out_dtype:
     {setup} {more}
     {compute_type(node.dtype)} res[{h * plane.row_w}];  /* output (y, x) at y * {plane.row_w} + x */
     #pragma omp simd
-    for (long long q = 0; q < {(h - 1) * plane.row_w + w}LL; ++q) {{
+    for (long long q = 0; q < {n}LL; ++q) {{
       {stmts}
       res[q] = {value};
     }}

@@ -115,12 +115,13 @@ def padded_groups(node: Node, pad: WindowPad, pr: PadReads) -> list[tuple]:
 
 PLANE_MAX = 16384  # elements of one plane's phase rows (on the stack: 64 KiB in f32, held in L2)
 PLANES_MIN = 16  # planes a kernel needs for `plane_rows`: the team splits planes, where rows split evenly
+FLAT_STRIDED_MAX = 32  # strided rows under this many outputs run flat over their plane (`plane_rows`)
 
 
 @dataclass(frozen=True)
 class PlaneRows:
     """`plane_rows`' plan: `fill` (C) declares `pl` and fills it with the plane's rows of the copy
-    (`row_w` apart), `term_read` reads a term from them (`hoisted_element`'s): of output row
+    (each `row_w` long), `term_read` reads a term from them (`hoisted_element`'s): of output row
     `rows[-1]`, or of flat element `inner` (`flat`: q = y * row_w + x)."""
 
     fill: str
@@ -130,9 +131,11 @@ class PlaneRows:
 
 
 def _plane_geometry(node: Node, pad: WindowPad, flat: bool) -> tuple | None:
-    """(h, off, sh, axis, uh, n_rows, length, row_w, xs) of `plane_rows`, or None (see there)."""
+    """(h, off, sh, axis, uh, n_rows, width_l, xs) of `plane_rows` (width_l: the length of every
+    phase row, the longest phase's), or None (see there)."""
     nd, s = len(node.shape), pad.s
-    if (s != 1 if flat else s < 2) or nd < 2 or not all(sym.is_static(d) for d in node.shape):
+    if (s != 1 and flat and int(node.shape[-1]) >= FLAT_STRIDED_MAX) or (s < 2 and not flat) \
+            or nd < 2 or not all(sym.is_static(d) for d in node.shape):
         return None
     moved = [j for j, (coefs, _) in enumerate(pad.terms) if j != pad.w and any(i == nd - 2 for i, _ in coefs)]
     if len(moved) != 1:
@@ -141,7 +144,7 @@ def _plane_geometry(node: Node, pad: WindowPad, flat: bool) -> tuple | None:
     coefs, off = pad.terms[h]
     sh = next(c for i, c in coefs if i == nd - 2)
     along = [(i - nd, c) for i, c in coefs if i >= nd]
-    if len(coefs) != 1 + len(along) or len(along) > 1 or sh <= 0 or (flat and sh != 1):
+    if len(coefs) != 1 + len(along) or len(along) > 1 or sh <= 0:
         return None
     axis, uh = along[0] if along else (None, 0)
     if uh < 0 or (axis is not None and axis == pad.axis):
@@ -153,10 +156,10 @@ def _plane_geometry(node: Node, pad: WindowPad, flat: bool) -> tuple | None:
     ho, width, n_planes = int(node.shape[-2]), int(node.shape[-1]), int(sym.product(node.shape[:-2]))
     n_rows = sh * (ho - 1) + uh * ((kernel[axis] if axis is not None else 1) - 1) + 1
     length = _phase_lengths(width, s, xs)
-    row_w = sum(length.values())
-    if n_planes < PLANES_MIN or n_rows * row_w > PLANE_MAX:
+    width_l = max(length.values())
+    if n_planes < PLANES_MIN or -(-n_rows // sh) * sh * len(length) * width_l > PLANE_MAX:
         return None
-    return h, off, sh, axis, uh, n_rows, length, row_w, xs
+    return h, off, sh, axis, uh, n_rows, width_l, xs
 
 
 def plane_fits(node: Node, pad: WindowPad, flat: bool) -> bool:
@@ -171,32 +174,41 @@ def plane_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pad:
     loops, most of the time at 56 outputs a row or fewer. Every row of the copy that the plane's
     output rows read (rows[-1] moving it by sh, at most one window axis by uh, the copy's other dims
     fixed over the plane) is filled once into `pl`, its phases side by side; each output row's
-    terms then read their rows of it. `flat`: a stride-1 window over narrow rows (`conv._flat_plane`),
-    which read a padded copy written whole: `pl` is that plane of the copy, read as one flat run
-    (`conv._plane_flat_body`). The same terms in the same order, the copy's values: the same bits.
+    terms then read their rows of it. `pl` holds the rows by row phase (r % sh), then column
+    phase, each phase row width_l long, so that consecutive output rows read consecutive rows of
+    `pl`: `flat` reads them as one run per plane (`conv._plane_flat_body`; narrow rows: a stride-1
+    window `conv._flat_plane` takes, whose copy was written whole, or strided rows under
+    FLAT_STRIDED_MAX outputs). The same terms in the same order, the copy's values: the same bits.
     None where the plane's rows pass PLANE_MAX, or with fewer than PLANES_MIN planes."""
     geometry = _plane_geometry(node, pad, flat)
     if geometry is None:
         return None
-    h, off, sh, axis, uh, n_rows, length, row_w, xs = geometry
+    h, off, sh, axis, uh, n_rows, width_l, xs = geometry
     nd, s = len(node.shape), pad.s
     pr = pad_reads(node, inputs, pad)
-    starts = dict(zip(length, itertools.accumulate([0, *length.values()])))
+    phases = sorted({x % s for x in xs})
+    n_rr = -(-n_rows // sh)  # rows of each row phase
+
+    def at(ry: int, p: int, rr: str) -> str:  # the start of row rr of row phase ry, column phase p
+        return f"(({ry * len(phases) + phases.index(p)}LL * {n_rr}LL + {rr}) * {width_l}LL)"
+
     coords, conds = pad_row(pad, rows, nd, {}, "x", {h: f"(r + {off}LL)"})
-    rows_of = " ".join(f"{pr.t}* restrict pd0_{p} = pl + r * {row_w}LL + {starts[p]}LL;" for p in length)
-    fill = f"""{pr.t} pl[{n_rows * row_w}];  /* the plane's rows of the copy, {row_w} apart, phase p at its start */
+    rows_of = " ".join(f"{pr.t}* restrict pd0_{p} = pl + ((r % {sh}LL * {len(phases)}LL + {phases.index(p)}LL) * {n_rr}LL"
+                       f" + r / {sh}LL) * {width_l}LL;" for p in phases)
+    fill = f"""{pr.t} pl[{sh * len(phases) * n_rr * width_l}];  /* the plane's rows of the copy by row phase, column phase, row ({width_l} each) */
     for (long long r = 0; r < {n_rows}LL; ++r) {{
       {rows_of}
-      {phases_side_by_side(0, length, s, pr.lo_w, pr.hi_w, pr.t, pr.fill, conds, read(pr.plain, coords, pr.ptr), False)}
+      {phases_side_by_side(0, dict.fromkeys(phases, width_l), s, pr.lo_w, pr.hi_w, pr.t, pr.fill, conds,
+                           read(pr.plain, coords, pr.ptr), False)}
     }}"""
 
     def term_read(p: int, k: list[int]) -> str | None:
         if p != pad.operand:
             return None
         x = xs[k[pad.axis] if pad.axis is not None else 0]
-        below = uh * k[axis] if axis is not None else 0
+        c = uh * k[axis] if axis is not None else 0  # the row below output row i's first: r = sh * i + c
         if flat:
-            return f"pl[{inner} + {below * row_w + x}LL]"
-        return f"pl[({sh}LL * {rows[-1]} + {below}LL) * {row_w}LL + {starts[x % s] + x // s}LL + {inner}]"
+            return f"pl[{at(c % sh, x % s, f'{c // sh}LL')} + {x // s}LL + {inner}]"
+        return f"pl[{at(c % sh, x % s, f'{rows[-1]} + {c // sh}LL')} + {x // s}LL + {inner}]"
 
-    return PlaneRows(fill, term_read, int(sym.product(node.shape[:-2])), row_w)
+    return PlaneRows(fill, term_read, int(sym.product(node.shape[:-2])), width_l)
