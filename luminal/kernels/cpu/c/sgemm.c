@@ -301,17 +301,18 @@ void lum_own_sgemm(int layout, int transa, int transb, long long M, long long N,
         /* kc rows read side by side, a panel at a time: more streams than the hardware
            prefetcher follows, so B coming from memory (a 1x1 conv's input at 112 x 112, written
            by the layer before and evicted) stalled on every panel's lines; C's M rows too, for
-           writing (each line is read before it is written) */
+           writing (each line is read before it is written). A panel's second line only where a
+           panel is two (AVX-512's 32 floats): AVX2's next panel starts at it, so it was asked twice */
         if (jr + LUM_B_AHEAD < N) {
           for (long long k = 0; k < kc; ++k) {
             const float* ahead = B + (pc + k) * ldb + jr + LUM_B_AHEAD;
             __builtin_prefetch(ahead, 0, 2);
-            __builtin_prefetch(ahead + 16, 0, 2);
+            if (NR > 16) __builtin_prefetch(ahead + 16, 0, 2);
           }
           for (long long i = 0; i < M; ++i) {
             float* ahead = C + i * ldc + jr + LUM_B_AHEAD;
             __builtin_prefetch(ahead, 1, 2);
-            __builtin_prefetch(ahead + 16, 1, 2);
+            if (NR > 16) __builtin_prefetch(ahead + 16, 1, 2);
           }
         }
         for (long long ir = 0; ir < M; ir += MR)
