@@ -8,7 +8,8 @@ kernel, each value going straight into it (`WindowEpilogue`, planned by `conv_ge
 A window past `UNROLL` terms runs its loops outside the loop over the row, each output's
 accumulator in a row buffer (`_window_outside_body`); a large or wide max pool runs as two 1-D
 passes (`max_pool.py`). Strided rows read through phase rows (`conv_phases.py`). Padded
-copies are `pad_copy.py`'s.
+copies are `pad_copy.py`'s; a padded operand nothing else reads is read in place (`WindowPad`,
+`conv_padded.py`), over 16 planes or more a plane at a time (`_plane_body`, `_plane_flat_body`).
 
 The convolutions that are GEMMs (im2col tiles, GEMM epilogues) and the fused kernels
 `program.py` plans are in `conv_gemm.py`.
