@@ -312,6 +312,8 @@ PADDED = [
     ("dw_s3_k5_flat_planes", (1, 16, 10, 40), 5, 3, 2, 1, "conv"),
     ("max_s2_flat_planes", (2, 8, 9, 29), 3, 2, 1, 1, "max"),
     ("max_s2_k2_pad1_flat_planes", (1, 16, 8, 8), 2, 2, 1, 1, "max"),
+    ("dw_s2_dil2_flat_planes", (1, 16, 13, 27), 3, 2, 2, 2, "conv"),  # every window row and column in phase 0
+    ("dw_s2_dil2_planes", (1, 16, 13, 140), 3, 2, 2, 2, "conv"),
     ("max_s1", (2, 3, 5, 80), 3, 1, 1, 1, "max"),
     ("avg_s1", (1, 3, 5, 80), 3, 1, 1, 1, "avg"),
 ]
@@ -356,8 +358,8 @@ def test_a_padded_operand_is_read_in_place_with_the_copys_bits(fused, monkeypatc
     assert "pd0_0[" in compiled.runtime.source  # the strided rows' phase rows of the unpadded input
     # filled in one loop over the range every phase reads (`conv_phases.phases_side_by_side`), ends apart
     assert compiled.runtime.source.count("the range of j every phase reads from the input") >= 11
-    assert compiled.runtime.source.count("the plane's rows of the copy") == 12
-    assert compiled.runtime.source.count("output (y, x) at") == 8
+    assert compiled.runtime.source.count("the plane's rows of the copy") == 14
+    assert compiled.runtime.source.count("output (y, x) at") == 9
     # stride 1: the rows with a window row in the padding staged too, one vector loop each
     assert compiled.runtime.source.count("a window row outside the input: its rows staged") >= 3
     got = dict(zip(names, compiled(feeds)))
