@@ -277,7 +277,7 @@ def test_two_convs_of_one_padded_input_fuse_their_epilogues(fused):
     assert all(st.absorbed for st in steps if st.output.op is Op.WINDOW_REDUCE)
 
 
-# --- a padded operand read in place (`conv.WindowPad`) --------------------------------------------
+# --- a padded operand read in place (`conv_padded.WindowPad`) ------------------------------------
 # (name, input shape, kernel, stride, padding, dilation, what): rows of 64 or more (narrower ones
 # run as flat planes over the padded copy, with 16 planes or more over a plane of it at a time),
 # stride 1 (the border split) and strided (phase rows)

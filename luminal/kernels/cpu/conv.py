@@ -23,7 +23,15 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import UNARY, Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides
-from luminal.kernels.cpu.conv_padded import pad_reads, pad_row, padded_groups, padded_rows, plane_fits, plane_rows
+from luminal.kernels.cpu.conv_padded import (
+    WindowPad,
+    pad_reads,
+    pad_row,
+    padded_groups,
+    padded_rows,
+    plane_fits,
+    plane_rows,
+)
 from luminal.kernels.cpu.conv_phases import PHASE_MAX, strided_phases
 from luminal.kernels.cpu.max_pool import separable_max, separable_max_body
 from luminal.kernels.cpu.pad_copy import pad_parts
@@ -208,24 +216,6 @@ def _row_loop(inner: str, lo: str, hi: str, stmts: str, stored: str, simd: bool)
           {stmts}
           dst[{inner}] = {stored};
         }}"""
-
-
-@dataclass(frozen=True)
-class WindowPad:
-    """A WindowReduce's operand that views a padded copy nothing else reads (a depthwise conv's or
-    a max pool's `pad`): each output row reads the unpadded input, the pad's fill where the mask
-    is false (stride 1: `_border_split_body`; strided rows: `conv_padded.padded_rows`), so the copy is never
-    written. Planned where the WindowReduce runs rows (`window_pad`), the copy absorbed."""
-
-    copy: Node  # the padded copy (CONTIGUOUS of a masked view, or a Select of one and a scalar)
-    operand: int  # the WindowReduce's source reading it
-    src: Node  # the masked view of the unpadded input
-    fill: Node | None  # the Select's scalar (None: zeros)
-    terms: tuple  # `steps.through`: per dim of the copy, ((window view dim, coefficient)..., offset)
-    w: int  # the copy's dim the output row moves, by `s` a step
-    s: int
-    axis: int | None  # the window axis moving it too, by `u` a step (None: none)
-    u: int
 
 
 def _two_passes(window: Node) -> bool:

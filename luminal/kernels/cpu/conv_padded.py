@@ -1,5 +1,5 @@
-"""A WindowReduce's padded operand read in place (`conv.WindowPad`: a depthwise conv's or a max
-pool's `pad`, never written): what each form reads with (`pad_reads`), the copy's coordinates
+"""A WindowReduce's padded operand read in place (`WindowPad`, planned by `conv.window_pad`: a
+depthwise conv's or a max pool's `pad`, never written): what each form reads with (`pad_reads`), the copy's coordinates
 of a window row (`pad_row`), and the strided forms' phase rows, the fill where the pad's mask is
 false: per output row (`padded_rows`), or per plane (`plane_rows`: every row of the copy a plane
 reads filled once, then every output row of the plane reads them). The stride-1 form is
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Node
@@ -18,8 +17,24 @@ from luminal.kernels.cpu.conv_phases import phases_side_by_side
 from luminal.kernels.render.cexpr import compute_type
 from luminal.kernels.render.cstyle import pointer_of, read, unmasked, view_of
 
-if TYPE_CHECKING:
-    from luminal.kernels.cpu.conv import WindowPad
+
+@dataclass(frozen=True)
+class WindowPad:
+    """A WindowReduce's operand that views a padded copy nothing else reads (a depthwise conv's or
+    a max pool's `pad`): each output row reads the unpadded input, the pad's fill where the mask
+    is false (stride 1: `conv._border_split_body`; strided rows: `padded_rows`; over many planes
+    a plane at a time: `plane_rows`), so the copy is never written. Planned where the
+    WindowReduce runs rows (`conv.window_pad`), the copy absorbed."""
+
+    copy: Node  # the padded copy (CONTIGUOUS of a masked view, or a Select of one and a scalar)
+    operand: int  # the WindowReduce's source reading it
+    src: Node  # the masked view of the unpadded input
+    fill: Node | None  # the Select's scalar (None: zeros)
+    terms: tuple  # `steps.through`: per dim of the copy, ((window view dim, coefficient)..., offset)
+    w: int  # the copy's dim the output row moves, by `s` a step
+    s: int
+    axis: int | None  # the window axis moving it too, by `u` a step (None: none)
+    u: int
 
 
 @dataclass(frozen=True)
