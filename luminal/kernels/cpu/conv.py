@@ -140,8 +140,8 @@ def _plane_flat_body(node: Node, inputs: list[Node], pad: WindowPad, epilogue, o
     back), then one flat vector loop over them as `_flat_body`'s, element q = y * row_w + x (the
     q with x >= W computed from the next row's values, then dropped). None where it does not
     apply (an operand other than the padded one moving over the plane)."""
-    nd, (h, w) = len(node.shape), (int(d) for d in node.shape[-2:])
-    rows, lines = unravel("plane", node.shape[:-2], "i")
+    nd, h, w = len(node.shape), int(node.shape[-2]), int(node.shape[-1])
+    rows = [f"i{k}" for k in range(nd - 2)]  # `_flat_body`'s names of the plane's dims
     plane = plane_rows(node, inputs, [*rows, "y"], "q", pad, True)
     if plane is None:
         return None
@@ -154,26 +154,7 @@ def _plane_flat_body(node: Node, inputs: list[Node], pad: WindowPad, epilogue, o
         flat = ShapeTracker((*st.shape[:nd - 2], n, *st.shape[nd:]), (*st.strides[:nd - 2], 0, *st.strides[nd:]), st.offset)
         srcs.append(Node(Op.VIEW, src.dtype, flat.shape, (base,), flat))
     flat = Node(Op.WINDOW_REDUCE, node.dtype, (*node.shape[:-2], n), tuple(srcs), node.arg)
-    setup, stmts, value = hoisted_element(flat, rows + ["q"], inputs, "q", plane.term_read)
-    more, result = "", f"res[y * {plane.row_w}LL + x]"
-    if epilogue is not None:
-        more, result = epilogue(rows + ["y", "x"], result, {nd - 2, nd - 1})
-    work = plane.n_planes * h * w * sym.product(node.src[0].shape[nd:])
-    return f"""{"#pragma omp parallel for schedule(static)" if work >= PAR_MIN else ""}
-  for (long long plane = 0; plane < {plane.n_planes}LL; ++plane) {{
-    {" ".join(lines)}
-    {plane.fill}
-    {setup} {more}
-    {compute_type(node.dtype)} res[{h * plane.row_w}];  /* output (y, x) at y * {plane.row_w} + x */
-    #pragma omp simd
-    for (long long q = 0; q < {n}LL; ++q) {{
-      {stmts}
-      res[q] = {value};
-    }}
-    for (long long y = 0; y < {h}LL; ++y)
-      #pragma omp simd
-      for (long long x = 0; x < {w}LL; ++x) out[(plane * {h}LL + y) * {w}LL + x] = {store_value(out_dtype, result)};
-  }}"""
+    return _flat_body(node, flat, plane.row_w, inputs, epilogue, out_dtype, plane)
 
 
 ROW_ACC_MAX = 4096  # outputs of one row accumulated at once (a stack buffer per row)
@@ -225,9 +206,9 @@ def _two_passes(window: Node) -> bool:
 
 
 def window_pad(window: Node, users) -> WindowPad | None:
-    """The `WindowPad` of WindowReduce `window` (`users`: readers by id), or None: static rows that
-    do not run as flat planes (those keep reading the copy: in place was slower there, README
-    "Padding read in place"), an unrolled window, one operand reading a single-use padded copy
+    """The `WindowPad` of WindowReduce `window` (`users`: readers by id), or None: static rows (flat
+    planes only a plane at a time, `conv_padded.plane_fits`; otherwise they keep reading the copy:
+    in place was slower there, README "Padding read in place"), an unrolled window, one operand reading a single-use padded copy
     whose row dim the output row and at most one window axis move, the copy's other dims fixed
     along the row."""
     if window.op is not Op.WINDOW_REDUCE or window.dtype not in _FLOATS or not window.shape or _two_passes(window):
@@ -377,9 +358,11 @@ def _flat_plane(node: Node) -> tuple[Node, int] | None:
     return Node(Op.WINDOW_REDUCE, node.dtype, shape[:-2] + (n,), tuple(srcs), node.arg), wq
 
 
-def _flat_body(node: Node, flat: Node, wq: int, inputs: list[Node], epilogue=None, out_dtype: DType | None = None) -> str:
+def _flat_body(node: Node, flat: Node, wq: int, inputs: list[Node], epilogue=None, out_dtype: DType | None = None,
+               plane=None) -> str:
     """Per plane: the flat run into a stack buffer (one vector loop), then its rows W wide to out
-    (through `epilogue`, as in `_row_body`)."""
+    (through `epilogue`, as in `_row_body`). `plane` (`conv_padded.PlaneRows`, `_plane_flat_body`):
+    the padded operand's rows filled into `pl` first, its terms read from there."""
     h, w = int(node.shape[-2]), int(node.shape[-1])
     outer = node.shape[:-2]
     rows, lines = unravel("row", outer, "i")
@@ -387,15 +370,20 @@ def _flat_body(node: Node, flat: Node, wq: int, inputs: list[Node], epilogue=Non
     more, result = "", f"plane[y * {wq}LL + x]"
     if epilogue is not None:
         more, result = epilogue(rows + ["y", "x"], result, {len(node.shape) - 2, len(node.shape) - 1})
-    setup, stmts, value = hoisted_element(flat, rows + ["q"], inputs, "q")
+    setup, stmts, value = hoisted_element(flat, rows + ["q"], inputs, "q", plane and plane.term_read)
     t = compute_type(node.dtype)
-    terms = c_dim(sym.product(node.src[0].shape[len(node.shape):]))
+    terms = sym.product(node.src[0].shape[len(node.shape):])
+    if plane is None:
+        pragma, what = f"#pragma omp parallel for if (n_rows > 1 && n_rows * {h * w}LL * {c_dim(terms)} >= {PAR_MIN})", "element"
+    else:  # static sizes: the team only where the work reaches PAR_MIN
+        pragma, what = "#pragma omp parallel for schedule(static)" if plane.n_planes * h * w * terms >= PAR_MIN else "", "output"
+        lines.append(plane.fill)
     setup = "\n    ".join(lines + [setup, more])
     return f"""const long long n_rows = {c_dim(sym.product(outer))}, n_q = {flat.shape[-1]}LL;
-  #pragma omp parallel for if (n_rows > 1 && n_rows * {h * w}LL * {terms} >= {PAR_MIN})
+  {pragma}
   for (long long row = 0; row < n_rows; ++row) {{
     {setup}
-    {t} plane[{h * wq}];  /* element (y, x) at y * {wq} + x */
+    {t} plane[{h * wq}];  /* {what} (y, x) at y * {wq} + x */
     #pragma omp simd
     for (long long q = 0; q < n_q; ++q) {{
       {stmts}

@@ -1,6 +1,6 @@
 """A WindowReduce's padded operand read in place (`WindowPad`, planned by `conv.window_pad`: a
-depthwise conv's or a max pool's `pad`, never written): what each form reads with (`pad_reads`), the copy's coordinates
-of a window row (`pad_row`), and the strided forms' phase rows, the fill where the pad's mask is
+depthwise conv's or a max pool's `pad`, never written): what each form reads with
+(`pad_reads`), the copy's coordinates of a window row (`pad_row`), and the strided forms' phase rows, the fill where the pad's mask is
 false: per output row (`padded_rows`), or per plane (`plane_rows`: every row of the copy a plane
 reads filled once, then every output row of the plane reads them). The stride-1 form is
 `conv._border_split_body`.
@@ -53,15 +53,18 @@ class PadReads:
     xs: list
 
 
+def _window_xs(kernel: list[int], pad: WindowPad) -> list[int]:
+    """Per window position along the row, its offset into the copy's row (`PadReads.xs`)."""
+    return [pad.u * k + pad.terms[pad.w][1] for k in range(kernel[pad.axis] if pad.axis is not None else 1)]
+
+
 def pad_reads(node: Node, inputs: list[Node], pad: WindowPad) -> PadReads:
     kernel = [int(d) for d in node.src[0].shape[len(node.shape):]]
     t = compute_type(node.dtype)
     st = view_of(pad.src)[1]
     fill = f"(({t})({'0' if pad.fill is None else read(pad.fill, ['0'] * len(st.shape), None)}))"
     lo_w, hi_w = (int(v) for v in st.mask[pad.w])
-    off_w = pad.terms[pad.w][1]
-    xs = [pad.u * k + off_w for k in range(kernel[pad.axis] if pad.axis is not None else 1)]
-    return PadReads(kernel, t, unmasked(pad.src), pointer_of(pad.src, inputs), fill, lo_w, hi_w, xs)
+    return PadReads(kernel, t, unmasked(pad.src), pointer_of(pad.src, inputs), fill, lo_w, hi_w, _window_xs(kernel, pad))
 
 
 def _phase_lengths(width: int, s: int, xs: list[int]) -> dict[int, int]:
@@ -167,7 +170,7 @@ def _plane_geometry(node: Node, pad: WindowPad, flat: bool) -> tuple | None:
     if any(i >= nd - 2 for j, (cs, _) in enumerate(pad.terms) if j not in (pad.w, h) for i, _ in cs):
         return None
     kernel = [int(d) for d in node.src[0].shape[nd:]]
-    xs = [pad.u * k + pad.terms[pad.w][1] for k in range(kernel[pad.axis] if pad.axis is not None else 1)]
+    xs = _window_xs(kernel, pad)
     ho, width, n_planes = int(node.shape[-2]), int(node.shape[-1]), int(sym.product(node.shape[:-2]))
     n_rows = sh * (ho - 1) + uh * ((kernel[axis] if axis is not None else 1) - 1) + 1
     length = _phase_lengths(width, s, xs)
@@ -185,8 +188,8 @@ def plane_fits(node: Node, pad: WindowPad, flat: bool) -> bool:
 def plane_rows(node: Node, inputs: list[Node], rows: list[str], inner: str, pad: WindowPad,
                flat: bool = False) -> PlaneRows | None:
     """Strided rows (`padded_rows`) a plane at a time: a stride-2 3x3 reads each row of the copy
-    from two output rows (one from three at stride 3), and each row's phases took two dozen short
-    loops, most of the time at 56 outputs a row or fewer. Every row of the copy that the plane's
+    from two output rows (one from three at stride 3), each time through two dozen short loops
+    filling its phases. Every row of the copy that the plane's
     output rows read (rows[-1] moving it by sh, at most one window axis by uh, the copy's other dims
     fixed over the plane) is filled once into `pl`, its phases side by side; each output row's
     terms then read their rows of it. `pl` holds the rows by row phase (r % sh), then column

@@ -233,15 +233,11 @@ static float* lum_alloc(long long n) {
   return (float*)aligned_alloc(64, (size_t)((n * sizeof(float) + 63) / 64 * 64));
 }
 
-/* cblas_sgemm (ILP64), row-major, alpha 1, beta 0 or 1: C = op(A) op(B), or C += op(A) op(B) (each
-   element's chain of multiply-adds starts from its value in C: attention's P V into its
-   accumulator, `render/attention_gemm.py`), on the calling thread (the prelude splits a large GEMM
-   across the team); anything else goes to the BLAS it stands in front of */
 /* Whether kc rows of B read in place, ld floats apart, stay in L1 across the panels of A that use
-   them (32 KiB, 8 ways of 64 sets of 64-byte lines, as on every x86 core since Sandy Bridge and
-   Zen; a panel row is one line or two adjacent ones). A row stride of 2^s lines puts every row in
-   64 / 2^s sets: at 2048 floats, one set, so each panel came back from L3 for every panel of A
-   (48 x 2048 x 256: 38 against 63-68 GFLOP/s with B packed, Zen 3). Half the ways: room for A. */
+   them (64 sets of 64-byte lines, 8 ways or more, as x86 cores since Sandy Bridge and Zen; a
+   panel row is one line or two adjacent ones). A row stride of 2^s lines puts every row in
+   64 / 2^s sets (at 2048 floats one set: each panel came back from L3 for every panel of A,
+   README "B read in place"). Half the ways: room for A. */
 static int lum_rows_fit_l1(long long kc, long long ld) {
   long long sets = 64;
   if (ld % 16 == 0)
@@ -249,6 +245,10 @@ static int lum_rows_fit_l1(long long kc, long long ld) {
   return kc <= sets * 8 / 2;
 }
 
+/* cblas_sgemm (ILP64), row-major, alpha 1, beta 0 or 1: C = op(A) op(B), or C += op(A) op(B) (each
+   element's chain of multiply-adds starts from its value in C: attention's P V into its
+   accumulator, `render/attention_gemm.py`), on the calling thread (the prelude splits a large GEMM
+   across the team); anything else goes to the BLAS it stands in front of */
 void lum_own_sgemm(int layout, int transa, int transb, long long M, long long N, long long K, float alpha,
                    const float* A, long long lda, const float* B, long long ldb, float beta, float* C, long long ldc) {
   if (layout != 101 || alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) {
