@@ -58,6 +58,13 @@ def sigmoid(v: np.ndarray) -> np.ndarray:
     return np.reciprocal(np.exp(np.negative(v)) + v.dtype.type(1))
 
 
+def maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The fused Maximum, as the C and CUDA kernels' `lum_max_nan(a, b)` and the MaxReduce over
+    (a, b) it stands for: b where b > a or b is NaN, else a (NaN where either is; of two equal
+    zeros a's sign, as torch.maximum; np.maximum gives b's)."""
+    return np.where((b > a) | np.isnan(b), b, a)
+
+
 # the pointwise ops (hlir.ops.POINTWISE but CAST) by Op: the primitives' impls below and the
 # fused Exp, Sigmoid and FusedElementwise (runtime/fused_ops.py) all apply these.
 # On bool, np.add and np.multiply are logical or / and, as the HLIR defines ADD and MUL.
@@ -65,7 +72,7 @@ UNARY_FNS = {Op.EXP2: np.exp2, Op.LOG2: np.log2, Op.SIN: np.sin, Op.SQRT: np.sqr
              Op.EXP: np.exp, Op.SIGMOID: sigmoid}
 BINARY_FNS = {Op.ADD: np.add, Op.MUL: np.multiply, Op.MOD: np.fmod, Op.LESS_THAN: np.less,
               Op.PHILOX: philox_uniform,  # (seed, counter) -> uniform f32 (`runtime/rng.py`)
-              Op.MAXIMUM: np.maximum}  # the fused Maximum: NaN-propagating, as MaxReduce
+              Op.MAXIMUM: maximum}  # the fused Maximum: NaN-propagating, as MaxReduce
 TERNARY_FNS = {Op.SELECT: np.where}  # (cond, a, b): the chosen value moves, nothing is computed on it
 SCATTER_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 

@@ -62,6 +62,26 @@ def _specials(rng, shape):
     return np.where(rng.random(shape) < 0.3, rng.choice(np.array([np.nan, np.inf, -np.inf, -0.0], np.float32), shape), v)
 
 
+def test_maximum_is_the_max_reduce_it_stands_for_signed_zeros_included():
+    # np.maximum gives the second of two equal zeros; the MaxReduce over (a, b) and the C and CUDA
+    # kernels' lum_max_nan the first (a cold cpu build's first call runs the optimized graph,
+    # fused Maximum included, on this runtime; torch.maximum's own choice differs between its
+    # scalar and vector loops)
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        shape = tuple(int(d) for d in rng.integers(1, 6, rng.integers(1, 4)))
+        a, b = (Node(Op.INPUT, DType.F32, shape, (), k) for k in "ab")
+        feeds = {k: _specials(rng, shape) for k in "ab"}
+        zeros = rng.random(shape) < 0.3  # both zeros, of either sign
+        feeds["a"][zeros] = np.where(rng.random(shape) < 0.5, -0.0, 0.0)[zeros]
+        feeds["b"][zeros] = np.where(rng.random(shape) < 0.5, -0.0, 0.0)[zeros]
+        fused = Node(Op.MAXIMUM, DType.F32, shape, (a, b))
+        (ref,) = reference.decompose([fused])
+        got, want = run(fused, feeds), run(ref, feeds)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got[~np.isnan(got)]), np.signbit(want[~np.isnan(want)]))
+
+
 def test_select_moves_values_as_where():
     for seed in SEEDS:
         rng = np.random.default_rng(seed)
