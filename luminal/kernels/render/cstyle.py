@@ -97,6 +97,10 @@ def expression(e: Expr, leaf) -> str:
         for num, den in (e.src, e.src[::-1]):
             if den.op is Op.RECIP:
                 return f"({expression(num, leaf)} / {expression(den.src[0], leaf)})"
+        low = _negated_max(e)
+        if low is not None:
+            t = compute_type(e.dtype)
+            return f"lum_min_nan(({t})({expression(low[0], leaf)}), ({t})({expression(low[1], leaf)}))"
     args = [expression(c, leaf) for c in e.src]
     if e.op is Op.CAST:
         return cast_value(e.src[0].dtype, e.dtype, args[0])
@@ -110,6 +114,35 @@ def expression(e: Expr, leaf) -> str:
         int_mod = any(x.op is Op.MOD and not x.dtype.is_float for b in e.src[1:] for x in b.toposort())
         return select(*args, compute_type(e.dtype) if int_mod else None)
     return code_for_op[e.op](compute_type(e.src[0].dtype), *args)
+
+
+def _negative_one(e: Expr) -> bool:
+    return e.op is Op.CONSTANT and isinstance(e.arg, (int, float)) and not isinstance(e.arg, bool) and e.arg == -1
+
+
+def _negated(e: Expr) -> Expr | None:
+    """-e as an expression of no more operations: e's operand where e is x * -1, a constant's
+    negation; else None."""
+    if e.op is Op.MUL:
+        for x, k in (e.src, e.src[::-1]):
+            if _negative_one(k):
+                return x
+    if e.op is Op.CONSTANT and isinstance(e.arg, (int, float)) and not isinstance(e.arg, bool):
+        return Expr(Op.CONSTANT, e.dtype, (), -e.arg)
+    return None
+
+
+def _negated_max(e: Expr) -> tuple[Expr, Expr] | None:
+    """(p', q') where e is max(p, q) * -1 with p = -p', q = -q' for free (`_negated`): e is then
+    min(p', q') exactly, NaN included (-lum_max_nan(p, q) is lum_min_nan(-p, -q), the negations
+    exact), in one compare and select where the builder's min (`minimum`: -max(-x, -y), a clamp's
+    upper bound, ReLU6's 6) spends three operations more; else None."""
+    for m, k in (e.src, e.src[::-1]):
+        if _negative_one(k) and m.op is Op.MAXIMUM and m.dtype.is_float:
+            p, q = (_negated(x) for x in m.src)
+            if p is not None and q is not None:
+                return p, q
+    return None
 
 
 def pointwise_value(node: Node, idx: list[str], inputs) -> str:

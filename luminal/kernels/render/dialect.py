@@ -162,6 +162,7 @@ template <typename T> static __device__ __forceinline__ T lum_imod(T a, T b, int
 // remainder's error flag is raised wherever the unfused graph computes it (`cstyle.select`)
 template <typename T> static __device__ __forceinline__ T lum_pick(bool c, T a, T b) { return c ? a : b; }
 template <typename T> static __device__ __forceinline__ T lum_max_nan(T a, T b) { return (b > a || b != b) ? b : a; }
+template <typename T> static __device__ __forceinline__ T lum_min_nan(T a, T b) { return (b < a || b != b) ? b : a; }
 static __device__ __forceinline__ bool lum_aligned16(const void* p) { return ((unsigned long long)p & 15ull) == 0; }
 """
 
