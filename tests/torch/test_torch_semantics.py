@@ -122,6 +122,43 @@ def test_luminal_compile_training_mode():
     torch.testing.assert_close(bn.running_mean, ref.running_mean)
 
 
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("device", ["cpu", "numpy"])
+def test_eval_batch_norm_is_torchs_cpu_formula(device, affine):
+    """Eval-mode batch norm computes as torch's CPU kernel does: per channel alpha = weight /
+    sqrt(var + eps) and beta = bias - mean * alpha, then x * alpha + beta (two operations an
+    element, a convolution's epilogue; torch fuses each pair into one FMA, so its last bits may
+    differ); without affine parameters, beta = 0 - mean * alpha (+0, never -0, at a zero mean:
+    a -0 input gives +0, as torch's)."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(6, affine=affine).eval()
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_mean[0] = 0.0
+        bn.running_var.uniform_(0.25, 4)
+        if affine:
+            bn.weight.uniform_(-2, 2)
+            bn.bias.uniform_(-1, 1)
+    x = torch.randn(2, 6, 5, 7)
+    x[0, 0, 0, :5] = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0])
+    with torch.no_grad():
+        got = luminal.compile(bn, (x,), device=device)(x)
+        eager = bn(x)
+    f = np.float32
+    var, mean = bn.running_var.numpy(), bn.running_mean.numpy()
+    alpha = f(1) / np.sqrt(var + f(bn.eps))
+    if affine:
+        alpha = alpha * bn.weight.detach().numpy()
+    beta = (bn.bias.detach().numpy() - mean * alpha) if affine else (-(mean * alpha) + f(0))
+    want = x.numpy() * alpha[:, None, None] + beta[:, None, None]
+    # the last bit of alpha and beta may differ (constants folded at compile time round once)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-7)
+    zero = want == 0
+    np.testing.assert_array_equal(np.signbit(got.numpy()[zero]), np.signbit(want[zero]))
+    torch.testing.assert_close(got, eager, rtol=2e-6, atol=1e-6, equal_nan=True)
+    np.testing.assert_array_equal(np.signbit(got.numpy()[zero]), np.signbit(eager.numpy()[zero]))
+
+
 # --- guards ----------------------------------------------------------------------------------
 def test_non_tensor_arguments_are_guarded():
     class Scale(torch.nn.Module):

@@ -36,13 +36,16 @@ def native_layer_norm(cx, x, normalized_shape, weight, bias, eps):
 
 @aten("_native_batch_norm_legit_no_training.default")
 def batch_norm_inference(cx, x, weight, bias, running_mean, running_var, momentum, eps):
+    # torch's CPU kernel (batch_norm_cpu_collect_linear_and_constant_terms): per channel
+    # alpha = weight / sqrt(var + eps) and beta = bias - mean * alpha, then x * alpha + beta: two
+    # operations an element (a convolution's epilogue), not (x - mean) * rstd * weight + bias's four
     x, weight, bias, running_mean, running_var = nn.one_dtype(x, weight, bias, running_mean, running_var)
-    scale = _channel(running_var, x.ndim).add(eps).rsqrt()
-    out = x.sub(_channel(running_mean, x.ndim)).mul(scale)
+    alpha = running_var.add(eps).rsqrt()
     if weight is not None:
-        out = out.mul(_channel(weight, x.ndim))
-    if bias is not None:
-        out = out.add(_channel(bias, x.ndim))
+        alpha = alpha.mul(weight)
+    # without a bias torch's is 0 - mean * alpha: +0 where the product is a zero of either sign
+    beta = running_mean.mul(alpha).neg().add(0.0) if bias is None else bias.sub(running_mean.mul(alpha))
+    out = x.mul(_channel(alpha, x.ndim)).add(_channel(beta, x.ndim))
     empty = [cx.full(shape_of(v), 0, cx.dtype) for v in cx.val[1:]]
     return (out, *empty)
 
