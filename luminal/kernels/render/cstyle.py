@@ -135,8 +135,9 @@ def _negated(e: Expr) -> Expr | None:
 def _negated_max(e: Expr) -> tuple[Expr, Expr] | None:
     """(p', q') where e is max(p, q) * -1 with p = -p', q = -q' for free (`_negated`): e is then
     min(p', q') exactly, NaN included (-lum_max_nan(p, q) is lum_min_nan(-p, -q), the negations
-    exact), in one compare and select where the builder's min (`minimum`: -max(-x, -y), a clamp's
-    upper bound, ReLU6's 6) spends three operations more; else None."""
+    exact): one compare and select, where the builder's min (`minimum`: -max(-x, -y), a clamp's
+    upper bound, ReLU6's 6) spends a negation on each operand that is not a constant and one on
+    the max; else None."""
     for m, k in (e.src, e.src[::-1]):
         if _negative_one(k) and m.op is Op.MAXIMUM and m.dtype.is_float:
             p, q = (_negated(x) for x in m.src)
