@@ -122,7 +122,7 @@ def real_model() -> bool:
         run_ms = (time.perf_counter() - t0) * 1e3
     diff = max(float((got - want).abs().max()), float((first - want).abs().max()))
     sims = (got @ got.T).numpy()
-    print(f"embeddings {tuple(got.shape)} in {run_ms:.1f} ms on device {compiled.device!r} (compiled C); "
+    print(f"embeddings {tuple(got.shape)} in {run_ms:.1f} ms on device {compiled.device.name!r} (compiled C); "
           f"max |luminal - torch eager| = {diff:.2e} (both calls)")
     print(f"cosine similarity of the first sentence to the others: {sims[0, 1]:.3f}, {sims[0, 2]:.3f}")
     print(compiled.report())
