@@ -159,6 +159,28 @@ def test_eval_batch_norm_is_torchs_cpu_formula(device, affine):
     np.testing.assert_array_equal(np.signbit(got.numpy()[zero]), np.signbit(eager.numpy()[zero]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_eval_batch_norm_in_half_computes_in_float_and_rounds_once(dtype):
+    """A half model's eval batch norm computes alpha, beta and x * alpha + beta in float and
+    rounds once, as torch's CPU kernel does (its opmath): within one unit in the last place of
+    eager everywhere (the half form rounded five times: two)."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(16).eval()
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.25, 4)
+        bn.weight.uniform_(-2, 2)
+        bn.bias.uniform_(-1, 1)
+    bn = bn.to(dtype)
+    x = (torch.randn(4, 16, 6, 6) * 3).to(dtype)
+    with torch.no_grad():
+        got = luminal.compile(bn, (x,))(x)
+        eager = bn(x)
+    assert got.dtype == dtype
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(got.float(), eager.float(), rtol=eps, atol=eps * 2.0**-14)
+
+
 # --- guards ----------------------------------------------------------------------------------
 def test_non_tensor_arguments_are_guarded():
     class Scale(torch.nn.Module):

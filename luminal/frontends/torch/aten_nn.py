@@ -40,6 +40,9 @@ def batch_norm_inference(cx, x, weight, bias, running_mean, running_var, momentu
     # alpha = weight / sqrt(var + eps) and beta = bias - mean * alpha, then x * alpha + beta: two
     # operations an element (a convolution's epilogue), not (x - mean) * rstd * weight + bias's four
     x, weight, bias, running_mean, running_var = nn.one_dtype(x, weight, bias, running_mean, running_var)
+    if x.dtype in (DType.F16, DType.BF16):  # in float, as torch's opmath; the importer rounds the result once
+        x, weight, bias, running_mean, running_var = (None if t is None else t.cast(DType.F32)
+                                                       for t in (x, weight, bias, running_mean, running_var))
     alpha = running_var.add(eps).rsqrt()
     if weight is not None:
         alpha = alpha.mul(weight)
