@@ -181,6 +181,28 @@ def test_eval_batch_norm_in_half_computes_in_float_and_rounds_once(dtype):
     torch.testing.assert_close(got.float(), eager.float(), rtol=eps, atol=eps * 2.0**-14)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_layer_norm_in_half_applies_weight_and_bias_in_float(dtype):
+    """A half model's layer norm applies its weight and bias in float and rounds once, as torch's
+    kernel does: its error against float64 is eager's (rounding the normalized value to half first,
+    ONNX's form, made it 1.6-1.8x eager's on this input), and it is within one unit of eager."""
+    torch.manual_seed(0)
+    ln = torch.nn.LayerNorm(64).eval()
+    with torch.no_grad():
+        ln.weight.uniform_(-2, 2)
+        ln.bias.uniform_(-1, 1)
+    ln = ln.to(dtype)
+    x = (torch.randn(8, 16, 64) * 3).to(dtype)
+    with torch.no_grad():
+        got = luminal.compile(ln, (x,))(x)
+        eager = ln(x)
+        exact = torch.nn.functional.layer_norm(x.double(), (64,), ln.weight.double(), ln.bias.double())
+    assert got.dtype == dtype
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(got.float(), eager.float(), rtol=eps, atol=eps * 2.0**-14)
+    assert (got.double() - exact).abs().max() <= (eager.double() - exact).abs().max() * 1.01
+
+
 # --- guards ----------------------------------------------------------------------------------
 def test_non_tensor_arguments_are_guarded():
     class Scale(torch.nn.Module):

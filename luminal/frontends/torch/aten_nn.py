@@ -30,7 +30,10 @@ def native_layer_norm(cx, x, normalized_shape, weight, bias, eps):
     mean = xf.mean(axes, keepdim=True)
     centered = xf.sub(mean)
     rstd = centered.mul(centered).mean(axes, keepdim=True).add(eps).rsqrt()
-    out = x.layer_norm(normalized_shape, weight, bias, eps)
+    if x.dtype is not xf.dtype:  # a half input: the weight and bias applied in float too, one rounding at
+        # the end (by the importer), as torch's kernel; the builder's form is ONNX's, which rounds first
+        weight, bias = (None if t is None else t.cast(xf.dtype) for t in (weight, bias))
+    out = xf.layer_norm(normalized_shape, weight, bias, eps)
     return out, mean, rstd
 
 
