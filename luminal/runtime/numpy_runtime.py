@@ -61,7 +61,7 @@ def sigmoid(v: np.ndarray) -> np.ndarray:
 def maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The fused Maximum, as the C and CUDA kernels' `lum_max_nan(a, b)` and the MaxReduce over
     (a, b) it stands for: b where b > a or b is NaN, else a (NaN where either is; of two equal
-    zeros a's sign, as torch.maximum; np.maximum gives b's)."""
+    zeros a's sign, where np.maximum gives b's)."""
     return np.where((b > a) | np.isnan(b), b, a)
 
 

@@ -184,8 +184,8 @@ def test_eval_batch_norm_in_half_computes_in_float_and_rounds_once(dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_layer_norm_in_half_applies_weight_and_bias_in_float(dtype):
     """A half model's layer norm applies its weight and bias in float and rounds once, as torch's
-    kernel does: its error against float64 is eager's (rounding the normalized value to half first,
-    ONNX's form, made it 1.6-1.8x eager's on this input), and it is within one unit of eager."""
+    kernel does: within one unit of eager, and its mean error against float64 is eager's (rounding
+    the normalized value to half first, ONNX's form, made it 1.3x eager's on this input)."""
     torch.manual_seed(0)
     ln = torch.nn.LayerNorm(64).eval()
     with torch.no_grad():
@@ -200,7 +200,7 @@ def test_layer_norm_in_half_applies_weight_and_bias_in_float(dtype):
     assert got.dtype == dtype
     eps = torch.finfo(dtype).eps
     torch.testing.assert_close(got.float(), eager.float(), rtol=eps, atol=eps * 2.0**-14)
-    assert (got.double() - exact).abs().max() <= (eager.double() - exact).abs().max() * 1.01
+    assert (got.double() - exact).abs().mean() <= (eager.double() - exact).abs().mean() * 1.05
 
 
 # --- guards ----------------------------------------------------------------------------------

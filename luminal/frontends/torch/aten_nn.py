@@ -22,6 +22,13 @@ def _channel(t, ndim):
     return t.reshape((t.shape[0],) + (1,) * (ndim - 2))
 
 
+def _opmath(dtype: DType, *tensors) -> tuple:
+    """`tensors` (None passes) in the type torch's norm kernels compute `dtype` in (its opmath:
+    float for a half input); the importer rounds the op's result to its reported dtype once."""
+    acc = dtype.accumulator
+    return tuple(t if t is None or t.dtype is acc else t.cast(acc) for t in tensors)
+
+
 @aten("native_layer_norm.default")
 def native_layer_norm(cx, x, normalized_shape, weight, bias, eps):
     x, weight, bias = nn.one_dtype(x, weight, bias)
@@ -30,10 +37,8 @@ def native_layer_norm(cx, x, normalized_shape, weight, bias, eps):
     mean = xf.mean(axes, keepdim=True)
     centered = xf.sub(mean)
     rstd = centered.mul(centered).mean(axes, keepdim=True).add(eps).rsqrt()
-    if x.dtype is not xf.dtype:  # a half input: the weight and bias applied in float too, one rounding at
-        # the end (by the importer), as torch's kernel; the builder's form is ONNX's, which rounds first
-        weight, bias = (None if t is None else t.cast(xf.dtype) for t in (weight, bias))
-    out = xf.layer_norm(normalized_shape, weight, bias, eps)
+    # the weight and bias in float too (the builder's form is ONNX's, which rounds to half first)
+    out = xf.layer_norm(normalized_shape, *_opmath(x.dtype, weight, bias), eps)
     return out, mean, rstd
 
 
@@ -43,9 +48,7 @@ def batch_norm_inference(cx, x, weight, bias, running_mean, running_var, momentu
     # alpha = weight / sqrt(var + eps) and beta = bias - mean * alpha, then x * alpha + beta: two
     # operations an element (a convolution's epilogue), not (x - mean) * rstd * weight + bias's four
     x, weight, bias, running_mean, running_var = nn.one_dtype(x, weight, bias, running_mean, running_var)
-    if x.dtype in (DType.F16, DType.BF16):  # in float, as torch's opmath; the importer rounds the result once
-        x, weight, bias, running_mean, running_var = (None if t is None else t.cast(DType.F32)
-                                                       for t in (x, weight, bias, running_mean, running_var))
+    x, weight, bias, running_mean, running_var = _opmath(x.dtype, x, weight, bias, running_mean, running_var)
     alpha = running_var.add(eps).rsqrt()
     if weight is not None:
         alpha = alpha.mul(weight)
