@@ -4,6 +4,7 @@
     python benchmarks/gpu_check.py --device cuda-emulator # here: the same logic, tiny models, CPU
     python benchmarks/gpu_check.py --prepare              # CPU machine with egglog: compile + save
     python benchmarks/gpu_check.py --prepare --only bench # only the timed models
+    python benchmarks/gpu_check.py --roofline             # any machine with egglog: the 1B plans' H200 roofline
 
 1. Checks: every model saved under `benchmarks/gpu_models/` (the torch zoo, tiny Llama, Qwen3,
    GPT-2, BERT, MiniLM) is loaded with `luminal.load(path, device)` and run; its outputs must
@@ -457,6 +458,19 @@ def table(checks: list[dict], timings: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def print_roofline() -> int:
+    """The timed 1B models compiled by this tree (placeholder weights: the plan does not depend on
+    their values), each plan's H200 roofline summary: bytes against the compulsory bytes, launches."""
+    from benchmarks.gpu_models import BIG, build_llama
+    from luminal.kernels.roofline import format_summary
+
+    for mode, bindings in (("prefill", {"seq": BIG["prefill"]}), ("decode", {})):
+        compiled = build_llama(BIG, "bf16", mode).compile()
+        print(f"{mode} ({bindings or 'static'}):")
+        print(format_summary(compiled.roofline_summary("h200", bindings), "h200"))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/gpu_check.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", choices=("cuda", "cuda-emulator"))
@@ -469,7 +483,11 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=float, default=420, help="seconds; inductor is skipped once less than 90 are left")
     parser.add_argument("--inductor", action="store_true", help="time inductor on the emulator too (slow on a CPU)")
     parser.add_argument("--out", default=None, help="where gpu_check.json goes (default $OUT or .)")
+    parser.add_argument("--roofline", action="store_true",
+                        help="print the H200 roofline of the 1B-shaped prefill and decode plans as this tree compiles them")
     opts = parser.parse_args(argv)
+    if opts.roofline:
+        return print_roofline()
     if opts.prepare:
         from benchmarks.gpu_models import prepare
 

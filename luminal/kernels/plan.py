@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import ConstantArray, Node, Op, toposort
 from luminal.kernels.cublas import GemmDesc
-from luminal.kernels.render import CUDA, CUDA_SPECIAL, KernelSpec, render_node
+from luminal.kernels.render import CUDA, CUDA_SPECIAL, KernelSpec, inline, render_node
 
 EXTERN = {Op.MAT_MUL: "gemm"}  # op -> extern step kind
 
@@ -223,15 +223,22 @@ class KernelPlan:
     weights: list[Node]  # CONSTANT nodes holding arrays: uploaded once
     source: str
     last_use: dict[int, int]  # id(buffer node) -> index of the last launch that reads it
+    inlined: dict[int, Node] = dataclasses.field(default_factory=dict)  # computed where read (`render/inline.py`)
 
     @staticmethod
-    def build(outputs: list[Node]) -> KernelPlan:
+    def build(outputs: list[Node], inline_producers: bool = True) -> KernelPlan:
+        """`inline_producers=False`: every node its own launch (tests compare the two plans' bits)."""
         sched = Schedule.build(outputs)
         final, inputs, weights = sched.outputs, sched.inputs, sched.weights
+        chosen = inline.choose(sched.nodes, final) if inline_producers else frozenset()
         launches: list[KernelSpec] = []
         bodies: dict[str, str] = {}  # kernel name -> source, each distinct body once
         for node in sched.nodes:
-            for k in render_node(node, "@KERNEL@", CUDA, CUDA_SPECIAL):
+            if id(node) in chosen:
+                continue
+            with inline.inlining(chosen):
+                specs = render_node(node, "@KERNEL@", CUDA, CUDA_SPECIAL)
+            for k in specs:
                 if EXTERN.get(node.op) == "gemm":
                     for v in (k, *k.variants):  # every build of the launch may yield to cuBLAS
                         v.extern = GemmDesc.of(node, k.inputs)
@@ -244,7 +251,8 @@ class KernelPlan:
         for i, k in enumerate(launches):
             for b in k.inputs:
                 last_use[id(b)] = i
-        return KernelPlan(final, launches, inputs, weights, source, last_use)
+        return KernelPlan(final, launches, inputs, weights, source, last_use,
+                          {id(n): n for n in sched.nodes if id(n) in chosen})
 
 
 def dedup(k: KernelSpec, node: Node, bodies: dict) -> KernelSpec:

@@ -96,8 +96,10 @@ def _numel(shape, bindings) -> int:
     return int(np.prod([int(sym.evaluate(d, bindings)) for d in shape], dtype=np.int64))
 
 
-def _launch_cost(k, bindings) -> tuple[int, int]:
-    """(bytes, flops) one launch `k` (a `KernelSpec`) must move and do."""
+def _launch_cost(k, bindings, inlined: dict | None = None) -> tuple[int, int]:
+    """(bytes, flops) one launch `k` (a `KernelSpec`) must move and do; `inlined`: the plan's
+    producers computed where they are read (their sources are what the launch reads)."""
+    inlined = inlined or {}
     node = k.output
     size = node.dtype.itemsize
     out_n = _numel(node.shape, bindings)
@@ -106,6 +108,10 @@ def _launch_cost(k, bindings) -> tuple[int, int]:
 
     def reads(src: Node, elements: int) -> None:
         base = _base(src)
+        if id(base) in inlined:  # an element of it is an element of each of its sources
+            for s in base.src:
+                reads(s, elements)
+            return
         if id(base) not in inputs:  # an inline scalar, or a source another launch of this op reads
             return
         n = min(_numel(base.shape, bindings), elements)
@@ -166,7 +172,7 @@ def roofline(plan, bindings: dict[str, int], gpu: str | GPU = "h200", *, tf32: b
     for k in plan.launches:
         if int(sym.evaluate(k.grid, bindings)) <= 0 or _numel(k.output.shape, bindings) == 0:
             continue  # the runtime skips it too
-        nbytes, flops = _launch_cost(k, bindings)
+        nbytes, flops = _launch_cost(k, bindings, getattr(plan, "inlined", None))
         cls = kernel_class(k.output.op)
         peak = spec.gemm_peak(k.output.dtype.short, tf32) if cls == "gemm" else spec.fp32
         memory_us, compute_us = nbytes / spec.bandwidth * 1e6, flops / peak * 1e6

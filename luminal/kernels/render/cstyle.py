@@ -16,6 +16,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import ConstantArray, Expr, Node, Op
 from luminal.hlir.shape import ShapeTracker
+from luminal.kernels.render import inline
 from luminal.kernels.render.cexpr import active, c_dim, c_literal, compute_type, dims_symbols, index_math, index_type
 
 LIBM = {"float": "f", "double": ""}  # libm suffix per compute type
@@ -250,6 +251,10 @@ def read(node: Node, index: list[str], pointer: str | None) -> str:
         return load_value(base.dtype, preloaded[id(node)])
     if is_inline_scalar(base):
         value = c_literal(base.arg, base.dtype)
+    elif inline.is_inlined(base):  # computed here, never stored (`inline.py`): rounded (or wrapped) to its
+        # dtype as its store would have (a bf16 product, an int8 sum), then widened as its load would have
+        computed = pointwise_value(base, inline.producer_index(st, base.shape, index), current()[1])
+        value = load_value(base.dtype, store_value(base.dtype, computed))
     else:
         terms = [c_dim(st.offset)] + [f"{i} * {c_dim(s)}" for i, s in zip(index, st.strides) if s != 0]
         at = " + ".join(terms)
@@ -326,7 +331,7 @@ class KernelSpec:
 def buffer_sources(node: Node, sources=None) -> list[Node]:
     """Distinct buffer nodes `node` (or only its `sources`) reads (views resolved, inline scalars skipped)."""
     out: list[Node] = []
-    for s in node.src if sources is None else sources:
+    for s in inline.expand(node, node.src if sources is None else sources):
         base, _ = view_of(s)
         if not is_inline_scalar(base) and all(base is not b for b in out):
             out.append(base)
@@ -355,7 +360,7 @@ def pointer_of(src: Node, inputs: list[Node]) -> str | None:
 
 def symbols_of(node: Node, extra=()) -> list[str]:
     dims = [node.shape, *extra]
-    for s in node.src:
+    for s in inline.expand(node, node.src):
         base, st = view_of(s)
         dims += [st.shape, st.strides, (st.offset,)]
         if st.mask:
@@ -368,7 +373,10 @@ def symbols_of(node: Node, extra=()) -> list[str]:
 
 
 def dtypes_of(node: Node) -> set:
-    return {node.dtype} | {view_of(s)[0].dtype for s in node.src}
+    out = {node.dtype} | {view_of(s)[0].dtype for s in inline.expand(node, node.src)}
+    for p in inline.inlined_producers(node):  # what their expressions compute in (a bf16 rounding's header)
+        out |= {p.dtype} | ({e.dtype for e in p.arg.toposort()} if p.op is Op.FUSED_ELEMENTWISE else set())
+    return out
 
 
 # --- 32- or 64-bit index math, chosen per binding ---------------------------------------------
@@ -379,7 +387,8 @@ def index_extents(node: Node, extra=()) -> list[tuple]:
     """Groups of dims whose absolute values sum to a bound on every index a kernel computing `node`
     forms: sizes, each view's largest address (and its partial sums), mask bounds, each symbol."""
     groups = [(sym.product(node.shape),), *((d,) for d in extra)]
-    for s in node.src:
+    groups += [(sym.product(p.shape),) for p in inline.inlined_producers(node)]  # a view's flat index into one
+    for s in inline.expand(node, node.src):
         base, st = view_of(s)
         if is_inline_scalar(base):
             continue

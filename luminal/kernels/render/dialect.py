@@ -27,7 +27,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import contiguous_strides
-from luminal.kernels.render import cstyle
+from luminal.kernels.render import cstyle, inline
 from luminal.kernels.render.cexpr import c_dim, compute_type, index_type
 from luminal.kernels.render.cstyle import (
     PHILOX_C,
@@ -297,7 +297,7 @@ def _vector_elements(shape, body_of) -> Part | None:
     loads, lanes = [], {}
     for s in dict.fromkeys(node.src):  # each source view once
         base, st = cstyle.view_of(s)
-        if (cstyle.is_inline_scalar(base) or st.mask is not None or base.dtype.itemsize != dtype.itemsize
+        if (cstyle.is_inline_scalar(base) or inline.is_inlined(base) or st.mask is not None or base.dtype.itemsize != dtype.itemsize
                 or not sym.equal(st.strides[-1], 1)):
             continue
         k = len(lanes)
@@ -332,7 +332,8 @@ def _vector_row_loop(p: Pass, n, threads: int, it: str, vt: str) -> str | None:
     src, full = p.contiguous
     base, st = cstyle.view_of(src)
     axis = full.index("j")
-    if st.mask is not None or base.dtype.itemsize not in (2, 4, 8) or not sym.equal(st.strides[axis], 1):
+    if (inline.is_inlined(base) or st.mask is not None or base.dtype.itemsize not in (2, 4, 8)
+            or not sym.equal(st.strides[axis], 1)):
         return None
     lanes = 16 // base.dtype.itemsize
     t = base.dtype.ctype

@@ -1,0 +1,144 @@
+"""Producers computed where they are read: a pointwise value (a FusedElementwise region, a cast, a
+product) that the kernel plan never writes to memory, its expression rendered inside each kernel
+that reads it (`cstyle.read`), as inductor inlines pointwise nodes into their reductions.
+
+The egraph's regions (`egraph/regions.py`) join an elementwise op to an elementwise consumer;
+a reduction ends a region, and a value read by two regions is materialized. So an RMS norm in
+bf16 was five launches on CUDA: x cast to f32 (read 2 bytes an element, written 4), x * x
+(4 and 4), its KahanSum (4), the normalization (4 more): each square and each f32 copy of x went
+through memory. With them inlined, the sum and the normalization each read x's 2 bytes.
+
+Which producers (`choose`): a pointwise node that is not an output, all of whose readers render
+it through `cstyle.read` (elementwise kernels, FusedElementwise regions, SumReduce, MaxReduce,
+KahanSum, a concat along the last axis) and
+- has one reader, which reads each element at most once (no broadcast axis in its view): moving
+  the expression into the reader moves work, it adds none; or
+- is cheap to repeat: at most `CHEAP_OPS` operations on inputs of no more bytes an element than
+  its own, read by at most `MAX_READERS` kernels without broadcasting (an f32 copy of a bf16
+  tensor that a sum and a normalization both read).
+The values are the same bits: an inlined expression is the expression the producer's kernel ran,
+each cast and rounding in it kept; only where the value lives between two operations changes (a
+register instead of a buffer of the producer's own dtype, which it is stored in and loaded from
+unchanged). Only the kernel plan (CUDA, the emulator) inlines; the C backend plans its own steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+from luminal.hlir import symbolic as sym
+from luminal.hlir.ops import POINTWISE, REDUCE, Node, Op
+from luminal.hlir.shape import ShapeTracker
+from luminal.kernels.render.cexpr import c_dim
+
+PRODUCERS = POINTWISE | {Op.FUSED_ELEMENTWISE}
+# readers whose generator reads every source through `cstyle.read` (`render/kernels.py`)
+READERS = PRODUCERS | REDUCE | {Op.KAHAN_SUM}
+CHEAP_OPS = 2  # operations a producer read by several kernels may have (a cast, a cast and a product)
+MAX_READERS = 4
+
+_INLINED: contextvars.ContextVar[frozenset] = contextvars.ContextVar("luminal_inlined", default=frozenset())
+
+
+@contextlib.contextmanager
+def inlining(ids: frozenset):
+    """Render with the nodes whose ids are in `ids` computed where they are read."""
+    token = _INLINED.set(ids)
+    try:
+        yield
+    finally:
+        _INLINED.reset(token)
+
+
+def is_inlined(node: Node) -> bool:
+    return id(node) in _INLINED.get()
+
+
+def _base(s: Node) -> tuple[Node, ShapeTracker]:
+    return (s.src[0], s.arg) if s.op is Op.VIEW else (s, ShapeTracker.contiguous(s.shape))
+
+
+def _reads_once(st: ShapeTracker) -> bool:
+    """Whether a view reads each element of its buffer at most once (no broadcast axis)."""
+    return all(not sym.equal(t, 0) or sym.equal(d, 1) for d, t in zip(st.shape, st.strides))
+
+
+def _ops(node: Node) -> int:
+    if node.op is Op.FUSED_ELEMENTWISE:
+        return sum(1 for e in node.arg.toposort() if e.op not in (Op.INPUT, Op.CONSTANT))
+    return 1
+
+
+def _reader_ok(reader: Node) -> bool:
+    if reader.op is Op.CONCAT:
+        return reader.arg == len(reader.shape) - 1  # the element loop; other axes copy rows by pointer
+    return reader.op in READERS
+
+
+def choose(nodes: list[Node], outputs: list[Node]) -> frozenset:
+    """The ids of the nodes (in launch order) to compute where they are read (see the module doc)."""
+    finals = {id(n) for n in outputs}
+    readers: dict[int, list[tuple[Node, ShapeTracker]]] = {}
+    for n in nodes:
+        for s in dict.fromkeys(n.src):
+            base, st = _base(s)
+            readers.setdefault(id(base), []).append((n, st))
+    chosen: set[int] = set()
+
+    def source_bytes(n: Node) -> int:
+        """Bytes an element of `n` reads from buffers, through producers already inlined."""
+        total = 0
+        for s in dict.fromkeys(n.src):
+            base, _ = _base(s)
+            if id(base) in chosen:
+                total += source_bytes(base)
+            elif base.op is not Op.CONSTANT or base.shape:
+                total += base.dtype.itemsize
+        return total
+
+    for n in nodes:
+        if n.op not in PRODUCERS or id(n) in finals or n.op is Op.IOTA:
+            continue
+        uses = readers.get(id(n), [])
+        if not uses or not all(_reader_ok(r) and _reads_once(st) for r, st in uses):
+            continue
+        if len(uses) == 1 or (len(uses) <= MAX_READERS and _ops(n) <= CHEAP_OPS
+                              and source_bytes(n) <= n.dtype.itemsize):
+            chosen.add(id(n))
+    return frozenset(chosen)
+
+
+def producer_index(st: ShapeTracker, shape, index: list[str]) -> list[str]:
+    """The index of the producer's element that a view `st` of it (the producer contiguous in
+    `shape`) reads at `index` (C expressions): the view's own index where its strides are the
+    producer's (its mask is `cstyle.read`'s to apply), else its flat address split by them."""
+    if (len(st.shape) == len(shape) and all(sym.equal(a, b) for a, b in zip(st.shape, shape))
+            and ShapeTracker(st.shape, st.strides, st.offset).is_contiguous()):
+        return list(index)
+    flat = " + ".join([c_dim(st.offset)] + [f"({i}) * {c_dim(t)}" for i, t in zip(index, st.strides) if t != 0])
+    out, inner = [], "1"
+    for k in reversed(range(len(shape))):
+        term = f"(({flat}) / ({inner}))" if inner != "1" else f"({flat})"
+        out.append(f"({term} % {c_dim(shape[k])})" if k else term)
+        inner = f"{inner} * {c_dim(shape[k])}" if inner != "1" else c_dim(shape[k])
+    return out[::-1]
+
+
+def expand(node: Node, sources) -> list[Node]:
+    """`sources` (views or nodes) with every inlined base replaced by its own sources, recursively."""
+    out: list[Node] = []
+    for s in sources:
+        base, _ = _base(s)
+        out += expand(base, base.src) if is_inlined(base) else [s]
+    return out
+
+
+def inlined_producers(node: Node) -> list[Node]:
+    """The inlined producers `node`'s kernel computes, recursively."""
+    out: list[Node] = []
+    for s in node.src:
+        base, _ = _base(s)
+        if is_inlined(base) and all(base is not p for p in out):
+            out += [base, *(p for p in inlined_producers(base) if all(p is not q for q in out))]
+    return out
