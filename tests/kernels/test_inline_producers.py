@@ -193,3 +193,18 @@ def test_an_inlined_producer_is_rounded_or_wrapped_to_its_dtype(dtype):
     for i, (got, old, ref) in enumerate(zip(inl, plain, want)):
         _same_bits(got, old, f"output {i}")
         np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(ref, np.float64))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_reader_of_x_and_of_an_inlined_transpose_of_x(dtype):
+    """x + (x * 2)ᵀ as built: the vectorized elementwise kernel preloads x's lanes at its own
+    index, and the inlined product reads x at the transposed index: it must not take those
+    lanes (it did, before its reads left the lanes out: every off-diagonal element was wrong)."""
+    dt = {"f32": lm.f32, "bf16": lm.bf16}[dtype]
+    g = lm.Graph("lanes")
+    x = g.input("x", (8, 8), dt)
+    g.output(x + (x * 2.0).permute(1, 0), "y")
+    g.output((x * 3.0).permute(1, 0) * x + x, "z")
+    feeds = {"x": np.arange(64, dtype=np.float32).reshape(8, 8).astype(dt.numpy)}
+    plan = _check_against_numpy(g, feeds, optimize=False)
+    assert len(plan.launches) == 2 and any("uint4" in k.source for k in plan.launches)
