@@ -77,6 +77,8 @@ def test_bf16_rms_norm_reads_x_in_its_own_type_and_changes_no_bits():
     assert len(plan.launches) < len(KernelPlan.build(cg.outputs, inline_producers=False).launches)
     summed = next(k for k in plan.launches if k.output.op is Op.KAHAN_SUM)
     assert [b.dtype for b in summed.inputs] == [lm.bf16]  # x itself, not an f32 copy
+    normalize = plan.launches[-1]  # x (through the inlined cast) and w, 16 bytes a load each
+    assert normalize.output.dtype == lm.bf16 and normalize.source.count("*(uint4*)v") == 2
 
 
 @pytest.mark.parametrize("reduce", ["sum", "max", "min"])

@@ -253,7 +253,8 @@ def read(node: Node, index: list[str], pointer: str | None) -> str:
         value = c_literal(base.arg, base.dtype)
     elif inline.is_inlined(base):  # computed here, never stored (`inline.py`): rounded (or wrapped) to its
         # dtype as its store would have (a bf16 product, an int8 sum), then widened as its load would have
-        with lanes(None):  # its reads are at its own index: never the reader's preloaded lanes
+        # read at another index than the reader's, its sources are not the reader's preloaded lanes
+        with contextlib.nullcontext() if inline.at_own_index(st, base.shape) else lanes(None):
             computed = pointwise_value(base, inline.producer_index(st, base.shape, index), current()[1])
         value = load_value(base.dtype, store_value(base.dtype, computed))
     else:

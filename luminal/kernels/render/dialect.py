@@ -295,9 +295,9 @@ def _vector_elements(shape, body_of) -> Part | None:
     it = index_type()
     lane_idx = idx[:-1] + [f"({idx[-1]} + j)"]
     loads, lanes = [], {}
-    for s in dict.fromkeys(node.src):  # each source view once
+    for s in dict.fromkeys(inline.read_at_reader_index(node.src)):  # each source view once
         base, st = cstyle.view_of(s)
-        if (cstyle.is_inline_scalar(base) or inline.is_inlined(base) or st.mask is not None or base.dtype.itemsize != dtype.itemsize
+        if (cstyle.is_inline_scalar(base) or st.mask is not None or base.dtype.itemsize != dtype.itemsize
                 or not sym.equal(st.strides[-1], 1)):
             continue
         k = len(lanes)

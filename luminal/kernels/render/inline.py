@@ -109,12 +109,18 @@ def choose(nodes: list[Node], outputs: list[Node]) -> frozenset:
     return frozenset(chosen)
 
 
+def at_own_index(st: ShapeTracker, shape) -> bool:
+    """Whether a view `st` of a producer contiguous in `shape` reads element i at index i (its
+    mask aside, which `cstyle.read` applies)."""
+    return (len(st.shape) == len(shape) and all(sym.equal(a, b) for a, b in zip(st.shape, shape))
+            and ShapeTracker(st.shape, st.strides, st.offset).is_contiguous())
+
+
 def producer_index(st: ShapeTracker, shape, index: list[str]) -> list[str]:
     """The index of the producer's element that a view `st` of it (the producer contiguous in
-    `shape`) reads at `index` (C expressions): the view's own index where its strides are the
-    producer's (its mask is `cstyle.read`'s to apply), else its flat address split by them."""
-    if (len(st.shape) == len(shape) and all(sym.equal(a, b) for a, b in zip(st.shape, shape))
-            and ShapeTracker(st.shape, st.strides, st.offset).is_contiguous()):
+    `shape`) reads at `index` (C expressions): `index` itself where `at_own_index`, else the
+    view's flat address split by the producer's contiguous strides."""
+    if at_own_index(st, shape):
         return list(index)
     flat = " + ".join([c_dim(st.offset)] + [f"({i}) * {c_dim(t)}" for i, t in zip(index, st.strides) if t != 0])
     out, inner = [], "1"
@@ -142,3 +148,15 @@ def inlined_producers(node: Node) -> list[Node]:
         if is_inlined(base) and all(base is not p for p in out):
             out += [base, *(p for p in inlined_producers(base) if all(p is not q for q in out))]
     return out
+
+
+def read_at_reader_index(sources):
+    """The sources a reader's element reads at the reader's own index: `sources` themselves and,
+    through inlined producers read at their own index (no mask), theirs (CUDA loads them 16 bytes
+    at a time, `dialect._vector_elements`)."""
+    for s in sources:
+        base, st = _base(s)
+        if not is_inlined(base):
+            yield s
+        elif st.mask is None and at_own_index(st, base.shape):
+            yield from read_at_reader_index(base.src)
