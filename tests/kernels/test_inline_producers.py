@@ -210,3 +210,21 @@ def test_a_reader_of_x_and_of_an_inlined_transpose_of_x(dtype):
     feeds = {"x": np.arange(64, dtype=np.float32).reshape(8, 8).astype(dt.numpy)}
     plan = _check_against_numpy(g, feeds, optimize=False)
     assert len(plan.launches) == 2 and any("uint4" in k.source for k in plan.launches)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_scaled_scores_are_computed_in_each_softmax_pass(dtype):
+    """Decode's attention as built: scores in the model's dtype, cast to f32 and scaled, then a
+    Softmax, whose max pass and exp pass each compute the scaled score (no launch of their own);
+    masked (-inf) rows, a NaN score and a row of -inf: the same bits as the launched scores."""
+    dt = {"f32": lm.f32, "bf16": lm.bf16}[dtype]
+    rng = np.random.default_rng(5)
+    g = lm.Graph("decode-softmax")
+    s = g.input("s", (2, 3, 40), dt)
+    g.output((s.cast(lm.f32) * 0.125).softmax(-1).cast(dt), "p")
+    a = rng.standard_normal((2, 3, 40)) * 4
+    a[0, 0, 5:] = -np.inf  # a masked tail
+    a[0, 1, :] = -np.inf  # every key masked
+    a[1, 2, 7] = np.nan
+    plan = _check_against_numpy(g, {"s": a.astype(dt.numpy)})
+    assert plan.launches[0].output.op is Op.SOFTMAX and [b.dtype for b in plan.launches[0].inputs] == [dt]

@@ -10,12 +10,13 @@ through memory. With them inlined, the sum and the normalization each read x's 2
 
 Which producers (`choose`): a pointwise node that is not an output, all of whose readers render
 it through `cstyle.read` (elementwise kernels, FusedElementwise regions, SumReduce, MaxReduce,
-KahanSum, a concat along the last axis) and
-- has one reader, which reads each element at most once (no broadcast axis in its view): moving
-  the expression into the reader moves work, it adds none; or
+KahanSum, Softmax, a concat along the last axis) and
+- has one reader, which reads each element once (no broadcast axis in its view): moving the
+  expression into the reader moves work, it adds none; or
 - is cheap to repeat: at most `CHEAP_OPS` operations on inputs of no more bytes an element than
-  its own, read by at most `MAX_READERS` kernels without broadcasting (an f32 copy of a bf16
-  tensor that a sum and a normalization both read).
+  its own, computed at most `MAX_READS` times an element by its readers, none broadcasting (an
+  f32 copy of a bf16 tensor that a sum and a normalization both read; decode's scaled f32 scores,
+  which Softmax reads in its max pass and again in its exp pass).
 The values are the same bits: an inlined expression is the expression the producer's kernel ran,
 each cast and rounding in it kept; only where the value lives between two operations changes (a
 register instead of a buffer of the producer's own dtype, which it is stored in and loaded from
@@ -33,10 +34,11 @@ from luminal.hlir.shape import ShapeTracker
 from luminal.kernels.render.cexpr import c_dim
 
 PRODUCERS = POINTWISE | {Op.FUSED_ELEMENTWISE}
-# readers whose generator reads every source through `cstyle.read` (`render/kernels.py`)
-READERS = PRODUCERS | REDUCE | {Op.KAHAN_SUM}
-CHEAP_OPS = 2  # operations a producer read by several kernels may have (a cast, a cast and a product)
-MAX_READERS = 4
+# readers whose generator reads every source through `cstyle.read` (`render/kernels.py`), and
+# how often each reads an element: Softmax's max pass and its exp pass (f16/bf16: the exp twice)
+READERS = {**dict.fromkeys(PRODUCERS | REDUCE | {Op.KAHAN_SUM}, 1), Op.SOFTMAX: 3}
+CHEAP_OPS = 2  # operations a producer read more than once may have (a cast, a cast and a product)
+MAX_READS = 4  # ... and how many times an element of it may be computed
 
 _INLINED: contextvars.ContextVar[frozenset] = contextvars.ContextVar("luminal_inlined", default=frozenset())
 
@@ -76,6 +78,10 @@ def _reader_ok(reader: Node) -> bool:
     return reader.op in READERS
 
 
+def _reads(reader: Node) -> int:
+    return READERS.get(reader.op, 1)
+
+
 def choose(nodes: list[Node], outputs: list[Node]) -> frozenset:
     """The ids of the nodes (in launch order) to compute where they are read (see the module doc)."""
     finals = {id(n) for n in outputs}
@@ -103,8 +109,8 @@ def choose(nodes: list[Node], outputs: list[Node]) -> frozenset:
         uses = readers.get(id(n), [])
         if not uses or not all(_reader_ok(r) and _reads_once(st) for r, st in uses):
             continue
-        if len(uses) == 1 or (len(uses) <= MAX_READERS and _ops(n) <= CHEAP_OPS
-                              and source_bytes(n) <= n.dtype.itemsize):
+        reads = sum(_reads(r) for r, _ in uses)
+        if reads == 1 or (reads <= MAX_READS and _ops(n) <= CHEAP_OPS and source_bytes(n) <= n.dtype.itemsize):
             chosen.add(id(n))
     return frozenset(chosen)
 
