@@ -169,6 +169,10 @@ def test_llama_prefill_same_bits_fewer_launches_and_bytes(tiny_prefill):
     for k in plan.launches:  # every buffer a launch reads is the output of an earlier launch, an input or a weight
         for s in k.inputs:
             assert id(s) not in plan.inlined
+    for k in (k for k in plan.launches if k.output.op is Op.ATTENTION):  # RoPE's q computed in the tiled kernel
+        assert k.output.src[0].op is Op.VIEW or k.output.src[0].op is Op.CONCAT
+        assert [b.op for b in k.inputs].count(Op.CONCAT) == 1  # k's RoPE is read per query tile: launched
+        assert id(k.output.src[0].src[0] if k.output.src[0].op is Op.VIEW else k.output.src[0]) in plan.inlined
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16", "i32"])
@@ -228,3 +232,44 @@ def test_scaled_scores_are_computed_in_each_softmax_pass(dtype):
     a[1, 2, 7] = np.nan
     plan = _check_against_numpy(g, {"s": a.astype(dt.numpy)})
     assert plan.launches[0].output.op is Op.SOFTMAX and [b.dtype for b in plan.launches[0].inputs] == [dt]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_decode_scores_concat_inlines_into_the_softmax(dtype):
+    """Decode's attention weights: the cached keys' scores masked past the position, the new
+    key's score concatenated after them, scaled in f32, a Softmax. The concat, the mask's select
+    and the scale are computed in the Softmax's passes (one launch reads the two score buffers
+    and the mask); a row masked entirely but for the new key, a NaN score: the same bits."""
+    dt = {"f32": lm.f32, "bf16": lm.bf16}[dtype]
+    rng = np.random.default_rng(6)
+    g = lm.Graph("decode-concat")
+    cached, new = g.input("cached", (1, 2, 3, 20), dt), g.input("new", (1, 2, 3, 1), dt)
+    pos = g.input("pos", (1,), DType.I32)
+    valid = g.iota(20, DType.I32).reshape(1, 1, 1, 20) < pos.reshape(1, 1, 1, 1)
+    scores = lm.concat([lm.where(valid, cached, float("-inf")), new], -1)
+    g.output((scores.cast(lm.f32) * 0.125).softmax(-1).cast(dt), "p")
+    c = (rng.standard_normal((1, 2, 3, 20)) * 4).astype(dt.numpy)
+    c[0, 1, 2, 3] = np.nan
+    for at in (0, 7, 20):  # nothing cached, part of the cache, all of it
+        feeds = {"cached": c, "new": (rng.standard_normal((1, 2, 3, 1)) * 4).astype(dt.numpy),
+                 "pos": np.array([at], np.int32)}
+        plan = _check_against_numpy(g, feeds)
+    kinds = [k.output.op for k in plan.launches]
+    assert Op.CONCAT not in kinds and Op.SELECT not in kinds, kinds
+    if dtype == "bf16":  # the f32 cast of bf16 scores is cheap enough for each pass; in f32 the
+        # scale reads the mask and both scores (more than its 4 bytes): launched once, not thrice
+        soft = next(k for k in plan.launches if k.output.op is Op.SOFTMAX)
+        assert sorted(b.op.name for b in soft.inputs) == ["INPUT", "INPUT", "LESS_THAN"]
+
+
+def test_a_producer_read_through_a_reshape_that_splits_its_rows():
+    """exp(x) * 2 (n x 64) summed as rows of 16: the reader's index is not the producer's, so the
+    producer's element comes from the view's flat address, split by the producer's strides."""
+    rng = np.random.default_rng(7)
+    g = lm.Graph("split")
+    x = g.input("x", ("n", 64))
+    y = x.exp() * 2.0
+    g.output(y.reshape(-1, 16).sum(-1), "rows16")
+    g.output(y.reshape(-1, 16).permute(1, 0).max(-1), "cols")
+    plan = _check_against_numpy(g, {"x": _hostile(rng, (3, 64))})
+    assert plan.inlined

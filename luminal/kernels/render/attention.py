@@ -237,12 +237,17 @@ def _c_body(node: Node, t: str) -> str:
   }} else {block}"""
 
 
+def cuda_tiled(node: Node) -> bool:
+    """Whether CUDA renders `node` as the tiled kernel (a thread per query, which reads its q
+    row once: `render/inline.py` lets a producer of q be computed there)."""
+    d, dv = node.src[0].shape[-1], node.src[2].shape[-1]
+    return (node.dtype is not DType.F64 and sym.is_static(d) and sym.is_static(dv)  # (f64 registers are pairs:
+            and 1 <= int(d) <= CUDA_MAX_HEAD and 1 <= int(dv) <= CUDA_MAX_HEAD)  # its tiles would spill)
+
+
 def _cuda_part(node: Node) -> Part:
-    q, kt, v = node.src[:3]
-    d, dv = q.shape[-1], v.shape[-1]
-    if node.dtype is not DType.F64 and sym.is_static(d) and sym.is_static(dv) and 1 <= int(d) <= CUDA_MAX_HEAD \
-            and 1 <= int(dv) <= CUDA_MAX_HEAD:  # (f64 registers are pairs: its tiles would spill)
-        return _cuda_tiled(node, int(d), int(dv))
+    if cuda_tiled(node):
+        return _cuda_tiled(node, int(node.src[0].shape[-1]), int(node.src[2].shape[-1]))
     return _cuda_rows(node)
 
 

@@ -155,6 +155,11 @@ def pointwise_value(node: Node, idx: list[str], inputs) -> str:
 
     if node.op is Op.FUSED_ELEMENTWISE:
         return expression(node.arg, leaf)
+    if node.op is Op.CONCAT:  # a's element where the axis' index is below a's length, else b's, shifted
+        (a, b), axis = node.src, node.arg
+        split = c_dim(a.shape[axis])
+        shifted = idx[:axis] + [f"({idx[axis]} - {split})"] + idx[axis + 1:]
+        return f"({idx[axis]} < {split} ? {leaf(0)} : {read(b, shifted, pointer_of(b, inputs))})"
     if node.op is Op.IOTA:
         return f"(({compute_type(node.dtype)}){idx[0]})"
     args = [leaf(i) for i in range(len(node.src))]
@@ -254,7 +259,7 @@ def read(node: Node, index: list[str], pointer: str | None) -> str:
     elif inline.is_inlined(base):  # computed here, never stored (`inline.py`): rounded (or wrapped) to its
         # dtype as its store would have (a bf16 product, an int8 sum), then widened as its load would have
         # read at another index than the reader's, its sources are not the reader's preloaded lanes
-        with contextlib.nullcontext() if inline.at_own_index(st, base.shape) else lanes(None):
+        with contextlib.nullcontext() if inline.reads_at_own_index(base, st) else lanes(None):
             computed = pointwise_value(base, inline.producer_index(st, base.shape, index), current()[1])
         value = load_value(base.dtype, store_value(base.dtype, computed))
     else:

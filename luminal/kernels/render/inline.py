@@ -8,15 +8,17 @@ bf16 was five launches on CUDA: x cast to f32 (read 2 bytes an element, written 
 (4 and 4), its KahanSum (4), the normalization (4 more): each square and each f32 copy of x went
 through memory. With them inlined, the sum and the normalization each read x's 2 bytes.
 
-Which producers (`choose`): a pointwise node that is not an output, all of whose readers render
-it through `cstyle.read` (elementwise kernels, FusedElementwise regions, SumReduce, MaxReduce,
-KahanSum, Softmax, a concat along the last axis) and
+Which producers (`choose`): a pointwise node or a concat that is not an output, all of whose
+readers render it through `cstyle.read` (elementwise kernels, FusedElementwise regions,
+SumReduce, MaxReduce, KahanSum, Softmax, a concat along the last axis, the tiled CUDA
+attention's q), and that
 - has one reader, which reads each element once (no broadcast axis in its view): moving the
-  expression into the reader moves work, it adds none; or
+  expression into the reader moves work, it adds none (RoPE's halves of q, concatenated in the
+  attention kernel's registers); or
 - is cheap to repeat: at most `CHEAP_OPS` operations on inputs of no more bytes an element than
-  its own, computed at most `MAX_READS` times an element by its readers, none broadcasting (an
-  f32 copy of a bf16 tensor that a sum and a normalization both read; decode's scaled f32 scores,
-  which Softmax reads in its max pass and again in its exp pass).
+  its own (a concat: its widest operand's), computed at most `MAX_READS` times an element by
+  its readers, none broadcasting (an f32 copy of a bf16 tensor that a sum and a normalization
+  both read; decode's scores, which Softmax reads in its max pass and again in its exp pass).
 The values are the same bits: an inlined expression is the expression the producer's kernel ran,
 each cast and rounding in it kept; only where the value lives between two operations changes (a
 register instead of a buffer of the producer's own dtype, which it is stored in and loaded from
@@ -33,7 +35,7 @@ from luminal.hlir.ops import POINTWISE, REDUCE, Node, Op
 from luminal.hlir.shape import ShapeTracker
 from luminal.kernels.render.cexpr import c_dim
 
-PRODUCERS = POINTWISE | {Op.FUSED_ELEMENTWISE}
+PRODUCERS = POINTWISE | {Op.FUSED_ELEMENTWISE, Op.CONCAT}  # what `cstyle.pointwise_value` computes
 # readers whose generator reads every source through `cstyle.read` (`render/kernels.py`), and
 # how often each reads an element: Softmax's max pass and its exp pass (f16/bf16: the exp twice)
 READERS = {**dict.fromkeys(PRODUCERS | REDUCE | {Op.KAHAN_SUM}, 1), Op.SOFTMAX: 3}
@@ -72,44 +74,48 @@ def _ops(node: Node) -> int:
     return 1
 
 
-def _reader_ok(reader: Node) -> bool:
-    if reader.op is Op.CONCAT:
-        return reader.arg == len(reader.shape) - 1  # the element loop; other axes copy rows by pointer
-    return reader.op in READERS
+def _reads(reader: Node, operand: int) -> int | None:
+    """How often `reader` reads an element of its source number `operand` (None: not through
+    `cstyle.read`, or too often to repeat a producer there)."""
+    if reader.op is Op.ATTENTION:  # the tiled kernel reads q once a query; kᵀ and v once per tile of queries
+        from luminal.kernels.render.attention import cuda_tiled  # (attention.py imports cstyle, which imports this)
 
-
-def _reads(reader: Node) -> int:
-    return READERS.get(reader.op, 1)
+        return 1 if operand == 0 and cuda_tiled(reader) else None
+    if reader.op is Op.CONCAT and reader.arg != len(reader.shape) - 1:
+        return None  # along another axis it copies rows by pointer
+    return READERS.get(reader.op)
 
 
 def choose(nodes: list[Node], outputs: list[Node]) -> frozenset:
     """The ids of the nodes (in launch order) to compute where they are read (see the module doc)."""
     finals = {id(n) for n in outputs}
-    readers: dict[int, list[tuple[Node, ShapeTracker]]] = {}
+    readers: dict[int, list[tuple[int | None, ShapeTracker]]] = {}  # (reads an element, view) per use
     for n in nodes:
-        for s in dict.fromkeys(n.src):
+        for k, s in enumerate(n.src):
+            if any(s is t for t in n.src[:k]):
+                continue
             base, st = _base(s)
-            readers.setdefault(id(base), []).append((n, st))
+            readers.setdefault(id(base), []).append((_reads(n, k), st))
     chosen: set[int] = set()
 
     def source_bytes(n: Node) -> int:
         """Bytes an element of `n` reads from buffers, through producers already inlined."""
-        total = 0
+        each = []
         for s in dict.fromkeys(n.src):
             base, _ = _base(s)
             if id(base) in chosen:
-                total += source_bytes(base)
+                each.append(source_bytes(base))
             elif base.op is not Op.CONSTANT or base.shape:
-                total += base.dtype.itemsize
-        return total
+                each.append(base.dtype.itemsize)
+        return max(each, default=0) if n.op is Op.CONCAT else sum(each)  # a concat's element is one operand's
 
     for n in nodes:
         if n.op not in PRODUCERS or id(n) in finals or n.op is Op.IOTA:
             continue
         uses = readers.get(id(n), [])
-        if not uses or not all(_reader_ok(r) and _reads_once(st) for r, st in uses):
+        if not uses or not all(r is not None and _reads_once(st) for r, st in uses):
             continue
-        reads = sum(_reads(r) for r, _ in uses)
+        reads = sum(r for r, _ in uses)
         if reads == 1 or (reads <= MAX_READS and _ops(n) <= CHEAP_OPS and source_bytes(n) <= n.dtype.itemsize):
             chosen.add(id(n))
     return frozenset(chosen)
@@ -156,6 +162,12 @@ def inlined_producers(node: Node) -> list[Node]:
     return out
 
 
+def reads_at_own_index(producer: Node, st: ShapeTracker) -> bool:
+    """Whether an inlined `producer`, read through `st`, reads its sources at the reader's index
+    (a concat reads its second operand shifted)."""
+    return producer.op is not Op.CONCAT and at_own_index(st, producer.shape)
+
+
 def read_at_reader_index(sources):
     """The sources a reader's element reads at the reader's own index: `sources` themselves and,
     through inlined producers read at their own index (no mask), theirs (CUDA loads them 16 bytes
@@ -164,5 +176,5 @@ def read_at_reader_index(sources):
         base, st = _base(s)
         if not is_inlined(base):
             yield s
-        elif st.mask is None and at_own_index(st, base.shape):
+        elif st.mask is None and reads_at_own_index(base, st):
             yield from read_at_reader_index(base.src)

@@ -196,11 +196,7 @@ def concat(node: Node, d: Dialect):
     axis = node.arg
     split = c_dim(a.shape[axis])
     if axis == len(node.shape) - 1:
-        def element(idx, flat):
-            shifted = idx[:axis] + [f"({idx[axis]} - {split})"] + idx[axis + 1:]
-            return "", f"({idx[axis]} < {split} ? {_read(a, idx)} : {_read(b, shifted)})"
-
-        return [d.elements(node.shape, element)], None
+        return [d.elements(node.shape, lambda idx, flat: ("", pointwise_value(node, idx, _inputs())))], None
     merged = [_merge_tail(x, axis) for x in (a, b)]
     shape = node.shape[:axis + 1] + (sym.product(node.shape[axis + 1:]),)
     if None in merged:
