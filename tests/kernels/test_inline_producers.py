@@ -263,13 +263,30 @@ def test_decode_scores_concat_inlines_into_the_softmax(dtype):
 
 
 def test_a_producer_read_through_a_reshape_that_splits_its_rows():
-    """exp(x) * 2 (n x 64) summed as rows of 16: the reader's index is not the producer's, so the
-    producer's element comes from the view's flat address, split by the producer's strides."""
+    """exp(x) * 2 (n x 64) summed as rows of 16, and x * 3 - 1 maxed down the columns of that
+    reshape: the reader's index is not the producer's, so the producer's element comes from the
+    view's flat address, split by the producer's strides."""
     rng = np.random.default_rng(7)
     g = lm.Graph("split")
     x = g.input("x", ("n", 64))
-    y = x.exp() * 2.0
-    g.output(y.reshape(-1, 16).sum(-1), "rows16")
-    g.output(y.reshape(-1, 16).permute(1, 0).max(-1), "cols")
+    g.output((x.exp() * 2.0).reshape(-1, 16).sum(-1), "rows16")
+    g.output((x * 3.0 - 1.0).reshape(-1, 16).permute(1, 0).max(-1), "cols")
     plan = _check_against_numpy(g, {"x": _hostile(rng, (3, 64))})
-    assert plan.inlined
+    assert len(plan.inlined) == 2 and len(plan.launches) == 2
+
+
+def test_an_expensive_producer_is_not_repeated_through_a_cheap_one():
+    """exp(sin(x) * 3) + 1 (one reader: a cast) cast to f32 and read by two sums: the cast alone
+    is cheap, but repeating it would repeat the region inlined into it, so it is launched once."""
+    g = lm.Graph("deep")
+    x = g.input("x", (6, 32), lm.bf16)
+    y = ((x.sin() * 3.0).exp() + 1.0).cast(lm.f32)
+    g.output(y.sum(0), "a")
+    g.output(y.max(1), "b")
+    plan = KernelPlan.build(g.output_nodes)
+    reduce_inputs = [b for k in plan.launches if k.output.op in (Op.SUM_REDUCE, Op.MAX_REDUCE) for b in k.inputs]
+    assert len(reduce_inputs) == 2 and reduce_inputs[0] is reduce_inputs[1] and reduce_inputs[0].dtype == lm.f32
+    feeds = {"x": np.linspace(-3, 3, 192, dtype=np.float32).reshape(6, 32).astype(lm.bf16.numpy)}
+    inl, plain, _ = _both(g.output_nodes, feeds)
+    for i, (a, b) in enumerate(zip(inl, plain)):
+        _same_bits(a, b, f"output {i}")

@@ -338,7 +338,7 @@ class KernelSpec:
 def buffer_sources(node: Node, sources=None) -> list[Node]:
     """Distinct buffer nodes `node` (or only its `sources`) reads (views resolved, inline scalars skipped)."""
     out: list[Node] = []
-    for s in inline.expand(node, node.src if sources is None else sources):
+    for s in inline.expand(node.src if sources is None else sources):
         base, _ = view_of(s)
         if not is_inline_scalar(base) and all(base is not b for b in out):
             out.append(base)
@@ -367,7 +367,7 @@ def pointer_of(src: Node, inputs: list[Node]) -> str | None:
 
 def symbols_of(node: Node, extra=()) -> list[str]:
     dims = [node.shape, *extra]
-    for s in inline.expand(node, node.src):
+    for s in inline.expand(node.src):
         base, st = view_of(s)
         dims += [st.shape, st.strides, (st.offset,)]
         if st.mask:
@@ -380,7 +380,7 @@ def symbols_of(node: Node, extra=()) -> list[str]:
 
 
 def dtypes_of(node: Node) -> set:
-    out = {node.dtype} | {view_of(s)[0].dtype for s in inline.expand(node, node.src)}
+    out = {node.dtype} | {view_of(s)[0].dtype for s in inline.expand(node.src)}
     for p in inline.inlined_producers(node):  # what their expressions compute in (a bf16 rounding's header)
         out |= {p.dtype} | ({e.dtype for e in p.arg.toposort()} if p.op is Op.FUSED_ELEMENTWISE else set())
     return out
@@ -395,7 +395,7 @@ def index_extents(node: Node, extra=()) -> list[tuple]:
     forms: sizes, each view's largest address (and its partial sums), mask bounds, each symbol."""
     groups = [(sym.product(node.shape),), *((d,) for d in extra)]
     groups += [(sym.product(p.shape),) for p in inline.inlined_producers(node)]  # a view's flat index into one
-    for s in inline.expand(node, node.src):
+    for s in inline.expand(node.src):
         base, st = view_of(s)
         if is_inline_scalar(base):
             continue

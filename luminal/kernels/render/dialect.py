@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
-from luminal.hlir.ops import Node, Op
+from luminal.hlir.ops import Node
 from luminal.hlir.shape import contiguous_strides
 from luminal.kernels.render import cstyle, inline
 from luminal.kernels.render.cexpr import c_dim, compute_type, index_type
@@ -362,9 +362,6 @@ def _vector_row_loop(p: Pass, n, threads: int, it: str, vt: str) -> str | None:
 # data one core's cache holds moves it between cores (README, "The compiled CPU backend")
 PAR_MIN = 16384
 
-# An element's operations, in vector instructions per lane group relative to an add: a call into
-# the vector libm (exp, log, sin) is about 20, a division or square root about 4.
-_OP_WORK = {Op.EXP2: 20, Op.LOG2: 20, Op.SIN: 20, Op.EXP: 20, Op.SIGMOID: 20, Op.SQRT: 4, Op.RECIP: 4, Op.MOD: 8}
 CHEAP_OPS = 8  # the operations of an element PAR_MIN was measured on (BatchNorm + ReLU6: 6)
 
 
@@ -373,11 +370,7 @@ def element_work(node: Node) -> int:
     elements of a cheap loop, at least 1: a loop's parallel threshold is PAR_MIN of those. An exact
     GELU's element (an erf polynomial and an exp: 56 levels) counts 10, so its loop splits from a
     tenth of PAR_MIN: its arithmetic, not its memory, takes the time."""
-    if node.op is Op.FUSED_ELEMENTWISE:
-        ops = sum(_OP_WORK.get(e.op, 1) for e in node.arg.toposort() if e.op not in (Op.INPUT, Op.CONSTANT))
-    else:
-        ops = _OP_WORK.get(node.op, 1)
-    return max(1, ops // CHEAP_OPS)
+    return max(1, inline.work(node) // CHEAP_OPS)
 
 
 def par_min(node: Node) -> int:

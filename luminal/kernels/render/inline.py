@@ -15,10 +15,12 @@ attention's q), and that
 - has one reader, which reads each element once (no broadcast axis in its view): moving the
   expression into the reader moves work, it adds none (RoPE's halves of q, concatenated in the
   attention kernel's registers); or
-- is cheap to repeat: at most `CHEAP_OPS` operations on inputs of no more bytes an element than
-  its own (a concat: its widest operand's), computed at most `MAX_READS` times an element by
-  its readers, none broadcasting (an f32 copy of a bf16 tensor that a sum and a normalization
-  both read; decode's scores, which Softmax reads in its max pass and again in its exp pass).
+- is cheap to repeat: at most `CHEAP_WORK` (`work`: an add 1, an exp 20), what is inlined into it
+  counted, on inputs
+  of no more bytes an element than its own (a concat: its widest operand's), computed at most
+  `MAX_READS` times an element by its readers, none broadcasting (an f32 copy of a bf16 tensor
+  that a sum and a normalization both read; decode's scores, which Softmax reads in its max pass
+  and again in its exp pass).
 The values are the same bits: an inlined expression is the expression the producer's kernel ran,
 each cast and rounding in it kept; only where the value lives between two operations changes (a
 register instead of a buffer of the producer's own dtype, which it is stored in and loaded from
@@ -39,7 +41,10 @@ PRODUCERS = POINTWISE | {Op.FUSED_ELEMENTWISE, Op.CONCAT}  # what `cstyle.pointw
 # readers whose generator reads every source through `cstyle.read` (`render/kernels.py`), and
 # how often each reads an element: Softmax's max pass and its exp pass (f16/bf16: the exp twice)
 READERS = {**dict.fromkeys(PRODUCERS | REDUCE | {Op.KAHAN_SUM}, 1), Op.SOFTMAX: 3}
-CHEAP_OPS = 2  # operations a producer read more than once may have (a cast, a cast and a product)
+# An element's operations, in vector instructions per lane group relative to an add: a call into
+# the vector libm (exp, log, sin) is about 20, a division or square root about 4 (`work`).
+OP_WORK = {Op.EXP2: 20, Op.LOG2: 20, Op.SIN: 20, Op.EXP: 20, Op.SIGMOID: 20, Op.SQRT: 4, Op.RECIP: 4, Op.MOD: 8}
+CHEAP_WORK = 4  # the work of a producer computed more than once (decode's scores: select, concat, cast, scale)
 MAX_READS = 4  # ... and how many times an element of it may be computed
 
 _INLINED: contextvars.ContextVar[frozenset] = contextvars.ContextVar("luminal_inlined", default=frozenset())
@@ -68,10 +73,11 @@ def _reads_once(st: ShapeTracker) -> bool:
     return all(not sym.equal(t, 0) or sym.equal(d, 1) for d, t in zip(st.shape, st.strides))
 
 
-def _ops(node: Node) -> int:
+def work(node: Node) -> int:
+    """One element of pointwise `node` (a region: its distinct levels) in `OP_WORK`'s units."""
     if node.op is Op.FUSED_ELEMENTWISE:
-        return sum(1 for e in node.arg.toposort() if e.op not in (Op.INPUT, Op.CONSTANT))
-    return 1
+        return sum(OP_WORK.get(e.op, 1) for e in node.arg.toposort() if e.op not in (Op.INPUT, Op.CONSTANT))
+    return OP_WORK.get(node.op, 1)
 
 
 def _reads(reader: Node, operand: int) -> int | None:
@@ -98,6 +104,10 @@ def choose(nodes: list[Node], outputs: list[Node]) -> frozenset:
             readers.setdefault(id(base), []).append((_reads(n, k), st))
     chosen: set[int] = set()
 
+    def total_work(n: Node) -> int:
+        """The work of an element of `n`, with the producers inlined into it."""
+        return work(n) + sum(total_work(b) for b in (_base(s)[0] for s in dict.fromkeys(n.src)) if id(b) in chosen)
+
     def source_bytes(n: Node) -> int:
         """Bytes an element of `n` reads from buffers, through producers already inlined."""
         each = []
@@ -116,7 +126,7 @@ def choose(nodes: list[Node], outputs: list[Node]) -> frozenset:
         if not uses or not all(r is not None and _reads_once(st) for r, st in uses):
             continue
         reads = sum(r for r, _ in uses)
-        if reads == 1 or (reads <= MAX_READS and _ops(n) <= CHEAP_OPS and source_bytes(n) <= n.dtype.itemsize):
+        if reads == 1 or (reads <= MAX_READS and total_work(n) <= CHEAP_WORK and source_bytes(n) <= n.dtype.itemsize):
             chosen.add(id(n))
     return frozenset(chosen)
 
@@ -143,12 +153,12 @@ def producer_index(st: ShapeTracker, shape, index: list[str]) -> list[str]:
     return out[::-1]
 
 
-def expand(node: Node, sources) -> list[Node]:
+def expand(sources) -> list[Node]:
     """`sources` (views or nodes) with every inlined base replaced by its own sources, recursively."""
     out: list[Node] = []
     for s in sources:
         base, _ = _base(s)
-        out += expand(base, base.src) if is_inlined(base) else [s]
+        out += expand(base.src) if is_inlined(base) else [s]
     return out
 
 
