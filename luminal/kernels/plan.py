@@ -17,6 +17,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import ConstantArray, Node, Op, toposort
 from luminal.kernels.cublas import GemmDesc
 from luminal.kernels.render import CUDA, CUDA_SPECIAL, KernelSpec, inline, render_node
+from luminal.kernels.render.attention import cuda_tiled
 
 EXTERN = {Op.MAT_MUL: "gemm"}  # op -> extern step kind
 
@@ -230,7 +231,7 @@ class KernelPlan:
         """`inline_producers=False`: every node its own launch (tests compare the two plans' bits)."""
         sched = Schedule.build(outputs)
         final, inputs, weights = sched.outputs, sched.inputs, sched.weights
-        chosen = inline.choose(sched.nodes, final) if inline_producers else frozenset()
+        chosen = inline.choose(sched.nodes, final, cuda_tiled) if inline_producers else frozenset()
         launches: list[KernelSpec] = []
         bodies: dict[str, str] = {}  # kernel name -> source, each distinct body once
         for node in sched.nodes:

@@ -80,20 +80,20 @@ def work(node: Node) -> int:
     return OP_WORK.get(node.op, 1)
 
 
-def _reads(reader: Node, operand: int) -> int | None:
+def _reads(reader: Node, operand: int, tiled_attention) -> int | None:
     """How often `reader` reads an element of its source number `operand` (None: not through
     `cstyle.read`, or too often to repeat a producer there)."""
     if reader.op is Op.ATTENTION:  # the tiled kernel reads q once a query; kᵀ and v once per tile of queries
-        from luminal.kernels.render.attention import cuda_tiled  # (attention.py imports cstyle, which imports this)
-
-        return 1 if operand == 0 and cuda_tiled(reader) else None
+        return 1 if operand == 0 and tiled_attention(reader) else None
     if reader.op is Op.CONCAT and reader.arg != len(reader.shape) - 1:
         return None  # along another axis it copies rows by pointer
     return READERS.get(reader.op)
 
 
-def choose(nodes: list[Node], outputs: list[Node]) -> frozenset:
-    """The ids of the nodes (in launch order) to compute where they are read (see the module doc)."""
+def choose(nodes: list[Node], outputs: list[Node], tiled_attention=lambda node: False) -> frozenset:
+    """The ids of the nodes (in launch order) to compute where they are read (see the module doc).
+    `tiled_attention(node)`: whether an Attention renders as a kernel reading q once a query (the
+    dialect's: `attention.cuda_tiled`)."""
     finals = {id(n) for n in outputs}
     readers: dict[int, list[tuple[int | None, ShapeTracker]]] = {}  # (reads an element, view) per use
     for n in nodes:
@@ -101,7 +101,7 @@ def choose(nodes: list[Node], outputs: list[Node]) -> frozenset:
             if any(s is t for t in n.src[:k]):
                 continue
             base, st = _base(s)
-            readers.setdefault(id(base), []).append((_reads(n, k), st))
+            readers.setdefault(id(base), []).append((_reads(n, k, tiled_attention), st))
     chosen: set[int] = set()
 
     def total_work(n: Node) -> int:
