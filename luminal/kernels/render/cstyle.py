@@ -18,6 +18,7 @@ from luminal.hlir.ops import ConstantArray, Expr, Node, Op
 from luminal.hlir.shape import ShapeTracker
 from luminal.kernels.render import inline
 from luminal.kernels.render.cexpr import active, c_dim, c_literal, compute_type, dims_symbols, index_math, index_type
+from luminal.kernels.render.inline import view_of
 
 LIBM = {"float": "f", "double": ""}  # libm suffix per compute type
 INT_MOD = "lum_imod"  # a kernel whose C calls it takes the error flag
@@ -198,13 +199,6 @@ def cast_value(src: DType, dst: DType, expr: str) -> str:
     return f"(({compute_type(dst)})({expr}))"
 
 
-def view_of(node: Node) -> tuple[Node, ShapeTracker]:
-    """(buffer node, tracker) that `node`'s elements are read through."""
-    if node.op is Op.VIEW:
-        return node.src[0], node.arg
-    return node, ShapeTracker.contiguous(node.shape)
-
-
 def unmasked(node: Node) -> Node:
     """`node`, a view, read without its mask: the element at an index the mask allows, in place (a
     padded view's kernels test the mask themselves, once per row or run, not per element)."""
@@ -256,12 +250,11 @@ def read(node: Node, index: list[str], pointer: str | None) -> str:
         return load_value(base.dtype, preloaded[id(node)])
     if is_inline_scalar(base):
         value = c_literal(base.arg, base.dtype)
-    elif inline.is_inlined(base):  # computed here, never stored (`inline.py`): rounded (or wrapped) to its
-        # dtype as its store would have (a bf16 product, an int8 sum), then widened as its load would have
-        # read at another index than the reader's, its sources are not the reader's preloaded lanes
+    elif inline.is_inlined(base):  # computed here, never stored (`inline.py`); read at another index
+        # than the reader's, its sources are not the reader's preloaded lanes
         with contextlib.nullcontext() if inline.reads_at_own_index(base, st) else lanes(None):
             computed = pointwise_value(base, inline.producer_index(st, base.shape, index), current()[1])
-        value = load_value(base.dtype, store_value(base.dtype, computed))
+        value = load_value(base.dtype, store_value(base.dtype, computed))  # rounded as its buffer would hold it
     else:
         terms = [c_dim(st.offset)] + [f"{i} * {c_dim(s)}" for i, s in zip(index, st.strides) if s != 0]
         at = " + ".join(terms)

@@ -15,12 +15,11 @@ attention's q), and that
 - has one reader, which reads each element once (no broadcast axis in its view): moving the
   expression into the reader moves work, it adds none (RoPE's halves of q, concatenated in the
   attention kernel's registers); or
-- is cheap to repeat: at most `CHEAP_WORK` (`work`: an add 1, an exp 20), what is inlined into it
-  counted, on inputs
-  of no more bytes an element than its own (a concat: its widest operand's), computed at most
-  `MAX_READS` times an element by its readers, none broadcasting (an f32 copy of a bf16 tensor
-  that a sum and a normalization both read; decode's scores, which Softmax reads in its max pass
-  and again in its exp pass).
+- is cheap to repeat: at most `CHEAP_WORK` (`work`: an add 1, an exp 20), what is inlined into
+  it counted, on inputs of no more bytes an element than its own (a concat: its widest
+  operand's), computed at most `MAX_READS` times an element by its readers, none broadcasting
+  (an f32 copy of a bf16 tensor that a sum and a normalization both read; decode's scores, which
+  Softmax reads in its max pass and again in its exp pass).
 The values are the same bits: an inlined expression is the expression the producer's kernel ran,
 each cast and rounding in it kept; only where the value lives between two operations changes (a
 register instead of a buffer of the producer's own dtype, which it is stored in and loaded from
@@ -64,8 +63,11 @@ def is_inlined(node: Node) -> bool:
     return id(node) in _INLINED.get()
 
 
-def _base(s: Node) -> tuple[Node, ShapeTracker]:
-    return (s.src[0], s.arg) if s.op is Op.VIEW else (s, ShapeTracker.contiguous(s.shape))
+def view_of(node: Node) -> tuple[Node, ShapeTracker]:
+    """(buffer node, tracker) that `node`'s elements are read through (`cstyle` reads with it)."""
+    if node.op is Op.VIEW:
+        return node.src[0], node.arg
+    return node, ShapeTracker.contiguous(node.shape)
 
 
 def _reads_once(st: ShapeTracker) -> bool:
@@ -100,19 +102,19 @@ def choose(nodes: list[Node], outputs: list[Node], tiled_attention=lambda node: 
         for k, s in enumerate(n.src):
             if any(s is t for t in n.src[:k]):
                 continue
-            base, st = _base(s)
+            base, st = view_of(s)
             readers.setdefault(id(base), []).append((_reads(n, k, tiled_attention), st))
     chosen: set[int] = set()
 
     def total_work(n: Node) -> int:
         """The work of an element of `n`, with the producers inlined into it."""
-        return work(n) + sum(total_work(b) for b in (_base(s)[0] for s in dict.fromkeys(n.src)) if id(b) in chosen)
+        return work(n) + sum(total_work(b) for b in (view_of(s)[0] for s in dict.fromkeys(n.src)) if id(b) in chosen)
 
     def source_bytes(n: Node) -> int:
         """Bytes an element of `n` reads from buffers, through producers already inlined."""
         each = []
         for s in dict.fromkeys(n.src):
-            base, _ = _base(s)
+            base, _ = view_of(s)
             if id(base) in chosen:
                 each.append(source_bytes(base))
             elif base.op is not Op.CONSTANT or base.shape:
@@ -120,7 +122,7 @@ def choose(nodes: list[Node], outputs: list[Node], tiled_attention=lambda node: 
         return max(each, default=0) if n.op is Op.CONCAT else sum(each)  # a concat's element is one operand's
 
     for n in nodes:
-        if n.op not in PRODUCERS or id(n) in finals or n.op is Op.IOTA:
+        if n.op not in PRODUCERS or id(n) in finals:
             continue
         uses = readers.get(id(n), [])
         if not uses or not all(r is not None and _reads_once(st) for r, st in uses):
@@ -157,7 +159,7 @@ def expand(sources) -> list[Node]:
     """`sources` (views or nodes) with every inlined base replaced by its own sources, recursively."""
     out: list[Node] = []
     for s in sources:
-        base, _ = _base(s)
+        base, _ = view_of(s)
         out += expand(base.src) if is_inlined(base) else [s]
     return out
 
@@ -166,7 +168,7 @@ def inlined_producers(node: Node) -> list[Node]:
     """The inlined producers `node`'s kernel computes, recursively."""
     out: list[Node] = []
     for s in node.src:
-        base, _ = _base(s)
+        base, _ = view_of(s)
         if is_inlined(base) and all(base is not p for p in out):
             out += [base, *(p for p in inlined_producers(base) if all(p is not q for q in out))]
     return out
@@ -183,7 +185,7 @@ def read_at_reader_index(sources):
     through inlined producers read at their own index (no mask), theirs (CUDA loads them 16 bytes
     at a time, `dialect._vector_elements`)."""
     for s in sources:
-        base, st = _base(s)
+        base, st = view_of(s)
         if not is_inlined(base):
             yield s
         elif st.mask is None and reads_at_own_index(base, st):
