@@ -257,29 +257,32 @@ def test_an_unknown_mode_warns_and_means_auto(monkeypatch, caplog):
     assert not conv_direct.wanted()
 
 
-# (x shape, stored weight shape, stride, padding): small images whose rows the lanes path cuts
-# into whole units (AVX-512 builds: `conv_direct.lanes`)
+# (x shape, stored weight shape, stride, padding, the builds whose lanes path takes it): small
+# images whose rows the lanes path cuts into whole units (AVX-512: `conv_direct.lanes`), or any
+# image in units of 6 positions anywhere on the grid (AVX2: `conv_direct.GATHER`)
 LANES_CASES = [
-    ((1, 64, 7, 7), (256, 64, 3, 3), 1, 1),  # ResNet's last stage: rows of 7, eight panels
-    ((1, 32, 7, 7), (40, 32, 3, 3), 1, 1),  # 40 channels: the second panel's last 24 lanes zeros
-    ((1, 32, 14, 14), (64, 32, 3, 3), 2, 1),  # stride 2 onto 7x7: phase planes
-    ((1, 16, 9, 11), (64, 16, 3, 3), 1, 1),  # rows of 11 in units of 12: a position computed, never stored
-    ((1, 24, 6, 20), (32, 24, 3, 3), 1, 1),  # rows of 20: units of 12 and 8
+    ((1, 64, 7, 7), (256, 64, 3, 3), 1, 1, "avx512 avx2"),  # ResNet's last stage: rows of 7, eight panels
+    ((1, 32, 7, 7), (40, 32, 3, 3), 1, 1, "avx512"),  # 40 channels: the second panel's last 24 lanes zeros
+    ((1, 16, 7, 7), (56, 16, 3, 3), 1, 1, "avx2"),  # 56 channels: the fourth panel's last 8 lanes zeros
+    ((1, 32, 14, 14), (64, 32, 3, 3), 2, 1, "avx512 avx2"),  # stride 2 onto 7x7: phase planes
+    ((1, 16, 9, 11), (64, 16, 3, 3), 1, 1, "avx512 avx2"),  # rows of 11 in units of 12: a position computed, never stored
+    ((1, 24, 6, 20), (32, 24, 3, 3), 1, 1, "avx512 avx2"),  # rows of 20: units of 12 and 8
+    ((1, 16, 4, 2), (32, 16, 3, 3), 1, 1, "avx2"),  # rows of 2: a unit of 6 spans three output rows
 ]
 
 
 @pytest.mark.parametrize("special", [False, True], ids=["finite", "nan-inf"])
 @pytest.mark.parametrize("case", LANES_CASES, ids=lambda c: f"{c[0]}x{c[1]}s{c[2]}".replace(" ", ""))
 def test_the_lanes_path_of_a_stored_weight_gives_the_grids_bits(monkeypatch, case, special):
-    """A small image's convolution whose weight is stored in the graph, in a runtime that packs its
-    weights, puts the output channels in the vector lanes (AVX-512 builds): each output is the
+    """A convolution whose weight is stored in the graph, in a runtime that packs its weights, puts
+    the output channels in the vector lanes where that computes less than the grid: each output is the
     same chain of multiply-adds as the extended grid's, so the bits equal the unpacked runtime's
     (the grid's) on every team, through the region (bias, residual, ReLU) on the way out."""
     from luminal.kernels.cpu import sgemm
     from luminal.kernels.cpu.runtime import CpuRuntime
 
     monkeypatch.setenv("LUMINAL_CONV", "direct")
-    xs, ws, stride, padding = case
+    xs, ws, stride, padding, builds = case
     rng = np.random.default_rng(7)
     w = (rng.standard_normal(ws) * 0.2).astype(np.float32)
     b = rng.standard_normal(ws[0]).astype(np.float32)
@@ -295,8 +298,9 @@ def test_the_lanes_path_of_a_stored_weight_gives_the_grids_bits(monkeypatch, cas
     outputs = g.compile(device="numpy").outputs
     plain, packed = CpuRuntime(outputs), CpuRuntime(outputs)
     packs = packed.pack_weights()
-    calls = re.findall(r"lum_dconv_lanes_\d+\(K,", "\n".join(packed.program.sources))
-    assert bool(calls) == (cpu_steps.dc_kernels() is cpu_steps.DC_KERNELS_AVX512)
+    calls = re.findall(r"lum_dconv_(?:lanes|gather)_\d+\(K,", "\n".join(packed.program.sources))
+    build = "avx512" if cpu_steps.dc_kernels() is cpu_steps.DC_KERNELS_AVX512 else "avx2"
+    assert bool(calls) == (sgemm.isa() == build and build in builds.split())
     feeds = {"x": x, "res": res}
     for team in (1, 2, 3):
         monkeypatch.setattr(cpu_runtime, "threads", lambda team=team: team)

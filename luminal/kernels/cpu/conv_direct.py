@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from dataclasses import dataclass
 
 from luminal.hlir.ops import Node
 from luminal.kernels.cpu import choices, sgemm
@@ -140,29 +141,67 @@ def _planes(g: DirectConv, x_src: Node, inputs: list[Node]) -> str:
 
 
 # the lanes kernels' positions a unit (`c/direct_conv.h`, LUM_DCONV_LANES: 2 x R accumulators of
-# AVX-512's 32 registers; AVX2 has none) and a packed weight's panel there: 2 vectors of output
-# channels (the SGEMM's NR)
+# AVX-512's 32 registers) and a packed weight's panel there: 2 vectors of output channels (the
+# SGEMM's NR)
 LANES = (12, 8, 7)
 LANES_PANEL = 32
+# AVX2's (LUM_DCONV_GATHER: 2 x 6 accumulators of its 16 registers): units of 6 positions anywhere
+# on the output grid, panels of 16 channels (its SGEMM's NR)
+GATHER = 6
+GATHER_PANEL = 16
+GATHER_SPAN_MAX = 64  # extended-grid positions one gathered unit may span (its tile: 16 x 64 floats)
 # the lanes path is taken where it computes at most this share of what the extended grid does
 LANES_GAIN = 0.95
 
 
-def lanes(g: DirectConv, m: int, stored: bool) -> int | None:
-    """The lanes path's positions a unit (`LANES`), or None: for a convolution of one batch element
-    whose weight is stored (its panels are packed once: `lum_packed_weight`), on AVX-512 builds
-    (AVX2's registers hold too few accumulators: measured slower than its grid), where cutting
-    each output row into units of R positions, with the channels rounded up to whole panels,
-    computes at most `LANES_GAIN` of what the extended grid computes with the micro-tile's rows
-    (small images: 7x7 computes 64 positions for 49 on the grid; a strided one likewise)."""
-    # the panels are the SGEMM's (`lum_packed_weight`): 32 channels only where its build is AVX-512's too
-    if not (stored and g.columns and dc_kernels() is DC_KERNELS_AVX512 and sgemm.isa() == "avx512"
-            and m >= LANES_PANEL // 2):
+@dataclass(frozen=True)
+class Lanes:
+    """How the lanes path cuts a convolution (`lanes`): units of `r` positions times a panel of
+    `panel` output channels. `span` 0: a unit is a run of one output row, its tile channels x r
+    (LUM_DCONV_LANES); else r positions in row-major order across output rows, its tile
+    channels-last over the `span` extended-grid positions a unit covers at most (LUM_DCONV_GATHER)."""
+
+    r: int
+    panel: int
+    span: int = 0
+
+
+def gather_span(g: DirectConv, r: int) -> int:
+    """The most extended-grid positions a unit of r output positions (taken in row-major order
+    from a multiple of r) spans: its tile's rows."""
+    p, ow, wq = g.oh * g.ow, g.ow, g.wq
+    return max((q1 // ow - q0 // ow) * wq + q1 % ow - q0 % ow + 1
+               for q0, q1 in ((q0, min(q0 + r, p) - 1) for q0 in range(0, p, r)))
+
+
+def lanes(g: DirectConv, m: int, stored: bool) -> Lanes | None:
+    """The lanes path's cut (`Lanes`), or None: for a convolution of one batch element whose weight
+    is stored (its panels are packed once: `lum_packed_weight`), where the units, with the
+    channels rounded up to whole panels, compute at most `LANES_GAIN` of what the extended grid
+    computes with the micro-tile's rows (small images: 7x7 computes 64 positions for 49 on the
+    grid; a strided one likewise; every image's grid computes its rows' pad columns). AVX-512:
+    runs of R of one output row (`LANES`). AVX2: units of `GATHER` positions anywhere on the
+    grid (one thread, each with its grid: 256@7x7 0.78 -> 0.63 ms, 128@14x14 0.71 -> 0.59,
+    64@28x28 0.66 -> 0.62, 32@56x56 0.71 -> 0.63; README, "Direct convolutions")."""
+    # the panels are the SGEMM's (`lum_packed_weight`): as wide as its build's NR, which must be the kernels'
+    wide, isa = dc_kernels() is DC_KERNELS_AVX512, sgemm.isa()
+    if not (stored and g.columns and isa == ("avx512" if wide else "avx2")):
         return None
-    r = min(LANES, key=lambda r: (-(-g.ow // r) * r, -r))
-    lanes_work = -(-m // LANES_PANEL) * LANES_PANEL * g.oh * -(-g.ow // r) * r
+    panel = LANES_PANEL if wide else GATHER_PANEL
+    if m < panel // 2:
+        return None
     grid_work = -(-m // g.mr) * g.mr * g.chunks * g.nr / DC_RATE.get(g.nr, 1.0)
-    return r if lanes_work <= LANES_GAIN * grid_work else None
+    panels = -(-m // panel) * panel
+    if wide:
+        r = min(LANES, key=lambda r: (-(-g.ow // r) * r, -r))
+        cut = Lanes(r, panel)
+        work = panels * g.oh * -(-g.ow // r) * r
+    else:
+        cut = Lanes(GATHER, panel, gather_span(g, GATHER))
+        work = panels * -(-(g.oh * g.ow) // GATHER) * GATHER
+        if cut.span > GATHER_SPAN_MAX:
+            return None
+    return cut if work <= LANES_GAIN * grid_work else None
 
 
 def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Node], a_setup: str, blines: list[str],
@@ -185,40 +224,71 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
     mb, per = g.block_rows(m), g.tile_chunks(m)
     te = per * g.nr
 
-    def copy_out(te) -> str:
+    def copy_out(te, channels_last: int = 0) -> str:
         """Rows m0 .. m0 + mn, extended-grid positions e0 .. e1 (rows r0 .. r1) of `tile` (rows
-        `te` apart, position e at e - e0) into the output: through the region (one write of
-        `out`), or without one a copy."""
+        `te` apart, position e at e - e0; `channels_last`: position e's channels at
+        (e - e0) * channels_last) into the output: through the region (one write of `out`), or
+        without one a copy."""
         # each output row's run of the unit's positions q0 .. q1 (the region's locals are e0, e1, ...):
-        # columns c0 .. c1 of image row r, at tile[sb + pc]
+        # columns c0 .. c1 of image row r, at tile[sb + pc] (channels-last: tile[(sb + pc) * C + mr - m0])
+        sb = f"r * {g.wq - g.ow} - q0" if channels_last else f"(mr - m0) * {te} + r * {g.wq - g.ow} - q0"
+        value = f"tile[(sb + pc) * {channels_last} + (mr - m0)]" if channels_last else "tile[sb + pc]"
         run = (f"for (long long r = r0; r <= r1; ++r) {{ const long long c0 = lum_max(q0 - r * {g.wq}, 0), "
-               f"c1 = lum_min(q1 - r * {g.wq}, {g.ow}LL), sb = (mr - m0) * {te} + r * {g.wq - g.ow} - q0;")
-        epilogue = after("", "", "", ("m0", "m0 + mn"), (run, f"r * {g.ow} + c0", f"r * {g.ow} + c1", "tile[sb + pc]"))
-        return f"const long long q0 = e0, q1 = e1; {epilogue}" if epilogue else f"""for (long long i = 0; i < mn; ++i)
+               f"c1 = lum_min(q1 - r * {g.wq}, {g.ow}LL), sb = {sb};")
+        epilogue = after("", "", "", ("m0", "m0 + mn"), (run, f"r * {g.ow} + c0", f"r * {g.ow} + c1", value))
+        if epilogue:
+            return f"const long long q0 = e0, q1 = e1; {epilogue}"
+        if channels_last:
+            return f"""for (long long i = 0; i < mn; ++i)
+          for (long long r = r0; r <= r1; ++r) {{
+            const long long c0 = lum_max(e0 - r * {g.wq}, 0), c1 = lum_min(e1 - r * {g.wq}, {g.ow}LL);
+            float* const dst = out + (bz * M + m0 + i) * N + r * {g.ow};
+            for (long long c = c0; c < c1; ++c) dst[c] = tile[(r * {g.wq} + c - e0) * {channels_last} + i];
+          }}"""
+        return f"""for (long long i = 0; i < mn; ++i)
           for (long long r = r0; r <= r1; ++r) {{
             const long long c0 = lum_max(e0 - r * {g.wq}, 0), c1 = lum_min(e1 - r * {g.wq}, {g.ow}LL);
             if (c0 < c1) memcpy(out + (bz * M + m0 + i) * N + r * {g.ow} + c0, tile + i * {te} + r * {g.wq} + c0 - e0,
                                 sizeof(float) * (c1 - c0));
           }}"""
 
-    r_lanes, panel = lanes(g, m, stored), LANES_PANEL
-    lanes_path = "" if r_lanes is None else f"""
+    cut = lanes(g, m, stored)
+    if cut is None:
+        lanes_path = ""
+    else:
+        r, panel = cut.r, cut.panel
+        if cut.span:  # AVX2: units of R positions anywhere on the grid, the tile channels-last
+            units = f"const long long per_panel = ({g.oh * g.ow}LL + R - 1) / R, units = (M + {panel} - 1) / {panel} * per_panel;"
+            tile = f"float tile[{panel * cut.span}];  /* a unit's outputs: {cut.span} grid positions x {panel} channels */"
+            unit = f"""const long long m0 = wi / per_panel * {panel}, mn = lum_min({panel}, M - m0);
+          const long long p0 = wi % per_panel * R, nr = lum_min(R, {g.oh * g.ow}LL - p0);
+          long long pos[{r}];  /* each position's offset on the extended grid; the last repeated */
+          for (long long j = 0; j < R; ++j) {{ const long long p = p0 + lum_min(j, nr - 1); pos[j] = p / {g.ow} * {g.wq} + p % {g.ow}; }}
+          lum_dconv_gather_{r}(K, panels + m0 * K, planes, pos, off, tile);
+          const long long e0 = pos[0], e1 = pos[nr - 1] + 1, r0 = p0 / {g.ow}, r1 = (p0 + nr - 1) / {g.ow};
+          {copy_out(str(cut.span), panel)}"""
+        else:  # AVX-512: runs of R positions of one output row
+            units = f"const long long per_row = ({g.ow} + R - 1) / R, units = (M + {panel} - 1) / {panel} * {g.oh} * per_row;"
+            tile = f"float tile[{panel * r}];  /* a unit's outputs: {panel} channels x R positions */"
+            unit = f"""const long long m0 = wi / ({g.oh} * per_row) * {panel}, mn = lum_min({panel}, M - m0);
+          const long long oy = wi / per_row % {g.oh}, x0 = wi % per_row * R, nr = lum_min(R, {g.ow} - x0);
+          const long long e0 = oy * {g.wq} + x0, e1 = e0 + nr, r0 = oy, r1 = oy;
+          lum_dconv_lanes_{r}(K, panels + m0 * K, planes + e0, off, tile, R, nr, mn);
+          {copy_out("R")}"""
+        lanes_path = f"""
       /* the weight's panels, packed on the first call (the runtime's table; NULL: none, or being
          packed by another thread): the lanes kernel, the channels in the vector lanes (`stored`:
          one batch element; not a transposed copy made above) */
       const float* const panels = !a_buf ? lum_packed_weight(1, M, K, a_ptr, a_ld) : NULL;
       if (panels) {{
-        const long long R = {r_lanes}, per_row = ({g.ow} + R - 1) / R, units = (M + {panel} - 1) / {panel} * {g.oh} * per_row;
+        const long long R = {r};
+        {units}
         #pragma omp parallel num_threads(lum_min(lum_threads, units))
         {{
-        float tile[{panel * r_lanes}];  /* a unit's outputs: {panel} channels x R positions */
+        {tile}
         #pragma omp for schedule(static)  /* a thread's units: contiguous, its panels' rows together */
         for (long long wi = 0; wi < units; ++wi) {{
-          const long long m0 = wi / ({g.oh} * per_row) * {panel}, mn = lum_min({panel}, M - m0);
-          const long long oy = wi / per_row % {g.oh}, x0 = wi % per_row * R, nr = lum_min(R, {g.ow} - x0);
-          const long long e0 = oy * {g.wq} + x0, e1 = e0 + nr, r0 = oy, r1 = oy;
-          lum_dconv_lanes_{r_lanes}(K, panels + m0 * K, planes + e0, off, tile, R, nr, mn);
-          {copy_out("R")}
+          {unit}
         }}
         }}
         continue;

@@ -106,7 +106,36 @@ static void NAME(long long K, const float* restrict panel, const float* restrict
 LUM_DCONV_LANES(lum_dconv_lanes_7, 7)  /* conv_direct.LANES: 7x7, 14x14 and 28x28 rows in whole units */
 LUM_DCONV_LANES(lum_dconv_lanes_8, 8)
 LUM_DCONV_LANES(lum_dconv_lanes_12, 12)
-#endif  /* (AVX2's 16 registers hold 2 x 6 accumulators: units of 4 or 6 positions measured slower than its grid) */
+#endif
+/* The lanes path on AVX2 (conv_direct.GATHER): its 16 registers hold 2 x 6 accumulators, too few
+   positions for a run of one output row (runs of 4 or 6 measured slower than the grid), so a unit
+   is R positions taken anywhere on the output grid, each its own pointer into the planes (pos[j]:
+   its extended-grid offset; the last repeated past the unit's end): the output rows' ends do not
+   cut units short, and no column of the grid is computed for nothing. The tile is channels-last
+   (position e - pos[0] at C + (e - pos[0]) * 2 LUM_DC_W): each position's two vectors stored
+   whole, where scattering them across rows of positions cost as much as a short unit's FMAs.
+   Same chains of FMAs in k order as the grid's, so the same bits. */
+#define LUM_DCONV_GATHER(NAME, R) \
+static void NAME(long long K, const float* restrict panel, const float* restrict src, const long long* restrict pos, \
+                 const long long* restrict off, float* restrict C) { \
+  const float* restrict p[R]; \
+  _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) p[j] = src + pos[j]; \
+  lum_dcw_v c0[R], c1[R]; \
+  _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) { c0[j] = (lum_dcw_v){0}; c1[j] = (lum_dcw_v){0}; } \
+  for (long long k = 0; k < K; ++k) { \
+    const long long o = off[k]; \
+    const lum_dcw_v w0 = *(const lum_dcw_v*)(panel + k * 2 * LUM_DC_W); \
+    const lum_dcw_v w1 = *(const lum_dcw_v*)(panel + k * 2 * LUM_DC_W + LUM_DC_W); \
+    _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) { const float x = p[j][o]; c0[j] += w0 * x; c1[j] += w1 * x; } \
+  } \
+  _Pragma("GCC unroll 16") for (int j = 0; j < R; ++j) { \
+    float* const t = C + (pos[j] - pos[0]) * 2 * LUM_DC_W; \
+    *(lum_dcw_v*)(t) = c0[j]; *(lum_dcw_v*)(t + LUM_DC_W) = c1[j]; \
+  } \
+}
+#if LUM_DC_W == 8
+LUM_DCONV_GATHER(lum_dconv_gather_6, 6)
+#endif
 #if LUM_DC_W == 16
 LUM_DCONV(lum_dconv_12x32, 12, 2)  /* the fewest wasted positions on small images (steps.DirectConv.nr) */
 LUM_DCONV(lum_dconv_8x48, 8, 3)  /* no wasted rows for 8k output channels, one load fewer per 24 FMAs */
