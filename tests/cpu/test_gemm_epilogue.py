@@ -11,6 +11,8 @@ region) or that the region reads transposed is not fused.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,7 @@ import luminal as lm
 from luminal.builder import nn
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Op
-from luminal.kernels.cpu import conv_direct, conv_gemm
+from luminal.kernels.cpu import conv_direct, conv_gemm, conv_pointwise
 from luminal.kernels.cpu import runtime as cpu_runtime
 from luminal.kernels.cpu import steps as cpu_steps
 from luminal.kernels.cpu.choices import Choices
@@ -50,6 +52,12 @@ CASES = {
     "conv1x1_tiled_residual_relu": ((2, 64, 60, 61), (40, 64, 1, 1), 1, 0, 1, "residual_relu"),
     # past it too, but A (300 x 256) past the tile's budget: one GEMM on the team, the region after
     "conv1x1_wide_a_whole_bn_relu": ((1, 256, 24, 24), (300, 256, 1, 1), 1, 0, 1, "bn_relu"),
+    # past it with a short depth: AVX2 runs them on the direct convolution's micro-kernel in units
+    # of columns (`conv_pointwise`): 4 x 24 tiles and a tail of 14 columns on the BLAS; 6 x 16
+    # tiles for 18 rows; 2048 rows over 64 columns, the rows split into blocks across the team
+    "conv1x1_units_bias_relu6": ((1, 16, 71, 75), (64, 16, 1, 1), 1, 0, 1, "bias_relu6"),
+    "conv1x1_units_6x16_residual_relu": ((1, 24, 90, 91), (18, 24, 1, 1), 1, 0, 1, "residual_relu"),
+    "conv1x1_units_row_blocks_bn_relu": ((1, 32, 8, 8), (2048, 32, 1, 1), 1, 0, 1, "bn_relu"),
 }
 
 
@@ -135,12 +143,14 @@ def test_fused_epilogue_matches_unfused_bits_numpy_and_torch(monkeypatch, name):
     _close(want, reference(), 1e-4)
     fused, plain = g.compile(device="cpu"), _unfused(g, monkeypatch)
     assert len(_epilogue_steps(fused)) == 1, [(s.name, s.absorbed) for s in fused.runtime.program.steps]
-    # a grouped 1x1 conv's GEMMs (its groups one per thread) through the direct convolution's
-    # micro-kernel (on x86 with AVX2): one FMA chain per output in k
-    # order, not the BLAS's order, so the bits are the same on every team but only close to the
-    # unfused BLAS GEMM's
-    micro = "grouped_conv1x1" in name and conv_direct.wanted() and cpu_steps.dc_kernels() is cpu_steps.DC_KERNELS  # AVX2's, grouped only
-    assert micro == ("lum_dconv_6x16(mn, K, a_ptr + m0 * a_ld" in fused.runtime.source)
+    # a 1x1 conv's GEMMs (a grouped one's groups one per thread; an ungrouped one's if
+    # `conv_pointwise.takes` it) through the direct convolution's micro-kernel (on x86 with
+    # AVX2): one FMA chain per output in k order, not necessarily the BLAS's order, so the bits
+    # are the same on every team but only close to the unfused BLAS GEMM's
+    xs, ws, _, _, groups, _ = CASES[name]
+    pointwise = groups == 1 and ws[2:] == (1, 1) and conv_pointwise.takes(ws[0], xs[2] * xs[3], ws[1])
+    micro = ("grouped_conv1x1" in name or pointwise) and conv_direct.wanted() and cpu_steps.dc_kernels() is cpu_steps.DC_KERNELS
+    assert micro == bool(re.search(r"lum_dconv_\dx\d+\(mn, K, a_ptr \+ m0 \* a_ld, a_ld, b_ptr \+ p0", fused.runtime.source))
     first = {}
     for team in (1, 2, 3, 4):
         monkeypatch.setattr(cpu_runtime, "threads", lambda team=team: team)

@@ -27,7 +27,7 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
 from luminal.hlir.shape import ShapeTracker, contiguous_strides, merged_stride
-from luminal.kernels.cpu import conv_direct
+from luminal.kernels.cpu import conv_direct, conv_pointwise
 from luminal.kernels.cpu.conv import (
     _EPILOGUES,
     _FLOATS,
@@ -259,34 +259,21 @@ def gemm_epilogue_kernel(plan: GemmEpilogue, name: str, operand) -> tuple[str, l
     a_setup, _ = operand(a, "a", bnames, a.shape[-2], a.shape[-1], inputs, t)
     b_setup, _ = operand(b, "b", bnames, b.shape[-2], b.shape[-1], inputs, t)
 
-    # a grouped 1x1 convolution's GEMMs (A a stored weight with a block per group, B computed:
-    # not a linear layer's, whose weight is B) through the direct convolution's micro-kernel
-    # where it runs (`conv_direct.wanted`), each group on its thread: B's rows are the input's
-    # channel planes, read in place (off[k] = k * b_ld), C written straight into the output,
-    # then the region on the group's outputs. Each output is one FMA chain in k order whoever
-    # computes it; the columns past the last multiple of 16 go through one GEMM of all the rows
-    # first. Not at precision "float64" (the BLAS's widened GEMM), nor for a transposed operand,
-    # nor a weight past EPILOGUE_TILE_FLOATS. Grouped and AVX2's tiles only: an ungrouped 1x1
-    # convolution measured faster on the BLAS's tiles on both ISAs, ShuffleNet's grouped ones
-    # faster here (README, "Direct convolutions").
+    # a 1x1 convolution's GEMMs (A a stored weight, B computed: not a linear layer's, whose weight
+    # is B) through the direct convolution's micro-kernel where it runs (`conv_direct.wanted`):
+    # B's rows are the input's channel planes, read in place (off[k] = k * b_ld), C written
+    # straight into the output in units that stay in cache for the region (`conv_pointwise`).
+    # Not at precision "float64" (the BLAS's widened GEMM), nor for a transposed operand, nor a
+    # weight past EPILOGUE_TILE_FLOATS. AVX2's tiles only (README, "Direct convolutions").
     a_st = view_of(a)[1]
     grouped = any(not sym.equal(w, 0) and not sym.equal(d, 1) for d, w in zip(a_st.shape[:-2], a_st.strides[:-2]))
-    micro = t == "float" and grouped and conv_direct.wanted() and stored_weight(a) and not stored_weight(b) and dc_kernels() is DC_KERNELS
-    mr, nr = DC_KERNELS[16], 16  # the micro-kernel's tile: rows x columns
+    micro = (t == "float" and conv_direct.wanted() and stored_weight(a) and not stored_weight(b)
+             and dc_kernels() is DC_KERNELS
+             and (grouped or conv_pointwise.takes(node.shape[-2], node.shape[-1], a.shape[-1])))
 
-    def units(pragma: str) -> str:  # batch element bz through the micro-kernel (rows in blocks only with `pragma`, across the team)
-        return f"""const long long N16 = N / {nr} * {nr};  /* the columns past it: one GEMM of all the rows, before the units' epilogues */
-        if (N16 < N) lum_gemm_{g}(0, 0, M, N - N16, K, a_ptr, a_ld, b_ptr + N16, b_ld, out + bz * M * N + N16, N);
-        const long long n_t = (N + T - 1) / T, per = {"(16 + n_t - 1) / n_t" if pragma else "1"};
-        const long long MB = {mr} * (((M + {mr - 1}) / {mr} + per - 1) / per), n_units = n_t * ((M + MB - 1) / MB);
-        {pragma}
-        for (long long u = 0; u < n_units; ++u) {{
-          const long long p0 = u % n_t * T, nt = lum_min(T, N - p0), n16 = nt / {nr} * {nr};
-          const long long m0 = u / n_t * MB, mn = lum_min(MB, M - m0);
-          {t}* const c = out + (bz * M + m0) * N + p0;
-          if (n16 > 0) lum_dconv_{mr}x{nr}(mn, K, a_ptr + m0 * a_ld, a_ld, b_ptr + p0, offs, c, N, n16);
-          {_epilogue_rows(plan, inputs, t, "p0", "nt", "", ("m0", "m0 + mn"))}
-        }}"""
+    def units(pragma: str) -> str:  # batch element bz through the micro-kernel
+        return conv_pointwise.units(node.shape[-2], grouped, pragma, g,
+                                    _epilogue_rows(plan, inputs, t, "p0", "nt", "", ("m0", "m0 + mn")))
 
     def batch_loop(pragma: str, rows_par: str, tiles: bool) -> str:  # as `render.matmul`'s, each element then through the region
         # tiles False: each batch element on its thread (`pragma` shares them out); True: the
