@@ -268,6 +268,8 @@ LANES_CASES = [
     ((1, 16, 9, 11), (64, 16, 3, 3), 1, 1, "avx512 avx2"),  # rows of 11 in units of 12: a position computed, never stored
     ((1, 24, 6, 20), (32, 24, 3, 3), 1, 1, "avx512 avx2"),  # rows of 20: units of 12 and 8
     ((1, 16, 4, 2), (32, 16, 3, 3), 1, 1, "avx2"),  # rows of 2: a unit of 6 spans three output rows
+    # AVX2: 320 channels' planes and a panel of depth 2880 past L2 (`GATHER_CACHE_FLOATS`): the grid
+    ((1, 320, 14, 14), (32, 320, 3, 3), 1, 1, "avx512"),
 ]
 
 

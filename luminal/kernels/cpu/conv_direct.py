@@ -150,6 +150,11 @@ LANES_PANEL = 32
 GATHER = 6
 GATHER_PANEL = 16
 GATHER_SPAN_MAX = 64  # extended-grid positions one gathered unit may span (its tile: 16 x 64 floats)
+# floats of the planes and a panel (K x 16) together at most: every unit of 6 positions reads a
+# whole panel and every channel's planes, which must stay in L2 (320 KiB, of Zen 3's 512 KiB; the
+# grid's blocks of depth keep its reads there at any size). Past it the units streamed them from
+# L3: VGG19's 512@14x14 and 256-512@28x28 convolutions, the model 257 -> 283 ms with them taken
+GATHER_CACHE_FLOATS = 81920
 # the lanes path is taken where it computes at most this share of what the extended grid does
 LANES_GAIN = 0.95
 
@@ -174,15 +179,16 @@ def gather_span(g: DirectConv, r: int) -> int:
                for q0, q1 in ((q0, min(q0 + r, p) - 1) for q0 in range(0, p, r)))
 
 
-def lanes(g: DirectConv, m: int, stored: bool) -> Lanes | None:
-    """The lanes path's cut (`Lanes`), or None: for a convolution of one batch element whose weight
-    is stored (its panels are packed once: `lum_packed_weight`), where the units, with the
+def lanes(g: DirectConv, m: int, k: int, stored: bool) -> Lanes | None:
+    """The lanes path's cut (`Lanes`), or None: for a convolution of one batch element (depth `k`)
+    whose weight is stored (its panels are packed once: `lum_packed_weight`), where the units, with the
     channels rounded up to whole panels, compute at most `LANES_GAIN` of what the extended grid
     computes with the micro-tile's rows (small images: 7x7 computes 64 positions for 49 on the
     grid; a strided one likewise; every image's grid computes its rows' pad columns). AVX-512:
     runs of R of one output row (`LANES`). AVX2: units of `GATHER` positions anywhere on the
-    grid (one thread, each with its grid: 256@7x7 0.78 -> 0.63 ms, 128@14x14 0.71 -> 0.59,
-    64@28x28 0.66 -> 0.62, 32@56x56 0.71 -> 0.63; README, "Direct convolutions")."""
+    grid (two threads, in-process against the grid: 256@7x7 0.464 -> 0.366 ms, 128@14x14 0.434
+    -> 0.330; taken at 32@56x56 and for resnet-ish's 7x7 stem it measured slower, 0.37 -> 0.42
+    and 0.75 -> 0.95, and the rule leaves them on the grid; README, "Direct convolutions")."""
     # the panels are the SGEMM's (`lum_packed_weight`): as wide as its build's NR, which must be the kernels'
     wide, isa = dc_kernels() is DC_KERNELS_AVX512, sgemm.isa()
     if not (stored and g.columns and isa == ("avx512" if wide else "avx2")):
@@ -199,7 +205,7 @@ def lanes(g: DirectConv, m: int, stored: bool) -> Lanes | None:
     else:
         cut = Lanes(GATHER, panel, gather_span(g, GATHER))
         work = panels * -(-(g.oh * g.ow) // GATHER) * GATHER
-        if cut.span > GATHER_SPAN_MAX:
+        if cut.span > GATHER_SPAN_MAX or g.planes_floats + k * panel > GATHER_CACHE_FLOATS:
             return None
     return cut if work <= LANES_GAIN * grid_work else None
 
@@ -252,7 +258,7 @@ def direct_path(g: DirectConv, m: int, copy: Node, x_src: Node, inputs: list[Nod
                                 sizeof(float) * (c1 - c0));
           }}"""
 
-    cut = lanes(g, m, stored)
+    cut = lanes(g, m, n_rows, stored)
     if cut is None:
         lanes_path = ""
     else:
