@@ -151,9 +151,8 @@ GATHER = 6
 GATHER_PANEL = 16
 GATHER_SPAN_MAX = 64  # extended-grid positions one gathered unit may span (its tile: 16 x 64 floats)
 # floats of the planes and a panel (K x 16) together at most: every unit of 6 positions reads a
-# whole panel and every channel's planes, which must stay in L2 (320 KiB, of Zen 3's 512 KiB; the
-# grid's blocks of depth keep its reads there at any size). Past it the units streamed them from
-# L3: VGG19's 512@14x14 and 256-512@28x28 convolutions, the model 257 -> 283 ms with them taken
+# whole panel and every channel's planes, which must stay in L2 (320 KiB; the grid's blocks of
+# depth keep its reads there at any size; README, "Direct convolutions")
 GATHER_CACHE_FLOATS = 81920
 # the lanes path is taken where it computes at most this share of what the extended grid does
 LANES_GAIN = 0.95
@@ -186,9 +185,8 @@ def lanes(g: DirectConv, m: int, k: int, stored: bool) -> Lanes | None:
     computes with the micro-tile's rows (small images: 7x7 computes 64 positions for 49 on the
     grid; a strided one likewise; every image's grid computes its rows' pad columns). AVX-512:
     runs of R of one output row (`LANES`). AVX2: units of `GATHER` positions anywhere on the
-    grid (two threads, in-process against the grid: 256@7x7 0.464 -> 0.366 ms, 128@14x14 0.434
-    -> 0.330; taken at 32@56x56 and for resnet-ish's 7x7 stem it measured slower, 0.37 -> 0.42
-    and 0.75 -> 0.95, and the rule leaves them on the grid; README, "Direct convolutions")."""
+    grid, where the planes and a panel fit in L2 (`GATHER_CACHE_FLOATS`; where each rule was
+    measured: README, "Direct convolutions")."""
     # the panels are the SGEMM's (`lum_packed_weight`): as wide as its build's NR, which must be the kernels'
     wide, isa = dc_kernels() is DC_KERNELS_AVX512, sgemm.isa()
     if not (stored and g.columns and isa == ("avx512" if wide else "avx2")):

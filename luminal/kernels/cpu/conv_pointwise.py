@@ -23,13 +23,12 @@ from luminal.hlir import symbolic as sym
 from luminal.kernels.cpu.steps import DC_KERNELS
 
 # floats of B's block and the unit's outputs together (K x T + M x T: 64 KiB, twice L1, an eighth
-# of L2): one 16 -> 64 channel 1x1 convolution at 112x112, two threads, a unit of 192 columns
-# against the BLAS's tiles: 0.30 -> 0.23 ms (README, "Direct convolutions")
+# of L2)
 UNIT_FLOATS = 16384
 # an ungrouped 1x1 convolution takes the micro-kernel from this many outputs (past what L2 holds:
-# below it the BLAS's tile and the region's pass over it stay in L2, and measured as fast or
-# faster: mobilenet-ish's 160 x 784 0.085 -> 0.090 ms, 24 x 3136 0.114 -> 0.124) and up to this
-# depth (deeper, the BLAS's packed GEMM is compute-bound at its own rate)
+# below it the BLAS's tile and the region's pass over it stay in L2, as fast or faster) and up to
+# this depth (deeper, the BLAS's packed GEMM is compute-bound at its own rate); the figures:
+# README, "Direct convolutions"
 OUTPUTS_MIN = 131072
 DEPTH_MAX = 128
 # units per thread at least: fewer, and the rows split into blocks too (a 7x7 image's 49 columns)
