@@ -49,10 +49,11 @@ from luminal.hlir.ops import POINTWISE, Expr, Node, Op, toposort
 from luminal.hlir.shape import ShapeTracker
 
 # Fuse from this many keys and queries on (static sizes; symbolic ones are fused): below 128 keys
-# the unfused BLAS GEMMs are as fast (figures: README, "Attention, fused after extraction"), and
-# fewer queries than the C kernel's vector of 16 would waste its tiles (decode is a GEMV).
+# the unfused BLAS GEMMs are as fast (figures: README, "Attention, fused after extraction"). Any
+# number of queries: decode (one query a head, or a GQA group's) has kernels that spread the
+# keys instead (`kernels/render/attention_decode.py`: C loops, CUDA split-K).
 MIN_KEYS = 128
-MIN_QUERIES = 16
+MIN_QUERIES = 1
 _OUTSIDE = object()  # the graph's outputs as a user
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from luminal.errors import DeviceError, InputError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import ELEMENTWISE, FUSED, REDUCE, ConstantArray, Node, Op, toposort
+from luminal.kernels.render.attention_decode import is_partials
 
 LAUNCH_US = 2.0  # an assumed per-kernel floor inside a CUDA graph (launch latency, a wave's ramp)
 
@@ -124,12 +125,15 @@ def _launch_cost(k, bindings, inlined: dict | None = None) -> tuple[int, int]:
         reads(a, _numel(a.shape, bindings))
         reads(b, _numel(b.shape, bindings))
         flops = 2 * out_n * kdim
+    elif node.op is Op.ATTENTION and k.inputs and is_partials(k.inputs[-1]):  # split-K's second launch:
+        reads(k.inputs[-1], _numel(k.inputs[-1].shape, bindings))  # the chunks' partials, rescaled and summed
+        flops = 3 * _numel(k.inputs[-1].shape, bindings)
     elif node.op is Op.ATTENTION:  # two products over the (never stored) scores, and their softmax
-        for s in node.src:
+        for s in node.src:  # (or split-K's first launch, whose output is the partials: `attention_decode`)
             reads(s, _numel(s.shape, bindings))
-        q, kt = node.src[:2]
+        q, kt, v = node.src[:3]
         scores = _numel((*q.shape[:-1], kt.shape[-1]), bindings)
-        flops = 2 * scores * (int(sym.evaluate(q.shape[-1], bindings)) + int(sym.evaluate(node.shape[-1], bindings))) + 5 * scores
+        flops = 2 * scores * (int(sym.evaluate(q.shape[-1], bindings)) + int(sym.evaluate(v.shape[-1], bindings))) + 5 * scores
     elif node.op is Op.GATHER:
         data, index = node.src
         reads(data, out_n)  # only the gathered elements

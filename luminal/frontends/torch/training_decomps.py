@@ -91,8 +91,12 @@ def flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *
     lse = torch.logsumexp(s, dim=-1)
     groups = query.size(1) // value.size(1)
     v = value.repeat_interleave(groups, dim=1) if groups != 1 else value
+    # P as torch's safe softmax (0 on rows masked everywhere, as exp(S - lse) there), not from
+    # lse: the form `egraph/attention.py` fuses, so an inference graph that takes this path (a
+    # decode step: symbolic shapes, the KV cache) gets the fused kernel, its lse left unused;
+    # the backward recomputes its own P from lse (`flash_attention_for_cpu_backward`)
     with _recomputed():
-        p = _probabilities(s, lse)
+        p = aten._safe_softmax.default(s, -1)
     out = torch.matmul(p, v.to(s.dtype)).to(query.dtype)
     # the kernel's layouts: out (N, H, L, E) contiguous after a (N, L, H, E) allocation, lse (N, L, H)
     out = out.transpose(1, 2).contiguous().transpose(1, 2)

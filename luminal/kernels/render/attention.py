@@ -23,8 +23,9 @@ into the accumulator (0 * NaN in v is NaN, as in the GEMM).
 - CUDA: a block per (batch element, 64 queries), a thread per query, its q row, accumulator
   and a tile's scores in registers; tiles of 32 keys of kᵀ and v staged in shared memory by the
   block (f32, f16 and bf16 heads of static size up to `CUDA_MAX_HEAD`; others, and f64: a thread
-  per query reading keys from global memory). No split-K decode kernel yet (M = 1 keeps one
-  thread of 64 busy).
+  per query reading keys from global memory).
+- Few queries per batch element (decode; `attention_decode.py`): C loops that spread the keys,
+  and on CUDA the split-K launches (a block per chunk of keys, then one combining the chunks).
 - f16/bf16 (the softmax in f32 between casts): q, kᵀ, v read into float, each step of the
   scores rounded to the half type as its unfused op rounds (`_score`), the output rounded once;
   p stays f32 where the unfused graph rounds it before p @ v.
@@ -36,16 +37,13 @@ from luminal.errors import UnsupportedError
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node
-from luminal.kernels.render import attention_gemm
-from luminal.kernels.render.attention_parts import _exp_floor, _mask_varies, _operands, _score, _store_rows
+from luminal.kernels.render import attention_decode, attention_gemm
+from luminal.kernels.render.attention_parts import _exp_floor, _mask_varies, _operands, _score, _store_rows, _v_rows
 from luminal.kernels.render.cexpr import c_dim, c_literal
 from luminal.kernels.render.cstyle import (
     LIBM,
-    current,
-    pointer_of,
     store_value,
     unravel,
-    view_of,
 )
 from luminal.kernels.render.dialect import PAR_MIN, Dialect, Part
 
@@ -58,15 +56,18 @@ def attention(node: Node, d: Dialect):
     if node.dtype not in (DType.F32, DType.F64, DType.F16, DType.BF16):
         raise UnsupportedError(f"Attention on {node.dtype}")
     if d.name == "c":
+        loops = attention_decode.c_few if attention_decode.few(node) else _c_body  # decode: its own loops
         if node.dtype is DType.F32:  # float loops, or double ones at precision "float64"
-            body = f"{{\n  {_c_body(node, 'float')}\n  }}"
-            gemm = attention_gemm.gemm_body(node)
+            body = f"{{\n  {loops(node, 'float')}\n  }}"
+            gemm = None if loops is not _c_body else attention_gemm.gemm_body(node)
             if gemm is not None:  # on the library's SGEMM where it runs (`attention_gemm.py`), else the loops
                 body = f"{{\n  {gemm[0]} {gemm[1]} else {body}\n  }}"
-            body = f"if (lum_f64) {{\n  {_c_body(node, 'double')}\n  }} else {body}"
+            body = f"if (lum_f64) {{\n  {loops(node, 'double')}\n  }} else {body}"
         else:  # f16/bf16 in float (the unfused softmax's f32), f64 in double
-            body = _c_body(node, "double" if node.dtype is DType.F64 else "float")
+            body = loops(node, "double" if node.dtype is DType.F64 else "float")
         return [Part(body)], None
+    if attention_decode.cuda_split(node):  # decode: split-K, two launches (`attention_decode.py`)
+        return attention_decode.cuda_split_parts(node), None
     return [_cuda_part(node)], None
 
 
@@ -100,14 +101,7 @@ def _c_body(node: Node, t: str) -> str:
     # each output is one chain over c whatever the tile (README: "Fused attention")
     nv, R = (4, 4) if t == "double" else (2, 6)
     tiles = [(r, k) for r in range(R) for k in range(nv)]
-    vbase, vst = view_of(v)
-    v_direct = vst.mask is None and sym.equal(vst.strides[-1], 1) and vbase.dtype.ctype == t
-    if v_direct:
-        vrow = f"({pointer_of(v, current()[1])} + {' + '.join([c_dim(vst.offset)] + [f'{i} * {c_dim(st)}' for i, st in zip(z, vst.strides[:-2])] + [f'(j0 + j) * {c_dim(vst.strides[-2])}'])})"
-        stage_v = ""
-    else:
-        vrow = "(vb + j * DV)"
-        stage_v = f"for (int j = 0; j < nk; ++j) for (long long c = 0; c < DV; ++c) vb[j * DV + c] = ({t})({at(v, *z, '(j0 + j)', 'c')});"
+    vrow, stage_v, v_direct, _ = _v_rows(v, z, t, at)
     zero = f"lum_vt {', '.join(f'c{r}{k} = {{0}}' for r, k in tiles)};"
     load_q = f"const lum_vt {', '.join(f'x{k} = *(const lum_vt*)(qt + {k} * lum_l)' for k in range(nv))};"
     keys = f"const {t} " + ", ".join(["b0 = kr[c]"] + [f"b{r} = kr[k{r} + c]" for r in range(1, R)]) + ";"
@@ -241,7 +235,7 @@ def cuda_tiled(node: Node) -> bool:
     """Whether CUDA renders `node` as the tiled kernel (a thread per query, which reads its q
     row once: `render/inline.py` lets a producer of q be computed there)."""
     d, dv = node.src[0].shape[-1], node.src[2].shape[-1]
-    return (node.dtype is not DType.F64 and sym.is_static(d) and sym.is_static(dv)  # (f64 registers are pairs:
+    return (not attention_decode.cuda_split(node) and node.dtype is not DType.F64 and sym.is_static(d) and sym.is_static(dv)  # (f64 registers are pairs:
             and 1 <= int(d) <= CUDA_MAX_HEAD and 1 <= int(dv) <= CUDA_MAX_HEAD)  # its tiles would spill)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, attention_arg
-from luminal.kernels.render.cexpr import c_literal
+from luminal.kernels.render.cexpr import c_dim, c_literal
 from luminal.kernels.render.cstyle import cast_value, current, expression, pointer_of, read, store_value, view_of
 
 
@@ -79,3 +79,29 @@ def _mask_varies(node: Node) -> tuple[bool, bool]:
             bounded = st.mask is not None and not (sym.equal(st.mask[axis][0], 0) and sym.equal(st.mask[axis][1], st.shape[axis]))
             varies[k] |= not sym.equal(st.strides[axis], 0) or bounded
     return varies[0], varies[1]
+
+
+def _v_rows(v: Node, z: list[str], t: str, at) -> tuple[str, str, bool, str]:
+    """(the C pointer to row j0 + j of v, the C staging the block's nk rows into vb (DV apart),
+    whether v is read in place, the C distance between rows): in place where its view is plain
+    rows of the compute type."""
+    vbase, vst = view_of(v)
+    if vst.mask is None and sym.equal(vst.strides[-1], 1) and vbase.dtype.ctype == t:
+        terms = [c_dim(vst.offset)] + [f"{i} * {c_dim(st)}" for i, st in zip(z, vst.strides[:-2])]
+        step = c_dim(vst.strides[-2])
+        return f"({pointer_of(v, current()[1])} + {' + '.join(terms + [f'(j0 + j) * {step}'])})", "", True, step
+    stage = f"for (int j = 0; j < nk; ++j) for (long long c = 0; c < DV; ++c) vb[j * DV + c] = ({t})({at(v, *z, '(j0 + j)', 'c')});"
+    return "(vb + j * DV)", stage, False, "DV"
+
+
+def _k_rows(kt: Node, z: list[str], t: str, at) -> tuple[str, str, str]:
+    """(the C pointer to key j0 + j's D values, the C staging the block's nk keys into kb as
+    rows, D apart, the C distance between keys): read in place where kᵀ is a transposed view of plain rows of the compute
+    type (its head axis steps by 1), else staged key by key."""
+    kbase, kst = view_of(kt)
+    if kst.mask is None and sym.equal(kst.strides[-2], 1) and kbase.dtype.ctype == t:
+        terms = [c_dim(kst.offset)] + [f"{i} * {c_dim(st)}" for i, st in zip(z, kst.strides[:-2])]
+        step = c_dim(kst.strides[-1])
+        return f"({pointer_of(kt, current()[1])} + {' + '.join(terms + [f'(j0 + j) * {step}'])})", "", step
+    stage = f"for (int j = 0; j < nk; ++j) for (long long c = 0; c < D; ++c) kb[j * D + c] = ({t})({at(kt, *z, 'c', '(j0 + j)')});"
+    return "(kb + j * D)", stage, "D"

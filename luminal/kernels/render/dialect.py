@@ -63,11 +63,14 @@ class Pass:
 
 @dataclass
 class Part:
-    """A loop of a node's kernel: its body and, on CUDA, its grid."""
+    """A loop of a node's kernel: its body and, on CUDA, its grid. `scratch` (CUDA): a node the
+    part writes instead of the node's output (a buffer of the plan's, `attention_decode.partials`),
+    which every later part of the kernel reads as its last input."""
 
     body: str
     grid: object = None
     block: int = 0
+    scratch: Node | None = None
 
 
 class Dialect:
@@ -264,11 +267,14 @@ class CudaDialect(Dialect):
         return atomic.format(a=address, v=value) + ";"
 
     def kernels(self, node, name, parts, inputs, symbols, err):
-        specs = []
+        specs, reads = [], list(inputs)
         for k, part in enumerate(parts):
             kname = name if k == len(parts) - 1 else f"{name}_{k}"
-            src = f"{signature(kname, node, inputs, symbols, err)} {{\n  {part.body}\n}}\n"
-            specs.append(KernelSpec(kname, src, node, inputs, symbols, part.grid, part.block, err, dtypes_of(node)))
+            out = part.scratch or node
+            src = f"{signature(kname, out, reads, symbols, err)} {{\n  {part.body}\n}}\n"
+            specs.append(KernelSpec(kname, src, out, list(reads), symbols, part.grid, part.block, err, dtypes_of(node)))
+            if part.scratch is not None:
+                reads.append(part.scratch)
         return specs
 
 
@@ -530,6 +536,8 @@ class CDialect(Dialect):
         return f"out[{address}] = {_store(new)};"
 
     def kernels(self, node, name, parts, inputs, symbols, err):
+        if any(p.scratch is not None for p in parts):
+            raise AssertionError("a C kernel is one function: its parts share the node's output")
         body = "\n  ".join(p.body if len(parts) == 1 else f"{{\n  {p.body}\n  }}" for p in parts)
         src = f"{signature(name, node, inputs, symbols, err)} {{\n  {body}\n}}\n"
         return [KernelSpec(name, src, node, inputs, symbols, None, 0, err, dtypes_of(node))]
