@@ -28,8 +28,8 @@ MODELS = Path(__file__).parent / "gpu_models"
 # Llama-3.2-1B's shapes (GQA, tied embeddings, rope theta 500000): 1.24 B parameters, 2.47 GB in bf16
 BIG = dict(hidden=2048, heads=32, kv_heads=8, layers=16, ffn=8192, vocab=128256, prefill=512, steps=128, ctx=640,
            theta=500000.0)
-TINY = dict(hidden=64, heads=4, kv_heads=2, layers=2, ffn=128, vocab=256, prefill=8, steps=4, ctx=12,
-            theta=500000.0)  # the same graphs, emulator-sized
+TINY = dict(hidden=64, heads=4, kv_heads=2, layers=2, ffn=128, vocab=256, prefill=8, steps=4, ctx=130,
+            theta=500000.0)  # the same graphs, emulator-sized (a cache past 128 keys: attention fused, split-K in two chunks)
 DTYPES = {"tiny": ("f32", "bf16"), "big": ("bf16",)}
 ARCHS = ("sm_90",)  # the H200's: its kernels are built here, so the GPU machine runs NVRTC for nothing else
 
@@ -61,7 +61,10 @@ def build_llama(cfg, dtype: str, mode: str, weights: dict | None = None):
     static KV cache: `ids` (1, 1), `pos` (1,) int32 (the tokens already in the cache) and `k{i}`,
     `v{i}` (1, kv_heads, ctx, head_dim), of which the first `pos` positions are valid -> logits,
     and the new token's k and v per layer (the caller writes them at `pos`, on the device).
-    Attention is grouped (GQA): each KV head serves heads // kv_heads query heads, without copies.
+    Attention is grouped (GQA): each KV head serves heads // kv_heads query heads, without copies
+    of k and v per query head; in decode the cache and the new token are concatenated as
+    `torch_llama`'s torch.cat does (2% more bytes than the compulsory at ctx 640), so that the
+    step's attention is one fused op (split-K on CUDA), not scores, softmax and two products.
     Without `weights`, weights are lazily allocated zeros (placeholders for seeded saving)."""
     import luminal as lm
 
@@ -81,7 +84,8 @@ def build_llama(cfg, dtype: str, mode: str, weights: dict | None = None):
         at = g.input("pos", (1,), lm.int32)
         ctx = cfg["ctx"]
         past = [(g.input(f"k{i}", (1, kvh, ctx, hd), dt), g.input(f"v{i}", (1, kvh, ctx, hd), dt)) for i in range(layers)]
-        valid = g.iota(ctx, lm.int32).reshape(1, 1, 1, ctx) < at.reshape(1, 1, 1, 1)
+        position = g.iota(ctx + 1, lm.int32).reshape(1, 1, 1, ctx + 1)
+        kept = (position < at.reshape(1, 1, 1, 1)).logical_or(position.eq(ctx))  # the valid positions and the new token
         seq = 1
         pos = at.cast(lm.f32)
     freqs = pos.reshape(seq, 1) * g.constant(inv_freq(cfg), name="inv_freq").reshape(1, hd // 2)
@@ -108,11 +112,11 @@ def build_llama(cfg, dtype: str, mode: str, weights: dict | None = None):
             scores = (qg.matmul(k.transpose(-1, -2)) * scale).reshape(1, kvh, grp, seq, seq)
             p = lm.where(causal, scores, float("-inf")).softmax(-1).reshape(1, kvh, grp * seq, seq)
             attn = p.matmul(v)
-        else:  # the valid part of the cache, then the new token, without copying the cache
+        else:  # the cache and the new token (copied, as torch.cat does), the cache's valid part and the token kept
             pk, pv = past[i]
-            cached = lm.where(valid, qg.matmul(pk.transpose(-1, -2)), float("-inf"))
-            p = (lm.concat([cached, qg.matmul(k.transpose(-1, -2))], -1) * scale).softmax(-1)
-            attn = p[..., :ctx].matmul(pv) + p[..., ctx:].matmul(v)
+            keys, values = lm.concat([pk, k], 2), lm.concat([pv, v], 2)
+            scores = qg.matmul(keys.transpose(-1, -2)) * scale
+            attn = lm.where(kept, scores, float("-inf")).softmax(-1).matmul(values)  # one fused Attention (split-K)
             outs += [(k, f"k{i}_new"), (v, f"v{i}_new")]
         attn = attn.reshape(1, nh, seq, hd).permute(0, 2, 1, 3).reshape(1, seq, h)
         x = x + attn.linear(c[f"{i}.wo"])

@@ -110,11 +110,12 @@ def tiny_decode():
 
 
 def test_tiny_bf16_llama_decode_step_has_only_narrow_matmuls(tiny_decode):
-    """Per layer 7 linears and 4 attention products, plus the LM head: all MatMuls on bf16, and
-    no reduction (KahanSum, SumReduce) over anything of a linear layer's size."""
+    """Per layer 7 linears and one fused attention (131 keys), plus the LM head: all MatMuls on
+    bf16, and no reduction (KahanSum, SumReduce) over anything of a linear layer's size."""
     _, _, cg, _ = tiny_decode
     nodes, mms = _no_widened_matmuls(cg.outputs)
-    assert len(mms) == TINY["layers"] * 11 + 1
+    assert len(mms) == TINY["layers"] * 7 + 1
+    assert cg.report().ops_after.get("Attention") == TINY["layers"]
     smallest_linear = TINY["hidden"] * TINY["kv_heads"] * (TINY["hidden"] // TINY["heads"])
     for n in nodes:
         if n.op in (Op.KAHAN_SUM, Op.SUM_REDUCE):
@@ -143,7 +144,7 @@ def test_deep_bf16_llama_keeps_every_linear_a_matmul():
     extractor sums costs exactly; in floats, deep layers lost MatMuls to ties)."""
     cg = build_llama(dict(TINY, layers=8), "bf16", "decode").compile(device="numpy")
     _, mms = _no_widened_matmuls(cg.outputs)
-    assert len(mms) == 8 * 11 + 1
+    assert len(mms) == 8 * 7 + 1 and cg.report().ops_after.get("Attention") == 8
     assert cg.report().ops_after.get("KahanSum") == 2 * 8 + 1  # the RMS norms' sums only
 
 
