@@ -143,6 +143,43 @@ def _broadcast_group(x: Node, group) -> Node | None:
     return Node(Op.VIEW, x.dtype, wide.shape, (base,), wide)
 
 
+def _unrepeated(kt: Node, v: Node, batch, m, users):
+    """(batch, rows, kᵀ, v) of an attention whose kᵀ and v are views of Contiguous copies of
+    broadcast views, used nowhere else: torch's repeat_kv (expand + clone), a KV head's keys and
+    values copied for each query head of its group. The kernels read k and v where the copies
+    came from instead (a view with stride 0 along the group), under the copies' batch dims
+    (..., KV heads, G) rather than the MatMul's flattened ones; where each query head has one
+    query (decode), the group's G heads become the rows of one KV head (batch (..., KV heads),
+    rows G), so each key is read once for the group. None otherwise."""
+    fine, views = None, []
+    for x in (kt, v):
+        if x.op is not Op.VIEW or x.src[0].op is not Op.CONTIGUOUS or x.src[0].src[0].op is not Op.VIEW:
+            return None
+        copy, wide = x.src[0], x.src[0].src[0]
+        if any(u is not x for u in users[id(copy)]):
+            return None
+        if not any(sym.equal(st, 0) and not sym.equal(dim, 1) for dim, st in zip(wide.arg.shape[:-2], wide.arg.strides[:-2])):
+            return None  # (a plain copy, not a repeat)
+        if fine is not None and not _same(fine, copy.shape[:-2]):
+            return None
+        fine = copy.shape[:-2]
+        if not sym.equal(sym.product(fine), sym.product(batch)):
+            return None
+        outer = x.arg.reshape((*fine, *x.shape[-2:]))
+        read = None if outer is None else compose(outer, wide.arg)
+        if read is None:
+            return None
+        views.append((wide.src[0], read))
+    (kb, kst), (vb, vst) = views
+    if sym.equal(m, 1) and all(sym.equal(st.strides[len(fine) - 1], 0) for st in (kst, vst)):  # the group's axis is the last
+        g = fine[-1]  # (decode: one query a head) the group's heads as rows, kᵀ and v once per KV head
+        fine = fine[:-1]
+        kst, vst = (ShapeTracker(st.shape[:len(fine)] + st.shape[-2:], st.strides[:len(fine)] + st.strides[-2:], st.offset)
+                    for st in (kst, vst))
+        m = g
+    return fine, m, Node(Op.VIEW, kt.dtype, kst.shape, (kb,), kst), Node(Op.VIEW, v.dtype, vst.shape, (vb,), vst)
+
+
 def _safe_select(x: Node, s_candidates) -> list[Node] | None:
     """The condition's nodes when `x` is torch's safe-softmax Select(every score of the row (of
     one of `s_candidates`) is -inf, 0, p); None when it is not one."""
@@ -223,7 +260,11 @@ def _match(out: Node, users) -> Node | None:
     batch = s.shape[:-2]
     q, kt = mm.src
     m, d, dv = mm.shape[-2], q.shape[-1], v.shape[-1]
-    if group is None:
+    repeated = _unrepeated(kt, v, batch, m, users) if group is None else None
+    if repeated is not None:  # torch's repeat_kv: k and v read where the copy came from (see `_unrepeated`)
+        batch, m, kt_view, v_view = repeated
+        operands = [_reshaped(q, (*batch, m, d)), kt_view, v_view]
+    elif group is None:
         operands = [_reshaped(q, (*batch, m, d)), _reshaped(kt, (*batch, d, n_keys)), _reshaped(v, (*batch, n_keys, dv))]
     else:  # q's rows are the group's heads one after another; kᵀ and v are shared by the group
         m = s.shape[-2]
@@ -236,6 +277,8 @@ def _match(out: Node, users) -> Node | None:
             expr = found[1]
         else:
             operands.append(_narrowed(mask))
+        if repeated is not None:  # the mask's views under the finer batch (and folded rows)
+            operands[3:] = [_reshaped(x, (*batch, m, n_keys)) for x in operands[3:]]
     if any(o is None for o in operands):
         return None
     arg = (scale, zero_empty_rows, expr, select, half)

@@ -41,6 +41,19 @@ class Eager(torch.nn.Module):
         return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * 0.25 + mask, dim=-1), v)
 
 
+class EagerRepeatKv(torch.nn.Module):
+    """HF eager attention with HF's repeat_kv (expand + reshape: a copy of k and v per query head)."""
+
+    def forward(self, q, k, v, mask):
+        def repeat_kv(x, group):
+            b, h, n, d = x.shape
+            return x[:, :, None].expand(b, h, group, n, d).reshape(b, h * group, n, d)
+
+        group = q.shape[1] // k.shape[1]
+        k, v = repeat_kv(k, group), repeat_kv(v, group)
+        return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * 0.25 + mask, dim=-1), v)
+
+
 def _decode_inputs(b=2, h=8, hk=2, m=1, n=300, d=16, dv=24, seed=0):
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(b, h, m, d, generator=g), torch.randn(b, hk, n, d, generator=g),
@@ -89,6 +102,27 @@ def test_decode_matches_torch_with_edge_values_across_chunks(m, model, device, m
         assert (got[1, :, 0] == 0).all()
     else:
         assert np.isnan(got[1, :, 0]).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("m", [1, 5], ids=["decode_folds_the_group", "five_queries_a_head"])
+def test_repeat_kv_copies_are_read_where_they_came_from(m, device, monkeypatch):
+    """HF's repeat_kv copies k and v for each query head of a group: the fused op reads the
+    KV heads instead (no copy of the cache's size left), under batch (b, KV heads, G); with one
+    query a head the group's 4 heads are the rows of its KV head (the decode kernels' rows)."""
+    q, k, v, mask = _decode_inputs(b=2, h=8, hk=2, m=m, n=200)
+    mask[1, 0, 0, :] = -torch.inf
+    v[0, 1, 7, 2] = torch.nan
+    args = (q, k, v, mask)
+    want = EagerRepeatKv()(*args).numpy()
+    cm = _compile(EagerRepeatKv(), args, device, monkeypatch)
+    nodes = toposort(cm.compiled.outputs)
+    assert not [x for x in nodes if x.op is Op.CONTIGUOUS and sym.product(x.shape) >= 2 * 8 * 200 * 16]
+    (node,) = [x for x in nodes if x.op is Op.ATTENTION]
+    assert tuple(node.shape) == ((2, 2, 4, 24) if m == 1 else (2, 2, 4, 5, 24))
+    got = cm(*args).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6, equal_nan=True)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda-emulator"])
@@ -197,7 +231,8 @@ def test_empty_batch_and_head(device):
 
 def test_hf_llama_decode_fuses_and_generates_eagers_tokens():
     """HF generate with the KV cache through the torch.compile backend: the decode steps'
-    attention (one query a head, GQA) fused in every layer, the tokens eager's."""
+    attention (one query a head, GQA) fused in every layer, the group's heads the rows of their
+    KV head, no repeat_kv copy of the cache left, the tokens eager's."""
     tf = pytest.importorskip("transformers")
     from luminal.frontends.torch import dynamo
 
@@ -219,6 +254,10 @@ def test_hf_llama_decode_fuses_and_generates_eagers_tokens():
     fused = [[n for n in toposort(g.imported.compiled.outputs) if n.op is Op.ATTENTION] for g in graphs if g.imported]
     assert len(fused) >= 2 and all(len(f) == 2 for f in fused), fused  # every layer of the prefill and the decode steps
     assert any(attention_decode.few(n) for f in fused for n in f), fused
+    decode = [toposort(g.imported.compiled.outputs) for g in graphs if g.imported]
+    decode = [nodes for nodes in decode if any(n.op is Op.ATTENTION and attention_decode.few(n) for n in nodes)]
+    assert decode and not [n for nodes in decode for n in nodes if n.op is Op.CONTIGUOUS and len(n.shape) == 5]
+    # (the prefill's k is scaled by sqrt(scale) after repeat_kv, torch's SDPA lowering: that copy stays)
 
 
 def test_cpu_at_precision_float64_and_two_threads(monkeypatch):
