@@ -19,7 +19,17 @@ from luminal.hlir.ops import Node, Op, toposort
 from luminal.kernels.render import attention_decode
 from luminal.kernels.runtime import KernelRuntime
 
-DEVICES = ["numpy", "cpu", "cuda-emulator"]
+DEVICES = ["numpy", "cpu", "cpu-spans", "cuda-emulator"]
+
+
+def _device(device: str, monkeypatch) -> str:
+    """"cpu-spans": the C loops with the cache split into spans of 100 keys (each a task,
+    combined after: what a cache past 2,048 keys gets), compiled afresh."""
+    if device == "cpu-spans":
+        monkeypatch.setattr(attention_decode, "FEW_SPLIT", 100)
+        monkeypatch.setenv("LUMINAL_COMPILE_CACHE", "0")
+        return "cpu"
+    return device
 
 
 @pytest.fixture(autouse=True)
@@ -62,15 +72,16 @@ def _decode_inputs(b=2, h=8, hk=2, m=1, n=300, d=16, dv=24, seed=0):
 
 def _compile(model, args, device, monkeypatch):
     monkeypatch.setenv("LUMINAL_FUSED_ATTENTION", "1")
-    cm = lm.compile(model, args, device=device)
+    cm = lm.compile(model, args, device=_device(device, monkeypatch))
     assert cm.compiled.report().ops_after.get(Op.ATTENTION.title, 0) == 1
     return cm
 
 
 def _took_the_decode_kernels(cm, device) -> None:
     runtime = cm.compiled.runtime
-    if device == "cpu":
+    if device.startswith("cpu"):
         assert "a dot product over the head" in runtime.source
+        assert f"N > {attention_decode.FEW_SPLIT} ?" in runtime.source  # (the spans' length, in the source)
     elif device == "cuda-emulator":  # two launches: the chunks' partials, then the rows
         launches = [k for k in runtime.plan.launches if k.output.op is Op.ATTENTION]
         assert len(launches) == 2 and attention_decode.is_partials(launches[0].output)
@@ -150,11 +161,12 @@ def _direct(shapes, arg, dtype=lm.f32):
     return g, ref
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda-emulator"])
-def test_symbolic_cache_length(device):
+@pytest.mark.parametrize("device", ["cpu", "cpu-spans", "cuda-emulator"])
+def test_symbolic_cache_length(device, monkeypatch):
     """One compiled decode attention over a growing cache: no keys, one, a chunk and one more,
     three chunks (the first launch's grid and the scratch's size follow the binding)."""
     g, ref = _direct([(3, 4, 16), (3, 16, "n"), (3, "n", 8), (3, 4, "n")], (0.25, True))
+    device = _device(device, monkeypatch)
     run = KernelRuntime(g.output_nodes, lm.devices.get(device)) if device == "cuda-emulator" else \
         lm.compile_graph(g, device=device, optimize=False)
     rng = np.random.default_rng(5)

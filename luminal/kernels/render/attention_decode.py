@@ -33,6 +33,8 @@ from luminal.kernels.render.dialect import PAR_MIN, Part
 
 FEW_QUERIES = 15  # queries per batch element (static) up to which these kernels are taken: fewer than a tile's 16
 FEW_BK = 256  # C: keys per staged block (its scores, M x FEW_BK, stay in L1)
+FEW_SPLIT = 2048  # C: a longer cache is split into spans of this many keys, each a task (a team's threads share a
+# head: MQA), combined after; set by N alone, so the bits do not depend on the team's size
 SPLIT_KEYS = 128  # CUDA: keys per chunk (a thread each in the first launch)
 SPLIT_MAX_HEAD = 128  # CUDA: static q and v heads up to this size (q and the chunk's p in shared memory)
 SPLIT_THREADS = 128  # CUDA: threads per block of the first launch
@@ -76,8 +78,10 @@ def c_few(node: Node, t: str) -> str:
     batch = node.shape[:-2]
     z, zlines = unravel("bz", batch, "z")
     e = LIBM[t]
-    ninf, inf, _ = _literals(t)
+    ninf, inf, nan = _literals(t)
+    empty = "a" if node.arg[1] else f"(N == 0 ? a : {nan})"
     m, dv, dd, n = int(node.shape[-2]), node.shape[-1], q.shape[-1], kt.shape[-1]
+
     def score_at(r: int) -> str:  # score x of query i and key j + r
         key = f"(j0 + j + {r})" if r else "(j0 + j)"
         return _score(node, t, None if mask is None else f"({t})({mask(z, 'i', key)})")
@@ -95,15 +99,16 @@ def c_few(node: Node, t: str) -> str:
     int badrow[{m}], bad[{m}];
     {_exp_floor(t)}
     #pragma omp for schedule(dynamic, 1)
-    for (long long bz = 0; bz < n_tasks; ++bz) {{
+    for (long long task = 0; task < n_tasks * n_split; ++task) {{  /* (batch element, span of FEW_SPLIT keys) */
+      const long long bz = task / n_split, k0 = (task % n_split) * {FEW_SPLIT}, k1 = lum_min(N, k0 + {FEW_SPLIT});
       const long long i0 = 0;
       const int nq = {m};
       {" ".join(zlines)}
       for (long long i = 0; i < {m}; ++i) for (long long c = 0; c < D; ++c) qs[i * D + c] = ({t})({at(q, *z, "i", "c")});
       for (int i = 0; i < {m}; ++i) {{ mrow[i] = {ninf}; lrow[i] = 0; badrow[i] = 0; }}
       for (long long c = 0; c < {m} * DV; ++c) acc[c] = 0;
-      for (long long j0 = 0; j0 < N; j0 += {FEW_BK}) {{
-        const int nk = (int)lum_min({FEW_BK}, N - j0);
+      for (long long j0 = k0; j0 < k1; j0 += {FEW_BK}) {{
+        const int nk = (int)lum_min({FEW_BK}, k1 - j0);
         {stage_k}
         {stage_v}
         int j = 0;
@@ -179,18 +184,43 @@ def c_few(node: Node, t: str) -> str:
           }}
         }}
       }}
+      if (n_split == 1) {{
       {_store_rows(node, t)}
+      }} else for (int i = 0; i < {m}; ++i) {{  /* the span's partial: acc, max, sum, flag */
+        double* pt = part + (task * {m} + i) * (DV + 3);
+        for (long long c = 0; c < DV; ++c) pt[c] = acc[i * DV + c];
+        pt[DV] = mrow[i]; pt[DV + 1] = lrow[i]; pt[DV + 2] = badrow[i];
+      }}
+    }}
+    if (n_split > 1) {{
+      #pragma omp for schedule(static)
+      for (long long bz = 0; bz < n_tasks; ++bz) for (int i = 0; i < {m}; ++i) {{  /* the spans combined, rescaled to the row's max */
+        const double* pt = part + (bz * n_split * {m} + i) * (DV + 3);
+        const long long step = {m} * (DV + 3);
+        double mt = {ninf}, lt = 0;
+        int bt = 0;
+        for (long long sp = 0; sp < n_split; ++sp) {{ mt = pt[sp * step + DV] > mt ? pt[sp * step + DV] : mt; bt |= pt[sp * step + DV + 2] != 0; }}
+        for (long long sp = 0; sp < n_split; ++sp) lt += pt[sp * step + DV + 1] * (mt == {ninf} ? 1.0 : exp(pt[sp * step + DV] - mt));
+        const long long dst = (bz * M + i) * DV;
+        for (long long c = 0; c < DV; ++c) {{
+          double a = 0;
+          for (long long sp = 0; sp < n_split; ++sp) a += pt[sp * step + c] * (mt == {ninf} ? 1.0 : exp(pt[sp * step + DV] - mt));
+          out[dst + c] = {store_value(node.dtype, f"bt ? {nan} : mt == {ninf} ? {empty} : a / lt")};
+        }}
+      }}
     }}
     free(qs); free(kb); free(sb); free(acc); free(vb);
   }}"""
     head = f"""const long long M = {m}, N = {c_dim(n)}, D = {c_dim(dd)}, DV = {c_dim(dv)};
-  const long long n_tasks = {c_dim(sym.product(batch))};
+  const long long n_tasks = {c_dim(sym.product(batch))}, n_split = N > {FEW_SPLIT} ? (N + {FEW_SPLIT - 1}) / {FEW_SPLIT} : 1;
   if (n_tasks <= 0 || DV <= 0) return;
+  double* part = n_split > 1 ? (double*)malloc(sizeof(double) * n_tasks * n_split * M * (DV + 3)) : NULL;
   """
-    return head + f"""if (n_tasks > 1 && n_tasks * M * lum_max(N, 1) * lum_max(D + DV, 1) >= {PAR_MIN}) {{
+    return head + f"""if (n_tasks * n_split > 1 && n_tasks * M * lum_max(N, 1) * lum_max(D + DV, 1) >= {PAR_MIN}) {{
   #pragma omp parallel
   {block}
-  }} else {block}"""
+  }} else {block}
+  free(part);"""
 
 
 def cuda_split_parts(node: Node) -> list[Part]:
