@@ -246,6 +246,14 @@ def _match(out: Node, users) -> Node | None:
     else:
         sides = [(s, None, None)]
     found = next(((t, mask, select, f) for t, mask, select in sides if (f := _scaled(_through_reshape(t))) is not None), None)
+    transform, chain = None, []
+    if found is None and half is None:  # a pointwise function of the scaled scores first (a soft cap)
+        for t, mask, select in sides:
+            if (tr := _transformed(_through_reshape(t))) is not None:
+                scaled, transform, chain = tr
+                found = (t, mask, select, _scaled(_through_reshape(scaled)))
+                chain += [scaled, _through_reshape(scaled)]
+                break
     if found is None:
         return None
     t, mask, select, (mm, scale, between) = found
@@ -253,7 +261,7 @@ def _match(out: Node, users) -> Node | None:
     group = _folded_group(mm, s, p_in)
     if group is None and not (_same(mm.shape[-2:], s.shape[-2:]) and _same(p_in.shape[-2:], s.shape[-2:])):
         return None
-    inner += [t, t0, mm, *between]
+    inner += [t, t0, mm, *between, *chain]
     keep = {id(n) for n in inner} | {id(out)}
     if any(u is _OUTSIDE or id(u) not in keep for n in inner for u in users[id(n)]):
         return None  # the scores or probabilities are needed elsewhere: nothing to save
@@ -281,8 +289,8 @@ def _match(out: Node, users) -> Node | None:
             operands[3:] = [_reshaped(x, (*batch, m, n_keys)) for x in operands[3:]]
     if any(o is None for o in operands):
         return None
-    arg = (scale, zero_empty_rows, expr, select, half)
-    arg = arg[:2] if arg[2:] == (None,) * 3 else arg[:3] if arg[3:] == (None,) * 2 else arg  # the short forms where they do
+    arg = (scale, zero_empty_rows, expr, select, half, transform)
+    arg = next(arg[:k] for k in (2, 3, 5, 6) if all(a is None for a in arg[k:]))  # the short forms where they do
     node = Node(Op.ATTENTION, dtype, (*batch, m, dv), tuple(operands), arg)
     return _reshaped(node, out.shape)
 
@@ -372,6 +380,55 @@ def _scaled(t: Node) -> tuple[Node, float | None, list[Node]] | None:
         return None
     mm = _scores(t)
     return None if mm is None else (mm, None, [])
+
+
+MAX_TRANSFORM_OPS = 16  # a pointwise function of the scores, evaluated per score inside the kernels
+
+
+def _transformed(t: Node) -> tuple[Node, Expr, list[Node]] | None:
+    """(the scaled scores, the function as an expression over input 0, the nodes it applies)
+    when `t` is a pointwise function of a MatMul's scaled scores whose other operands are all
+    scalars: Gemma 2's soft cap, cap * tanh(s / cap), which the extracted graph spells
+    cap * (2 sigmoid(2 (s * recip(cap))) - 1). f32/f64 only; None otherwise."""
+    chain: list[Node] = []
+
+    def walk(n: Node):
+        if n is not t and _scaled(_through_reshape(n)) is not None:
+            return Expr(Op.INPUT, n.dtype, (), 0), n
+        if (n.op not in POINTWISE or n.op in _NOT_IN_MASKS or n.dtype not in (DType.F32, DType.F64)
+                or not _same(n.shape, t.shape) or len(chain) >= MAX_TRANSFORM_OPS):
+            return None
+        chain.append(n)
+        kids, found = [], None
+        for x in n.src:
+            c = _scalar_expression(x)
+            if c is None:
+                if found is not None:
+                    return None  # two operands that vary: not a function of the scores alone
+                r = walk(x)
+                if r is None:
+                    return None
+                c, found = r
+            kids.append(c)
+        return None if found is None else (Expr(n.op, n.dtype, tuple(kids)), found)
+
+    r = walk(t)
+    return None if r is None else (r[1], r[0], chain)
+
+
+def _scalar_expression(n: Node) -> Expr | None:
+    """A scalar operand (a broadcast 0-d constant, or pointwise ops on such: recip(cap)) as an
+    expression, else None."""
+    if n.op is Op.VIEW and is_bcast(n.arg):
+        n = n.src[0]
+    if n.shape != ():
+        return None
+    if n.op is Op.CONSTANT and type(n.arg) in (bool, int, float):
+        return Expr(Op.CONSTANT, n.dtype, (), n.arg)
+    if n.op in POINTWISE and n.op not in _NOT_IN_MASKS and n.src:
+        kids = [_scalar_expression(x) for x in n.src]
+        return None if None in kids else Expr(n.op, n.dtype, tuple(kids))
+    return None
 
 
 def _scores(t: Node) -> Node | None:

@@ -46,10 +46,12 @@ def window_reduce(src: list[Tensor], arg) -> Tensor:
 def attention(src: list[Tensor], arg) -> Tensor:
     """softmax(q @ kt (* scale) (+ mask, or where(mask, s, fill))) @ v, rows of scores all -inf
     giving 0 where asked; in f16/bf16 the softmax in f32 between casts."""
-    (scale, zero_empty_rows, expr, select, half), (q, kt, v, *mask) = attention_arg(arg), src
+    (scale, zero_empty_rows, expr, select, half, transform), (q, kt, v, *mask) = attention_arg(arg), src
     s = q.matmul(kt)
     if scale is not None:  # in f16/bf16 the product in f32, rounded (the scale may be an f32 constant)
         s = s.mul(scale) if half is None else s.cast(DType.F32).mul(scale).cast(half)
+    if transform is not None:  # a pointwise function of the scores (a soft cap)
+        s = fused_elementwise(transform, [s])
     m = fused_elementwise(expr, mask) if expr is not None else mask[0] if mask else None
     if m is not None and select is None:
         s = s.add(m)

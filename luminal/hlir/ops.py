@@ -75,7 +75,9 @@ exact arithmetic, a primitive decomposition (`luminal/egraph/reference.py`), and
   -inf)`), instead of s + mask; half = F16/BF16 for q, kt, v and the output in that dtype, each
   step of s (MatMul, Mul, Add) rounded to it (the Mul's product formed in f32 with the f32 scale),
   the softmax in f32 and p rounded to it before p @ v
-  (the kernels keep p in f32: the one rounding they skip). `attention_arg` reads either form.
+  (the kernels keep p in f32: the one rounding they skip). A sixth element, transform = an
+  expression over input 0 (f32/f64 only), applies a pointwise function to s after the scale and
+  before the mask: Gemma 2's soft cap, cap * tanh(s / cap). `attention_arg` reads every form.
 - GROUPED_MAT_MUL (src = x[S, K], weight[E, K, N], offs[E] of an integer dtype): the grouped
   GEMM of Mixture-of-Experts layers. Row s belongs to group g(s) = #{i : offs[i] <= s} (for
   nondecreasing offsets, the cumulative token counts routing makes, rows offs[e-1]..offs[e] form
@@ -384,5 +386,5 @@ def _toposort(roots) -> list[Node]:
 
 def attention_arg(arg: tuple) -> tuple:
     """An ATTENTION node's arg in its long form: (scale, zero_empty_rows, expression or None,
-    select (fill, keep) or None, half dtype or None)."""
-    return (*arg, *(None,) * (5 - len(arg)))
+    select (fill, keep) or None, half dtype or None, transform or None)."""
+    return (*arg, *(None,) * (6 - len(arg)))

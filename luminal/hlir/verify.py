@@ -150,16 +150,18 @@ def check_node(n: Node) -> None:
 
 def _check_attention(n: Node) -> None:
     arg, src = n.arg, n.src
-    ok = isinstance(arg, tuple) and len(arg) in (2, 3, 5)
-    scale, zero_rows, expr, select, half = attention_arg(arg) if ok else (None,) * 5
+    ok = isinstance(arg, tuple) and len(arg) in (2, 3, 5, 6)
+    scale, zero_rows, expr, select, half, transform = attention_arg(arg) if ok else (None,) * 6
     slots = {e.arg for e in expr.toposort() if e.op is Op.INPUT} if isinstance(expr, Expr) else set()
+    ok = ok and (transform is None or (isinstance(transform, Expr) and half is None and transform.dtype is n.dtype and
+                                       {e.arg for e in transform.toposort() if e.op is Op.INPUT} == {0}))
     if not (ok and (scale is None or type(scale) is float) and type(zero_rows) is bool
             and (select is None or (isinstance(select, tuple) and len(select) == 2 and type(select[0]) is float
                                     and type(select[1]) is bool))
             and (half is None or half in (DType.F16, DType.BF16))
             and (len(src) in (3, 4) if expr is None else isinstance(expr, Expr) and slots == set(range(len(src) - 3)))):
         raise ShapeError(f"Attention needs q, kt, v (and a mask, or its expression's inputs) and "
-                         f"(scale, zero_empty_rows[, expression[, select, half]]), got {arg!r}")
+                         f"(scale, zero_empty_rows[, expression[, select, half[, transform]]]), got {arg!r}")
     want = DType.BOOL if select is not None else n.dtype  # the mask's dtype: a condition, or added
     if n.dtype not in (DType.F32, DType.F64, DType.F16, DType.BF16) or (n.dtype in (DType.F16, DType.BF16)) != (
             half is n.dtype) or not all(s.dtype is n.dtype for s in src[:3]) or (

@@ -119,7 +119,7 @@ def _attention(node, b, q, kt, v, *mask):
     """The unfused steps, each rounded as its own op rounds (MatMul, the scalar Mul, the mask's
     Add or Select, in f16/bf16 the casts around an f32 Softmax, the Select of safe softmax,
     MatMul), one batch element at a time so that at most one scores matrix is alive."""
-    scale, zero_empty_rows, expr, select, half = attention_arg(node.arg)
+    scale, zero_empty_rows, expr, select, half, transform = attention_arg(node.arg)
     dt = node.dtype.numpy
     soft = np.dtype(np.float32) if half is not None else dt  # the softmax's dtype
     out = np.empty(_shape(node, b), dt)
@@ -128,6 +128,8 @@ def _attention(node, b, q, kt, v, *mask):
         s = np.matmul(_lift(q[i], work), _lift(kt[i], work)).astype(dt, copy=False)
         if scale is not None:  # (in f16/bf16 the product in f32, rounded: the scale may be an f32 constant)
             s = np.multiply(s, dt.type(scale)) if half is None else (s.astype(soft) * soft.type(scale)).astype(dt)
+        if transform is not None:  # a pointwise function of the scores (a soft cap), as its region computes it
+            s = np.asarray(_eval(transform, [s], {}, _work())).astype(dt, copy=False)
         m = None
         if expr is not None:  # the mask's expression over its inputs, as a FusedElementwise
             m = np.broadcast_to(_eval(expr, [x[i] for x in mask], {}, _work()), s.shape)

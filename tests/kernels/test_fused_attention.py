@@ -59,6 +59,15 @@ class EagerVt(torch.nn.Module):
         return torch.matmul(torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * 0.25, dim=-1), vt.transpose(-1, -2))
 
 
+class SoftCap(torch.nn.Module):
+    """Gemma 2's eager attention: scaled scores soft-capped, cap * tanh(s / cap), then the mask."""
+
+    def forward(self, q, k, v, mask):
+        s = torch.matmul(q, k.transpose(-1, -2)) * 0.25
+        s = torch.tanh(s / 5.0) * 5.0
+        return torch.matmul(torch.softmax(s + mask, dim=-1), v)
+
+
 def _inputs(b=2, h=3, hk=3, m=37, n=150, d=20, dv=24, mask=None, seed=0):
     g = torch.Generator().manual_seed(seed)
     q, k, v = torch.randn(b, h, m, d, generator=g), torch.randn(b, hk, n, d, generator=g), torch.randn(b, hk, n, dv, generator=g)
@@ -77,6 +86,8 @@ CASES = {
     "gqa": (Sdpa(enable_gqa=True), dict(h=4, hk=2)),
     "eager_scaled": (Eager(), dict(mask="float", n=64, dv=16)),
     "v_transposed": (EagerVt(), dict(n=70, dv=40)),
+    "soft_cap": (SoftCap(), dict(mask="float", m=133)),
+    "soft_cap_decode": (SoftCap(), dict(mask="float", m=1, n=300)),
 }
 
 
@@ -142,7 +153,7 @@ def _edge_inputs():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("model", [Sdpa(), Eager()], ids=["sdpa_safe_softmax", "eager_softmax"])
+@pytest.mark.parametrize("model", [Sdpa(), Eager(), SoftCap()], ids=["sdpa_safe_softmax", "eager_softmax", "soft_cap"])
 def test_edge_values_as_torch(model, device, monkeypatch):
     args = _edge_inputs()
     want = model(*args).numpy()
@@ -155,6 +166,8 @@ def test_edge_values_as_torch(model, device, monkeypatch):
         assert np.isnan(got[0, 0, 1, 3]) and not np.isnan(got[0, 0, 1, :3]).any() and (got[0, 0, 1, :3] == 0).all()
     else:
         assert np.isnan(got[0, :, 1]).all()
+    if isinstance(model, SoftCap):  # the cap applies before the mask: its +inf still makes a NaN row
+        assert np.isnan(got[0, 0, 2]).all()
 
 
 @pytest.mark.parametrize("device", ["numpy", "cpu", "cpu-loops"])
@@ -380,3 +393,42 @@ def test_cpu_sgemm_path_on_each_blas_and_two_threads(blas, dv, monkeypatch, tmp_
         t.join()
     for out in outs:
         np.testing.assert_array_equal(out, got)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_soft_cap_of_infinite_scores(device, monkeypatch):
+    """A score q . k of +inf or -inf is capped to +-cap before the mask, as torch computes it
+    (a finite row, not NaN); inf * 0 in the product is NaN and makes its row NaN."""
+    q, k, v, mask = _inputs(b=1, h=2, hk=2, m=4, n=140, d=8, dv=8, mask="float")
+    q[0, 0, 0, 0] = torch.inf  # every score of the row is +inf or -inf (k's first column has both signs)
+    k[0, 1, 3, :] = 0.0
+    q[0, 1, 2, :] = torch.inf  # and one key with k = 0 makes inf * 0 = NaN there
+    args = (q, k, v, mask)
+    want = SoftCap()(*args).numpy()
+    fused, count = _compile(SoftCap(), args, device, True, monkeypatch)
+    assert count == 1
+    got = fused(*args).numpy()
+    assert not np.isnan(want[0, 0, 0]).any() and np.isnan(want[0, 1, 2]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6, equal_nan=True)
+
+
+def test_hf_gemma2_soft_capped_attention_fuses_every_layer(monkeypatch):
+    """Gemma 2 (eager attention, attn_logit_softcapping, GQA, sliding window): every layer's
+    attention one fused op, the logits torch's."""
+    tf = pytest.importorskip("transformers")
+    if not hasattr(tf, "Gemma2ForCausalLM"):
+        pytest.skip("this transformers has no Gemma 2")
+    torch.manual_seed(0)
+    model = tf.Gemma2ForCausalLM(tf.Gemma2Config(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, sliding_window=8,
+        attn_logit_softcapping=50.0, final_logit_softcapping=30.0, attn_implementation="eager")).eval()
+    model.config.use_cache = False
+    ids = torch.randint(0, 128, (1, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits.numpy()
+        cm, count = _compile(model, (ids,), "cpu", True, monkeypatch)
+        got = cm(ids).logits.numpy()
+    assert count == 2
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)

@@ -82,9 +82,7 @@ def c_few(node: Node, t: str) -> str:
     empty = "a" if node.arg[1] else f"(N == 0 ? a : {nan})"
     m, dv, dd, n = int(node.shape[-2]), node.shape[-1], q.shape[-1], kt.shape[-1]
 
-    def score_at(r: int) -> str:  # score x of query i and key j + r
-        key = f"(j0 + j + {r})" if r else "(j0 + j)"
-        return _score(node, t, None if mask is None else f"({t})({mask(z, 'i', key)})")
+    score = _score(node, t, None if mask is None else f"({t})({mask(z, 'i', '(j0 + j)')})")
 
     vrow, stage_v, v_direct, vstep = _v_rows(v, z, t, at)
     krow, stage_k, kstep = _k_rows(kt, z, t, at)
@@ -121,8 +119,7 @@ def c_few(node: Node, t: str) -> str:
             #pragma omp simd reduction(+:x0, x1, x2, x3)
             for (long long c = 0; c < D; ++c) {{ const {t} qc = qi[c]; x0 += qc * k0[c]; x1 += qc * k1[c]; x2 += qc * k2[c]; x3 += qc * k3[c]; }}
             {t}* s = sb + i * {FEW_BK} + j;
-            {{ const {t} x = x0; s[0] = {score_at(0)}; }} {{ const {t} x = x1; s[1] = {score_at(1)}; }}
-            {{ const {t} x = x2; s[2] = {score_at(2)}; }} {{ const {t} x = x3; s[3] = {score_at(3)}; }}
+            s[0] = x0; s[1] = x1; s[2] = x2; s[3] = x3;
           }}
         }}
         for (; j < nk; ++j) {{  /* the last keys, one at a time */
@@ -132,14 +129,15 @@ def c_few(node: Node, t: str) -> str:
             {t} x = 0;
             #pragma omp simd reduction(+:x)
             for (long long c = 0; c < D; ++c) x += qi[c] * kr[c];
-            sb[i * {FEW_BK} + j] = {score_at(0)};
+            sb[i * {FEW_BK} + j] = x;
           }}
         }}
-        for (int i = 0; i < {m}; ++i) {{  /* each query's max over the block, and whether a score is NaN or +inf */
-          const {t}* s = sb + i * {FEW_BK};
+        for (long long i = 0; i < {m}; ++i) {{  /* the scores scaled, (capped,) masked: each query's max, NaN/+inf flag */
+          {t}* s = sb + i * {FEW_BK};
           {t} mb = {ninf};
           int b = 0;
-          for (int jj = 0; jj < nk; ++jj) {{ const {t} y = s[jj]; b |= (y != y) | (y == {inf}); mb = y > mb ? y : mb; }}
+          #pragma omp simd reduction(max:mb) reduction(|:b)
+          for (int j = 0; j < nk; ++j) {{ const {t} x = s[j]; const {t} y = {score}; s[j] = y; b |= (y != y) | (y == {inf}); mb = y > mb ? y : mb; }}
           mx[i] = mb; bad[i] = b;
         }}
         for (int i = 0; i < {m}; ++i) {{  /* the online softmax's step per query */

@@ -22,7 +22,7 @@ NaN, or 0 @ v under `zero_empty_rows`; p below exp(LUM_LO) is the exact denormal
 from __future__ import annotations
 
 from luminal.hlir import symbolic as sym
-from luminal.hlir.ops import Node
+from luminal.hlir.ops import Node, attention_arg
 from luminal.kernels.render.attention_parts import _exp_floor, _mask_varies, _operands, _score, _store_rows
 from luminal.kernels.render.cexpr import c_dim
 from luminal.kernels.render.cstyle import current, pointer_of, unravel, view_of
@@ -64,8 +64,8 @@ def gemm_body(node: Node) -> tuple[str, str] | None:
         mask_code = f"(float)({mask(z, '(i0 + i)', '(j0 + j)')})"
     score = _score(node, "float", mask_code)
     # pass 2 computes a score again where that is a multiply and an add; a mask computed per score
-    # (causal, ALiBi: index arithmetic) is cheaper stored by pass 1
-    stored = mask is not None and per_query and per_key
+    # (causal, ALiBi: index arithmetic) or a function of the scores (a soft cap) is cheaper stored by pass 1
+    stored = (mask is not None and per_query and per_key) or attention_arg(node.arg)[5] is not None
     keep, again = ("s[j] = y;", "const float y = s[j];") if stored else ("", f"const float y = {score};")
     # mode 1: the last axis has stride 1 (rows), 2: the next-to-last has (a transposed matrix)
     m, dv, dd, n = node.shape[-2], node.shape[-1], q.shape[-1], kt.shape[-1]

@@ -32,12 +32,15 @@ def _score(node: Node, t: str, mask_code: str | None) -> str:
     rounded as the unfused op rounds: to the f16/bf16 of a half node (MatMul, Mul and Add
     round there), in t otherwise. `mask_code`: the mask's value at this score (None: no mask);
     a select mask keeps the score where it is (non)zero and gives the fill elsewhere."""
-    scale, _, _, select, half = attention_arg(node.arg)
+    scale, _, _, select, half, transform = attention_arg(node.arg)
     lit = DType.F32 if half is not None else node.dtype  # the scale and fill are exact in it
     rnd = (lambda e: cast_value(DType.F32, half, e)) if half is not None else (lambda e: e)  # noqa: E731
     score = rnd("x")
     if scale is not None:
         score = rnd(f"({t})({score} * ({t}){c_literal(scale, lit)})")
+    if transform is not None:  # a pointwise function of the scores (a soft cap), in the node's dtype as its region
+        scaled = score
+        score = f"({t})({expression(transform, lambda k: f'(({node.dtype.ctype})({scaled}))')})"
     if mask_code is not None and select is None:
         score = rnd(f"({t})({score} + ({t})({mask_code}))")
     elif mask_code is not None:
