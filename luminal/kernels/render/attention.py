@@ -38,8 +38,17 @@ from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node
 from luminal.kernels.render import attention_decode, attention_gemm
-from luminal.kernels.render.attention_parts import _exp_floor, _mask_varies, _operands, _score, _store_rows, _v_rows
-from luminal.kernels.render.cexpr import c_dim, c_literal
+from luminal.kernels.render.attention_parts import (
+    _empty_row,
+    _exp_floor,
+    _literals,
+    _mask_varies,
+    _operands,
+    _score,
+    _store_rows,
+    _v_rows,
+)
+from luminal.kernels.render.cexpr import c_dim
 from luminal.kernels.render.cstyle import (
     LIBM,
     store_value,
@@ -82,8 +91,7 @@ def _c_body(node: Node, t: str) -> str:
     batch = node.shape[:-2]
     z, zlines = unravel("bz", batch, "z")
     e = LIBM[t]
-    wide = DType.F64 if t == "double" else DType.F32
-    ninf, inf, nan = (c_literal(float(x), wide) for x in ("-inf", "inf", "nan"))
+    ninf, inf, nan = _literals(t)
     per_query, per_key = _mask_varies(node)
     qmask = kmask = ""
     mask_code = None
@@ -246,24 +254,23 @@ def _cuda_part(node: Node) -> Part:
 
 
 def _cuda_common(node: Node, key: str):
-    """What both CUDA kernels start from: the operands and their reader, zero_rows, the batch
-    dims, the compute type and its libm suffix, the -inf/inf/NaN literals, the batch index
-    unravelled (z, its lines), and the C of score x of query i and key `key` (scaled, masked)."""
+    """What both CUDA kernels start from: the operands and their reader, the batch dims, the
+    compute type and its libm suffix, the -inf/inf/NaN literals, the batch index unravelled (z,
+    its lines), and the C of score x of query i and key `key` (scaled, masked)."""
     q, kt, v, mask, at = _operands(node)
-    zero_rows = node.arg[1]
     batch = node.shape[:-2]
     t = "double" if node.dtype is DType.F64 else "float"
-    literals = tuple(c_literal(float(x), DType.F64 if t == "double" else DType.F32) for x in ("-inf", "inf", "nan"))
+    literals = _literals(t)
     z, zlines = unravel("bz", batch, "z")
     score = _score(node, t, None if mask is None else mask(z, "i", key))
-    return q, kt, v, at, zero_rows, batch, t, LIBM[t], literals, z, zlines, score
+    return q, kt, v, at, batch, t, LIBM[t], literals, z, zlines, score
 
 
 def _cuda_tiled(node: Node, d: int, dv: int) -> Part:
     """A block per (batch element, CUDA_Q queries), a thread per query: its q row and its
     accumulator in registers; tiles of CUDA_K keys of kᵀ and v staged in shared memory by the
     whole block (every thread then reads the same key: a broadcast)."""
-    q, kt, v, at, zero_rows, batch, t, e, (ninf, inf, nan), z, zlines, score = _cuda_common(node, "(j0 + j)")
+    q, kt, v, at, batch, t, e, (ninf, inf, nan), z, zlines, score = _cuda_common(node, "(j0 + j)")
     m, n = node.shape[-2], kt.shape[-1]
     tiles = sym.ceildiv(m, CUDA_Q)
     kq = CUDA_K
@@ -316,7 +323,7 @@ def _cuda_tiled(node: Node, d: int, dv: int) -> Part:
   const long long o = (bz * M + i) * {dv};
   #pragma unroll
   for (int c = 0; c < {dv}; ++c)
-    out[o + c] = {store_value(node.dtype, f"bad ? {nan} : mrow == {ninf} ? {'acc[c]' if zero_rows else f'(N == 0 ? acc[c] : {nan})'} : acc[c] / lrow")};"""
+    out[o + c] = {store_value(node.dtype, f"bad ? {nan} : mrow == {ninf} ? {_empty_row(node, 'acc[c]', nan)} : acc[c] / lrow")};"""
     return Part(body, sym.norm(sym.product(batch) * tiles), CUDA_Q)
 
 
@@ -325,13 +332,13 @@ def _cuda_rows(node: Node) -> Part:
     heads larger than CUDA_MAX_HEAD or of symbolic size. f32/f64 accumulate in the row's own
     output (the accumulation type); f16/bf16 in registers, CUDA_MAX_HEAD columns of v per pass
     over the keys (the scores recomputed per pass), each pass's columns rounded once."""
-    q, kt, v, at, zero_rows, batch, t, e, (ninf, inf, nan), z, zlines, score = _cuda_common(node, "j")
+    q, kt, v, at, batch, t, e, (ninf, inf, nan), z, zlines, score = _cuda_common(node, "j")
     m, dv, dd, n = node.shape[-2], node.shape[-1], q.shape[-1], kt.shape[-1]
     rows = sym.product([*batch, m])
     half = node.dtype in (DType.F16, DType.BF16)
     chunk = CUDA_MAX_HEAD if half else None
     acc = "a[c - c0]" if half else "o[c]"
-    finish = f"bad ? {nan} : mrow == {ninf} ? {acc if zero_rows else f'(N == 0 ? {acc} : {nan})'} : {acc} / lrow"
+    finish = f"bad ? {nan} : mrow == {ninf} ? {_empty_row(node, acc, nan)} : {acc} / lrow"
     cols = f"c0; c < (DV < c0 + {chunk} ? DV : c0 + {chunk})" if half else "0; c < DV"
     body = f"""long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= {c_dim(rows)}) return;

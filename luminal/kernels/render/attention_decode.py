@@ -3,11 +3,12 @@ heads folded into the rows of one KV head): kernels that spread the keys, not th
 The tiles of `attention.py` are as wide as a vector (C) or a block (CUDA) of queries, so a
 handful of queries would leave most of them idle.
 
-- C (`c_few`): a task per batch element; per block of FEW_BK keys, each score one dot product
-  over the head (a SIMD reduction) with the key's row read in place (staged where kᵀ is no
-  transposed view of plain rows), the online softmax per query row, and
-  acc += p @ v as vector loops over the value columns.
-- CUDA split-K (`cuda_split`, flash-decoding): two launches. The first has a block per (batch
+- C (`c_few`): a task per (batch element, span of FEW_SPLIT keys; spans combined after); per
+  block of FEW_BK keys, the scores 4 keys at a time, each a dot product over the head (a SIMD
+  reduction) with the key's row read in place (staged where kᵀ is no transposed view of plain
+  rows), then scale, transform and mask as one vector pass per query, the online softmax per
+  query row, and acc += p @ v as vector loops over the value columns, 4 rows a pass.
+- CUDA split-K (`cuda_split_parts`, flash-decoding): two launches. The first has a block per (batch
   element, chunk of SPLIT_KEYS keys), so a long KV cache fills the GPU even with one head. Its
   threads compute the chunk's scores a key each, the chunk's max, sum and NaN/+inf flag per
   query a warp each, and its p @ v a (query, column) pair each. It writes them to a scratch
@@ -26,8 +27,17 @@ from __future__ import annotations
 from luminal.hlir import symbolic as sym
 from luminal.hlir.dtypes import DType
 from luminal.hlir.ops import Node, Op
-from luminal.kernels.render.attention_parts import _exp_floor, _k_rows, _operands, _score, _store_rows, _v_rows
-from luminal.kernels.render.cexpr import c_dim, c_literal
+from luminal.kernels.render.attention_parts import (
+    _empty_row,
+    _exp_floor,
+    _k_rows,
+    _literals,
+    _operands,
+    _score,
+    _store_rows,
+    _v_rows,
+)
+from luminal.kernels.render.cexpr import c_dim
 from luminal.kernels.render.cstyle import LIBM, current, store_value, unravel
 from luminal.kernels.render.dialect import PAR_MIN, Part
 
@@ -67,11 +77,6 @@ def is_partials(node: Node) -> bool:
     return node.op is Op.ATTENTION and isinstance(node.arg, tuple) and node.arg[:1] == (_PARTIALS,)
 
 
-def _literals(t: str):
-    wide = DType.F64 if t == "double" else DType.F32
-    return tuple(c_literal(float(x), wide) for x in ("-inf", "inf", "nan"))
-
-
 def c_few(node: Node, t: str) -> str:
     """The C loops (compute type `t`) of a few-query Attention (see the module docstring)."""
     q, kt, v, mask, at = _operands(node)
@@ -79,7 +84,7 @@ def c_few(node: Node, t: str) -> str:
     z, zlines = unravel("bz", batch, "z")
     e = LIBM[t]
     ninf, inf, nan = _literals(t)
-    empty = "a" if node.arg[1] else f"(N == 0 ? a : {nan})"
+    empty = _empty_row(node, "a", nan)
     m, dv, dd, n = int(node.shape[-2]), node.shape[-1], q.shape[-1], kt.shape[-1]
 
     score = _score(node, t, None if mask is None else f"({t})({mask(z, 'i', '(j0 + j)')})")
@@ -193,16 +198,20 @@ def c_few(node: Node, t: str) -> str:
     if (n_split > 1) {{
       #pragma omp for schedule(static)
       for (long long bz = 0; bz < n_tasks; ++bz) for (int i = 0; i < {m}; ++i) {{  /* the spans combined, rescaled to the row's max */
-        const double* pt = part + (bz * n_split * {m} + i) * (DV + 3);
+        double* pt = part + (bz * n_split * {m} + i) * (DV + 3);
         const long long step = {m} * (DV + 3);
         double mt = {ninf}, lt = 0;
         int bt = 0;
         for (long long sp = 0; sp < n_split; ++sp) {{ mt = pt[sp * step + DV] > mt ? pt[sp * step + DV] : mt; bt |= pt[sp * step + DV + 2] != 0; }}
-        for (long long sp = 0; sp < n_split; ++sp) lt += pt[sp * step + DV + 1] * (mt == {ninf} ? 1.0 : exp(pt[sp * step + DV] - mt));
+        for (long long sp = 0; sp < n_split; ++sp) {{  /* each span's factor, once: it takes the max's place */
+          double* f = pt + sp * step + DV;
+          *f = mt == {ninf} ? 1.0 : exp(*f - mt);
+          lt += f[1] * f[0];
+        }}
         const long long dst = (bz * M + i) * DV;
         for (long long c = 0; c < DV; ++c) {{
           double a = 0;
-          for (long long sp = 0; sp < n_split; ++sp) a += pt[sp * step + c] * (mt == {ninf} ? 1.0 : exp(pt[sp * step + DV] - mt));
+          for (long long sp = 0; sp < n_split; ++sp) a += pt[sp * step + c] * pt[sp * step + DV];
           out[dst + c] = {store_value(node.dtype, f"bt ? {nan} : mt == {ninf} ? {empty} : a / lt")};
         }}
       }}
@@ -282,8 +291,7 @@ def cuda_split_parts(node: Node) -> list[Part]:
     const long long o = ((bz * {m} + threadIdx.x) * S + chunk) * {width} + {dv};
     out[o] = Rm[threadIdx.x]; out[o + 1] = Rl[threadIdx.x]; out[o + 2] = ({t})Rb[threadIdx.x];
   }}"""
-    zero_rows = node.arg[1]
-    empty = "a" if zero_rows else f"(N == 0 ? a : {nan})"
+    empty = _empty_row(node, "a", nan)
     scratch = f"in{len(current()[1])}"  # the first launch's buffer, after the node's inputs (`CudaDialect.kernels`)
     second = f"""const long long N = {c_dim(n)}, S = {c_dim(chunks)}, row = blockIdx.x;
   const {t}* P = {scratch} + row * S * {width};

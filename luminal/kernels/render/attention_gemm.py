@@ -65,7 +65,8 @@ def gemm_body(node: Node) -> tuple[str, str] | None:
     score = _score(node, "float", mask_code)
     # pass 2 computes a score again where that is a multiply and an add; a mask computed per score
     # (causal, ALiBi: index arithmetic) or a function of the scores (a soft cap) is cheaper stored by pass 1
-    stored = (mask is not None and per_query and per_key) or attention_arg(node.arg)[5] is not None
+    transform = attention_arg(node.arg)[5]
+    stored = (mask is not None and per_query and per_key) or transform is not None
     keep, again = ("s[j] = y;", "const float y = s[j];") if stored else ("", f"const float y = {score};")
     # mode 1: the last axis has stride 1 (rows), 2: the next-to-last has (a transposed matrix)
     m, dv, dd, n = node.shape[-2], node.shape[-1], q.shape[-1], kt.shape[-1]

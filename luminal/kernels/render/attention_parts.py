@@ -58,11 +58,23 @@ def _exp_floor(t: str) -> str:
 #endif"""
 
 
+def _literals(t: str) -> tuple[str, str, str]:
+    """C literals of -inf, +inf and NaN in compute type `t`."""
+    wide = DType.F64 if t == "double" else DType.F32
+    return tuple(c_literal(float(x), wide) for x in ("-inf", "inf", "nan"))
+
+
+def _empty_row(node: Node, acc: str, nan: str) -> str:
+    """C of an output of a row whose scores are all -inf (or that has no keys): `acc` (0 @ v,
+    NaN where v is) under the safe softmax or without keys, else NaN."""
+    return acc if node.arg[1] else f"(N == 0 ? {acc} : {nan})"
+
+
 def _store_rows(node: Node, t: str) -> str:
     """C storing a task's nq rows of acc (DV apart) as outputs: NaN for a row with a NaN or +inf
     score, an all -inf row as the (safe) softmax gives it, else acc / the row's sum."""
-    nan, ninf = (c_literal(float(x), DType.F64 if t == "double" else DType.F32) for x in ("nan", "-inf"))
-    empty = "o[c]" if node.arg[1] else f"(N == 0 ? o[c] : {nan})"
+    ninf, _, nan = _literals(t)
+    empty = _empty_row(node, "o[c]", nan)
     return f"""for (int i = 0; i < nq; ++i) {{
         const {t}* o = acc + (long long)i * DV;
         const long long dst = (bz * M + i0 + i) * DV;
@@ -99,8 +111,8 @@ def _v_rows(v: Node, z: list[str], t: str, at) -> tuple[str, str, bool, str]:
 
 def _k_rows(kt: Node, z: list[str], t: str, at) -> tuple[str, str, str]:
     """(the C pointer to key j0 + j's D values, the C staging the block's nk keys into kb as
-    rows, D apart, the C distance between keys): read in place where kᵀ is a transposed view of plain rows of the compute
-    type (its head axis steps by 1), else staged key by key."""
+    rows, D apart, the C distance between keys): read in place where kᵀ is a transposed view
+    of plain rows of the compute type (its head axis steps by 1), else staged key by key."""
     kbase, kst = view_of(kt)
     if kst.mask is None and sym.equal(kst.strides[-2], 1) and kbase.dtype.ctype == t:
         terms = [c_dim(kst.offset)] + [f"{i} * {c_dim(st)}" for i, st in zip(z, kst.strides[:-2])]
