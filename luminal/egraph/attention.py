@@ -29,7 +29,8 @@ out entirely); its condition is accepted only when it provably is "every element
 user. The kernels keep p in f32 where a half graph rounds it before p @ v (README: "Attention,
 fused after extraction").
 Torch's lowering of scaled_dot_product_attention scales q and k by sqrt(scale) each before the
-first MatMul: those Muls stay outside (they are O(L·D), the scores O(L²)).
+first MatMul: those Muls stay outside (they are O(L·D), the scores O(L²)), computed where q and k
+are stored (`_scaled_at_source`: no transposed copy of k, and none per query head of a group).
 
 `LUMINAL_FUSED_ATTENTION=0` switches the pass off (the compile cache keys on it).
 """
@@ -180,6 +181,74 @@ def _unrepeated(kt: Node, v: Node, batch, m, users):
     return fine, m, Node(Op.VIEW, kt.dtype, kst.shape, (kb,), kst), Node(Op.VIEW, v.dtype, vst.shape, (vb,), vst)
 
 
+def _scaled_at_source(x: Node, mm: Node, users) -> Node:
+    """An operand of the scores' MatMul that is a view of q or k times a scalar, read by nothing
+    else (torch's lowering of scaled_dot_product_attention scales q and k by sqrt(scale) each),
+    as the same Mul (one product of the same two values per element: the same bits) computed
+    where its elements are stored, then viewed as before: through torch's repeat_kv (a view of a
+    Contiguous copy of a broadcast view) once per KV head, the copy kept in the graph's form for
+    `_unrepeated` to read around it; over a projection's whole output (a permutation or reshape of
+    it) in the output's order, where the Mul joins the projection's GEMM epilogue; on kᵀ cut out
+    of a larger output (a fused QKV projection) along k's rows. Each replaces a transposing copy
+    of k per query head. `x` itself otherwise."""
+    outer, mul = (x.arg, x.src[0]) if x.op is Op.VIEW else (None, x)
+    if mul.op is not Op.MUL or any(u is not x and u is not mm for u in users[id(mul)]) or (
+            outer is not None and any(u is not mm for u in users[id(x)])):
+        return x
+    a, c = next(((a, b) for a, b in (mul.src, mul.src[::-1]) if type(_scalar(b)) is float), (None, None))
+    if a is None or a.op is not Op.VIEW or a.arg.mask is not None:
+        return x
+    const = c.src[0] if c.op is Op.VIEW else c
+
+    def times_c(n: Node) -> Node:
+        scalar = Node(Op.VIEW, c.dtype, n.shape, (const,), ShapeTracker(n.shape, (0,) * len(n.shape), 0))
+        return Node(Op.MUL, mul.dtype, n.shape, (n, scalar) if mul.src[0] is a else (scalar, n), mul.arg)
+
+    base = a.src[0]
+    if base.op is Op.CONTIGUOUS and base.src[0].op is Op.VIEW and all(u is a for u in users[id(base)]):
+        wide = base.src[0]  # repeat_kv's copy: the Mul on what it repeats, the copy kept for `_unrepeated`
+        found = _scaled_once(wide.arg, wide.src[0], times_c)
+        if found is None:
+            return x
+        again = Node(Op.VIEW, wide.dtype, wide.shape, (found[0],), found[1])
+        copy, view = Node(Op.CONTIGUOUS, base.dtype, base.shape, (again,), base.arg), a.arg
+    else:
+        found = _scaled_once(a.arg, base, times_c)
+        if found is None:
+            return x
+        copy, view = found
+    composed = None if outer is None else compose(outer, view)
+    # through the MatMul's own view where the two compose; else at the Mul's shape (the MatMul's
+    # reshape of the batch merges dims the source's order keeps apart), which `_match` reshapes
+    read = (Node(Op.VIEW, x.dtype, x.shape, (copy,), composed) if composed is not None
+            else Node(Op.VIEW, mul.dtype, mul.shape, (copy,), view))
+    users[id(copy)].append(read)
+    users[id(read)].append(mm)
+    return read
+
+
+def _scaled_once(st: ShapeTracker, src: Node, times_c) -> tuple[Node, ShapeTracker] | None:
+    """(`times_c` of the elements view `st` reads from `src`, each once, in the order they are
+    stored; the view reading it as `st` reads `src`) for `_scaled_at_source`: over src itself
+    where `st` reads all of it (the Mul then joins src's GEMM epilogue); else over the elements
+    `st` reads, its broadcast axes as one, along rows (a kᵀ view's last two axes swapped). None
+    where neither saves a pass (no broadcast, no transpose), or under a mask."""
+    if st.mask is not None:
+        return None
+    bcast = [sym.equal(s, 0) and not sym.equal(d, 1) for d, s in zip(st.shape, st.strides)]
+    narrow = tuple(1 if b else d for d, b in zip(st.shape, bcast))
+    if sym.equal(sym.product(narrow), sym.product(src.shape)):  # a permutation, reshape or broadcast of src
+        return times_c(src), st
+    swap = tuple(range(len(st.shape)))
+    if len(st.shape) >= 2 and sym.equal(st.strides[-2], 1) and not sym.equal(st.strides[-1], 1):
+        swap = (*swap[:-2], swap[-1], swap[-2])  # kᵀ: read as k's rows
+    elif not any(bcast):
+        return None
+    rows = ShapeTracker(narrow, st.strides, st.offset).permute(swap)
+    scaled = times_c(Node(Op.VIEW, src.dtype, rows.shape, (src,), rows))
+    return scaled, ShapeTracker.contiguous(rows.shape).permute(swap).expand(st.shape)
+
+
 def _safe_select(x: Node, s_candidates) -> list[Node] | None:
     """The condition's nodes when `x` is torch's safe-softmax Select(every score of the row (of
     one of `s_candidates`) is -inf, 0, p); None when it is not one."""
@@ -266,7 +335,7 @@ def _match(out: Node, users) -> Node | None:
     if any(u is _OUTSIDE or id(u) not in keep for n in inner for u in users[id(n)]):
         return None  # the scores or probabilities are needed elsewhere: nothing to save
     batch = s.shape[:-2]
-    q, kt = mm.src
+    q, kt = mm.src if group is not None else (_scaled_at_source(x, mm, users) for x in mm.src)
     m, d, dv = mm.shape[-2], q.shape[-1], v.shape[-1]
     repeated = _unrepeated(kt, v, batch, m, users) if group is None else None
     if repeated is not None:  # torch's repeat_kv: k and v read where the copy came from (see `_unrepeated`)

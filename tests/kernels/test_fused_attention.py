@@ -68,6 +68,32 @@ class SoftCap(torch.nn.Module):
         return torch.matmul(torch.softmax(s + mask, dim=-1), v)
 
 
+class Projected(torch.nn.Module):
+    """Causal self-attention as models write it: q, k and v from linear layers (one fused QKV
+    layer where `fused`, k then a part of its output), split into heads, HF's repeat_kv where
+    there are fewer KV heads, torch's SDPA (whose lowering scales q and k by sqrt(scale) each)."""
+
+    def __init__(self, fused: bool, heads: int = 4, kv_heads: int = 4, d: int = 16):
+        super().__init__()
+        self.fused, self.h, self.hk, self.d = fused, heads, kv_heads, d
+        if fused:
+            self.qkv = torch.nn.Linear(heads * d, (heads + 2 * kv_heads) * d)
+        else:
+            self.q, self.k, self.v = (torch.nn.Linear(heads * d, n * d) for n in (heads, kv_heads, kv_heads))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        if self.fused:
+            q, k, v = self.qkv(x).split([self.h * self.d, self.hk * self.d, self.hk * self.d], -1)
+        else:
+            q, k, v = self.q(x), self.k(x), self.v(x)
+        q, k, v = (t.view(b, n, -1, self.d).transpose(1, 2) for t in (q, k, v))
+        group = self.h // self.hk
+        if group > 1:  # HF's repeat_kv: expand, then a reshape that copies
+            k, v = (t[:, :, None].expand(b, self.hk, group, n, self.d).reshape(b, self.h, n, self.d) for t in (k, v))
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, n, -1)
+
+
 def _inputs(b=2, h=3, hk=3, m=37, n=150, d=20, dv=24, mask=None, seed=0):
     g = torch.Generator().manual_seed(seed)
     q, k, v = torch.randn(b, h, m, d, generator=g), torch.randn(b, hk, n, d, generator=g), torch.randn(b, hk, n, dv, generator=g)
@@ -302,8 +328,12 @@ def test_hf_models_fuse_every_layer(family, monkeypatch):
     assert count == 2
     # no float buffer of the scores' size (Llama's position ids come from a cumsum the builder
     # spells as a triangular sum: an integer [2, 20, 20], attention's business it is not)
-    assert not [x for x in toposort(cm.compiled.outputs) if x.op not in (Op.INPUT, Op.VIEW) and x.dtype.is_float
+    nodes = toposort(cm.compiled.outputs)
+    assert not [x for x in nodes if x.op not in (Op.INPUT, Op.VIEW) and x.dtype.is_float
                 and len(x.shape) >= 2 and tuple(x.shape[-2:]) == (20, 20)]
+    # k scaled where it is stored (`attention._scaled_at_source`): no transposed copy of k, none per query head
+    assert not [x for x in nodes if x.op not in (Op.INPUT, Op.VIEW) and tuple(x.shape[-2:]) == (16, 20)]
+    assert not [x for x in nodes if x.op is Op.CONTIGUOUS and len(x.shape) == 5]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
 
 
@@ -432,3 +462,36 @@ def test_hf_gemma2_soft_capped_attention_fuses_every_layer(monkeypatch):
         got = cm(ids).logits.numpy()
     assert count == 2
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fused,kv_heads", [(False, 4), (False, 2), (True, 4), (True, 1)],
+                         ids=["projections", "projections_gqa", "fused_qkv", "fused_qkv_mqa"])
+def test_q_and_k_scaled_where_they_are_stored(fused, kv_heads, device, monkeypatch):
+    """torch's SDPA lowering scales q and k by sqrt(scale) each: those Muls run where q and k are
+    stored (`attention._scaled_at_source`): no transposed copy of k, none per query head of a
+    group (the op reads the KV heads in place under batch (b, KV heads, G)), a projection's
+    scale in its GEMM's epilogue; torch's values, NaN where torch's are."""
+    torch.manual_seed(0)
+    model = Projected(fused, kv_heads=kv_heads).eval()
+    x = torch.randn(2, 40, 64)
+    x[1, 30, 5] = torch.nan  # q, k and v of one position NaN
+    with torch.no_grad():
+        want = model(x).numpy()
+    cm, count = _compile(model, (x,), device, True, monkeypatch)
+    assert count == 1
+    nodes = toposort(cm.compiled.outputs)
+    assert not [t for t in nodes if t.op not in (Op.INPUT, Op.VIEW) and tuple(t.shape[-2:]) == (16, 40)]  # kᵀ
+    assert not [t for t in nodes if t.op is Op.CONTIGUOUS and len(t.shape) == 5]  # repeat_kv's copies
+    (op,) = [t for t in nodes if t.op is Op.ATTENTION]  # (one KV head: a broadcast view, never copied)
+    assert tuple(op.shape[:-2]) == ((2, kv_heads, 4 // kv_heads) if 1 < kv_heads < 4 else (2, 4))
+    scales = [int(np.prod(t.shape)) for t in nodes if t.op is Op.MUL and t.dtype.is_float and len(t.shape) >= 2]
+    if fused:  # q's Mul on its part of the output, as before; k's on k's rows, once per KV head
+        assert sorted(scales) == sorted([2 * 4 * 40 * 16, 2 * kv_heads * 40 * 16]), scales
+    else:  # both in their projection's GEMM epilogue (a FusedElementwise region each)
+        assert not scales, scales
+    with torch.no_grad():
+        got = cm(x).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got[1]).all() and not np.isnan(got[0]).any()  # (v's NaN at key 30: 0 * NaN in every row's p @ v)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
