@@ -15,9 +15,13 @@ from dataclasses import dataclass
 
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import ConstantArray, Node, Op, toposort
-from luminal.kernels.cublas import GemmDesc
+from luminal.kernels.cublas import GemmDesc, gemv_max_m
 from luminal.kernels.render import CUDA, CUDA_SPECIAL, KernelSpec, inline, render_node
 from luminal.kernels.render.attention import cuda_tiled
+from luminal.kernels.render.cstyle import view_of
+from luminal.kernels.render.gemv import FLOAT_TYPES, GEMV_ROWS
+from luminal.kernels.render.kernels import rendering
+from luminal.kernels.render.matmul import residual_gemv
 
 EXTERN = {Op.MAT_MUL: "gemm"}  # op -> extern step kind
 
@@ -234,11 +238,18 @@ class KernelPlan:
         chosen = inline.choose(sched.nodes, final, cuda_tiled) if inline_producers else frozenset()
         launches: list[KernelSpec] = []
         bodies: dict[str, str] = {}  # kernel name -> source, each distinct body once
+        fused = residual_gemvs(sched.nodes, final, chosen)
+        absorbed = {id(mm) for mm, _ in fused.values()}
         for node in sched.nodes:
-            if id(node) in chosen:
+            if id(node) in chosen or id(node) in absorbed:
                 continue
             with inline.inlining(chosen):
-                specs = render_node(node, "@KERNEL@", CUDA, CUDA_SPECIAL)
+                if id(node) in fused:  # the GEMV and the Add after it in one launch
+                    mm, other = fused[id(node)]
+                    with rendering(CUDA):
+                        specs = residual_gemv(mm, node, other, "@KERNEL@")
+                else:
+                    specs = render_node(node, "@KERNEL@", CUDA, CUDA_SPECIAL)
             for k in specs:
                 if EXTERN.get(node.op) == "gemm":
                     for v in (k, *k.variants):  # every build of the launch may yield to cuBLAS
@@ -256,6 +267,34 @@ class KernelPlan:
                           {id(n): n for n in sched.nodes if id(n) in chosen})
 
 
+def residual_gemvs(nodes: list[Node], final: list[Node], chosen) -> dict[int, tuple[Node, Node]]:
+    """The Adds one GEMV launch computes with the MatMul they add to (a decode step's residual
+    adds, a linear layer's bias): id(add) -> (matmul, the other operand). The MatMul is float,
+    of a static M the GEMV kernel takes (at most `cublas.gemv_max_m()`, so cuBLAS is never its
+    step), read by that Add alone, whole and in row-major order at the Add's shape, and not an
+    output; neither it, the Add nor the other operand is computed where read (`inline`). The
+    sum is rounded once to the output dtype (the unfused graph rounds the product first: the
+    same bits in f32 and f64, at most an ulp of the sum apart in f16/bf16)."""
+    readers = collections.Counter(id(view_of(s)[0]) for n in nodes for s in n.src)
+    kept = {id(view_of(o)[0]) for o in final} | {id(o) for o in final}
+    rows = min(GEMV_ROWS, gemv_max_m())
+    found = {}
+    for n in nodes:
+        if n.op is not Op.ADD or id(n) in chosen:
+            continue
+        for x, other in (n.src, n.src[::-1]):
+            mm, st = view_of(x)
+            m = mm.shape[-2] if mm.op is Op.MAT_MUL else None
+            if (m is None or mm.dtype not in FLOAT_TYPES or mm.dtype is not n.dtype or not sym.is_static(m) or m > rows
+                    or readers[id(mm)] != 1 or id(mm) in kept or id(mm) in chosen or id(view_of(other)[0]) in chosen):
+                continue
+            if st.mask is None and sym.equal(st.offset, 0) and st.is_contiguous() and sym.equal(
+                    sym.product(mm.shape), sym.product(n.shape)):
+                found[id(n)] = (mm, other)
+                break
+    return found
+
+
 def dedup(k: KernelSpec, node: Node, bodies: dict) -> KernelSpec:
     """`k` renamed to `<op>_<hash of its body>` (a kernel is rendered under a placeholder name);
     its source is recorded once in `bodies` (every dialect's plan)."""
@@ -266,4 +305,4 @@ def dedup(k: KernelSpec, node: Node, bodies: dict) -> KernelSpec:
     return dataclasses.replace(k, name=name, source=source)
 
 
-__all__ = ["EXTERN", "KernelPlan", "Schedule", "dedup", "launch_order"]
+__all__ = ["EXTERN", "KernelPlan", "Schedule", "dedup", "launch_order", "residual_gemvs"]

@@ -119,12 +119,17 @@ def _launch_cost(k, bindings, inlined: dict | None = None) -> tuple[int, int]:
         read[id(base)] = max(read.get(id(base), 0), n * base.dtype.itemsize)
 
     written, flops = out_n * size, out_n
-    if node.op is Op.MAT_MUL:
-        a, b = node.src
+    gemm = getattr(k, "gemm", None)  # a MatMul computed before the launch's epilogue (never stored)
+    if node.op is Op.MAT_MUL or gemm is not None:
+        a, b = (gemm or node).src
         kdim = int(sym.evaluate(a.shape[-1], bindings))
         reads(a, _numel(a.shape, bindings))
         reads(b, _numel(b.shape, bindings))
         flops = 2 * out_n * kdim
+        if gemm is not None:  # its epilogue's other operand (a residual, a bias), one add an element
+            for s in node.src:
+                reads(s, out_n)
+            flops += out_n
     elif node.op is Op.ATTENTION and k.inputs and is_partials(k.inputs[-1]):  # split-K's second launch:
         reads(k.inputs[-1], _numel(k.inputs[-1].shape, bindings))  # the chunks' partials, rescaled and summed
         flops = 3 * _numel(k.inputs[-1].shape, bindings)
@@ -177,7 +182,7 @@ def roofline(plan, bindings: dict[str, int], gpu: str | GPU = "h200", *, tf32: b
         if int(sym.evaluate(k.grid, bindings)) <= 0 or _numel(k.output.shape, bindings) == 0:
             continue  # the runtime skips it too
         nbytes, flops = _launch_cost(k, bindings, getattr(plan, "inlined", None))
-        cls = kernel_class(k.output.op)
+        cls = kernel_class(Op.MAT_MUL if getattr(k, "gemm", None) is not None else k.output.op)
         peak = spec.gemm_peak(k.output.dtype.short, tf32) if cls == "gemm" else spec.fp32
         memory_us, compute_us = nbytes / spec.bandwidth * 1e6, flops / peak * 1e6
         rows.append({"kernel": k.name, "class": cls, "bytes": int(nbytes), "flops": int(flops),

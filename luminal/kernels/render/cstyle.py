@@ -320,6 +320,7 @@ class KernelSpec:
     variants: list = field(default_factory=list)  # other builds of this launch (same arguments)
     chooser: object = None  # bindings -> index into [self, *variants]: picked per binding
     wide: KernelSpec | None = None  # the build accumulating in double: precision "float64" without the extern
+    gemm: Node | None = None  # the MatMul a launch computes before its epilogue (`plan.residual_gemvs`): never stored
 
     def pick(self, bindings: dict) -> KernelSpec:
         """The build of this launch for `bindings` (32- or 64-bit index math, GEMV or tiles)."""

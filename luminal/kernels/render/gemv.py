@@ -35,11 +35,27 @@ WARP_K_BYTES = 2048  # a k-contiguous row of B at most this long gets a warp, no
 FLOAT_TYPES = (DType.F32, DType.F16, DType.BF16, DType.F64)
 
 
-def gemv(node, name) -> list[KernelSpec]:
+def gemv(node, name, acc: str | None = None, residual: tuple | None = None) -> list[KernelSpec]:
+    """The GEMV kernel of MatMul `node`, accumulating in `acc` (default: float, double for f64).
+    `residual` (out, r): the launch computes `out` = Add(node, r) instead, r added to each sum
+    before its one rounding to out's dtype (`plan.residual_gemvs`: the MatMul never stored)."""
     a, b = node.src
+    out = node if residual is None else residual[0]
     inputs = buffer_sources(node)
     symbols = symbols_of(node)
-    acc_t = "double" if node.dtype is DType.F64 else "float"
+    if residual is not None:
+        inputs += [x for x in buffer_sources(out, [residual[1]]) if all(x is not y for y in inputs)]
+        symbols += [x for x in symbols_of(out) if x not in symbols]
+    acc_t = "double" if node.dtype is DType.F64 or acc == "double" else "float"
+
+    def put(at: str, value: str) -> str:
+        """The statement storing sum `value` as output element `at` (plus r's element there)."""
+        if residual is None:
+            return f"out[{at}] = {store_value(node.dtype, value)};"
+        names, lines = unravel("f_", out.shape, "e")
+        r_at = read(residual[1], names, pointer_of(residual[1], inputs))
+        return (f"{{ const long long f_ = {at}; {' '.join(lines)} "
+                f"out[f_] = {store_value(out.dtype, f'{value} + ({acc_t})({r_at})')}; }}")
     batch = node.shape[:-2]
     m, n, k = node.shape[-2], node.shape[-1], a.shape[-1]
     rows = min(GEMV_ROWS, m) if sym.is_static(m) else GEMV_ROWS
@@ -52,8 +68,8 @@ def gemv(node, name) -> list[KernelSpec]:
     n_batch = sym.product(batch)
     _, b_st = view_of(b)
     _, a_st = view_of(a)
-    reduce = _reduction(rows, acc_t, f"out[{out_base} + r * N + col]", store_value(node.dtype, "s"))
-    head = f"""{signature(name, node, inputs, symbols, False)} {{
+    reduce = _reduction(rows, acc_t, put(f"{out_base} + r * N + col", "s"))
+    head = f"""{signature(name, out, inputs, symbols, False)} {{
   __shared__ {acc_t} part[{GEMV_WARPS}][{rows}];
   const long long M = {c_dim(m)}, K = {c_dim(k)}, N = {c_dim(n)};
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -73,7 +89,7 @@ def gemv(node, name) -> list[KernelSpec]:
   for (int r = 0; r < {rows}; ++r) {{
     {acc_t} s = acc[r];
     for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
-    if (lane == 0 && r < M) out[{out_base} + r * N + col] = {store_value(node.dtype, "s")};
+    if (lane == 0 && r < M) {put(f"{out_base} + r * N + col", "s")}
   }}
   (void)part;
 }}
@@ -125,7 +141,7 @@ def gemv(node, name) -> list[KernelSpec]:
     if (threadIdx.x < {cols} && c < N && r < M) {{
       {acc_t} s = 0;
       for (int w = 0; w < {GEMV_WARPS}; ++w) s += red[w][threadIdx.x];
-      out[{out_base} + r * N + c] = {store_value(node.dtype, "s")};
+      {put(f"{out_base} + r * N + c", "s")}
     }}
     __syncthreads();
   }}
@@ -133,7 +149,8 @@ def gemv(node, name) -> list[KernelSpec]:
 }}
 """
         grid = sym.norm(n_batch * sym.ceildiv(n, cols))
-    return [KernelSpec(name, code, node, inputs, symbols, grid, GEMV_THREADS, dtypes=dtypes_of(node))]
+    return [KernelSpec(name, code, out, inputs, symbols, grid, GEMV_THREADS, dtypes=dtypes_of(node) | dtypes_of(out),
+                       gemm=None if residual is None else node)]
 
 
 def _column_lanes(node, b) -> int:
@@ -220,7 +237,7 @@ def _vector_loop(node, a, b, inputs, bnames, rows, acc_t, tid: str, step: int) -
   }}"""
 
 
-def _reduction(rows: int, acc_t: str, out_at: str, store: str) -> str:
+def _reduction(rows: int, acc_t: str, store: str) -> str:
     """Each row's partial sums: a shuffle tree per warp, then warp 0 adds the warps' totals."""
     return f"""#pragma unroll
   for (int r = 0; r < {rows}; ++r) {{
@@ -233,5 +250,5 @@ def _reduction(rows: int, acc_t: str, out_at: str, store: str) -> str:
     int r = threadIdx.x;
     {acc_t} s = 0;
     for (int w = 0; w < {GEMV_WARPS}; ++w) s += part[w][r];
-    {out_at} = {store};
+    {store}
   }}"""

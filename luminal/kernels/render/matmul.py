@@ -45,6 +45,16 @@ def matmul(node, name) -> list[KernelSpec]:
     return [spec]
 
 
+def residual_gemv(mm, out, r, name) -> list[KernelSpec]:
+    """The launch of `out` = Add(MatMul `mm`, r) for a GEMV's M (`plan.residual_gemvs`): the GEMV
+    kernel adding r to each sum before its one rounding, and its build accumulating in double
+    (precision "float64")."""
+    (spec,) = gemv(mm, name, residual=(out, r))
+    if mm.dtype is not DType.F64:
+        (spec.wide,) = gemv(mm, f"{name}_f64acc", acc="double", residual=(out, r))
+    return [spec]
+
+
 def _matmul(node, name, acc: str | None = None) -> list[KernelSpec]:
     """The tiled kernel (a warp per output for an integer M = 1), accumulating in `acc` (by
     default the output's compute type: float for f16/bf16)."""
