@@ -14,14 +14,14 @@ import hashlib
 from dataclasses import dataclass
 
 from luminal.hlir import symbolic as sym
-from luminal.hlir.ops import ConstantArray, Node, Op, toposort
+from luminal.hlir.ops import POINTWISE, ConstantArray, Node, Op, toposort
 from luminal.kernels.cublas import GemmDesc, gemv_max_m
 from luminal.kernels.render import CUDA, CUDA_SPECIAL, KernelSpec, inline, render_node
 from luminal.kernels.render.attention import cuda_tiled
-from luminal.kernels.render.cstyle import view_of
+from luminal.kernels.render.cstyle import is_inline_scalar, view_of
 from luminal.kernels.render.gemv import FLOAT_TYPES, GEMV_ROWS
 from luminal.kernels.render.kernels import rendering
-from luminal.kernels.render.matmul import residual_gemv
+from luminal.kernels.render.matmul import pair_gemv, residual_gemv
 
 EXTERN = {Op.MAT_MUL: "gemm"}  # op -> extern step kind
 
@@ -238,8 +238,10 @@ class KernelPlan:
         chosen = inline.choose(sched.nodes, final, cuda_tiled) if inline_producers else frozenset()
         launches: list[KernelSpec] = []
         bodies: dict[str, str] = {}  # kernel name -> source, each distinct body once
-        fused = residual_gemvs(sched.nodes, final, chosen)
-        absorbed = {id(mm) for mm, _ in fused.values()}
+        pairs = pair_gemvs(sched.nodes, final, chosen)
+        absorbed = {id(mm) for two in pairs.values() for mm in two}
+        fused = residual_gemvs(sched.nodes, final, chosen, absorbed)
+        absorbed |= {id(mm) for mm, _ in fused.values()}
         for node in sched.nodes:
             if id(node) in chosen or id(node) in absorbed:
                 continue
@@ -248,6 +250,9 @@ class KernelPlan:
                     mm, other = fused[id(node)]
                     with rendering(CUDA):
                         specs = residual_gemv(mm, node, other, "@KERNEL@")
+                elif id(node) in pairs:  # two GEMVs of one A and the pointwise node of the two
+                    with rendering(CUDA):
+                        specs = pair_gemv(*pairs[id(node)], node, "@KERNEL@")
                 else:
                     specs = render_node(node, "@KERNEL@", CUDA, CUDA_SPECIAL)
             for k in specs:
@@ -267,14 +272,59 @@ class KernelPlan:
                           {id(n): n for n in sched.nodes if id(n) in chosen})
 
 
-def residual_gemvs(nodes: list[Node], final: list[Node], chosen) -> dict[int, tuple[Node, Node]]:
+def _gemv_operand(x: Node, n: Node, readers, kept, chosen, rows: int) -> Node | None:
+    """The MatMul `x` views, where one GEMV launch may compute it in the epilogue of `n`: float,
+    `n`'s dtype, a static M of at most `rows`, read by `n` alone (`readers`), whole and in
+    row-major order at `n`'s shape, not an output (`kept`) nor computed where read (`chosen`)."""
+    mm, st = view_of(x)
+    if mm.op is not Op.MAT_MUL or mm.dtype not in FLOAT_TYPES or mm.dtype is not n.dtype:
+        return None
+    m = mm.shape[-2]
+    if not sym.is_static(m) or m > rows or readers[id(mm)] != 1 or id(mm) in kept or id(mm) in chosen:
+        return None
+    whole = st.mask is None and sym.equal(st.offset, 0) and st.is_contiguous()
+    return mm if whole and sym.equal(sym.product(mm.shape), sym.product(n.shape)) else None
+
+
+def pair_gemvs(nodes: list[Node], final: list[Node], chosen) -> dict[int, tuple[Node, Node]]:
+    """Pointwise nodes of two GEMVs of the same A and nothing else but scalars (a decode step's
+    SwiGLU: silu(x @ gate) * (x @ up)), each GEMV as `_gemv_operand` takes it and its B
+    contiguous along K (a linear layer's weight): id(node) -> (matmul, matmul). One launch sums
+    both over one pass of A and computes the node from the two sums, each rounded to its dtype
+    first as the unfused launches store them: the unfused bits."""
+    readers = collections.Counter(id(view_of(s)[0]) for n in nodes for s in n.src)
+    kept = {id(view_of(o)[0]) for o in final} | {id(o) for o in final}
+    rows = min(GEMV_ROWS, gemv_max_m())
+    found = {}
+    for n in nodes:
+        if (n.op not in POINTWISE and n.op is not Op.FUSED_ELEMENTWISE) or id(n) in chosen or n.dtype not in FLOAT_TYPES:
+            continue
+        bases = [view_of(s)[0] for s in n.src]
+        mms = [b for i, b in enumerate(bases) if not is_inline_scalar(b) and all(b is not c for c in bases[:i])]
+        if len(mms) != 2 or any(_gemv_operand(s, n, readers, kept, chosen, rows) is None
+                                for s in n.src if not is_inline_scalar(view_of(s)[0])):
+            continue
+        a, b = mms
+        if a.src[0] is not b.src[0] or not _same(a.shape, b.shape):
+            continue
+        if all(view_of(x.src[1])[1].mask is None and sym.equal(view_of(x.src[1])[1].strides[-2], 1) for x in mms):
+            found[id(n)] = (a, b)
+    return found
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(sym.equal(x, y) for x, y in zip(a, b))
+
+
+def residual_gemvs(nodes: list[Node], final: list[Node], chosen, taken=frozenset()) -> dict[int, tuple[Node, Node]]:
     """The Adds one GEMV launch computes with the MatMul they add to (a decode step's residual
     adds, a linear layer's bias): id(add) -> (matmul, the other operand). The MatMul is float,
     of a static M the GEMV kernel takes (at most `cublas.gemv_max_m()`, so cuBLAS is never its
     step), read by that Add alone, whole and in row-major order at the Add's shape, and not an
     output; neither it, the Add nor the other operand is computed where read (`inline`). The
     sum is rounded once to the output dtype (the unfused graph rounds the product first: the
-    same bits in f32 and f64, at most an ulp of the sum apart in f16/bf16)."""
+    same bits in f32 and f64, at most an ulp of the sum apart in f16/bf16). `taken`: MatMuls a
+    `pair_gemvs` launch computes."""
     readers = collections.Counter(id(view_of(s)[0]) for n in nodes for s in n.src)
     kept = {id(view_of(o)[0]) for o in final} | {id(o) for o in final}
     rows = min(GEMV_ROWS, gemv_max_m())
@@ -283,13 +333,8 @@ def residual_gemvs(nodes: list[Node], final: list[Node], chosen) -> dict[int, tu
         if n.op is not Op.ADD or id(n) in chosen:
             continue
         for x, other in (n.src, n.src[::-1]):
-            mm, st = view_of(x)
-            m = mm.shape[-2] if mm.op is Op.MAT_MUL else None
-            if (m is None or mm.dtype not in FLOAT_TYPES or mm.dtype is not n.dtype or not sym.is_static(m) or m > rows
-                    or readers[id(mm)] != 1 or id(mm) in kept or id(mm) in chosen or id(view_of(other)[0]) in chosen):
-                continue
-            if st.mask is None and sym.equal(st.offset, 0) and st.is_contiguous() and sym.equal(
-                    sym.product(mm.shape), sym.product(n.shape)):
+            mm = _gemv_operand(x, n, readers, kept, chosen, rows)
+            if mm is not None and id(mm) not in taken and id(view_of(other)[0]) not in chosen:
                 found[id(n)] = (mm, other)
                 break
     return found
@@ -305,4 +350,4 @@ def dedup(k: KernelSpec, node: Node, bodies: dict) -> KernelSpec:
     return dataclasses.replace(k, name=name, source=source)
 
 
-__all__ = ["EXTERN", "KernelPlan", "Schedule", "dedup", "launch_order", "residual_gemvs"]
+__all__ = ["EXTERN", "KernelPlan", "Schedule", "dedup", "launch_order", "pair_gemvs", "residual_gemvs"]

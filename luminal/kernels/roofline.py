@@ -119,17 +119,20 @@ def _launch_cost(k, bindings, inlined: dict | None = None) -> tuple[int, int]:
         read[id(base)] = max(read.get(id(base), 0), n * base.dtype.itemsize)
 
     written, flops = out_n * size, out_n
-    gemm = getattr(k, "gemm", None)  # a MatMul computed before the launch's epilogue (never stored)
+    gemm = getattr(k, "gemm", None)  # MatMul(s) computed before the launch's epilogue (never stored)
     if node.op is Op.MAT_MUL or gemm is not None:
-        a, b = (gemm or node).src
-        kdim = int(sym.evaluate(a.shape[-1], bindings))
-        reads(a, _numel(a.shape, bindings))
-        reads(b, _numel(b.shape, bindings))
-        flops = 2 * out_n * kdim
-        if gemm is not None:  # its epilogue's other operand (a residual, a bias), one add an element
+        products = gemm if isinstance(gemm, tuple) else (gemm or node,)
+        flops = 0
+        for mm in products:
+            a, b = mm.src
+            reads(a, _numel(a.shape, bindings))
+            reads(b, _numel(b.shape, bindings))
+            flops += 2 * _numel(mm.shape, bindings) * int(sym.evaluate(a.shape[-1], bindings))
+        if gemm is not None:  # the epilogue: its other operands (a residual, a bias), an op an element
             for s in node.src:
                 reads(s, out_n)
-            flops += out_n
+            ops = sum(1 for e in node.arg.toposort() if e.op not in (Op.INPUT, Op.CONSTANT)) if node.op is Op.FUSED_ELEMENTWISE else 1
+            flops += ops * out_n
     elif node.op is Op.ATTENTION and k.inputs and is_partials(k.inputs[-1]):  # split-K's second launch:
         reads(k.inputs[-1], _numel(k.inputs[-1].shape, bindings))  # the chunks' partials, rescaled and summed
         flops = 3 * _numel(k.inputs[-1].shape, bindings)

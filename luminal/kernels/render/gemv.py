@@ -16,10 +16,12 @@ from luminal.hlir.shape import contiguous_strides
 from luminal.kernels.render.cexpr import c_dim
 from luminal.kernels.render.cstyle import (
     KernelSpec,
+    active,
     buffer_sources,
     dtypes_of,
     load_value,
     pointer_of,
+    pointwise_value,
     read,
     signature,
     store_value,
@@ -27,6 +29,7 @@ from luminal.kernels.render.cstyle import (
     unravel,
     view_of,
 )
+from luminal.kernels.render.cstyle import lanes as preloaded
 
 GEMV_ROWS = 8  # the most rows (M) one GEMV launch accumulates
 GEMV_THREADS = 256
@@ -35,27 +38,39 @@ WARP_K_BYTES = 2048  # a k-contiguous row of B at most this long gets a warp, no
 FLOAT_TYPES = (DType.F32, DType.F16, DType.BF16, DType.F64)
 
 
-def gemv(node, name, acc: str | None = None, residual: tuple | None = None) -> list[KernelSpec]:
+def gemv(node, name, acc: str | None = None, residual: tuple | None = None, pair: tuple | None = None) -> list[KernelSpec]:
     """The GEMV kernel of MatMul `node`, accumulating in `acc` (default: float, double for f64).
     `residual` (out, r): the launch computes `out` = Add(node, r) instead, r added to each sum
-    before its one rounding to out's dtype (`plan.residual_gemvs`: the MatMul never stored)."""
+    before its one rounding to out's dtype (`plan.residual_gemvs`: the MatMul never stored).
+    `pair` (mm2, out): a second MatMul of the same A (k-contiguous Bs: a SwiGLU's gate and up)
+    summed beside the first, and `out`, a pointwise node of the two, computed from both sums
+    each rounded to its dtype, as the unfused launches would store them (`plan.pair_gemvs`)."""
     a, b = node.src
-    out = node if residual is None else residual[0]
+    out = residual[0] if residual is not None else pair[1] if pair is not None else node
     inputs = buffer_sources(node)
     symbols = symbols_of(node)
-    if residual is not None:
-        inputs += [x for x in buffer_sources(out, [residual[1]]) if all(x is not y for y in inputs)]
-        symbols += [x for x in symbols_of(out) if x not in symbols]
+    if residual is not None or pair is not None:
+        extra = buffer_sources(out, [residual[1]]) if residual is not None else buffer_sources(pair[0])
+        inputs += [x for x in extra if all(x is not y for y in inputs)]
+        symbols += [x for x in symbols_of(out) + (symbols_of(pair[0]) if pair else []) if x not in symbols]
     acc_t = "double" if node.dtype is DType.F64 or acc == "double" else "float"
+    accs = ("acc", "acc2") if pair is not None else ("acc",)
 
-    def put(at: str, value: str) -> str:
-        """The statement storing sum `value` as output element `at` (plus r's element there)."""
-        if residual is None:
-            return f"out[{at}] = {store_value(node.dtype, value)};"
+    def put(at: str) -> str:
+        """The statement storing the sums `s` (and `s2`) as output element `at`."""
+        if residual is None and pair is None:
+            return f"out[{at}] = {store_value(node.dtype, 's')};"
         names, lines = unravel("f_", out.shape, "e")
-        r_at = read(residual[1], names, pointer_of(residual[1], inputs))
-        return (f"{{ const long long f_ = {at}; {' '.join(lines)} "
-                f"out[f_] = {store_value(out.dtype, f'{value} + ({acc_t})({r_at})')}; }}")
+        head = f"const long long f_ = {at}; {' '.join(lines)}"
+        if residual is not None:
+            r_at = read(residual[1], names, pointer_of(residual[1], inputs))
+            return f"{{ {head} out[f_] = {store_value(out.dtype, f's + ({acc_t})({r_at})')}; }}"
+        t = active().ctype(node.dtype)
+        with preloaded({id(x): "v0" if view_of(x)[0] is node else "v1" for x in out.src
+                        if view_of(x)[0] is node or view_of(x)[0] is pair[0]}):
+            value = pointwise_value(out, names, inputs)
+        return (f"{{ {head} const {t} v0 = {store_value(node.dtype, 's')}; const {t} v1 = {store_value(node.dtype, 's2')}; "
+                f"out[f_] = {store_value(out.dtype, value)}; }}")
     batch = node.shape[:-2]
     m, n, k = node.shape[-2], node.shape[-1], a.shape[-1]
     rows = min(GEMV_ROWS, m) if sym.is_static(m) else GEMV_ROWS
@@ -68,17 +83,19 @@ def gemv(node, name, acc: str | None = None, residual: tuple | None = None) -> l
     n_batch = sym.product(batch)
     _, b_st = view_of(b)
     _, a_st = view_of(a)
-    reduce = _reduction(rows, acc_t, put(f"{out_base} + r * N + col", "s"))
-    head = f"""{signature(name, out, inputs, symbols, False)} {{
-  __shared__ {acc_t} part[{GEMV_WARPS}][{rows}];
+    reduce = _reduction(rows, acc_t, put(f"{out_base} + r * N + col"), accs)
+    parts = "".join(f"\n  __shared__ {acc_t} {p}[{GEMV_WARPS}][{rows}];" for p in _parts(accs))
+    head = f"""{signature(name, out, inputs, symbols, False)} {{{parts}
   const long long M = {c_dim(m)}, K = {c_dim(k)}, N = {c_dim(n)};
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  {acc_t} acc[{rows}];
+  {acc_t} {", ".join(f"{x}[{rows}]" for x in accs)};
   #pragma unroll
-  for (int r = 0; r < {rows}; ++r) acc[r] = 0;"""
+  for (int r = 0; r < {rows}; ++r) {{ {" ".join(f"{x}[r] = 0;" for x in accs)} }}"""
     small_k = sym.is_static(k) and k * node.dtype.itemsize <= WARP_K_BYTES
     if sym.equal(b_st.strides[-2], 1) and b_st.mask is None and a_st.mask is None and small_k:
-        vec = _vector_loop(node, a, b, inputs, bnames, rows, acc_t, "lane", 32)
+        vec = _vectors(node, a, b, pair, inputs, bnames, rows, acc_t, "lane", 32)
+        sums = " ".join(f"{acc_t} {v} = {x}[r]; for (int off = 16; off > 0; off >>= 1) {v} += __shfl_down_sync(0xffffffffu, {v}, off);"
+                        for x, v in zip(accs, _sums(accs)))
         code = f"""{head}
   long long tiles = (N + {GEMV_WARPS - 1}) / {GEMV_WARPS};  // a warp per column: K is short
   long long col = (blockIdx.x % tiles) * {GEMV_WARPS} + warp, bz = blockIdx.x / tiles;
@@ -87,16 +104,15 @@ def gemv(node, name, acc: str | None = None, residual: tuple | None = None) -> l
   {vec}
   #pragma unroll
   for (int r = 0; r < {rows}; ++r) {{
-    {acc_t} s = acc[r];
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
-    if (lane == 0 && r < M) {put(f"{out_base} + r * N + col", "s")}
+    {sums}
+    if (lane == 0 && r < M) {put(f"{out_base} + r * N + col")}
   }}
-  (void)part;
+  {" ".join(f"(void){p};" for p in _parts(accs))}
 }}
 """
         grid = sym.norm(n_batch * sym.ceildiv(n, GEMV_WARPS))
     elif sym.equal(b_st.strides[-2], 1) and b_st.mask is None and a_st.mask is None:
-        vec = _vector_loop(node, a, b, inputs, bnames, rows, acc_t, "threadIdx.x", GEMV_THREADS)
+        vec = _vectors(node, a, b, pair, inputs, bnames, rows, acc_t, "threadIdx.x", GEMV_THREADS)
         code = f"""{head}
   long long col = blockIdx.x % N, bz = blockIdx.x / N;
   {bl}
@@ -141,7 +157,7 @@ def gemv(node, name, acc: str | None = None, residual: tuple | None = None) -> l
     if (threadIdx.x < {cols} && c < N && r < M) {{
       {acc_t} s = 0;
       for (int w = 0; w < {GEMV_WARPS}; ++w) s += red[w][threadIdx.x];
-      {put(f"{out_base} + r * N + c", "s")}
+      {put(f"{out_base} + r * N + c")}
     }}
     __syncthreads();
   }}
@@ -149,8 +165,8 @@ def gemv(node, name, acc: str | None = None, residual: tuple | None = None) -> l
 }}
 """
         grid = sym.norm(n_batch * sym.ceildiv(n, cols))
-    return [KernelSpec(name, code, out, inputs, symbols, grid, GEMV_THREADS, dtypes=dtypes_of(node) | dtypes_of(out),
-                       gemm=None if residual is None else node)]
+    gemm = (node, pair[0]) if pair is not None else node if residual is not None else None
+    return [KernelSpec(name, code, out, inputs, symbols, grid, GEMV_THREADS, dtypes=dtypes_of(node) | dtypes_of(out), gemm=gemm)]
 
 
 def _column_lanes(node, b) -> int:
@@ -184,7 +200,23 @@ def _column_loads(node, b, inputs, bnames, v, acc_t, b_at) -> str:
     }}"""
 
 
-def _vector_loop(node, a, b, inputs, bnames, rows, acc_t, tid: str, step: int) -> str:
+def _vectors(node, a, b, pair, inputs, bnames, rows, acc_t, tid: str, step: int) -> str:
+    """`_vector_loop` of each MatMul of the launch (`pair`: the second's into acc2)."""
+    loops = [_vector_loop(node, a, b, inputs, bnames, rows, acc_t, tid, step)]
+    if pair is not None:
+        loops.append(_vector_loop(pair[0], a, pair[0].src[1], inputs, bnames, rows, acc_t, tid, step, "acc2"))
+    return "\n  ".join(f"{{ {x} }}" for x in loops)
+
+
+def _sums(accs) -> list[str]:
+    return ["s" if x == "acc" else "s" + x[3:] for x in accs]
+
+
+def _parts(accs) -> list[str]:
+    return ["part" + x[3:] for x in accs]
+
+
+def _vector_loop(node, a, b, inputs, bnames, rows, acc_t, tid: str, step: int, acc: str = "acc") -> str:
     """The split-K loop of the k-contiguous form over `step` threads (`tid` the thread's index
     among them): 16-byte loads when every row is aligned."""
     base_a, a_st = view_of(a)
@@ -203,7 +235,7 @@ def _vector_loop(node, a, b, inputs, bnames, rows, acc_t, tid: str, step: int) -
       {acc_t} bv = ({acc_t})({load_value(base_b.dtype, "bp[kk]")});
       #pragma unroll
       for (int r = 0; r < {rows}; ++r)
-        if (r < M) acc[r] += ({acc_t})({read(a, bnames + ["r", "kk"], pa)}) * bv;
+        if (r < M) {acc}[r] += ({acc_t})({read(a, bnames + ["r", "kk"], pa)}) * bv;
     }}"""
     if not a_contig:
         return f"""const {s_t}* bp = {pb} + {addr(b_st, "0", "col")};
@@ -222,7 +254,7 @@ def _vector_loop(node, a, b, inputs, bnames, rows, acc_t, tid: str, step: int) -
           *(uint4*)av = *(const uint4*)(ap + r * {a_row} + q * {lanes});
           #pragma unroll
           for (int j = 0; j < {lanes}; ++j)
-            acc[r] += ({acc_t})({load_value(base_a.dtype, "av[j]")}) * ({acc_t})({load_value(base_b.dtype, "bv[j]")});
+            {acc}[r] += ({acc_t})({load_value(base_a.dtype, "av[j]")}) * ({acc_t})({load_value(base_b.dtype, "bv[j]")});
         }}
       }}
     }}
@@ -230,25 +262,25 @@ def _vector_loop(node, a, b, inputs, bnames, rows, acc_t, tid: str, step: int) -
       {acc_t} bv = ({acc_t})({load_value(base_b.dtype, "bp[kk]")});
       #pragma unroll
       for (int r = 0; r < {rows}; ++r)
-        if (r < M) acc[r] += ({acc_t})({load_value(base_a.dtype, f"ap[r * {a_row} + kk]")}) * bv;
+        if (r < M) {acc}[r] += ({acc_t})({load_value(base_a.dtype, f"ap[r * {a_row} + kk]")}) * bv;
     }}
   }} else {{
     {scalar}
   }}"""
 
 
-def _reduction(rows: int, acc_t: str, store: str) -> str:
-    """Each row's partial sums: a shuffle tree per warp, then warp 0 adds the warps' totals."""
+def _reduction(rows: int, acc_t: str, store: str, accs=("acc",)) -> str:
+    """Each row's partial sums (of each accumulator): a shuffle tree per warp, then the warps'
+    totals added by a thread per row."""
+    shuffle = " ".join(f"{{ {acc_t} v = {x}[r]; for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off); "
+                       f"if (lane == 0) {p}[warp][r] = v; }}" for x, p in zip(accs, _parts(accs)))
+    total = " ".join(f"{acc_t} {v} = 0; for (int w = 0; w < {GEMV_WARPS}; ++w) {v} += {p}[w][r];"
+                     for v, p in zip(_sums(accs), _parts(accs)))
     return f"""#pragma unroll
-  for (int r = 0; r < {rows}; ++r) {{
-    {acc_t} v = acc[r];
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-    if (lane == 0) part[warp][r] = v;
-  }}
+  for (int r = 0; r < {rows}; ++r) {{ {shuffle} }}
   __syncthreads();
   if (threadIdx.x < {rows} && threadIdx.x < M) {{
     int r = threadIdx.x;
-    {acc_t} s = 0;
-    for (int w = 0; w < {GEMV_WARPS}; ++w) s += part[w][r];
+    {total}
     {store}
   }}"""

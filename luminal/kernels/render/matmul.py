@@ -55,6 +55,15 @@ def residual_gemv(mm, out, r, name) -> list[KernelSpec]:
     return [spec]
 
 
+def pair_gemv(mm, mm2, out, name) -> list[KernelSpec]:
+    """The launch of pointwise `out` of two GEMVs of the same A (`plan.pair_gemvs`: a SwiGLU's
+    gate and up), both summed in one pass over A, and its double-accumulating build."""
+    (spec,) = gemv(mm, name, pair=(mm2, out))
+    if mm.dtype is not DType.F64:
+        (spec.wide,) = gemv(mm, f"{name}_f64acc", acc="double", pair=(mm2, out))
+    return [spec]
+
+
 def _matmul(node, name, acc: str | None = None) -> list[KernelSpec]:
     """The tiled kernel (a warp per output for an integer M = 1), accumulating in `acc` (by
     default the output's compute type: float for f16/bf16)."""

@@ -1,8 +1,9 @@
-"""A decode-sized MatMul and the Add after it (a residual, a linear layer's bias) in one GEMV
-launch on CUDA (`plan.residual_gemvs`, `render/gemv.py`): the sum rounded once to the output
-dtype, against the NumPy runtime and float64 NumPy on the emulator, edge values included; the
-cases that keep two launches (the product read twice or returned, more rows than the GEMV
-takes, a symbolic M); precision "float64"; the roofline's row; NVRTC compiles it."""
+"""Decode-sized MatMuls with the pointwise work after them in one GEMV launch on CUDA: the Add
+after one (a residual, a linear layer's bias: `plan.residual_gemvs`, the sum rounded once) and
+a pointwise node of two that share A (a SwiGLU's gate and up: `plan.pair_gemvs`, each sum
+rounded as its buffer would hold it, so the unfused bits). Against the NumPy runtime, float64
+and the unfused launches on the emulator, edge values included; the cases that keep separate
+launches; precision "float64"; the roofline's rows; NVRTC compiles them."""
 
 import numpy as np
 import pytest
@@ -57,7 +58,8 @@ def _leaves(node):
 
 
 def _fused(plan: KernelPlan) -> list:
-    return [k for k in plan.launches if getattr(k, "gemm", None) is not None]
+    """The launches of a MatMul and the Add after it (`residual_gemvs`)."""
+    return [k for k in plan.launches if isinstance(getattr(k, "gemm", None), Node)]
 
 
 def _cases(dtype):
@@ -198,8 +200,83 @@ def test_nvrtc_compiles_the_fused_kernels():
     if not nvrtc.nvrtc_available():
         pytest.skip("NVRTC wheel not installed")
     outputs = [o for dt in DTYPES for o in _cases(dt)]
-    source = KernelPlan.build(outputs).source
+    sources = [KernelPlan.build(outputs).source]
+    for dt in DTYPES:  # the pairs: a warp per column and a block per column
+        for m, k in ((1, 136), (5, 1040)):
+            plan = _swiglu(m, k, 40, dt, f"nv{m}").compile(device="cuda-emulator").runtime.plan
+            assert any(isinstance(getattr(x, "gemm", None), tuple) for x in plan.launches)
+            sources.append(plan.source)
     for arch in ("sm_80", "sm_90"):
-        binary = nvrtc.compile_cuda(source, arch)
-        assert sum(k.startswith("add_") for k in binary.kernels) >= len(outputs) // 2
-        assert not [k for k, r in binary.kernels.items() if r.spill_stores or r.spill_loads]
+        for source in sources:
+            binary = nvrtc.compile_cuda(source, arch)
+            assert not [k for k, r in binary.kernels.items() if r.spill_stores or r.spill_loads]
+        assert sum(k.startswith("add_") for k in nvrtc.compile_cuda(sources[0], arch).kernels) >= len(outputs) // 2
+
+
+def _swiglu(m, k, n, dtype, tag, gate_k_major=False, other_a=False, third=False):
+    """silu(x @ Wg.T) * (x @ Wu.T), through the builder (its regions make the pointwise node)."""
+    g = lm.Graph(f"swiglu{tag}")
+    x = g.input("x", (m, k), dtype)
+    wg = g.input("wg", (k, n) if gate_k_major else (n, k), dtype)
+    wu = g.input("wu", (n, k), dtype)
+    gate = x @ (wg if gate_k_major else wg.T)
+    up = (g.input("x2", (m, k), dtype) if other_a else x) @ wu.T
+    y = gate.silu() * up
+    if third:
+        y = y * g.input("s", (m, n), dtype)
+    g.output(y)
+    return g
+
+
+def _pairs(compiled):
+    return [k for k in compiled.runtime.plan.launches if isinstance(getattr(k, "gemm", None), tuple)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.short)
+@pytest.mark.parametrize("m,k", [(1, 136), (5, 1040)], ids=["warp_per_column", "block_per_column"])
+def test_swiglu_pair_is_one_launch_with_the_unfused_bits(m, k, dtype, monkeypatch):
+    g = _swiglu(m, k, 40, dtype, f"{m}{k}")
+    compiled = g.compile(device="cuda-emulator")
+    (launch,) = _pairs(compiled)
+    assert not [x for x in compiled.runtime.plan.launches if x.output.op is Op.MAT_MUL]
+    rng = np.random.default_rng(m)
+    feeds = {n.arg: rng.standard_normal(n.shape).astype(n.dtype.numpy) for n in compiled.inputs}
+    feeds["x"].reshape(-1)[:3] = [np.nan, np.inf, -0.0]
+    (got,) = compiled(feeds)
+    import luminal.kernels.plan as plan_module
+
+    monkeypatch.setattr(plan_module, "pair_gemvs", lambda *a: {})
+    unfused = g.compile(device="cuda-emulator")
+    assert not _pairs(unfused) and sum(x.output.op is Op.MAT_MUL for x in unfused.runtime.plan.launches) == 2
+    np.testing.assert_array_equal(got, unfused(feeds)[0])  # each sum rounded as its buffer would hold it
+    want = g.compile(device="numpy")(feeds)[0]
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float64)), np.isnan(want.astype(np.float64)))
+    finite = np.isfinite(want.astype(np.float64))
+    np.testing.assert_allclose(got.astype(np.float64)[finite], want.astype(np.float64)[finite], rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_pairs_need_one_a_k_contiguous_weights_and_nothing_else():
+    """Two GEMVs of different activations, a gate weight stored k-major (column lanes), a third
+    buffer in the pointwise node, more rows than the GEMV takes: separate launches, right values."""
+    f32 = DType.F32
+    for g in (_swiglu(2, 64, 16, f32, "a", other_a=True), _swiglu(2, 64, 16, f32, "b", gate_k_major=True),
+              _swiglu(2, 64, 16, f32, "c", third=True), _swiglu(16, 64, 16, f32, "d")):
+        compiled = g.compile(device="cuda-emulator")
+        assert not _pairs(compiled), g.name
+        rng = np.random.default_rng(0)
+        feeds = {n.arg: rng.standard_normal(n.shape).astype(np.float32) for n in compiled.inputs}
+        np.testing.assert_allclose(compiled(feeds)[0], g.compile(device="numpy")(feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_pair_roofline_and_the_1b_decode_step():
+    g = _swiglu(1, 2048, 8192, DType.BF16, "roof")
+    plan = g.compile(device="cuda-emulator").runtime.plan
+    from luminal.kernels.roofline import roofline
+
+    (row,) = [r for r, k in zip(roofline(plan, {}), plan.launches) if isinstance(getattr(k, "gemm", None), tuple)]
+    assert row["class"] == "gemm" and row["bytes"] == 2 * (2048 + 2 * 2048 * 8192 + 8192)  # x once, both weights, out
+    assert row["flops"] >= 2 * 2 * 2048 * 8192
+    from benchmarks.gpu_models import TINY, build_llama
+
+    plan = KernelPlan.build(build_llama(TINY, "bf16", "decode").compile(device="numpy").outputs)
+    assert sum(isinstance(getattr(k, "gemm", None), tuple) for k in plan.launches) == TINY["layers"]
