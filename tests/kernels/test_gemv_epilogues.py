@@ -201,7 +201,7 @@ def test_nvrtc_compiles_the_fused_kernels():
         pytest.skip("NVRTC wheel not installed")
     outputs = [o for dt in DTYPES for o in _cases(dt)]
     sources = [KernelPlan.build(outputs).source]
-    for dt in DTYPES:  # the pairs: a warp per column and a block per column
+    for dt in (DType.BF16, DType.F64):  # the pairs: a warp per column and a block per column
         for m, k in ((1, 136), (5, 1040)):
             plan = _swiglu(m, k, 40, dt, f"nv{m}").compile(device="cuda-emulator").runtime.plan
             assert any(isinstance(getattr(x, "gemm", None), tuple) for x in plan.launches)
