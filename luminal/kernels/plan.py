@@ -238,9 +238,10 @@ class KernelPlan:
         chosen = inline.choose(sched.nodes, final, cuda_tiled) if inline_producers else frozenset()
         launches: list[KernelSpec] = []
         bodies: dict[str, str] = {}  # kernel name -> source, each distinct body once
-        pairs = pair_gemvs(sched.nodes, final, chosen)
+        operand = _gemv_operands(sched.nodes, final, chosen)
+        pairs = pair_gemvs(sched.nodes, chosen, operand)
         absorbed = {id(mm) for two in pairs.values() for mm in two}
-        fused = residual_gemvs(sched.nodes, final, chosen, absorbed)
+        fused = residual_gemvs(sched.nodes, chosen, operand, absorbed)
         absorbed |= {id(mm) for mm, _ in fused.values()}
         for node in sched.nodes:
             if id(node) in chosen or id(node) in absorbed:
@@ -272,68 +273,64 @@ class KernelPlan:
                           {id(n): n for n in sched.nodes if id(n) in chosen})
 
 
-def _gemv_operand(x: Node, n: Node, readers, kept, chosen, rows: int) -> Node | None:
-    """The MatMul `x` views, where one GEMV launch may compute it in the epilogue of `n`: float,
-    `n`'s dtype, a static M of at most `rows`, read by `n` alone (`readers`), whole and in
-    row-major order at `n`'s shape, not an output (`kept`) nor computed where read (`chosen`)."""
-    mm, st = view_of(x)
-    if mm.op is not Op.MAT_MUL or mm.dtype not in FLOAT_TYPES or mm.dtype is not n.dtype:
-        return None
-    m = mm.shape[-2]
-    if not sym.is_static(m) or m > rows or readers[id(mm)] != 1 or id(mm) in kept or id(mm) in chosen:
-        return None
-    whole = st.mask is None and sym.equal(st.offset, 0) and st.is_contiguous()
-    return mm if whole and sym.equal(sym.product(mm.shape), sym.product(n.shape)) else None
-
-
-def pair_gemvs(nodes: list[Node], final: list[Node], chosen) -> dict[int, tuple[Node, Node]]:
-    """Pointwise nodes of two GEMVs of the same A and nothing else but scalars (a decode step's
-    SwiGLU: silu(x @ gate) * (x @ up)), each GEMV as `_gemv_operand` takes it and its B
-    contiguous along K (a linear layer's weight): id(node) -> (matmul, matmul). One launch sums
-    both over one pass of A and computes the node from the two sums, each rounded to its dtype
-    first as the unfused launches store them: the unfused bits."""
+def _gemv_operands(nodes: list[Node], final: list[Node], chosen):
+    """`operand(x, n)`: the MatMul `x` views, where one GEMV launch may compute it in the epilogue
+    of `n`: float, `n`'s dtype, a static M the GEMV kernel takes (at most `cublas.gemv_max_m()`,
+    so cuBLAS is never its step), read by `n` alone, whole and in row-major order at `n`'s shape,
+    not an output nor computed where read (`chosen`); else None."""
     readers = collections.Counter(id(view_of(s)[0]) for n in nodes for s in n.src)
     kept = {id(view_of(o)[0]) for o in final} | {id(o) for o in final}
     rows = min(GEMV_ROWS, gemv_max_m())
+
+    def operand(x: Node, n: Node) -> Node | None:
+        mm, st = view_of(x)
+        if mm.op is not Op.MAT_MUL or mm.dtype not in FLOAT_TYPES or mm.dtype is not n.dtype:
+            return None
+        m = mm.shape[-2]
+        if not sym.is_static(m) or m > rows or readers[id(mm)] != 1 or id(mm) in kept or id(mm) in chosen:
+            return None
+        whole = st.mask is None and sym.equal(st.offset, 0) and st.is_contiguous()
+        return mm if whole and sym.equal(sym.product(mm.shape), sym.product(n.shape)) else None
+
+    return operand
+
+
+def pair_gemvs(nodes: list[Node], chosen, operand) -> dict[int, tuple[Node, Node]]:
+    """Pointwise nodes of two GEMVs of the same A and nothing else but scalars (a decode step's
+    SwiGLU: silu(x @ gate) * (x @ up)), each GEMV as `operand` (`_gemv_operands`) takes it and its B
+    contiguous along K (a linear layer's weight): id(node) -> (matmul, matmul). One launch sums
+    both over one pass of A and computes the node from the two sums, each rounded to its dtype
+    first as the unfused launches store them: the unfused bits."""
     found = {}
     for n in nodes:
         if (n.op not in POINTWISE and n.op is not Op.FUSED_ELEMENTWISE) or id(n) in chosen or n.dtype not in FLOAT_TYPES:
             continue
         bases = [view_of(s)[0] for s in n.src]
         mms = [b for i, b in enumerate(bases) if not is_inline_scalar(b) and all(b is not c for c in bases[:i])]
-        if len(mms) != 2 or any(_gemv_operand(s, n, readers, kept, chosen, rows) is None
-                                for s in n.src if not is_inline_scalar(view_of(s)[0])):
+        if len(mms) != 2 or any(operand(s, n) is None for s in n.src if not is_inline_scalar(view_of(s)[0])):
             continue
         a, b = mms
-        if a.src[0] is not b.src[0] or not _same(a.shape, b.shape):
+        if a.src[0] is not b.src[0] or len(a.shape) != len(b.shape) or not all(map(sym.equal, a.shape, b.shape)):
             continue
         if all(view_of(x.src[1])[1].mask is None and sym.equal(view_of(x.src[1])[1].strides[-2], 1) for x in mms):
             found[id(n)] = (a, b)
     return found
 
 
-def _same(a, b) -> bool:
-    return len(a) == len(b) and all(sym.equal(x, y) for x, y in zip(a, b))
-
-
-def residual_gemvs(nodes: list[Node], final: list[Node], chosen, taken=frozenset()) -> dict[int, tuple[Node, Node]]:
+def residual_gemvs(nodes: list[Node], chosen, operand, taken=frozenset()) -> dict[int, tuple[Node, Node]]:
     """The Adds one GEMV launch computes with the MatMul they add to (a decode step's residual
-    adds, a linear layer's bias): id(add) -> (matmul, the other operand). The MatMul is float,
-    of a static M the GEMV kernel takes (at most `cublas.gemv_max_m()`, so cuBLAS is never its
-    step), read by that Add alone, whole and in row-major order at the Add's shape, and not an
-    output; neither it, the Add nor the other operand is computed where read (`inline`). The
+    adds, a linear layer's bias): id(add) -> (matmul, the other operand). The MatMul as
+    `operand` (`_gemv_operands`) takes it; neither the Add nor the other operand is computed
+    where read (`inline`). The
     sum is rounded once to the output dtype (the unfused graph rounds the product first: the
     same bits in f32 and f64, at most an ulp of the sum apart in f16/bf16). `taken`: MatMuls a
     `pair_gemvs` launch computes."""
-    readers = collections.Counter(id(view_of(s)[0]) for n in nodes for s in n.src)
-    kept = {id(view_of(o)[0]) for o in final} | {id(o) for o in final}
-    rows = min(GEMV_ROWS, gemv_max_m())
     found = {}
     for n in nodes:
         if n.op is not Op.ADD or id(n) in chosen:
             continue
         for x, other in (n.src, n.src[::-1]):
-            mm = _gemv_operand(x, n, readers, kept, chosen, rows)
+            mm = operand(x, n)
             if mm is not None and id(mm) not in taken and id(view_of(other)[0]) not in chosen:
                 found[id(n)] = (mm, other)
                 break

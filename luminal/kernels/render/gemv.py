@@ -122,6 +122,7 @@ def gemv(node, name, acc: str | None = None, residual: tuple | None = None, pair
 """
         grid = sym.norm(n_batch * n)
     else:
+        assert pair is None, "pair_gemvs takes k-contiguous weights only"
         v = _column_lanes(node, b)
         lanes = 2 if v > 1 else 32  # threads sharing one row of B per step; the others split K
         cols, groups = lanes * v, GEMV_THREADS // lanes
