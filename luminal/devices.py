@@ -52,6 +52,12 @@ class Device:
         return self.launcher is not None
 
     @property
+    def runs_compiled_code(self) -> bool:
+        """Whether the device runs code built for the graph (C, CUDA), whose kernels known sizes
+        make faster; the NumPy reference runs the same array calls at any size."""
+        return self.name != "numpy"
+
+    @property
     def default_precision(self) -> str:
         return self.arithmetic.default
 

@@ -64,12 +64,14 @@ def budget(value) -> float | None:
     return float(value)
 
 
-def options(opts: dict | None, where: str) -> float | None:
-    """The search budget from a frontend's `options` dict (the keys it knows: "search")."""
+def options(opts: dict | None, where: str, more: tuple[str, ...] = ()) -> float | None:
+    """The search budget from a frontend's `options` dict (the keys it knows: "search", and
+    `more`, which the frontend has read)."""
     opts = dict(opts or {})
-    unknown = set(opts) - {"search"}
+    unknown = set(opts) - {"search", *more}
     if unknown:
-        raise OptionError(f"{where}: unknown option(s) {sorted(unknown)}; the options are: 'search' (seconds)")
+        known = ", ".join(["'search' (seconds)", *(repr(k) for k in more)])
+        raise OptionError(f"{where}: unknown option(s) {sorted(unknown)}; the options are: {known}")
     return budget(opts.get("search"))
 
 

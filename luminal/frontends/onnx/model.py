@@ -12,7 +12,7 @@ import onnx
 from luminal import devices
 from luminal.compiler import Report, compile_outputs
 from luminal.errors import InputError, LuminalError
-from luminal.frontends.onnx import boundary, labels, loader, map_inputs, scan_map, staged, zipmap
+from luminal.frontends.onnx import boundary, first_shape, labels, loader, map_inputs, scan_map, staged, zipmap
 from luminal.frontends.onnx.errors import (
     IfNotConvertible,
     NeedsShape,
@@ -64,7 +64,7 @@ class OnnxModel:
 
     def __init__(self, proto, inputs: list[IOInfo], outputs: list[IOInfo], notes: list[str], *,
                  device: devices.Device, optimize, compiled=None, value_inputs=(), shape_inputs=(), defaults=(),
-                 host_form=None):
+                 host_form=None, specialize: bool = False, search: float | None = None):
         self.proto = proto
         self.inputs = inputs
         self.defaults = list(defaults)  # overridable initializers (IOInfo)
@@ -88,6 +88,10 @@ class OnnxModel:
         self._host_shapes: list[str] = []  # the first SHAPES_NOTED shapes the host form served
         self._lock = threading.Lock()  # the caches
         self._build_lock = threading.Lock()  # one compile at a time: a second caller of a new key waits for it
+        self._search = search  # the search budget the graphs compiled at calls get too
+        # one symbolic graph for every shape: the first call's shapes compile static (`first_shape.py`)
+        plain = compiled is not None and not value_inputs and not shape_inputs
+        self._first = first_shape.FirstShape(self._build_static) if specialize and plain and self._dynamic_axes else None
 
     @property
     def input_names(self) -> list[str]:
@@ -104,6 +108,8 @@ class OnnxModel:
         if self.compiled is None:
             raise OnnxInputError(f"this model compiles per value of {list(self.value_inputs)} and per shape of "
                                  f"{list(self.shape_inputs)}; call it first")
+        if self._first is not None:
+            return self._first.report(self.compiled)
         return self.compiled.report()
 
     def _forms(self) -> list[str]:
@@ -174,6 +180,8 @@ class OnnxModel:
                 return compiled(arrays)
             if not overrides and not zero_dim:  # a graph static for a size-0 call would reject the next, dynamic one
                 self.compiled = compiled
+        elif self._first is not None:
+            compiled = self.graph_for(arrays)
         self._check_assumptions(compiled, arrays)
         casts = self._casts  # one read: another thread may store its own graph's meanwhile
         if casts[0] is not compiled:
@@ -278,6 +286,20 @@ class OnnxModel:
                     while len(self._cache) > COMPILED_KEPT:  # each holds its own optimized graph and runtime
                         self._cache.popitem(last=False)
             return compiled
+
+    def graph_for(self, arrays: dict):
+        """The graph a plain call (no overrides, no size-0 dim) of these arrays runs, of a model
+        compiled once for every value (no `value_inputs` or `shape_inputs`). The symbolic graph's
+        assumptions hold for the shapes the static one is built for (OnnxInputError otherwise)."""
+        if self._first is None:
+            return self.compiled
+        self._check_assumptions(self.compiled, arrays)
+        return self._first.graph_for(self, arrays) or self.compiled
+
+    def _build_static(self, arrays: dict):
+        """The graph compiled with every input's shape static, as `arrays` have them."""
+        shapes = {n: arrays[n].shape for n in self.input_names}
+        return _build(self.proto, {}, self.device, self.optimize, shapes, notes=self.notes, search=self._search)[0]
 
     def _lookup(self, key):
         with self._lock:
@@ -490,8 +512,10 @@ def compile(model, *, device: str | devices.Device = "cpu", optimize: bool | Non
     staged models of host control flow)."""
     from luminal.search import options as search_options
 
-    search = search_options(options, "luminal.onnx.compile")
+    specialize, rest = first_shape.option(options)
+    search = search_options(rest, "luminal.onnx.compile", more=(first_shape.OPTION,))
     device = devices.resolve(device, precision)  # the Device, at this precision, below here
+    specialize = specialize and device.runs_compiled_code
     if recurrence not in RECURRENCES:
         raise OnnxError(f"recurrence={recurrence!r}: it is one of {', '.join(map(repr, RECURRENCES))}")
     proto, _ = loader.load_model(model, check=check)
@@ -571,7 +595,7 @@ def compile(model, *, device: str | devices.Device = "cpu", optimize: bool | Non
             return compile(proto, device=device, optimize=optimize, check=False, recurrence="host")
     return OnnxModel(proto, in_infos, out_infos, notes, device=device, optimize=optimize, compiled=compiled,
                      value_inputs=sorted(value_inputs), shape_inputs=sorted(shape_inputs), defaults=defaults,
-                     host_form=host_form)
+                     host_form=host_form, specialize=specialize, search=search)
 
 
 def _steps_recurrence(proto, forced, inferred) -> bool:

@@ -255,9 +255,11 @@ class SubModel:
             return self  # an identity, a staged graph, or one compiled per value: the whole way
         if any(feeds[name].shape[axis] == 0 for name, axis in model._dynamic_axes):
             return self  # a size-0 dim: the model compiles that call statically
-        compiled = model.compiled
+        arrays = {n: feeds[n] for n in model.input_names}
         if model.shape_inputs:  # compiled per shape (weights that are inputs, say): this signature's graph
-            compiled = model._compiled_for({n: feeds[n] for n in model.input_names}, False, {})
+            compiled = model._compiled_for(arrays, False, {})
+        else:  # the first call's shapes' static graph where these are they (`first_shape.py`)
+            compiled = model.graph_for(arrays)
         if (not isinstance(compiled, CompiledGraph) or compiled.assumptions or compiled.ragged
                 or getattr(compiled, "boundary_layout", None) is not None  # sequences regrouped per call
                 or any(feeds[n.arg].dtype != n.dtype.numpy for n in compiled.inputs)):
