@@ -9,6 +9,7 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 
 import luminal.onnx as lo
+from luminal.frontends.onnx.model import ARM_TRIES
 
 
 def _model():
@@ -199,15 +200,48 @@ def test_a_bound_model_follows_the_precision_and_serves_two_threads():
     hammer(lambda args: _check(cpu(*args), *args), [[args] * 200 for args in inputs])
 
 
-def test_a_bool_input_is_never_bound():
-    """A bool array's bytes are checked every call (`binding.proper_bools`): a 0/255 mask must
-    read as 1, so such a model keeps the full path."""
+def test_a_bound_bool_input_has_its_bytes_checked_every_call():
+    """A bool array's bytes are checked every call, bound or not (`binding.proper_bools`): a 0/255
+    mask reads as 1 in the C, as NumPy and torch read it."""
     graph = oh.make_graph([oh.make_node("Cast", ["b"], ["y"], to=TP.FLOAT)], "g",
                           [oh.make_tensor_value_info("b", TP.BOOL, ["n"])], [oh.make_tensor_value_info("y", TP.FLOAT, ["n"])])
     cpu = lo.compile(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=8), device="cpu")
     good = np.array([True, False, True])
     cpu(good)
     cpu(good)
-    assert cpu._bound is None
+    assert cpu._bound is not None  # a mask is no reason to leave the fast path (a decoder's src_mask)
     raw = np.array([255, 0, 7], np.uint8).view(np.bool_)
     np.testing.assert_array_equal(cpu(raw)[0], [1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(cpu(good)[0], [1.0, 0.0, 1.0])
+    assert raw.view(np.uint8).tolist() == [255, 0, 7]  # the caller's array is not changed
+    fresh = lo.compile(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=8), device="cpu")
+    for _ in range(3):  # bound while the mask holds 0/255 bytes: the same answer
+        np.testing.assert_array_equal(fresh(raw)[0], [1.0, 0.0, 1.0])
+
+
+def test_a_signature_that_binds_nothing_is_not_asked_at_every_call(monkeypatch):
+    """`_arm` asks the graph to bind a signature for a few calls (the C may still be building),
+    then no more: a graph that binds nothing (here, forced) costs its full path only."""
+    cpu = lo.compile(_cast_mul(), device="cpu")
+    x, s, k = np.ones((4, 3), np.float32), np.float32(1.0), np.int64(2)
+    graph = cpu.graph_for({"x": x, "s": np.asarray(s), "k": np.asarray(k)})
+    asked = []
+    monkeypatch.setattr(graph, "bound_call", lambda feeds: asked.append(1))
+    for _ in range(10):
+        cpu(x, s, k)
+    assert cpu._bound is None and len(asked) == ARM_TRIES
+
+
+def test_a_model_compiled_per_shape_binds_each_signature():
+    """x read only through its shape compiles per shape (`shape_inputs`): the graph a signature's
+    shapes decide is bound as a plain model's is, and another shape takes the full path."""
+    graph = oh.make_graph([oh.make_node("Shape", ["x"], ["s"]), oh.make_node("ConstantOfShape", ["s"], ["z"]),
+                           oh.make_node("Add", ["z", "y"], ["out"])], "g",
+                          [oh.make_tensor_value_info("x", TP.FLOAT, ["n", 4]), oh.make_tensor_value_info("y", TP.FLOAT, [4])],
+                          [oh.make_tensor_value_info("out", TP.FLOAT, ["n", 4])])
+    cpu = lo.compile(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)], ir_version=8), device="cpu")
+    y = np.arange(4, dtype=np.float32)
+    for n in (3, 3, 3, 5, 3):
+        got = cpu(np.ones((n, 4), np.float32), y)[0]
+        np.testing.assert_array_equal(got, np.broadcast_to(y, (n, 4)))
+    assert cpu.shape_inputs == ("x",) and cpu._bound is not None and cpu._bound.sig[0][1] == (3, 4)

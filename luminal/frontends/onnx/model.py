@@ -27,6 +27,9 @@ from luminal.frontends.onnx.values import IOInfo, gather_feeds
 from luminal.hlir import symbolic as sym
 from luminal.hlir.ops import Op, toposort
 
+# calls of one signature that try to bind it (`_arm`): the C still building refuses for a call or
+# two; past this, the graph binds none (a ragged output, say) and the call takes the full path
+ARM_TRIES = 3
 COMPILED_KEPT = 32  # graphs compiled per distinct input value/shape kept by one model (least recently used dropped)
 RECURRENCES = ("auto", "unroll", "host")  # luminal.onnx.compile's recurrence policies
 SHAPES_NOTED = 8  # distinct shapes a model's notes list per recurrence form
@@ -80,6 +83,7 @@ class OnnxModel:
         self._specs = [_spec(i) for i in inputs]  # what checking a call's arrays needs, worked out once
         self._bound: _Bound | None = None  # the fast call of one signature (`_arm`)
         self._last_sig = None  # the input dtypes and shapes of the last call that could arm it
+        self._arm_tries = 0  # calls of `_last_sig` that tried to bind it (`_arm`)
         self._casts: tuple = (None,)  # (the graph last called, [(input, dtype)] it takes, the outputs' dtypes, its
         # boundary layout): `__call__`
         self._host_form = host_form  # callable -> the host-stepped model (None: no such form, or it failed)
@@ -192,7 +196,8 @@ class OnnxModel:
             arr = arrays[name]
             feeds[name] = arr if arr.dtype == dtype else arr.astype(dtype)
         results = _running(compiled, feeds)
-        if not (self.value_inputs or self.shape_inputs or zero_dim or overrides):
+        if not (self.value_inputs or zero_dim or overrides):
+            # (compiled per shape: a signature's shapes decide its graph, so it binds as well)
             self._arm(compiled, arrays, feeds, results, casts)
         if compiled.ragged:
             results = list(results)
@@ -206,14 +211,17 @@ class OnnxModel:
     run = __call__
 
     def _arm(self, compiled, arrays: dict, feeds: dict, results: list, casts: tuple) -> None:
-        """After a plain call (one graph for every value, no overrides): the second call running
-        with the same input dtypes and shapes binds the graph's C for them (`_Bound`), when its
+        """After a plain call (one graph for every value, or one per shape; no overrides): the second
+        call running with the same input dtypes and shapes binds the graph's C for them (`_Bound`), when its
         inputs went in uncast and its outputs come out as they are."""
         names = self.input_names
         sig = tuple((arrays[n].dtype, arrays[n].shape) for n in names)
         if sig != self._last_sig:
-            self._last_sig = sig
+            self._last_sig, self._arm_tries = sig, 0
             return
+        if self._arm_tries >= ARM_TRIES:  # this signature's graph binds none: not asked again at every call
+            return
+        self._arm_tries += 1
         if (compiled.ragged or casts[3] is not None or any(feeds[k] is not arrays[k] for k in feeds)
                 or any(dt.kind == "O" for dt, _ in sig)
                 or any(dt is not None and r.dtype != dt for r, dt in zip(results, casts[2]))):

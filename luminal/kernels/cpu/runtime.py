@@ -39,7 +39,7 @@ from luminal.kernels.cpu.choices import DEFAULT, Choices, conv_choice, conv_key,
 from luminal.kernels.cpu.output_pool import POOL
 from luminal.kernels.cpu.steps import direct_conv, im2col_scratch, launch_table, written_in_place
 from luminal.precision import Arithmetic, C
-from luminal.runtime.binding import bind_inputs, index_error
+from luminal.runtime.binding import bind_inputs, index_error, proper_bools
 from luminal.runtime.protocol import Runtime
 from luminal.threadflags import in_background
 
@@ -381,17 +381,23 @@ class CpuRuntime(Runtime):
         """(input names, call) for calls whose arrays have exactly `feeds`' dtypes and shapes and are
         C-contiguous NumPy arrays, given as a list in the names' order: the binding and the layout
         worked out here, once, not per call; the caller checks each call's arrays against
-        `feeds`'. None where that does not hold for `feeds` itself (an input converted or copied
-        on binding: not an array, not C-contiguous, 0-d) or for a bool input (its bytes are
-        checked every call, `proper_bools`)."""
+        `feeds`'. A bool input's bytes are still checked at every call (`proper_bools`: a 0/255
+        mask is copied as 0/1). None where that does not hold for `feeds` itself (an input
+        converted or copied on binding: not an array, not C-contiguous, 0-d, a bool mask of other
+        bytes)."""
         arrays, bindings = bind_inputs(self.inputs, feeds)
         names = [n.arg for n in self.inputs]
-        if any(arrays[k] is not feeds[k] or arrays[k].dtype == np.bool_ for k in names):
+        if any(arrays[k] is not feeds[k] for k in names):
             return None
+        bools = [i for i, k in enumerate(names) if arrays[k].dtype == np.bool_]
         team, f64 = key = self._team_and_f64()
         hit = self._hit(bindings, team, f64)
 
         def call(ins: list) -> list[np.ndarray]:
+            if bools:
+                ins = list(ins)
+                for i in bools:
+                    ins[i] = proper_bools(ins[i])
             if self._team_and_f64() != key:
                 return self.run(ins, bindings)  # torch's thread count or the precision changed since
             return self._launch(ins, bindings, hit, team, f64)
