@@ -93,6 +93,18 @@ def test_the_reference_runtime_is_not_specialized():
     assert model.graph_for({"x": x}) is model.compiled and model.compiled.calls == 1
 
 
+def test_a_refused_call_is_not_the_first_shape():
+    model = lo.compile(_matmul(), device="cpu")
+    with pytest.raises(lo.OnnxInputError, match="dtype"):
+        model(np.ones((5, 8), np.float64))
+    with pytest.raises(lo.OnnxInputError, match="dim 1 must be 8"):
+        model(np.ones((5, 7), np.float32))
+    assert model._first.shapes is None
+    x = np.ones((2, 8), np.float32)
+    model(x)
+    assert model._first.shapes == ((2, 8),)
+
+
 def test_a_size_zero_call_is_not_the_first_shape():
     model, ref = lo.compile(_matmul(), device="cpu"), lo.compile(_matmul(), device="numpy")
     empty = np.zeros((0, 8), np.float32)
