@@ -89,6 +89,4 @@ def test_exported_model_matches_onnxruntime(name, export_dir):
         (out,) = model(ids)
         assert out.shape == ref.shape
         np.testing.assert_allclose(out, ref, atol=1e-5, rtol=0)
-    # the first length ran its static graph (`first_shape.py`), one symbolic compile served the others
-    first = {"input_ids": np.zeros((1, 3), np.int64)}
-    assert model.graph_for(first).calls == 1 and model.compiled.calls == 2
+    assert model.compiled.calls == 3  # one compile served every length (no windows: not specialized)

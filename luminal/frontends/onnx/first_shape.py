@@ -5,12 +5,13 @@ ONNX files declare their batch, and often an image's height and width or a seque
 as symbolic dims, and `luminal.onnx.compile` compiles the graph over them: one graph for every
 size, checked once. Its C then runs the general forms of the kernels; the fast forms that need
 the sizes (a depthwise conv's padding read in place instead of a padded copy, flat planes, conv
-tiles and thread splits sized to the image, search timed at the real sizes) do not apply. So
-the first call whose dynamic dims are all non-zero compiles the graph again with this call's
-shapes static (once, in that call: the cost of a compile), and every later call with exactly
-those shapes runs it; a call with any other shape runs the symbolic graph, which `compile` built.
-A model called with many shapes compiles twice, never more, and one input always runs the same
-graph, so it always gets the same bits.
+tiles and thread splits sized to the image, search timed at the real sizes) do not apply. So,
+for a graph that reads windows (convolutions, pools: `reads_windows`; elsewhere known sizes
+measured slower as often as faster), the first call whose dynamic dims are all non-zero
+compiles the graph again with this call's shapes static (once, in that call: the cost of a
+compile), and every later call with exactly those shapes runs it; a call with any other shape
+runs the symbolic graph, which `compile` built. A model called with many shapes compiles twice,
+never more, and one input always runs the same graph, so it always gets the same bits.
 
 Shapes the symbolic graph refuses (its assumptions: a sequence longer than a table the model
 slices) are refused before a static build, as they were. Off with `options={"specialize":
@@ -24,8 +25,17 @@ from __future__ import annotations
 import dataclasses
 
 from luminal.errors import LuminalError, OptionError
+from luminal.hlir.ops import Op, toposort
 
 OPTION = "specialize"
+
+
+def reads_windows(outputs) -> bool:
+    """Whether the optimized graph reads windows (a WindowReduce: a depthwise convolution's or a
+    pool's). The C's forms that need the sizes are theirs (the padding read in place, flat
+    planes); on other graphs known sizes measured slower as often as faster (tree ensembles: a
+    random forest 0.87 -> 1.26 of onnxruntime, README), so those keep the symbolic graph."""
+    return any(n.op is Op.WINDOW_REDUCE for n in toposort(outputs))
 
 
 def option(options: dict | None) -> tuple[bool, dict | None]:

@@ -95,7 +95,8 @@ class OnnxModel:
         self._search = search  # the search budget the graphs compiled at calls get too
         # one symbolic graph for every shape: the first call's shapes compile static (`first_shape.py`)
         plain = compiled is not None and not value_inputs and not shape_inputs
-        self._first = first_shape.FirstShape(self._build_static) if specialize and plain and self._dynamic_axes else None
+        self._first = (first_shape.FirstShape(self._build_static) if specialize and plain and self._dynamic_axes
+                       and first_shape.reads_windows(compiled.outputs) else None)
 
     @property
     def input_names(self) -> list[str]:
